@@ -1,0 +1,177 @@
+//! Allocators over a `Device`: how a workload obtains memory, and what each one counts.
+//!
+//! Following RMM's shape, an allocator gets its memory from an upstream (here the device,
+//! passed in on every call) and adds one concern. `direct` asks the driver for every request;
+//! `pool` uses the driver's stream-ordered pool. Each reports its own views (`alloc_*`), which
+//! are never added to the device's: allocated memory sits inside reserved memory.
+
+pub mod direct;
+pub mod pool;
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{DevPtr, Device, DeviceError, PoolConfig, StreamId};
+use crate::record::{View, ViewSet};
+
+/// A live allocation handed out by an allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub ptr: DevPtr,
+    /// What the caller asked for.
+    pub requested_bytes: u64,
+    /// What the allocator accounts for it (its own rounding).
+    pub size_bytes: u64,
+    pub stream: StreamId,
+}
+
+/// The allocator's side of an out-of-memory: what was asked and how it was rounded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRequest {
+    pub requested_bytes: u64,
+    /// The request after the allocator's rounding (what PyTorch prints as "Tried to allocate").
+    pub rounded_bytes: u64,
+    /// What the allocator asked the driver for when it was refused (a segment may be larger).
+    pub driver_request_bytes: u64,
+    /// The allocator pool the request belonged to (`small`, `large`, or the allocator's name).
+    pub pool: String,
+    pub stream: StreamId,
+    /// Steps the allocator took before giving up, in order (e.g. "free oversize cached blocks").
+    pub retries: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("out of memory: {} bytes requested ({} after rounding)", .0.requested_bytes, .0.rounded_bytes)]
+    OutOfMemory(Box<OomRequest>),
+    #[error(transparent)]
+    Device(DeviceError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl AllocError {
+    pub fn is_oom(&self) -> bool {
+        matches!(self, AllocError::OutOfMemory(_))
+    }
+}
+
+/// An allocator's counters at one instant (PyTorch's `memory_stats` vocabulary).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocStats {
+    /// Live blocks, at their accounted size.
+    pub allocated_bytes: u64,
+    /// Memory held from the driver.
+    pub reserved_bytes: u64,
+    /// Blocks in use or waiting on a stream before reuse.
+    pub active_bytes: u64,
+    pub inactive_split_bytes: u64,
+    pub inactive_split_count: u64,
+    /// Largest free block inside held memory.
+    pub largest_free_bytes: u64,
+    /// Bytes asked for by live allocations, before rounding.
+    pub requested_bytes: u64,
+    pub segment_count: u64,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+}
+
+impl AllocStats {
+    /// The `alloc_*` views these counters stand for.
+    pub fn views(&self) -> ViewSet {
+        ViewSet::default()
+            .with(View::AllocAllocated, self.allocated_bytes)
+            .with(View::AllocReserved, self.reserved_bytes)
+            .with(View::AllocActive, self.active_bytes)
+            .with(View::AllocInactiveSplit, self.inactive_split_bytes)
+            .with(View::AllocLargestFree, self.largest_free_bytes)
+            .with(View::AllocRequested, self.requested_bytes)
+    }
+}
+
+/// How a workload's memory is obtained.
+pub trait Allocator: Send {
+    /// `direct`, `pool` or `caching`.
+    fn kind(&self) -> &'static str;
+
+    fn allocate(&mut self, dev: &mut dyn Device, bytes: u64, stream: StreamId) -> Result<Block, AllocError>;
+
+    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError>;
+
+    /// The block is also used on `stream` (PyTorch's `record_stream`): a later free must wait
+    /// for that stream before the block is reused.
+    fn record_stream(&mut self, _dev: &mut dyn Device, _ptr: DevPtr, _stream: StreamId) -> Result<(), AllocError> {
+        Ok(())
+    }
+
+    /// Returns unused cached memory to the driver; returns the bytes released.
+    fn empty_cache(&mut self, _dev: &mut dyn Device) -> Result<u64, AllocError> {
+        Ok(0)
+    }
+
+    /// Brings counters up to date after something outside the allocator's calls (a
+    /// synchronize, a trim) may have changed what it holds.
+    fn refresh(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> AllocStats;
+
+    /// The size the allocator would account for a request of `bytes`.
+    fn rounded_size(&self, bytes: u64) -> u64;
+
+    /// Device memory a request of `bytes` may newly take from the driver (a whole segment for
+    /// a caching allocator), for the check that keeps a floor of free memory.
+    fn driver_bytes_for(&self, bytes: u64) -> u64 {
+        self.rounded_size(bytes)
+    }
+
+    /// The largest free block inside held memory that a request of `bytes` could use.
+    fn largest_free_for(&self, _bytes: u64) -> u64 {
+        0
+    }
+
+    /// Frees every block and returns all held memory to the driver.
+    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError>;
+}
+
+/// Which allocator a workload uses, with its settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum AllocatorSpec {
+    Direct,
+    Pool(PoolConfig),
+}
+
+impl AllocatorSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AllocatorSpec::Direct => "direct",
+            AllocatorSpec::Pool(_) => "pool",
+        }
+    }
+
+    /// Builds the allocator (configuring the device's pool where it needs one).
+    pub fn build(&self, dev: &mut dyn Device) -> Result<Box<dyn Allocator>, AllocError> {
+        Ok(match self {
+            AllocatorSpec::Direct => Box::new(direct::DirectAllocator::default()),
+            AllocatorSpec::Pool(cfg) => {
+                dev.pool_configure(*cfg).map_err(AllocError::Device)?;
+                Box::new(pool::PoolAllocator::default())
+            }
+        })
+    }
+}
+
+/// Maps a device error to an allocator error, tagging an OOM with the request.
+pub(crate) fn device_oom(e: DeviceError, bytes: u64, rounded: u64, pool: &str, stream: StreamId) -> AllocError {
+    match e {
+        DeviceError::OutOfMemory { requested_bytes } => AllocError::OutOfMemory(Box::new(OomRequest {
+            requested_bytes: bytes,
+            rounded_bytes: rounded,
+            driver_request_bytes: requested_bytes,
+            pool: pool.to_string(),
+            stream,
+            retries: Vec::new(),
+        })),
+        other => AllocError::Device(other),
+    }
+}

@@ -1,0 +1,452 @@
+//! The real GPU through cudarc's driver API: the only place (with `launch.rs`) that calls CUDA.
+//!
+//! cudarc loads libcuda at run time and panics when it is missing, so `open` checks for the
+//! library first and returns a plain error instead. Raw driver calls (`result::*`) are used
+//! rather than cudarc's owning slices because the harness manages pointers itself: allocators
+//! above need addresses and sizes, not typed buffers. Every allocation is tracked here so that
+//! `release_all` (and `Drop`) can give everything back, also after an OOM or an interrupt.
+
+mod launch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::sys;
+use cudarc::driver::CudaContext;
+
+use crate::device::nvml::NvmlDevice;
+use crate::device::{
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo,
+    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+};
+use crate::record::Reading;
+use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
+
+pub use launch::KernelSet;
+
+/// A raw stream handle that may move between threads with the device that owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stream(sys::CUstream);
+// SAFETY: a CUstream is an opaque driver handle usable from any thread with the context current.
+unsafe impl Send for Stream {}
+
+#[derive(Debug, Clone, Copy)]
+struct Pool(sys::CUmemoryPool);
+// SAFETY: a CUmemoryPool is an opaque driver handle usable from any thread.
+unsafe impl Send for Pool {}
+
+/// Turns a driver error into ours, keeping out-of-memory apart.
+pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> DeviceError {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return DeviceError::OutOfMemory { requested_bytes: bytes };
+    }
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    DeviceError::Driver {
+        call,
+        detail: format!("{name} ({text})"),
+    }
+}
+
+/// Why there is no usable CUDA device, in one line for people.
+pub fn probe() -> Result<u32, String> {
+    // SAFETY: only tries to dlopen libcuda; no driver call is made.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
+    }
+    result::init().map_err(|e| format!("the NVIDIA driver did not initialize: {}", driver_err("cuInit", 0, e)))?;
+    let n = result::device::get_count()
+        .map_err(|e| format!("cannot count CUDA devices: {}", driver_err("cuDeviceGetCount", 0, e)))?;
+    if n <= 0 {
+        return Err("the NVIDIA driver is present but sees no CUDA device".into());
+    }
+    Ok(n as u32)
+}
+
+/// The driver's version as `major.minor` (e.g. `12.4`).
+fn cuda_driver_version() -> String {
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: writes one int through a valid pointer; the library is loaded (probe ran).
+    let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
+    if ok { format!("{}.{}", v / 1000, (v % 1000) / 10) } else { "unknown".into() }
+}
+
+fn uuid_string(u: &sys::CUuuid) -> String {
+    let b: Vec<u8> = u.bytes.iter().map(|c| *c as u8).collect();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
+}
+
+/// Static facts about a device, read without creating a context.
+pub struct DeviceFacts {
+    pub name: String,
+    pub uuid: String,
+    pub total_bytes: u64,
+    pub compute_capability: String,
+    pub multiprocessors: u32,
+}
+
+pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
+    let dev = result::device::get(index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
+    let name = result::device::get_name(dev).map_err(|e| driver_err("cuDeviceGetName", 0, e))?;
+    let uuid = result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?;
+    use sys::CUdevice_attribute as A;
+    let attr = |a: A| {
+        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+        unsafe { result::device::get_attribute(dev, a) }.map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))
+    };
+    let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+    let total = unsafe { result::device::total_mem(dev) }.map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
+    Ok(DeviceFacts {
+        name,
+        uuid: uuid_string(&uuid),
+        total_bytes: total as u64,
+        compute_capability: format!("{major}.{minor}"),
+        multiprocessors: sms.max(0) as u32,
+    })
+}
+
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    origin: Instant,
+    streams: Vec<Stream>,
+    pool: Option<Pool>,
+    pool_config: PoolConfig,
+    plain: HashMap<DevPtr, u64>,
+    pooled: HashMap<DevPtr, StreamId>,
+    sampler: Option<ThreadSampler>,
+    sampler_stats: Option<SamplerStats>,
+    sampler_backlog: Vec<Reading>,
+    nvml: Option<NvmlDevice>,
+    kernels: Option<KernelSet>,
+}
+
+impl CudaDevice {
+    /// Opens device `index`. Call `probe` first: without libcuda cudarc would panic.
+    /// Returns the device and NVML's reading from before the context existed.
+    pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>)> {
+        let facts = device_facts(index)?;
+        let nvml = NvmlDevice::open(&facts.uuid);
+        let before_context = nvml.as_ref().and_then(|n| n.memory());
+        let origin = Instant::now();
+        let ctx = CudaContext::new(index as usize).map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
+        // SAFETY: the harness never uses cudarc's owning slices, which are what tracking protects.
+        unsafe { ctx.disable_event_tracking() };
+        let main = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| driver_err("cuStreamCreate", 0, e))?;
+        let driver_version = nvml
+            .as_ref()
+            .and_then(|n| n.driver_version())
+            .map(|v| format!("{v} (CUDA {})", cuda_driver_version()))
+            .unwrap_or_else(cuda_driver_version);
+        let (_, total) = ctx.mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
+        let info = DeviceInfo {
+            backend: "cuda".into(),
+            profile: None,
+            index,
+            name: facts.name,
+            compute_capability: facts.compute_capability,
+            total_bytes: total as u64,
+            driver_version,
+            multiprocessors: facts.multiprocessors,
+            uuid: Some(facts.uuid),
+        };
+        let dev = CudaDevice {
+            ctx,
+            info,
+            origin,
+            streams: vec![Stream(main)],
+            pool: None,
+            pool_config: PoolConfig::default(),
+            plain: HashMap::new(),
+            pooled: HashMap::new(),
+            sampler: None,
+            sampler_stats: None,
+            sampler_backlog: Vec::new(),
+            nvml,
+            kernels: None,
+        };
+        Ok((dev, before_context))
+    }
+
+    fn stream(&self, s: StreamId) -> DevResult<sys::CUstream> {
+        self.streams
+            .get(s.0 as usize)
+            .map(|x| x.0)
+            .ok_or_else(|| DeviceError::Invalid(format!("unknown stream {}", s.0)))
+    }
+
+    fn bind(&self) -> DevResult<()> {
+        self.ctx.bind_to_thread().map_err(|e| driver_err("cuCtxSetCurrent", 0, e))
+    }
+
+    /// The harness's pool, created on first use with the configured attributes.
+    fn pool(&mut self) -> DevResult<sys::CUmemoryPool> {
+        if let Some(p) = self.pool {
+            return Ok(p.0);
+        }
+        // SAFETY: zeroed CUmemPoolProps is the documented "no options" value; fields set below.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = self.info.index as i32;
+        // SAFETY: `props` is a valid, fully initialized CUmemPoolProps.
+        let pool = unsafe { result::mem_pool::create(&props) }.map_err(|e| driver_err("cuMemPoolCreate", 0, e))?;
+        self.pool = Some(Pool(pool));
+        self.apply_pool_config()?;
+        Ok(pool)
+    }
+
+    fn apply_pool_config(&mut self) -> DevResult<()> {
+        let Some(Pool(pool)) = self.pool else { return Ok(()) };
+        use sys::CUmemPool_attribute as A;
+        let c = self.pool_config;
+        let mut threshold: u64 = c.release_threshold_bytes;
+        let mut opportunistic: std::ffi::c_int = c.reuse_opportunistic as _;
+        let mut internal: std::ffi::c_int = c.reuse_internal_dependencies as _;
+        // SAFETY: the pool is valid; each value has the type its attribute documents (u64, int).
+        unsafe {
+            result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast())
+                .and_then(|_| result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, (&mut opportunistic as *mut i32).cast()))
+                .and_then(|_| result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, (&mut internal as *mut i32).cast()))
+        }
+        .map_err(|e| driver_err("cuMemPoolSetAttribute", 0, e))
+    }
+
+    fn pool_attr(pool: sys::CUmemoryPool, a: sys::CUmemPool_attribute) -> DevResult<u64> {
+        let mut v: u64 = 0;
+        // SAFETY: the usage attributes are documented as cuuint64_t; `v` is a valid u64.
+        unsafe { result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()) }
+            .map_err(|e| driver_err("cuMemPoolGetAttribute", 0, e))?;
+        Ok(v)
+    }
+
+    fn kernels(&mut self) -> DevResult<&KernelSet> {
+        if self.kernels.is_none() {
+            self.bind()?;
+            let set = KernelSet::load(&self.info)?;
+            self.kernels = Some(set);
+        }
+        Ok(self.kernels.as_ref().expect("just loaded"))
+    }
+}
+
+impl Device for CudaDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn mem_info(&mut self) -> DevResult<MemInfo> {
+        self.bind()?;
+        let (free, total) = result::mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
+        Ok(MemInfo {
+            free_bytes: free as u64,
+            total_bytes: total as u64,
+        })
+    }
+
+    fn nvml_memory(&mut self) -> Option<NvmlMemory> {
+        self.nvml.as_ref()?.memory()
+    }
+
+    fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
+        self.nvml.as_ref()?.processes()
+    }
+
+    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        if bytes == 0 {
+            return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
+        }
+        self.bind()?;
+        // SAFETY: the context is current; the returned memory is only handed out as an address.
+        let ptr = unsafe { result::malloc_sync(bytes as usize) }.map_err(|e| driver_err("cuMemAlloc", bytes, e))?;
+        self.plain.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        if self.plain.remove(&ptr).is_none() {
+            return Err(DeviceError::Invalid(format!("cuMemFree of {ptr:#x}, which is not a live allocation")));
+        }
+        self.bind()?;
+        // SAFETY: `ptr` came from cuMemAlloc on this context and was not freed (checked above).
+        unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e))
+    }
+
+    fn create_stream(&mut self) -> DevResult<StreamId> {
+        self.bind()?;
+        let s = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| driver_err("cuStreamCreate", 0, e))?;
+        self.streams.push(Stream(s));
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
+
+    fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: `s` is a live stream created by this device.
+        unsafe { result::stream::synchronize(s) }.map_err(|e| driver_err("cuStreamSynchronize", 0, e))
+    }
+
+    fn synchronize(&mut self) -> DevResult<()> {
+        self.bind()?;
+        result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e))
+    }
+
+    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
+        self.pool_config = config;
+        self.apply_pool_config()
+    }
+
+    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        if bytes == 0 {
+            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
+        }
+        let s = self.stream(stream)?;
+        self.bind()?;
+        let pool = self.pool()?;
+        // SAFETY: pool and stream are live handles of this context.
+        let ptr = unsafe { result::mem_pool::alloc_async(pool, bytes as usize, s) }
+            .map_err(|e| driver_err("cuMemAllocFromPoolAsync", bytes, e))?;
+        self.pooled.insert(ptr, stream);
+        Ok(ptr)
+    }
+
+    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        if self.pooled.remove(&ptr).is_none() {
+            return Err(DeviceError::Invalid(format!("cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation")));
+        }
+        self.bind()?;
+        // SAFETY: `ptr` came from this device's pool and was not freed (checked above).
+        unsafe { result::free_async(ptr, s) }.map_err(|e| driver_err("cuMemFreeAsync", 0, e))
+    }
+
+    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
+        let Some(Pool(pool)) = self.pool else { return Ok(()) };
+        self.bind()?;
+        // SAFETY: the pool is a live handle; trimming never touches outstanding allocations.
+        unsafe { result::mem_pool::trim_to(pool, keep_bytes as usize) }.map_err(|e| driver_err("cuMemPoolTrimTo", 0, e))
+    }
+
+    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
+        let Some(Pool(pool)) = self.pool else { return Ok(PoolUsage::default()) };
+        use sys::CUmemPool_attribute as A;
+        Ok(PoolUsage {
+            used_current_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            used_high_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            reserved_current_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        })
+    }
+
+    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        let mismatch = self.kernels()?.launch(kernel, s)?;
+        Ok(KernelOutcome { gpu_ns: None, mismatch })
+    }
+
+    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.kernels()?.timed(kernel, s, repeats)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+        self.bind()?;
+        // SAFETY: the caller checked `addr` lies inside a live allocation of this context.
+        unsafe { result::memcpy_htod_sync(addr, &[value]) }.map_err(|e| driver_err("cuMemcpyHtoD", 4, e))
+    }
+
+    fn sleep(&mut self, duration_ns: u64) {
+        std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
+    }
+
+    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()> {
+        let ctx = self.ctx.clone();
+        let setup = move || ctx.bind_to_thread().map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string());
+        let query = || {
+            result::mem_get_info()
+                .map(|(free, _)| free as u64)
+                .map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())
+        };
+        let s = ThreadSampler::spawn(interval_ns, live, self.origin, setup, query)
+            .map_err(|e| DeviceError::Invalid(format!("cannot start the sampler thread: {e}")))?;
+        self.sampler = Some(s);
+        Ok(())
+    }
+
+    fn drain_samples(&mut self, out: &mut Vec<Reading>) {
+        out.append(&mut self.sampler_backlog);
+        if let Some(s) = &mut self.sampler {
+            s.drain(out);
+        }
+    }
+
+    fn stop_sampler(&mut self) -> SamplerStats {
+        if let Some(s) = self.sampler.take() {
+            let stats = s.stop(&mut self.sampler_backlog);
+            self.sampler_stats = Some(stats);
+        }
+        self.sampler_stats.unwrap_or_default()
+    }
+
+    fn release_all(&mut self) -> DevResult<()> {
+        self.bind()?;
+        let mut first_err = None;
+        let mut note = |r: DevResult<()>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        let main = self.streams[0].0;
+        for (ptr, _) in self.pooled.drain() {
+            // SAFETY: `ptr` is a live pool allocation of this device, freed exactly once here.
+            note(unsafe { result::free_async(ptr, main) }.map_err(|e| driver_err("cuMemFreeAsync", 0, e)));
+        }
+        for (ptr, _) in self.plain.drain() {
+            // SAFETY: `ptr` is a live cuMemAlloc allocation of this device, freed exactly once here.
+            note(unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e)));
+        }
+        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        if let Some(Pool(pool)) = self.pool {
+            // SAFETY: the pool is live and now holds no outstanding allocation.
+            note(unsafe { result::mem_pool::trim_to(pool, 0) }.map_err(|e| driver_err("cuMemPoolTrimTo", 0, e)));
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        self.sampler.take();
+        if let Err(e) = self.release_all() {
+            eprintln!("warning: releasing device memory at exit: {e}");
+        }
+        self.kernels.take();
+        if let Some(Pool(pool)) = self.pool.take() {
+            // SAFETY: every allocation from the pool was freed by release_all above.
+            let _ = unsafe { result::mem_pool::destroy(pool) };
+        }
+        for Stream(s) in self.streams.drain(..) {
+            // SAFETY: each stream was created by this device and is destroyed once.
+            let _ = unsafe { result::stream::destroy(s) };
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The `Device` interface every backend implements, and the types that cross it.
+//!
+//! Everything above this module (allocators, the runner, reports) talks to a `dyn Device` and
+//! never to cudarc: the simulated device and the real one are interchangeable. A device call
+//! returns driver-level facts only (pointers, bytes, the driver's free/total); accounting by
+//! scope happens above.
+
+pub mod cuda;
+pub mod nvml;
+pub mod profile;
+pub mod select;
+pub mod sim;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::Reading;
+use crate::sampler::{LiveViews, SamplerStats};
+
+/// A device virtual address, as `CUdeviceptr`.
+pub type DevPtr = u64;
+
+/// A stream created by the harness. `StreamId(0)` is the harness's main stream, created at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StreamId(pub u32);
+
+impl StreamId {
+    pub const MAIN: StreamId = StreamId(0);
+}
+
+/// `cuMemGetInfo`: device-wide free and total, all processes included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemInfo {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl MemInfo {
+    pub fn used_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.free_bytes)
+    }
+}
+
+/// NVML's whole-device memory view (v2): `reserved` is what the driver and firmware keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmlMemory {
+    pub total_bytes: u64,
+    pub reserved_bytes: u64,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// One process the driver sees on the device, with its memory (context included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessUsage {
+    pub pid: u32,
+    /// `None` where the driver does not report it (e.g. Windows WDDM).
+    pub used_bytes: Option<u64>,
+    /// True for the process running this harness.
+    pub is_self: bool,
+}
+
+/// The stream-ordered pool's own counters (`CU_MEMPOOL_ATTR_{USED,RESERVED}_MEM_{CURRENT,HIGH}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolUsage {
+    pub used_current_bytes: u64,
+    pub used_high_bytes: u64,
+    pub reserved_current_bytes: u64,
+    pub reserved_high_bytes: u64,
+}
+
+/// How the stream-ordered pool behaves; the workload sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolConfig {
+    /// Reserved memory above this is returned to the device at the next synchronize.
+    pub release_threshold_bytes: u64,
+    /// `CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`: reuse a block whose free has completed.
+    pub reuse_opportunistic: bool,
+    /// `CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`: reuse a block whose free is still
+    /// pending on another stream by making the allocating stream wait for it.
+    pub reuse_internal_dependencies: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        // The driver's defaults for a new pool.
+        PoolConfig {
+            release_threshold_bytes: 0,
+            reuse_opportunistic: true,
+            reuse_internal_dependencies: true,
+        }
+    }
+}
+
+/// What a device is, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// `cuda` or `sim`.
+    pub backend: String,
+    /// The simulated profile's name, or `None` on a real GPU.
+    pub profile: Option<String>,
+    pub index: u32,
+    pub name: String,
+    /// e.g. `9.0`.
+    pub compute_capability: String,
+    /// CUDA-visible total (`cuMemGetInfo`).
+    pub total_bytes: u64,
+    pub driver_version: String,
+    pub multiprocessors: u32,
+    pub uuid: Option<String>,
+}
+
+/// A GPU kernel the harness can launch (see `kernels/` for the CUDA C sources).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kernel {
+    /// One 4-byte write every `stride_bytes`, to make a buffer resident.
+    Touch { ptr: DevPtr, bytes: u64, stride_bytes: u64 },
+    /// Writes a pattern derived from each word's address and `seed`.
+    Fill { ptr: DevPtr, bytes: u64, seed: u32 },
+    /// Reads the `Fill` pattern back and counts mismatches.
+    Verify { ptr: DevPtr, bytes: u64, seed: u32 },
+    /// `dst[i] = src[i]`.
+    Copy { dst: DevPtr, src: DevPtr, bytes: u64 },
+    /// `a[i] = b[i] + scalar * c[i]` on f32 words.
+    Triad { a: DevPtr, b: DevPtr, c: DevPtr, bytes: u64, scalar: f32 },
+    /// Keeps the stream busy for `duration_ns` of GPU time.
+    Spin { duration_ns: u64 },
+    /// Needs `frame_bytes` of stack per thread, so the driver raises its stack reservation.
+    Stack { frame_bytes: u32 },
+    /// `cuMemsetD32Async` (a driver operation, the peer `fill` is measured against).
+    Memset { ptr: DevPtr, bytes: u64, value: u32 },
+    /// `cuMemcpyDtoDAsync` (a driver operation, the peer `copy` is measured against).
+    DriverCopy { dst: DevPtr, src: DevPtr, bytes: u64 },
+}
+
+impl Kernel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::Touch { .. } => "touch",
+            Kernel::Fill { .. } => "fill",
+            Kernel::Verify { .. } => "verify",
+            Kernel::Copy { .. } => "copy",
+            Kernel::Triad { .. } => "triad",
+            Kernel::Spin { .. } => "spin",
+            Kernel::Stack { .. } => "stack",
+            Kernel::Memset { .. } => "memset",
+            Kernel::DriverCopy { .. } => "memcpy",
+        }
+    }
+}
+
+/// The 32-bit value `fill` writes to the 4-byte word at device address `addr`.
+///
+/// `kernels/fill.cu` and `kernels/verify.cu` compute the same function; the simulator uses
+/// this one. It mixes the word's address and the seed (murmur3's finalizer), so a word written
+/// to the wrong place, a stale page or a flipped bit all read back wrong.
+pub fn fill_pattern(addr: DevPtr, seed: u32) -> u32 {
+    let lo = (addr >> 2) as u32;
+    let hi = (addr >> 34) as u32;
+    let mut x = lo ^ hi.wrapping_mul(0x9E37_79B1) ^ seed;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85EB_CA6B);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xC2B2_AE35);
+    x ^= x >> 16;
+    x
+}
+
+/// The first word `verify` found wrong, and how many were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mismatch {
+    pub count: u64,
+    pub first_address: DevPtr,
+    pub expected: u32,
+    pub actual: u32,
+}
+
+/// What a launch reports beyond success.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelOutcome {
+    /// GPU time measured by events around the launch (cuda), or the modeled time (sim).
+    pub gpu_ns: Option<u64>,
+    /// Only for `Verify`: `None` when every word matched.
+    pub mismatch: Option<Mismatch>,
+}
+
+/// Errors from a device call. Out-of-memory is its own variant so callers can record it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("out of memory: the driver refused {requested_bytes} bytes")]
+    OutOfMemory { requested_bytes: u64 },
+    #[error("{call} failed: {detail}")]
+    Driver { call: &'static str, detail: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0} is not supported by the {1} backend")]
+    Unsupported(&'static str, &'static str),
+}
+
+impl DeviceError {
+    pub fn is_oom(&self) -> bool {
+        matches!(self, DeviceError::OutOfMemory { .. })
+    }
+}
+
+pub type DevResult<T> = Result<T, DeviceError>;
+
+/// One GPU seen through one backend.
+///
+/// Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
+/// Both count nanoseconds since the device was opened.
+pub trait Device: Send {
+    fn info(&self) -> &DeviceInfo;
+    fn now_ns(&self) -> u64;
+
+    /// `cuMemGetInfo` (an event-synchronous reading: costs the query's latency).
+    fn mem_info(&mut self) -> DevResult<MemInfo>;
+    /// NVML's device memory, where NVML is present.
+    fn nvml_memory(&mut self) -> Option<NvmlMemory>;
+    /// The processes the driver lists on this device, where NVML is present.
+    fn processes(&mut self) -> Option<Vec<ProcessUsage>>;
+
+    /// `cuMemAlloc`.
+    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr>;
+    /// `cuMemFree`.
+    fn free(&mut self, ptr: DevPtr) -> DevResult<()>;
+
+    fn create_stream(&mut self) -> DevResult<StreamId>;
+    fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()>;
+    /// `cuCtxSynchronize`: waits for every stream; the pool then trims to its release threshold.
+    fn synchronize(&mut self) -> DevResult<()>;
+
+    /// Configures the harness's stream-ordered pool.
+    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()>;
+    /// `cuMemAllocFromPoolAsync` on the harness's pool.
+    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr>;
+    /// `cuMemFreeAsync`: the block returns to the pool when `stream` reaches the free.
+    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()>;
+    /// `cuMemPoolTrimTo`.
+    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()>;
+    fn pool_usage(&mut self) -> DevResult<PoolUsage>;
+
+    /// Launches a kernel on a stream (asynchronous unless the kernel reports a result).
+    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome>;
+
+    /// Launches `kernel` `repeats` times back to back and returns the GPU time they took
+    /// (device events on cuda, the model on sim).
+    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64>;
+
+    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`).
+    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()>;
+
+    /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
+    fn sleep(&mut self, duration_ns: u64);
+
+    /// Starts background sampling of `cuMemGetInfo` every `interval_ns` (0: as fast as it goes).
+    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()>;
+    /// Moves readings taken since the last call into `out`, in time order.
+    fn drain_samples(&mut self, out: &mut Vec<Reading>);
+    /// Stops sampling; returns what the sampler achieved.
+    fn stop_sampler(&mut self) -> SamplerStats;
+
+    /// Frees every allocation and pool block this device still holds for the harness.
+    /// Called at the end of every run, also after an OOM or an interrupt.
+    fn release_all(&mut self) -> DevResult<()>;
+}

@@ -1,0 +1,611 @@
+//! The simulated GPU: the driver's memory rules in deterministic virtual time.
+//!
+//! Time is a host clock plus one clock per stream (when its queued work finishes). Device calls
+//! advance the host clock by the profile's latencies; kernels queue work on their stream;
+//! synchronizing makes the host wait. Memory in use is the sum of the context, the stack
+//! reservation, plain allocations (page-rounded), the pool's reservation, graph memory and the
+//! other processes present at that instant; `cuMemGetInfo` reports the rest as free.
+
+mod content;
+mod pages;
+mod pool;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::device::profile::SimProfile;
+use crate::device::{
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo,
+    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+};
+use crate::record::Reading;
+use crate::sampler::{LiveViews, SamplerStats, VirtualSampler};
+
+use content::ContentModel;
+use pages::SmallHeap;
+use pool::{Reuse, SimPool, Take};
+
+/// Another process holding memory on the simulated device for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenant {
+    pub pid: u32,
+    pub bytes: u64,
+    pub start_ns: u64,
+    /// `u64::MAX`: holds it for the whole run.
+    pub end_ns: u64,
+}
+
+impl Tenant {
+    fn present_at(&self, t: u64) -> bool {
+        self.start_ns <= t && t < self.end_ns
+    }
+}
+
+/// Where simulated allocations live: far apart, never reused, so addresses stay unique.
+const VA_BASE: DevPtr = 0x7f00_0000_0000;
+
+pub struct SimDevice {
+    profile: SimProfile,
+    info: DeviceInfo,
+    host_ns: u64,
+    /// Per stream: the time its queued work completes.
+    streams: Vec<u64>,
+    context_bytes: u64,
+    /// Stack reservation above what the context started with.
+    stack_extra_bytes: u64,
+    stack_per_thread_bytes: u64,
+    /// Plain allocations above the small limit: pointer → page-rounded bytes.
+    large: HashMap<DevPtr, u64>,
+    large_bytes: u64,
+    small: SmallHeap,
+    pool: SimPool,
+    tenants: Vec<Tenant>,
+    next_va: DevPtr,
+    content: ContentModel,
+    /// Requested sizes of live plain and pool allocations (for `fill`/`verify` checks).
+    sizes: HashMap<DevPtr, u64>,
+    sampler: Option<(VirtualSampler, u64)>,
+    before_context: NvmlMemory,
+}
+
+impl SimDevice {
+    /// Opens a simulated device: the context is created (its overhead taken) at virtual time
+    /// `context_create`, after an NVML reading of the device without it.
+    pub fn open(profile: SimProfile, index: u32) -> SimDevice {
+        let m = &profile.memory;
+        let tenants: Vec<Tenant> = profile
+            .other_processes
+            .iter()
+            .map(|p| Tenant {
+                pid: p.pid,
+                bytes: p.bytes.0,
+                start_ns: p.start.0,
+                end_ns: p.duration.map_or(u64::MAX, |d| p.start.0.saturating_add(d.0)),
+            })
+            .collect();
+        let info = DeviceInfo {
+            backend: "sim".into(),
+            profile: Some(profile.name.clone()),
+            index,
+            name: profile.gpu_name.clone(),
+            compute_capability: profile.compute_capability.clone(),
+            total_bytes: m.total_bytes.0,
+            driver_version: profile.driver_version.clone(),
+            multiprocessors: profile.multiprocessors,
+            uuid: None,
+        };
+        let mut dev = SimDevice {
+            info,
+            host_ns: 0,
+            streams: vec![0],
+            context_bytes: 0,
+            stack_extra_bytes: 0,
+            stack_per_thread_bytes: profile.stack.default_per_thread_bytes.0,
+            large: HashMap::new(),
+            large_bytes: 0,
+            small: SmallHeap::new(m.page_bytes.0, m.small_alloc_spacing_bytes.0),
+            pool: SimPool::new(m.pool_granularity_bytes.0),
+            tenants,
+            next_va: VA_BASE,
+            content: ContentModel::default(),
+            sizes: HashMap::new(),
+            sampler: None,
+            before_context: NvmlMemory {
+                total_bytes: 0,
+                reserved_bytes: 0,
+                used_bytes: 0,
+                free_bytes: 0,
+            },
+            profile,
+        };
+        dev.before_context = dev.nvml_at(0);
+        dev.host_ns = dev.profile.latency.context_create.0;
+        dev.context_bytes = dev.profile.memory.context_overhead_bytes.0;
+        dev
+    }
+
+    /// NVML's reading taken before the context existed.
+    pub fn before_context(&self) -> NvmlMemory {
+        self.before_context
+    }
+
+    pub fn profile(&self) -> &SimProfile {
+        &self.profile
+    }
+
+    /// Another process starts holding `bytes` now, for `duration_ns` (`None`: until the end).
+    pub fn add_tenant(&mut self, pid: u32, bytes: u64, duration_ns: Option<u64>) {
+        let start_ns = self.host_ns;
+        self.tenants.push(Tenant {
+            pid,
+            bytes,
+            start_ns,
+            end_ns: duration_ns.map_or(u64::MAX, |d| start_ns.saturating_add(d)),
+        });
+    }
+
+    /// Bytes in use at virtual time `t`, as `cuMemGetInfo` would count them.
+    fn used_at(&self, t: u64) -> u64 {
+        let others: u64 = self
+            .tenants
+            .iter()
+            .filter(|x| x.present_at(t))
+            .map(|x| x.bytes)
+            .sum();
+        self.context_bytes
+            + self.stack_extra_bytes
+            + self.large_bytes
+            + self.small.bytes_held()
+            + self.pool.reserved_bytes()
+            + others
+    }
+
+    fn free_at(&self, t: u64) -> u64 {
+        self.info.total_bytes.saturating_sub(self.used_at(t))
+    }
+
+    fn nvml_at(&self, t: u64) -> NvmlMemory {
+        let total_cuda = self.info.total_bytes;
+        let reserved = self.profile.memory.nvml_reserved_bytes.0;
+        let used = self.used_at(t).min(total_cuda);
+        NvmlMemory {
+            total_bytes: total_cuda + reserved,
+            reserved_bytes: reserved,
+            used_bytes: used,
+            free_bytes: total_cuda - used,
+        }
+    }
+
+    fn take_va(&mut self, bytes: u64) -> DevPtr {
+        let page = self.profile.memory.page_bytes.0;
+        let ptr = self.next_va;
+        self.next_va += bytes.div_ceil(page).max(1) * page;
+        ptr
+    }
+
+    fn stream_index(&self, s: StreamId) -> DevResult<usize> {
+        let i = s.0 as usize;
+        if i < self.streams.len() {
+            Ok(i)
+        } else {
+            Err(DeviceError::Invalid(format!("unknown stream {}", s.0)))
+        }
+    }
+
+    /// Queues `duration_ns` of GPU work on a stream after a host-side launch.
+    fn enqueue(&mut self, stream: usize, duration_ns: u64) -> u64 {
+        self.host_ns += self.profile.latency.launch.0;
+        let start = self.streams[stream].max(self.host_ns);
+        self.streams[stream] = start + duration_ns;
+        duration_ns
+    }
+
+    fn transfer_ns(bytes: f64, per_s: f64) -> u64 {
+        (bytes / per_s * 1e9).ceil() as u64
+    }
+
+    /// The modeled GPU time of one launch.
+    fn kernel_ns(&self, k: &Kernel) -> u64 {
+        let b = &self.profile.bandwidth;
+        match *k {
+            Kernel::Touch { bytes, stride_bytes, .. } => {
+                let pages = bytes.div_ceil(stride_bytes.max(1));
+                Self::transfer_ns(pages as f64, b.touch_pages_per_s)
+            }
+            Kernel::Fill { bytes, .. } => Self::transfer_ns(bytes as f64, b.fill_bytes_per_s),
+            Kernel::Verify { bytes, .. } => Self::transfer_ns(bytes as f64, b.verify_bytes_per_s),
+            Kernel::Copy { bytes, .. } | Kernel::DriverCopy { bytes, .. } => {
+                Self::transfer_ns(2.0 * bytes as f64, b.copy_bytes_per_s)
+            }
+            Kernel::Triad { bytes, .. } => Self::transfer_ns(3.0 * bytes as f64, b.copy_bytes_per_s),
+            Kernel::Memset { bytes, .. } => Self::transfer_ns(bytes as f64, b.memset_bytes_per_s),
+            Kernel::Spin { duration_ns } => duration_ns,
+            Kernel::Stack { .. } => 1_000,
+        }
+    }
+
+    /// The live allocation containing `[ptr, ptr + bytes)`, if there is one.
+    fn check_range(&self, what: &'static str, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        let inside = self
+            .sizes
+            .iter()
+            .any(|(base, size)| *base <= ptr && ptr + bytes <= base + size);
+        if inside {
+            Ok(())
+        } else {
+            Err(DeviceError::Invalid(format!(
+                "{what}: range {ptr:#x}+{bytes} is not inside a live allocation"
+            )))
+        }
+    }
+
+    fn apply_kernel(&mut self, k: &Kernel) -> DevResult<Option<crate::device::Mismatch>> {
+        match *k {
+            Kernel::Touch { ptr, bytes, .. } => self.check_range("touch", ptr, bytes)?,
+            Kernel::Fill { ptr, bytes, seed } => {
+                self.check_range("fill", ptr, bytes)?;
+                self.content.fill(ptr, bytes, seed);
+            }
+            Kernel::Verify { ptr, bytes, seed } => {
+                self.check_range("verify", ptr, bytes)?;
+                return Ok(self.content.verify(ptr, bytes, seed));
+            }
+            Kernel::Copy { dst, src, bytes } | Kernel::DriverCopy { dst, src, bytes } => {
+                self.check_range("copy source", src, bytes)?;
+                self.check_range("copy destination", dst, bytes)?;
+                // Contents are not tracked through copies: the destination becomes unknown.
+                self.content.forget(dst, bytes);
+            }
+            Kernel::Triad { a, b, c, bytes, .. } => {
+                self.check_range("triad a", a, bytes)?;
+                self.check_range("triad b", b, bytes)?;
+                self.check_range("triad c", c, bytes)?;
+                self.content.forget(a, bytes);
+            }
+            Kernel::Memset { ptr, bytes, .. } => {
+                self.check_range("memset", ptr, bytes)?;
+                self.content.forget(ptr, bytes);
+            }
+            Kernel::Spin { .. } => {}
+            Kernel::Stack { frame_bytes } => {
+                let per_thread = (frame_bytes as u64).div_ceil(16) * 16;
+                if per_thread > self.stack_per_thread_bytes {
+                    let threads = self.profile.multiprocessors as u64
+                        * self.profile.stack.threads_per_multiprocessor as u64;
+                    let base = self.profile.stack.default_per_thread_bytes.0;
+                    let extra = (per_thread - base) * threads;
+                    let grow = extra - self.stack_extra_bytes;
+                    if grow > self.free_at(self.host_ns) {
+                        return Err(DeviceError::OutOfMemory { requested_bytes: grow });
+                    }
+                    self.stack_per_thread_bytes = per_thread;
+                    self.stack_extra_bytes = extra;
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Device for SimDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.host_ns
+    }
+
+    fn mem_info(&mut self) -> DevResult<MemInfo> {
+        self.host_ns += self.profile.latency.mem_get_info.0;
+        Ok(MemInfo {
+            free_bytes: self.free_at(self.host_ns),
+            total_bytes: self.info.total_bytes,
+        })
+    }
+
+    fn nvml_memory(&mut self) -> Option<NvmlMemory> {
+        self.host_ns += self.profile.latency.nvml_memory.0;
+        Some(self.nvml_at(self.host_ns))
+    }
+
+    fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
+        let t = self.host_ns;
+        let mine = self.context_bytes
+            + self.stack_extra_bytes
+            + self.large_bytes
+            + self.small.bytes_held()
+            + self.pool.reserved_bytes();
+        let mut v = vec![ProcessUsage {
+            pid: std::process::id(),
+            used_bytes: Some(mine),
+            is_self: true,
+        }];
+        v.extend(self.tenants.iter().filter(|x| x.present_at(t)).map(|x| ProcessUsage {
+            pid: x.pid,
+            used_bytes: Some(x.bytes),
+            is_self: false,
+        }));
+        Some(v)
+    }
+
+    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        if bytes == 0 {
+            return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
+        }
+        let lat = &self.profile.latency;
+        self.host_ns += lat.malloc_base.0 + (lat.malloc_per_gib.0 as u128 * bytes as u128 >> 30) as u64;
+        let m = &self.profile.memory;
+        let free = self.free_at(self.host_ns);
+        let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
+            let page = m.page_bytes.0;
+            let may_add = page <= free;
+            let mut va = self.next_va;
+            let placed = self.small.alloc(bytes, may_add, || {
+                let p = va;
+                va += page;
+                p
+            });
+            self.next_va = self.next_va.max(va);
+            match placed {
+                Some(a) => a.ptr,
+                None => return Err(DeviceError::OutOfMemory { requested_bytes: bytes }),
+            }
+        } else {
+            let rounded = crate::units::round_up(bytes, m.page_bytes.0);
+            if rounded > free {
+                return Err(DeviceError::OutOfMemory { requested_bytes: bytes });
+            }
+            let ptr = self.take_va(rounded);
+            self.large.insert(ptr, rounded);
+            self.large_bytes += rounded;
+            ptr
+        };
+        self.sizes.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        // cuMemFree may synchronize the device [doc]: the host waits for queued work.
+        let busy = self.streams.iter().copied().max().unwrap_or(0);
+        self.host_ns = self.host_ns.max(busy) + self.profile.latency.free.0;
+        if let Some(rounded) = self.large.remove(&ptr) {
+            self.large_bytes -= rounded;
+        } else if self.small.free(ptr).is_none() {
+            return Err(DeviceError::Invalid(format!(
+                "cuMemFree of {ptr:#x}, which is not a live allocation"
+            )));
+        }
+        if let Some(bytes) = self.sizes.remove(&ptr) {
+            self.content.forget(ptr, bytes);
+        }
+        Ok(())
+    }
+
+    fn create_stream(&mut self) -> DevResult<StreamId> {
+        self.host_ns += self.profile.latency.stream_create.0;
+        self.streams.push(self.host_ns);
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
+
+    fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
+        let i = self.stream_index(stream)?;
+        self.host_ns = self.host_ns.max(self.streams[i]) + self.profile.latency.synchronize.0;
+        self.pool.synchronized(Some(stream), self.host_ns);
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> DevResult<()> {
+        let busy = self.streams.iter().copied().max().unwrap_or(0);
+        self.host_ns = self.host_ns.max(busy) + self.profile.latency.synchronize.0;
+        self.pool.synchronized(None, self.host_ns);
+        Ok(())
+    }
+
+    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
+        self.pool.config = config;
+        Ok(())
+    }
+
+    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        if bytes == 0 {
+            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
+        }
+        let si = self.stream_index(stream)?;
+        self.host_ns += self.profile.latency.malloc_async.0;
+        let ptr = match self.pool.take(bytes, stream, self.host_ns) {
+            Take::Reused { ptr, reuse } => {
+                if let Reuse::WaitUntil(t) = reuse {
+                    self.streams[si] = self.streams[si].max(t);
+                }
+                ptr
+            }
+            Take::MustGrow(rounded) => {
+                if rounded > self.free_at(self.host_ns) {
+                    return Err(DeviceError::OutOfMemory { requested_bytes: bytes });
+                }
+                let ptr = self.take_va(rounded);
+                self.pool.grow(ptr, rounded);
+                ptr
+            }
+        };
+        self.sizes.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        let si = self.stream_index(stream)?;
+        self.host_ns += self.profile.latency.free_async.0;
+        let completes_at = self.streams[si].max(self.host_ns);
+        if self.pool.free_async(ptr, stream, completes_at).is_none() {
+            return Err(DeviceError::Invalid(format!(
+                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
+            )));
+        }
+        if let Some(bytes) = self.sizes.remove(&ptr) {
+            self.content.forget(ptr, bytes);
+        }
+        Ok(())
+    }
+
+    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
+        self.host_ns += self.profile.latency.synchronize.0;
+        self.pool.trim_to(keep_bytes);
+        Ok(())
+    }
+
+    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
+        Ok(self.pool.usage())
+    }
+
+    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
+        let si = self.stream_index(stream)?;
+        let mismatch = self.apply_kernel(&kernel)?;
+        let gpu_ns = self.enqueue(si, self.kernel_ns(&kernel));
+        if matches!(kernel, Kernel::Verify { .. }) {
+            // The mismatch count is read back: the host waits for the kernel.
+            self.host_ns = self.host_ns.max(self.streams[si]);
+        }
+        Ok(KernelOutcome {
+            gpu_ns: Some(gpu_ns),
+            mismatch,
+        })
+    }
+
+    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
+        let si = self.stream_index(stream)?;
+        let mut total = 0;
+        for _ in 0..repeats {
+            self.apply_kernel(&kernel)?;
+            total += self.enqueue(si, self.kernel_ns(&kernel));
+        }
+        self.host_ns = self.host_ns.max(self.streams[si]);
+        Ok(total)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+        self.check_range("write_word", addr, 4)?;
+        self.host_ns += self.profile.latency.launch.0;
+        self.content.write_word(addr, value);
+        Ok(())
+    }
+
+    fn sleep(&mut self, duration_ns: u64) {
+        self.host_ns += duration_ns;
+    }
+
+    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()> {
+        let s = VirtualSampler::new(
+            interval_ns,
+            self.profile.latency.mem_get_info.0,
+            self.host_ns,
+            live,
+        );
+        self.sampler = Some((s, interval_ns));
+        Ok(())
+    }
+
+    fn drain_samples(&mut self, out: &mut Vec<Reading>) {
+        if let Some((mut s, interval)) = self.sampler.take() {
+            s.poll(self.host_ns, |t| self.free_at(t), out);
+            self.sampler = Some((s, interval));
+        }
+    }
+
+    fn stop_sampler(&mut self) -> SamplerStats {
+        match self.sampler.take() {
+            Some((s, interval)) => s.stats(interval),
+            None => SamplerStats::default(),
+        }
+    }
+
+    fn release_all(&mut self) -> DevResult<()> {
+        self.host_ns = self.host_ns.max(self.streams.iter().copied().max().unwrap_or(0));
+        self.large.clear();
+        self.large_bytes = 0;
+        self.small.clear();
+        self.pool.clear();
+        self.sizes.clear();
+        self.content.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn tiny() -> SimDevice {
+        SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0)
+    }
+
+    #[test]
+    fn context_overhead_and_page_rounding() {
+        let mut d = tiny();
+        assert_eq!(d.before_context().used_bytes, 0);
+        let idle = d.mem_info().unwrap();
+        assert_eq!(idle.used_bytes(), 256 * MIB);
+        let p = d.malloc(3 * MIB / 2).unwrap();
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 258 * MIB, "1.5 MiB takes a 2 MiB page");
+        d.free(p).unwrap();
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB);
+        let a = d.malloc(100).unwrap();
+        let b = d.malloc(100).unwrap();
+        assert_eq!(b - a, 512);
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 258 * MIB, "small allocations share a page");
+    }
+
+    #[test]
+    fn oom_is_an_error_value_and_nothing_changes() {
+        let mut d = tiny();
+        let before = d.mem_info().unwrap();
+        let e = d.malloc(4 * GIB).unwrap_err();
+        assert_eq!(e, DeviceError::OutOfMemory { requested_bytes: 4 * GIB });
+        assert_eq!(d.mem_info().unwrap().free_bytes, before.free_bytes);
+    }
+
+    #[test]
+    fn pending_free_on_a_busy_stream() {
+        let mut d = tiny();
+        let a = d.create_stream().unwrap();
+        let b = d.create_stream().unwrap();
+        d.pool_configure(PoolConfig {
+            release_threshold_bytes: u64::MAX,
+            reuse_opportunistic: true,
+            reuse_internal_dependencies: false,
+        })
+        .unwrap();
+        let big = d.malloc_async(3 * GIB, a).unwrap();
+        d.launch(Kernel::Spin { duration_ns: 100_000_000 }, a).unwrap();
+        d.free_async(big, a).unwrap();
+        // Stream b cannot reuse the block while stream a is still spinning.
+        assert!(d.malloc_async(3 * GIB, b).unwrap_err().is_oom());
+        d.synchronize().unwrap();
+        assert!(d.now_ns() >= 100_000_000);
+        assert_eq!(d.malloc_async(3 * GIB, b).unwrap(), big);
+    }
+
+    #[test]
+    fn tenants_come_and_go_on_schedule() {
+        let mut d = tiny();
+        d.add_tenant(99, GIB, Some(50_000_000));
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB + GIB);
+        d.sleep(60_000_000);
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB);
+    }
+
+    #[test]
+    fn stack_reservation_grows_and_never_shrinks() {
+        let mut d = tiny();
+        let s = StreamId::MAIN;
+        d.launch(Kernel::Stack { frame_bytes: 16 * 1024 }, s).unwrap();
+        // (16 KiB − 1 KiB) × 8 SMs × 2048 threads.
+        let extra = 15 * 1024 * 8 * 2048;
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB + extra);
+        d.launch(Kernel::Stack { frame_bytes: 4 * 1024 }, s).unwrap();
+        assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB + extra);
+    }
+}

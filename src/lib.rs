@@ -1,0 +1,11 @@
+//! headroom: put a GPU under defined memory pressure and report the truth about it.
+//!
+//! The crate is layered from the device edge up: `device` (a trait with a cudarc backend and a
+//! simulated one), `alloc` (allocators over a device), `workload` (what to run), `run` (runs
+//! it and records every view), `record` (readings, peaks) and `report` (what comes out).
+
+pub mod alloc;
+pub mod device;
+pub mod record;
+pub mod sampler;
+pub mod units;

@@ -1,0 +1,367 @@
+//! Background sampling of device memory between the harness's own events.
+//!
+//! On a real GPU a thread calls `cuMemGetInfo` at a fixed interval (or back to back) and tags
+//! each reading with the phase and the harness's own views published by the runner. On the
+//! simulator the same readings are produced in virtual time, deterministically, by
+//! `VirtualSampler`. Either way the sampler sees what others do between our events.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+
+/// The harness's own views and current phase, published by the runner after every event and
+/// read by the sampler with every reading.
+#[derive(Debug)]
+pub struct LiveViews {
+    inner: Mutex<(u32, ViewSet)>,
+}
+
+impl Default for LiveViews {
+    fn default() -> Self {
+        LiveViews {
+            inner: Mutex::new((NO_PHASE, ViewSet::default())),
+        }
+    }
+}
+
+impl LiveViews {
+    pub fn set_phase(&self, phase: u32) {
+        self.lock().0 = phase;
+    }
+
+    /// Publishes the harness-side views (the device views come from the reading itself).
+    pub fn publish(&self, views: ViewSet) {
+        let mut g = self.lock();
+        g.1 = views;
+        g.1.clear(View::DeviceUsed);
+    }
+
+    pub fn snapshot(&self) -> (u32, ViewSet) {
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u32, ViewSet)> {
+        // A poisoned lock only means another thread panicked mid-update of plain numbers.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Percentiles of a latency or interval distribution, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: f64,
+}
+
+/// A latency histogram (1 ns to 1 hour, 3 significant digits).
+#[derive(Debug, Clone)]
+pub struct LatencyHistogram(Histogram<u64>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram(Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"))
+    }
+}
+
+impl LatencyHistogram {
+    pub fn record(&mut self, ns: u64) {
+        self.0.saturating_record(ns.max(1));
+    }
+
+    pub fn percentiles(&self) -> Percentiles {
+        let h = &self.0;
+        if h.is_empty() {
+            return Percentiles::default();
+        }
+        Percentiles {
+            count: h.len(),
+            p50_ns: h.value_at_quantile(0.50),
+            p90_ns: h.value_at_quantile(0.90),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+            mean_ns: h.mean(),
+        }
+    }
+}
+
+/// What the sampler achieved over a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplerStats {
+    /// The interval asked for (0: back to back).
+    pub interval_ns: u64,
+    pub readings: u64,
+    /// Readings per second of run time.
+    pub achieved_rate_hz: f64,
+    /// Time between consecutive readings.
+    pub interval: Percentiles,
+    /// Time one `cuMemGetInfo` took.
+    pub query_latency: Percentiles,
+    /// True when the figures are modeled in virtual time (sim), not measured.
+    pub modeled: bool,
+}
+
+/// A thread that reads device free memory at a fixed interval (used by the cuda backend).
+pub struct ThreadSampler {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<SamplerStats>>,
+    rx: Receiver<Reading>,
+}
+
+impl ThreadSampler {
+    /// Starts the thread. `setup` runs first on it (binding the CUDA context); `query` returns
+    /// device free bytes. `origin` is the device's time zero.
+    pub fn spawn<S, Q>(
+        interval_ns: u64,
+        live: Arc<LiveViews>,
+        origin: Instant,
+        setup: S,
+        query: Q,
+    ) -> std::io::Result<ThreadSampler>
+    where
+        S: FnOnce() -> Result<(), String> + Send + 'static,
+        Q: FnMut() -> Result<u64, String> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = channel();
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("headroom-sampler".into())
+            .spawn(move || {
+                if let Err(e) = setup() {
+                    eprintln!("warning: sampler could not start: {e}");
+                    return SamplerStats {
+                        interval_ns,
+                        ..Default::default()
+                    };
+                }
+                sample_loop(interval_ns, &live, origin, &stop2, &tx, query)
+            })?;
+        Ok(ThreadSampler {
+            stop,
+            handle: Some(handle),
+            rx,
+        })
+    }
+
+    pub fn drain(&mut self, out: &mut Vec<Reading>) {
+        out.extend(self.rx.try_iter());
+    }
+
+    /// Stops the thread and returns its statistics; readings not yet drained go to `out`.
+    pub fn stop(mut self, out: &mut Vec<Reading>) -> SamplerStats {
+        self.stop.store(true, Ordering::Relaxed);
+        let stats = self
+            .handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        self.drain(out);
+        stats
+    }
+}
+
+impl Drop for ThreadSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn sample_loop<Q>(
+    interval_ns: u64,
+    live: &LiveViews,
+    origin: Instant,
+    stop: &AtomicBool,
+    tx: &Sender<Reading>,
+    mut query: Q,
+) -> SamplerStats
+where
+    Q: FnMut() -> Result<u64, String>,
+{
+    let mut intervals = LatencyHistogram::default();
+    let mut latency = LatencyHistogram::default();
+    let mut readings = 0u64;
+    let started = Instant::now();
+    let mut last_t: Option<u64> = None;
+    let mut next = Instant::now();
+    let mut warned = false;
+    while !stop.load(Ordering::Relaxed) {
+        let q0 = Instant::now();
+        let free = query();
+        let q1 = Instant::now();
+        match free {
+            Ok(free) => {
+                latency.record(q1.duration_since(q0).as_nanos() as u64);
+                let t_ns = q1.duration_since(origin).as_nanos() as u64;
+                if let Some(prev) = last_t {
+                    intervals.record(t_ns.saturating_sub(prev));
+                }
+                last_t = Some(t_ns);
+                let (phase, views) = live.snapshot();
+                readings += 1;
+                let reading = Reading {
+                    t_ns,
+                    phase,
+                    source: Source::Sampler,
+                    device_free_bytes: free,
+                    views,
+                };
+                if tx.send(reading).is_err() {
+                    break;
+                }
+            }
+            Err(e) if !warned => {
+                eprintln!("warning: sampler reading failed: {e}");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+        if interval_ns > 0 {
+            next += Duration::from_nanos(interval_ns);
+            let now = Instant::now();
+            if next <= now {
+                // Fell behind: do not burst to catch up, a poller would not either.
+                next = now;
+                continue;
+            }
+            let wait = next - now;
+            if wait > Duration::from_micros(200) {
+                std::thread::sleep(wait - Duration::from_micros(100));
+            }
+            while Instant::now() < next {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    SamplerStats {
+        interval_ns,
+        readings,
+        achieved_rate_hz: if secs > 0.0 { readings as f64 / secs } else { 0.0 },
+        interval: intervals.percentiles(),
+        query_latency: latency.percentiles(),
+        modeled: false,
+    }
+}
+
+/// The simulator's sampler: readings at exact virtual ticks, produced on demand.
+#[derive(Debug, Clone)]
+pub struct VirtualSampler {
+    period_ns: u64,
+    query_ns: u64,
+    next_tick_ns: u64,
+    readings: u64,
+    first_ns: Option<u64>,
+    last_ns: u64,
+    live: Arc<LiveViews>,
+}
+
+impl VirtualSampler {
+    /// `query_ns` is the modeled cost of one query: the sampler cannot go faster than that.
+    pub fn new(interval_ns: u64, query_ns: u64, now_ns: u64, live: Arc<LiveViews>) -> Self {
+        VirtualSampler {
+            period_ns: interval_ns.max(query_ns).max(1),
+            query_ns,
+            next_tick_ns: now_ns,
+            readings: 0,
+            first_ns: None,
+            last_ns: now_ns,
+            live,
+        }
+    }
+
+    /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
+    pub fn poll(&mut self, now_ns: u64, mut free_at: impl FnMut(u64) -> u64, out: &mut Vec<Reading>) {
+        let (phase, views) = self.live.snapshot();
+        while self.next_tick_ns <= now_ns {
+            let t = self.next_tick_ns;
+            out.push(Reading {
+                t_ns: t,
+                phase,
+                source: Source::Sampler,
+                device_free_bytes: free_at(t),
+                views,
+            });
+            self.readings += 1;
+            self.first_ns.get_or_insert(t);
+            self.last_ns = t;
+            self.next_tick_ns += self.period_ns;
+        }
+    }
+
+    pub fn stats(&self, interval_ns: u64) -> SamplerStats {
+        let span = self.last_ns.saturating_sub(self.first_ns.unwrap_or(self.last_ns));
+        let fixed = |ns: u64, count: u64| Percentiles {
+            count,
+            p50_ns: ns,
+            p90_ns: ns,
+            p99_ns: ns,
+            max_ns: ns,
+            mean_ns: ns as f64,
+        };
+        SamplerStats {
+            interval_ns,
+            readings: self.readings,
+            achieved_rate_hz: if span > 0 {
+                (self.readings.saturating_sub(1)) as f64 * 1e9 / span as f64
+            } else {
+                0.0
+            },
+            interval: fixed(self.period_ns, self.readings.saturating_sub(1)),
+            query_latency: fixed(self.query_ns, self.readings),
+            modeled: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn virtual_ticks_are_exact_and_capped_by_query_cost() {
+        let live = Arc::new(LiveViews::default());
+        live.set_phase(3);
+        live.publish(ViewSet::default().with(View::OwnBytes, 42));
+        let mut s = VirtualSampler::new(1_000_000, 8_000, 0, live.clone());
+        let mut out = Vec::new();
+        s.poll(5_500_000, |t| 100 + t, &mut out);
+        assert_eq!(out.len(), 6);
+        assert_eq!(out[5].t_ns, 5_000_000);
+        assert_eq!(out[5].device_free_bytes, 5_000_100);
+        assert_eq!(out[0].phase, 3);
+        assert_eq!(out[0].views.get(View::OwnBytes), Some(42));
+        let fast = VirtualSampler::new(0, 8_000, 0, live);
+        assert_eq!(fast.period_ns, 8_000);
+        let st = s.stats(1_000_000);
+        assert_eq!(st.readings, 6);
+        assert!((st.achieved_rate_hz - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thread_sampler_reads_and_stops() {
+        let live = Arc::new(LiveViews::default());
+        let origin = Instant::now();
+        let mut s = ThreadSampler::spawn(100_000, live, origin, || Ok(()), || Ok(7)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut out = Vec::new();
+        let stats = s.stop(&mut out);
+        assert!(stats.readings >= 2, "{stats:?}");
+        assert_eq!(out.len() as u64, stats.readings);
+        assert!(out.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+        assert!(out.iter().all(|r| r.device_free_bytes == 7));
+    }
+}
