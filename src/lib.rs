@@ -5,7 +5,14 @@
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
 pub mod alloc;
+pub mod cli;
+pub mod commands;
 pub mod device;
+pub mod expect;
+pub mod oom;
 pub mod record;
+pub mod report;
+pub mod run;
 pub mod sampler;
 pub mod units;
+pub mod workload;

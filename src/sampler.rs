@@ -70,7 +70,9 @@ pub struct LatencyHistogram(Histogram<u64>);
 
 impl Default for LatencyHistogram {
     fn default() -> Self {
-        LatencyHistogram(Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"))
+        LatencyHistogram(
+            Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("static bounds"),
+        )
     }
 }
 
@@ -250,7 +252,11 @@ where
     SamplerStats {
         interval_ns,
         readings,
-        achieved_rate_hz: if secs > 0.0 { readings as f64 / secs } else { 0.0 },
+        achieved_rate_hz: if secs > 0.0 {
+            readings as f64 / secs
+        } else {
+            0.0
+        },
         interval: intervals.percentiles(),
         query_latency: latency.percentiles(),
         modeled: false,
@@ -284,7 +290,12 @@ impl VirtualSampler {
     }
 
     /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
-    pub fn poll(&mut self, now_ns: u64, mut free_at: impl FnMut(u64) -> u64, out: &mut Vec<Reading>) {
+    pub fn poll(
+        &mut self,
+        now_ns: u64,
+        mut free_at: impl FnMut(u64) -> u64,
+        out: &mut Vec<Reading>,
+    ) {
         let (phase, views) = self.live.snapshot();
         while self.next_tick_ns <= now_ns {
             let t = self.next_tick_ns;
@@ -303,7 +314,9 @@ impl VirtualSampler {
     }
 
     pub fn stats(&self, interval_ns: u64) -> SamplerStats {
-        let span = self.last_ns.saturating_sub(self.first_ns.unwrap_or(self.last_ns));
+        let span = self
+            .last_ns
+            .saturating_sub(self.first_ns.unwrap_or(self.last_ns));
         let fixed = |ns: u64, count: u64| Percentiles {
             count,
             p50_ns: ns,
@@ -355,7 +368,7 @@ mod tests {
     fn thread_sampler_reads_and_stops() {
         let live = Arc::new(LiveViews::default());
         let origin = Instant::now();
-        let mut s = ThreadSampler::spawn(100_000, live, origin, || Ok(()), || Ok(7)).unwrap();
+        let s = ThreadSampler::spawn(100_000, live, origin, || Ok(()), || Ok(7)).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let mut out = Vec::new();
         let stats = s.stop(&mut out);

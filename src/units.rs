@@ -35,7 +35,9 @@ const SIZE_UNITS: &[(&str, u128)] = &[
     ("TB", 1_000_000_000_000),
 ];
 
-const AMBIGUOUS: &[&str] = &["K", "M", "G", "T", "k", "m", "g", "t", "Ki", "Mi", "Gi", "Ti"];
+const AMBIGUOUS: &[&str] = &[
+    "K", "M", "G", "T", "k", "m", "g", "t", "Ki", "Mi", "Gi", "Ti",
+];
 
 /// Splits "12.5GiB" into ("12.5", "GiB"), trimming blanks between them.
 fn split_number(s: &str) -> (&str, &str) {
@@ -55,7 +57,8 @@ fn scale_decimal(number: &str, scale: u128) -> Result<Option<u128>, String> {
     if int_part.is_empty() && frac_part.is_empty() {
         return Err("no number".into());
     }
-    if !int_part.chars().all(|c| c.is_ascii_digit()) || !frac_part.chars().all(|c| c.is_ascii_digit())
+    if !int_part.chars().all(|c| c.is_ascii_digit())
+        || !frac_part.chars().all(|c| c.is_ascii_digit())
     {
         return Err("not a number".into());
     }
@@ -146,7 +149,11 @@ pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
     };
     match scale_decimal(number, scale) {
         Err(reason) => Err(err("duration", input, reason)),
-        Ok(None) => Err(err("duration", input, "is not a whole number of nanoseconds")),
+        Ok(None) => Err(err(
+            "duration",
+            input,
+            "is not a whole number of nanoseconds",
+        )),
         Ok(Some(v)) => u64::try_from(v).map_err(|_| err("duration", input, "too large")),
     }
 }
@@ -175,7 +182,12 @@ impl fmt::Display for SignedBytes {
 fn fmt_bytes_signed(v: i128, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let sign = if v < 0 { "-" } else { "" };
     let a = v.unsigned_abs();
-    const UNITS: &[(&str, u128)] = &[("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: &[(&str, u128)] = &[
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (name, scale) in UNITS {
         if a >= *scale {
             return write!(f, "{sign}{:.2} {name}", a as f64 / *scale as f64);
@@ -277,9 +289,9 @@ impl<'de> serde::Deserialize<'de> for DurationNs {
                 parse_duration_ns(v).map(DurationNs).map_err(E::custom)
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationNs, E> {
-                u64::try_from(v)
-                    .map(DurationNs)
-                    .map_err(|_| E::custom(format!("bad duration {v}: durations cannot be negative")))
+                u64::try_from(v).map(DurationNs).map_err(|_| {
+                    E::custom(format!("bad duration {v}: durations cannot be negative"))
+                })
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationNs, E> {
                 Ok(DurationNs(v))
@@ -323,14 +335,39 @@ mod tests {
 
     #[test]
     fn bad_sizes() {
-        assert!(parse_size("-1GiB").unwrap_err().to_string().contains("negative"));
-        assert!(parse_size("1.3B").unwrap_err().to_string().contains("whole number"));
+        assert!(
+            parse_size("-1GiB")
+                .unwrap_err()
+                .to_string()
+                .contains("negative")
+        );
+        assert!(
+            parse_size("1.3B")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
         assert!(parse_size("GiB").is_err());
         assert!(parse_size("").is_err());
-        assert!(parse_size("12").unwrap_err().to_string().contains("no unit"));
+        assert!(
+            parse_size("12")
+                .unwrap_err()
+                .to_string()
+                .contains("no unit")
+        );
         assert!(parse_size("1.2.3GiB").is_err());
-        assert!(parse_size("5 parsecs").unwrap_err().to_string().contains("unknown unit"));
-        assert!(parse_size("99999999TiB").unwrap_err().to_string().contains("too large"));
+        assert!(
+            parse_size("5 parsecs")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_size("99999999TiB")
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
     }
 
     #[test]

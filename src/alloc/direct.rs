@@ -20,7 +20,12 @@ impl Allocator for DirectAllocator {
         "direct"
     }
 
-    fn allocate(&mut self, dev: &mut dyn Device, bytes: u64, stream: StreamId) -> Result<Block, AllocError> {
+    fn allocate(
+        &mut self,
+        dev: &mut dyn Device,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<Block, AllocError> {
         let ptr = dev.malloc(bytes).map_err(|e| {
             if e.is_oom() {
                 self.num_ooms += 1;
@@ -39,10 +44,11 @@ impl Allocator for DirectAllocator {
     }
 
     fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
-        let block = self
-            .live
-            .remove(&ptr)
-            .ok_or_else(|| AllocError::Invalid(format!("free of {ptr:#x}, which is not live in the direct allocator")))?;
+        let block = self.live.remove(&ptr).ok_or_else(|| {
+            AllocError::Invalid(format!(
+                "free of {ptr:#x}, which is not live in the direct allocator"
+            ))
+        })?;
         self.bytes -= block.size_bytes;
         dev.free(ptr).map_err(AllocError::Device)
     }

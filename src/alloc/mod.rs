@@ -93,13 +93,23 @@ pub trait Allocator: Send {
     /// `direct`, `pool` or `caching`.
     fn kind(&self) -> &'static str;
 
-    fn allocate(&mut self, dev: &mut dyn Device, bytes: u64, stream: StreamId) -> Result<Block, AllocError>;
+    fn allocate(
+        &mut self,
+        dev: &mut dyn Device,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<Block, AllocError>;
 
     fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError>;
 
     /// The block is also used on `stream` (PyTorch's `record_stream`): a later free must wait
     /// for that stream before the block is reused.
-    fn record_stream(&mut self, _dev: &mut dyn Device, _ptr: DevPtr, _stream: StreamId) -> Result<(), AllocError> {
+    fn record_stream(
+        &mut self,
+        _dev: &mut dyn Device,
+        _ptr: DevPtr,
+        _stream: StreamId,
+    ) -> Result<(), AllocError> {
         Ok(())
     }
 
@@ -162,16 +172,24 @@ impl AllocatorSpec {
 }
 
 /// Maps a device error to an allocator error, tagging an OOM with the request.
-pub(crate) fn device_oom(e: DeviceError, bytes: u64, rounded: u64, pool: &str, stream: StreamId) -> AllocError {
+pub(crate) fn device_oom(
+    e: DeviceError,
+    bytes: u64,
+    rounded: u64,
+    pool: &str,
+    stream: StreamId,
+) -> AllocError {
     match e {
-        DeviceError::OutOfMemory { requested_bytes } => AllocError::OutOfMemory(Box::new(OomRequest {
-            requested_bytes: bytes,
-            rounded_bytes: rounded,
-            driver_request_bytes: requested_bytes,
-            pool: pool.to_string(),
-            stream,
-            retries: Vec::new(),
-        })),
+        DeviceError::OutOfMemory { requested_bytes } => {
+            AllocError::OutOfMemory(Box::new(OomRequest {
+                requested_bytes: bytes,
+                rounded_bytes: rounded,
+                driver_request_bytes: requested_bytes,
+                pool: pool.to_string(),
+                stream,
+                retries: Vec::new(),
+            }))
+        }
         other => AllocError::Device(other),
     }
 }

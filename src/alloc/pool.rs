@@ -28,7 +28,12 @@ impl Allocator for PoolAllocator {
         "pool"
     }
 
-    fn allocate(&mut self, dev: &mut dyn Device, bytes: u64, stream: StreamId) -> Result<Block, AllocError> {
+    fn allocate(
+        &mut self,
+        dev: &mut dyn Device,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<Block, AllocError> {
         let ptr = match dev.malloc_async(bytes, stream) {
             Ok(p) => p,
             Err(e) => {
@@ -52,12 +57,14 @@ impl Allocator for PoolAllocator {
     }
 
     fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
-        let block = self
-            .live
-            .remove(&ptr)
-            .ok_or_else(|| AllocError::Invalid(format!("free of {ptr:#x}, which is not live in the pool allocator")))?;
+        let block = self.live.remove(&ptr).ok_or_else(|| {
+            AllocError::Invalid(format!(
+                "free of {ptr:#x}, which is not live in the pool allocator"
+            ))
+        })?;
         self.requested -= block.requested_bytes;
-        dev.free_async(ptr, block.stream).map_err(AllocError::Device)?;
+        dev.free_async(ptr, block.stream)
+            .map_err(AllocError::Device)?;
         self.refresh(dev)
     }
 

@@ -115,15 +115,29 @@ pub struct DeviceInfo {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kernel {
     /// One 4-byte write every `stride_bytes`, to make a buffer resident.
-    Touch { ptr: DevPtr, bytes: u64, stride_bytes: u64 },
+    Touch {
+        ptr: DevPtr,
+        bytes: u64,
+        stride_bytes: u64,
+    },
     /// Writes a pattern derived from each word's address and `seed`.
     Fill { ptr: DevPtr, bytes: u64, seed: u32 },
     /// Reads the `Fill` pattern back and counts mismatches.
     Verify { ptr: DevPtr, bytes: u64, seed: u32 },
     /// `dst[i] = src[i]`.
-    Copy { dst: DevPtr, src: DevPtr, bytes: u64 },
+    Copy {
+        dst: DevPtr,
+        src: DevPtr,
+        bytes: u64,
+    },
     /// `a[i] = b[i] + scalar * c[i]` on f32 words.
-    Triad { a: DevPtr, b: DevPtr, c: DevPtr, bytes: u64, scalar: f32 },
+    Triad {
+        a: DevPtr,
+        b: DevPtr,
+        c: DevPtr,
+        bytes: u64,
+        scalar: f32,
+    },
     /// Keeps the stream busy for `duration_ns` of GPU time.
     Spin { duration_ns: u64 },
     /// Needs `frame_bytes` of stack per thread, so the driver raises its stack reservation.
@@ -131,7 +145,11 @@ pub enum Kernel {
     /// `cuMemsetD32Async` (a driver operation, the peer `fill` is measured against).
     Memset { ptr: DevPtr, bytes: u64, value: u32 },
     /// `cuMemcpyDtoDAsync` (a driver operation, the peer `copy` is measured against).
-    DriverCopy { dst: DevPtr, src: DevPtr, bytes: u64 },
+    DriverCopy {
+        dst: DevPtr,
+        src: DevPtr,
+        bytes: u64,
+    },
 }
 
 impl Kernel {

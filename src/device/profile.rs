@@ -135,9 +135,10 @@ pub struct OtherProcess {
 impl SimProfile {
     /// Parses a profile's TOML; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> anyhow::Result<SimProfile> {
-        let p: SimProfile =
-            toml::from_str(text).with_context(|| format!("{origin}: not a valid device profile"))?;
-        p.check().with_context(|| format!("{origin}: inconsistent device profile"))?;
+        let p: SimProfile = toml::from_str(text)
+            .with_context(|| format!("{origin}: not a valid device profile"))?;
+        p.check()
+            .with_context(|| format!("{origin}: inconsistent device profile"))?;
         Ok(p)
     }
 
@@ -176,9 +177,15 @@ impl SimProfile {
         }
         for (key, v) in [
             ("memory.page_bytes", m.page_bytes.0),
-            ("memory.small_alloc_spacing_bytes", m.small_alloc_spacing_bytes.0),
+            (
+                "memory.small_alloc_spacing_bytes",
+                m.small_alloc_spacing_bytes.0,
+            ),
             ("memory.pool_granularity_bytes", m.pool_granularity_bytes.0),
-            ("graphs.alloc_granularity_bytes", self.graphs.alloc_granularity_bytes.0),
+            (
+                "graphs.alloc_granularity_bytes",
+                self.graphs.alloc_granularity_bytes.0,
+            ),
         ] {
             if v == 0 || !v.is_power_of_two() {
                 bail!("{key} must be a power of two above zero, not {v}");
@@ -228,7 +235,9 @@ mod tests {
 
     #[test]
     fn bad_profile_names_the_key() {
-        let text = BUILTIN[0].1.replace("page_bytes = \"2MiB\"", "page_bytes = \"3MiB\"");
+        let text = BUILTIN[0]
+            .1
+            .replace("page_bytes = \"2MiB\"", "page_bytes = \"3MiB\"");
         let e = format!("{:#}", SimProfile::from_toml(&text, "x.toml").unwrap_err());
         assert!(e.contains("memory.page_bytes"), "{e}");
     }

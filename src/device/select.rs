@@ -34,7 +34,9 @@ pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Resu
         Backend::Sim => true,
         Backend::Cuda => {
             if profile.is_some() {
-                bail!("--profile selects a simulated device; it cannot be used with --backend cuda");
+                bail!(
+                    "--profile selects a simulated device; it cannot be used with --backend cuda"
+                );
             }
             false
         }
@@ -63,7 +65,8 @@ pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Resu
     if index >= count {
         bail!("there is no CUDA device {index}: the driver sees {count}");
     }
-    let (dev, before) = CudaDevice::open(index).with_context(|| format!("cannot open CUDA device {index}"))?;
+    let (dev, before) =
+        CudaDevice::open(index).with_context(|| format!("cannot open CUDA device {index}"))?;
     Ok(Opened {
         device: Box::new(dev),
         before_context: before,

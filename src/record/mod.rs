@@ -141,14 +141,6 @@ impl ViewSet {
             self.set(v, x);
         }
     }
-
-    pub(crate) fn raw(&self) -> (u32, [u64; View::COUNT]) {
-        (self.present, self.values)
-    }
-
-    pub(crate) fn from_raw(present: u32, values: [u64; View::COUNT]) -> Self {
-        ViewSet { present, values }
-    }
 }
 
 /// Where a reading came from.

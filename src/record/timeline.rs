@@ -1,1 +1,261 @@
-//! Timeline.
+//! `timeline.csv` and `events.csv`, written as the run goes, with peaks folded in on the way.
+//!
+//! Readings arrive from two places (event readings on the run's thread, sampler readings from
+//! a background thread on a real GPU), so they can arrive slightly out of order. The recorder
+//! holds them in a small reorder buffer and writes everything older than a watermark in time
+//! order; peaks and poller replays see the same ordered stream as the file.
+
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::record::peaks::{PeakSet, Poller};
+use crate::record::{NO_PHASE, Reading, Source, View};
+
+/// The format version written into every output; bumped when a column or key changes meaning.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Pollers replayed over every run: what a dashboard at that rate would have shown.
+pub const POLLERS: &[(&str, u64)] = &[("1hz", 1_000_000_000), ("10hz", 100_000_000)];
+
+/// A buffered reading, ordered earliest first (ties in arrival order).
+struct Pending {
+    reading: Reading,
+    seq: u64,
+}
+
+impl Pending {
+    fn key(&self) -> (u64, u64) {
+        (self.reading.t_ns, self.seq)
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key().cmp(&self.key())
+    }
+}
+
+pub struct Recorder {
+    csv: csv::Writer<BufWriter<File>>,
+    phase_names: Vec<String>,
+    total_bytes: u64,
+    pending: BinaryHeap<Pending>,
+    seq: u64,
+    pub run: PeakSet,
+    pub phases: Vec<PeakSet>,
+    pub pollers: Vec<Poller>,
+    pub rows_written: u64,
+    last_written_ns: u64,
+}
+
+impl Recorder {
+    /// Creates `timeline.csv` in `dir`; `start_ns` is when the workload's first phase begins.
+    pub fn create(
+        dir: &Path,
+        phase_names: Vec<String>,
+        total_bytes: u64,
+        start_ns: u64,
+    ) -> std::io::Result<Recorder> {
+        let file = File::create_new(dir.join("timeline.csv"))?;
+        let mut csv = csv::Writer::from_writer(BufWriter::new(file));
+        let mut header = vec!["t_ns", "phase", "source", "device_free_bytes"];
+        header.extend(View::ALL.iter().map(|v| v.key()));
+        csv.write_record(&header)?;
+        let n = phase_names.len();
+        Ok(Recorder {
+            csv,
+            phase_names,
+            total_bytes,
+            pending: BinaryHeap::new(),
+            seq: 0,
+            run: PeakSet::default(),
+            phases: vec![PeakSet::default(); n],
+            pollers: POLLERS
+                .iter()
+                .map(|(name, p)| Poller::new(name, *p, start_ns))
+                .collect(),
+            rows_written: 0,
+            last_written_ns: 0,
+        })
+    }
+
+    /// Adds a reading; it is written once the watermark passes it.
+    pub fn push(&mut self, mut r: Reading) {
+        r.views.set(
+            View::DeviceUsed,
+            self.total_bytes.saturating_sub(r.device_free_bytes),
+        );
+        self.pending.push(Pending {
+            reading: r,
+            seq: self.seq,
+        });
+        self.seq += 1;
+    }
+
+    /// Writes every buffered reading taken at or before `watermark_ns`, in time order.
+    pub fn release_until(&mut self, watermark_ns: u64) -> std::io::Result<()> {
+        while self
+            .pending
+            .peek()
+            .is_some_and(|p| p.reading.t_ns <= watermark_ns)
+        {
+            let p = self.pending.pop().expect("peeked");
+            self.write(&p.reading)?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered and flushes the file to disk.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.release_until(u64::MAX)?;
+        self.csv.flush()
+    }
+
+    fn write(&mut self, r: &Reading) -> std::io::Result<()> {
+        if matches!(r.source, Source::Sampler | Source::Event) {
+            self.run.observe(r);
+            if let Some(p) = self.phases.get_mut(r.phase as usize) {
+                p.observe(r);
+            }
+            for poller in &mut self.pollers {
+                poller.observe(r);
+            }
+        }
+        self.last_written_ns = self.last_written_ns.max(r.t_ns);
+        let phase = if r.phase == NO_PHASE {
+            ""
+        } else {
+            self.phase_names
+                .get(r.phase as usize)
+                .map_or("", String::as_str)
+        };
+        let mut row: Vec<String> = Vec::with_capacity(4 + View::COUNT);
+        row.push(r.t_ns.to_string());
+        row.push(phase.to_string());
+        row.push(r.source.as_str().to_string());
+        row.push(r.device_free_bytes.to_string());
+        for v in View::ALL {
+            row.push(r.views.get(v).map(|x| x.to_string()).unwrap_or_default());
+        }
+        self.csv.write_record(&row)?;
+        self.rows_written += 1;
+        Ok(())
+    }
+}
+
+/// One row of `events.csv`: an allocate, free, launch, sync or failure.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow<'a> {
+    pub t_ns: u64,
+    pub phase: &'a str,
+    pub step: &'a str,
+    pub op: &'a str,
+    pub name: &'a str,
+    pub stream: &'a str,
+    pub requested_bytes: Option<u64>,
+    pub size_bytes: Option<u64>,
+    pub latency_ns: u64,
+    /// `ok`, `oom` or `error`.
+    pub result: &'a str,
+    pub device_free_bytes: Option<u64>,
+    pub detail: &'a str,
+}
+
+pub struct EventLog {
+    csv: csv::Writer<BufWriter<File>>,
+    pub rows_written: u64,
+}
+
+impl EventLog {
+    pub fn create(dir: &Path) -> std::io::Result<EventLog> {
+        let file = File::create_new(dir.join("events.csv"))?;
+        Ok(EventLog {
+            csv: csv::WriterBuilder::new()
+                .has_headers(true)
+                .from_writer(BufWriter::new(file)),
+            rows_written: 0,
+        })
+    }
+
+    pub fn write(&mut self, row: &EventRow) -> std::io::Result<()> {
+        self.csv.serialize(row).map_err(std::io::Error::other)?;
+        self.rows_written += 1;
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.csv.flush()?;
+        self.csv.get_ref().get_ref().sync_data()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ViewSet;
+
+    #[test]
+    fn out_of_order_readings_are_written_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = Recorder::create(dir.path(), vec!["a".into()], 100, 0).unwrap();
+        let r = |t, free, src| Reading {
+            t_ns: t,
+            phase: 0,
+            source: src,
+            device_free_bytes: free,
+            views: ViewSet::default(),
+        };
+        rec.push(r(30, 40, Source::Event));
+        rec.push(r(10, 90, Source::Sampler));
+        rec.push(r(20, 70, Source::Sampler));
+        rec.release_until(25).unwrap();
+        assert_eq!(rec.rows_written, 2);
+        rec.flush().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
+        let times: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap())
+            .collect();
+        assert_eq!(times, ["10", "20", "30"]);
+        assert_eq!(rec.run.get(View::DeviceUsed).unwrap().bytes, 60);
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("10,a,sampler,90,10,")
+        );
+    }
+
+    #[test]
+    fn never_overwrites_an_existing_timeline() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("timeline.csv"), "keep").unwrap();
+        assert!(Recorder::create(dir.path(), vec![], 1, 0).is_err());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap(),
+            "keep"
+        );
+    }
+}

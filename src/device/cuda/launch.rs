@@ -48,16 +48,20 @@ impl KernelSet {
         let end = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
         let run = || -> DevResult<u64> {
             // SAFETY: events and stream are live handles of the current context.
-            unsafe { result::event::record(start, stream) }.map_err(|e| driver_err("cuEventRecord", 0, e))?;
+            unsafe { result::event::record(start, stream) }
+                .map_err(|e| driver_err("cuEventRecord", 0, e))?;
             for _ in 0..repeats {
                 self.launch(kernel, stream)?;
             }
             // SAFETY: as above.
-            unsafe { result::event::record(end, stream) }.map_err(|e| driver_err("cuEventRecord", 0, e))?;
+            unsafe { result::event::record(end, stream) }
+                .map_err(|e| driver_err("cuEventRecord", 0, e))?;
             // SAFETY: `end` was recorded on a live stream just above.
-            unsafe { result::event::synchronize(end) }.map_err(|e| driver_err("cuEventSynchronize", 0, e))?;
+            unsafe { result::event::synchronize(end) }
+                .map_err(|e| driver_err("cuEventSynchronize", 0, e))?;
             // SAFETY: both events were recorded and `end` has completed.
-            let ms = unsafe { result::event::elapsed(start, end) }.map_err(|e| driver_err("cuEventElapsedTime", 0, e))?;
+            let ms = unsafe { result::event::elapsed(start, end) }
+                .map_err(|e| driver_err("cuEventElapsedTime", 0, e))?;
             Ok((ms as f64 * 1e6) as u64)
         };
         let out = run();

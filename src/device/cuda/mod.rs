@@ -12,14 +12,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cudarc::driver::CudaContext;
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
-use cudarc::driver::CudaContext;
 
 use crate::device::nvml::NvmlDevice;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo,
-    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo, NvmlMemory,
+    PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
@@ -40,10 +40,18 @@ unsafe impl Send for Pool {}
 /// Turns a driver error into ours, keeping out-of-memory apart.
 pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> DeviceError {
     if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        return DeviceError::OutOfMemory { requested_bytes: bytes };
+        return DeviceError::OutOfMemory {
+            requested_bytes: bytes,
+        };
     }
-    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let text = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let text = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     DeviceError::Driver {
         call,
         detail: format!("{name} ({text})"),
@@ -56,9 +64,18 @@ pub fn probe() -> Result<u32, String> {
     if !unsafe { sys::is_culib_present() } {
         return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
     }
-    result::init().map_err(|e| format!("the NVIDIA driver did not initialize: {}", driver_err("cuInit", 0, e)))?;
-    let n = result::device::get_count()
-        .map_err(|e| format!("cannot count CUDA devices: {}", driver_err("cuDeviceGetCount", 0, e)))?;
+    result::init().map_err(|e| {
+        format!(
+            "the NVIDIA driver did not initialize: {}",
+            driver_err("cuInit", 0, e)
+        )
+    })?;
+    let n = result::device::get_count().map_err(|e| {
+        format!(
+            "cannot count CUDA devices: {}",
+            driver_err("cuDeviceGetCount", 0, e)
+        )
+    })?;
     if n <= 0 {
         return Err("the NVIDIA driver is present but sees no CUDA device".into());
     }
@@ -70,13 +87,25 @@ fn cuda_driver_version() -> String {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: writes one int through a valid pointer; the library is loaded (probe ran).
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
-    if ok { format!("{}.{}", v / 1000, (v % 1000) / 10) } else { "unknown".into() }
+    if ok {
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
+    } else {
+        "unknown".into()
+    }
 }
 
 fn uuid_string(u: &sys::CUuuid) -> String {
     let b: Vec<u8> = u.bytes.iter().map(|c| *c as u8).collect();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    )
 }
 
 /// Static facts about a device, read without creating a context.
@@ -95,13 +124,15 @@ pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
     use sys::CUdevice_attribute as A;
     let attr = |a: A| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-        unsafe { result::device::get_attribute(dev, a) }.map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))
+        unsafe { result::device::get_attribute(dev, a) }
+            .map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))
     };
     let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-    let total = unsafe { result::device::total_mem(dev) }.map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
+    let total = unsafe { result::device::total_mem(dev) }
+        .map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
     Ok(DeviceFacts {
         name,
         uuid: uuid_string(&uuid),
@@ -135,7 +166,8 @@ impl CudaDevice {
         let nvml = NvmlDevice::open(&facts.uuid);
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
-        let ctx = CudaContext::new(index as usize).map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
+        let ctx = CudaContext::new(index as usize)
+            .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
         // SAFETY: the harness never uses cudarc's owning slices, which are what tracking protects.
         unsafe { ctx.disable_event_tracking() };
         let main = result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -145,7 +177,9 @@ impl CudaDevice {
             .and_then(|n| n.driver_version())
             .map(|v| format!("{v} (CUDA {})", cuda_driver_version()))
             .unwrap_or_else(cuda_driver_version);
-        let (_, total) = ctx.mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
+        let (_, total) = ctx
+            .mem_get_info()
+            .map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
         let info = DeviceInfo {
             backend: "cuda".into(),
             profile: None,
@@ -183,7 +217,9 @@ impl CudaDevice {
     }
 
     fn bind(&self) -> DevResult<()> {
-        self.ctx.bind_to_thread().map_err(|e| driver_err("cuCtxSetCurrent", 0, e))
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_err("cuCtxSetCurrent", 0, e))
     }
 
     /// The harness's pool, created on first use with the configured attributes.
@@ -198,14 +234,17 @@ impl CudaDevice {
         props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = self.info.index as i32;
         // SAFETY: `props` is a valid, fully initialized CUmemPoolProps.
-        let pool = unsafe { result::mem_pool::create(&props) }.map_err(|e| driver_err("cuMemPoolCreate", 0, e))?;
+        let pool = unsafe { result::mem_pool::create(&props) }
+            .map_err(|e| driver_err("cuMemPoolCreate", 0, e))?;
         self.pool = Some(Pool(pool));
         self.apply_pool_config()?;
         Ok(pool)
     }
 
     fn apply_pool_config(&mut self) -> DevResult<()> {
-        let Some(Pool(pool)) = self.pool else { return Ok(()) };
+        let Some(Pool(pool)) = self.pool else {
+            return Ok(());
+        };
         use sys::CUmemPool_attribute as A;
         let c = self.pool_config;
         let mut threshold: u64 = c.release_threshold_bytes;
@@ -213,9 +252,25 @@ impl CudaDevice {
         let mut internal: std::ffi::c_int = c.reuse_internal_dependencies as _;
         // SAFETY: the pool is valid; each value has the type its attribute documents (u64, int).
         unsafe {
-            result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast())
-                .and_then(|_| result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, (&mut opportunistic as *mut i32).cast()))
-                .and_then(|_| result::mem_pool::set_attribute(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, (&mut internal as *mut i32).cast()))
+            result::mem_pool::set_attribute(
+                pool,
+                A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+            .and_then(|_| {
+                result::mem_pool::set_attribute(
+                    pool,
+                    A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC,
+                    (&mut opportunistic as *mut i32).cast(),
+                )
+            })
+            .and_then(|_| {
+                result::mem_pool::set_attribute(
+                    pool,
+                    A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                    (&mut internal as *mut i32).cast(),
+                )
+            })
         }
         .map_err(|e| driver_err("cuMemPoolSetAttribute", 0, e))
     }
@@ -270,14 +325,17 @@ impl Device for CudaDevice {
         }
         self.bind()?;
         // SAFETY: the context is current; the returned memory is only handed out as an address.
-        let ptr = unsafe { result::malloc_sync(bytes as usize) }.map_err(|e| driver_err("cuMemAlloc", bytes, e))?;
+        let ptr = unsafe { result::malloc_sync(bytes as usize) }
+            .map_err(|e| driver_err("cuMemAlloc", bytes, e))?;
         self.plain.insert(ptr, bytes);
         Ok(ptr)
     }
 
     fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
         if self.plain.remove(&ptr).is_none() {
-            return Err(DeviceError::Invalid(format!("cuMemFree of {ptr:#x}, which is not a live allocation")));
+            return Err(DeviceError::Invalid(format!(
+                "cuMemFree of {ptr:#x}, which is not a live allocation"
+            )));
         }
         self.bind()?;
         // SAFETY: `ptr` came from cuMemAlloc on this context and was not freed (checked above).
@@ -296,7 +354,8 @@ impl Device for CudaDevice {
         let s = self.stream(stream)?;
         self.bind()?;
         // SAFETY: `s` is a live stream created by this device.
-        unsafe { result::stream::synchronize(s) }.map_err(|e| driver_err("cuStreamSynchronize", 0, e))
+        unsafe { result::stream::synchronize(s) }
+            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
     }
 
     fn synchronize(&mut self) -> DevResult<()> {
@@ -326,7 +385,9 @@ impl Device for CudaDevice {
     fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
         let s = self.stream(stream)?;
         if self.pooled.remove(&ptr).is_none() {
-            return Err(DeviceError::Invalid(format!("cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation")));
+            return Err(DeviceError::Invalid(format!(
+                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
+            )));
         }
         self.bind()?;
         // SAFETY: `ptr` came from this device's pool and was not freed (checked above).
@@ -334,14 +395,19 @@ impl Device for CudaDevice {
     }
 
     fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        let Some(Pool(pool)) = self.pool else { return Ok(()) };
+        let Some(Pool(pool)) = self.pool else {
+            return Ok(());
+        };
         self.bind()?;
         // SAFETY: the pool is a live handle; trimming never touches outstanding allocations.
-        unsafe { result::mem_pool::trim_to(pool, keep_bytes as usize) }.map_err(|e| driver_err("cuMemPoolTrimTo", 0, e))
+        unsafe { result::mem_pool::trim_to(pool, keep_bytes as usize) }
+            .map_err(|e| driver_err("cuMemPoolTrimTo", 0, e))
     }
 
     fn pool_usage(&mut self) -> DevResult<PoolUsage> {
-        let Some(Pool(pool)) = self.pool else { return Ok(PoolUsage::default()) };
+        let Some(Pool(pool)) = self.pool else {
+            return Ok(PoolUsage::default());
+        };
         use sys::CUmemPool_attribute as A;
         Ok(PoolUsage {
             used_current_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
@@ -355,7 +421,10 @@ impl Device for CudaDevice {
         let s = self.stream(stream)?;
         self.bind()?;
         let mismatch = self.kernels()?.launch(kernel, s)?;
-        Ok(KernelOutcome { gpu_ns: None, mismatch })
+        Ok(KernelOutcome {
+            gpu_ns: None,
+            mismatch,
+        })
     }
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
@@ -367,7 +436,8 @@ impl Device for CudaDevice {
     fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
         self.bind()?;
         // SAFETY: the caller checked `addr` lies inside a live allocation of this context.
-        unsafe { result::memcpy_htod_sync(addr, &[value]) }.map_err(|e| driver_err("cuMemcpyHtoD", 4, e))
+        unsafe { result::memcpy_htod_sync(addr, &[value]) }
+            .map_err(|e| driver_err("cuMemcpyHtoD", 4, e))
     }
 
     fn sleep(&mut self, duration_ns: u64) {
@@ -376,7 +446,10 @@ impl Device for CudaDevice {
 
     fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()> {
         let ctx = self.ctx.clone();
-        let setup = move || ctx.bind_to_thread().map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string());
+        let setup = move || {
+            ctx.bind_to_thread()
+                .map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string())
+        };
         let query = || {
             result::mem_get_info()
                 .map(|(free, _)| free as u64)
@@ -415,7 +488,10 @@ impl Device for CudaDevice {
         let main = self.streams[0].0;
         for (ptr, _) in self.pooled.drain() {
             // SAFETY: `ptr` is a live pool allocation of this device, freed exactly once here.
-            note(unsafe { result::free_async(ptr, main) }.map_err(|e| driver_err("cuMemFreeAsync", 0, e)));
+            note(
+                unsafe { result::free_async(ptr, main) }
+                    .map_err(|e| driver_err("cuMemFreeAsync", 0, e)),
+            );
         }
         for (ptr, _) in self.plain.drain() {
             // SAFETY: `ptr` is a live cuMemAlloc allocation of this device, freed exactly once here.
@@ -424,7 +500,10 @@ impl Device for CudaDevice {
         note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
         if let Some(Pool(pool)) = self.pool {
             // SAFETY: the pool is live and now holds no outstanding allocation.
-            note(unsafe { result::mem_pool::trim_to(pool, 0) }.map_err(|e| driver_err("cuMemPoolTrimTo", 0, e)));
+            note(
+                unsafe { result::mem_pool::trim_to(pool, 0) }
+                    .map_err(|e| driver_err("cuMemPoolTrimTo", 0, e)),
+            );
         }
         match first_err {
             Some(e) => Err(e),

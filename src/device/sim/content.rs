@@ -24,7 +24,11 @@ impl ContentModel {
     pub fn fill(&mut self, ptr: DevPtr, bytes: u64, seed: u32) {
         let end = ptr + bytes / 4 * 4;
         self.words.retain(|(a, _)| *a < ptr || *a >= end);
-        self.fills.push(FillRange { start: ptr, end, seed });
+        self.fills.push(FillRange {
+            start: ptr,
+            end,
+            seed,
+        });
     }
 
     pub fn write_word(&mut self, addr: DevPtr, value: u32) {
@@ -54,7 +58,11 @@ impl ContentModel {
 
     /// The latest directly written value at `addr`, if any.
     fn written(&self, addr: DevPtr) -> Option<u32> {
-        self.words.iter().rev().find(|(a, _)| *a == addr).map(|(_, v)| *v)
+        self.words
+            .iter()
+            .rev()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, v)| *v)
     }
 
     /// Counts words in `[ptr, ptr + bytes)` that do not hold the pattern for `seed`.
@@ -65,7 +73,11 @@ impl ContentModel {
         let end = ptr + bytes / 4 * 4;
         let mut cuts = vec![ptr, end];
         for f in &self.fills {
-            cuts.extend([f.start, f.end].into_iter().filter(|x| *x > ptr && *x < end));
+            cuts.extend(
+                [f.start, f.end]
+                    .into_iter()
+                    .filter(|x| *x > ptr && *x < end),
+            );
         }
         cuts.sort_unstable();
         cuts.dedup();
@@ -117,12 +129,14 @@ impl ContentModel {
                 _ => {}
             }
         }
-        first.filter(|_| count > 0).map(|(first_address, actual)| Mismatch {
-            count,
-            first_address,
-            expected: fill_pattern(first_address, seed),
-            actual,
-        })
+        first
+            .filter(|_| count > 0)
+            .map(|(first_address, actual)| Mismatch {
+                count,
+                first_address,
+                expected: fill_pattern(first_address, seed),
+                actual,
+            })
     }
 
     pub fn clear(&mut self) {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo,
-    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo, NvmlMemory,
+    PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, VirtualSampler};
@@ -80,7 +80,9 @@ impl SimDevice {
                 pid: p.pid,
                 bytes: p.bytes.0,
                 start_ns: p.start.0,
-                end_ns: p.duration.map_or(u64::MAX, |d| p.start.0.saturating_add(d.0)),
+                end_ns: p
+                    .duration
+                    .map_or(u64::MAX, |d| p.start.0.saturating_add(d.0)),
             })
             .collect();
         let info = DeviceInfo {
@@ -208,7 +210,11 @@ impl SimDevice {
     fn kernel_ns(&self, k: &Kernel) -> u64 {
         let b = &self.profile.bandwidth;
         match *k {
-            Kernel::Touch { bytes, stride_bytes, .. } => {
+            Kernel::Touch {
+                bytes,
+                stride_bytes,
+                ..
+            } => {
                 let pages = bytes.div_ceil(stride_bytes.max(1));
                 Self::transfer_ns(pages as f64, b.touch_pages_per_s)
             }
@@ -217,7 +223,9 @@ impl SimDevice {
             Kernel::Copy { bytes, .. } | Kernel::DriverCopy { bytes, .. } => {
                 Self::transfer_ns(2.0 * bytes as f64, b.copy_bytes_per_s)
             }
-            Kernel::Triad { bytes, .. } => Self::transfer_ns(3.0 * bytes as f64, b.copy_bytes_per_s),
+            Kernel::Triad { bytes, .. } => {
+                Self::transfer_ns(3.0 * bytes as f64, b.copy_bytes_per_s)
+            }
             Kernel::Memset { bytes, .. } => Self::transfer_ns(bytes as f64, b.memset_bytes_per_s),
             Kernel::Spin { duration_ns } => duration_ns,
             Kernel::Stack { .. } => 1_000,
@@ -276,7 +284,9 @@ impl SimDevice {
                     let extra = (per_thread - base) * threads;
                     let grow = extra - self.stack_extra_bytes;
                     if grow > self.free_at(self.host_ns) {
-                        return Err(DeviceError::OutOfMemory { requested_bytes: grow });
+                        return Err(DeviceError::OutOfMemory {
+                            requested_bytes: grow,
+                        });
                     }
                     self.stack_per_thread_bytes = per_thread;
                     self.stack_extra_bytes = extra;
@@ -321,11 +331,16 @@ impl Device for SimDevice {
             used_bytes: Some(mine),
             is_self: true,
         }];
-        v.extend(self.tenants.iter().filter(|x| x.present_at(t)).map(|x| ProcessUsage {
-            pid: x.pid,
-            used_bytes: Some(x.bytes),
-            is_self: false,
-        }));
+        v.extend(
+            self.tenants
+                .iter()
+                .filter(|x| x.present_at(t))
+                .map(|x| ProcessUsage {
+                    pid: x.pid,
+                    used_bytes: Some(x.bytes),
+                    is_self: false,
+                }),
+        );
         Some(v)
     }
 
@@ -334,7 +349,8 @@ impl Device for SimDevice {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
         }
         let lat = &self.profile.latency;
-        self.host_ns += lat.malloc_base.0 + (lat.malloc_per_gib.0 as u128 * bytes as u128 >> 30) as u64;
+        self.host_ns +=
+            lat.malloc_base.0 + (lat.malloc_per_gib.0 as u128 * bytes as u128 >> 30) as u64;
         let m = &self.profile.memory;
         let free = self.free_at(self.host_ns);
         let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
@@ -349,12 +365,18 @@ impl Device for SimDevice {
             self.next_va = self.next_va.max(va);
             match placed {
                 Some(a) => a.ptr,
-                None => return Err(DeviceError::OutOfMemory { requested_bytes: bytes }),
+                None => {
+                    return Err(DeviceError::OutOfMemory {
+                        requested_bytes: bytes,
+                    });
+                }
             }
         } else {
             let rounded = crate::units::round_up(bytes, m.page_bytes.0);
             if rounded > free {
-                return Err(DeviceError::OutOfMemory { requested_bytes: bytes });
+                return Err(DeviceError::OutOfMemory {
+                    requested_bytes: bytes,
+                });
             }
             let ptr = self.take_va(rounded);
             self.large.insert(ptr, rounded);
@@ -422,7 +444,9 @@ impl Device for SimDevice {
             }
             Take::MustGrow(rounded) => {
                 if rounded > self.free_at(self.host_ns) {
-                    return Err(DeviceError::OutOfMemory { requested_bytes: bytes });
+                    return Err(DeviceError::OutOfMemory {
+                        requested_bytes: bytes,
+                    });
                 }
                 let ptr = self.take_va(rounded);
                 self.pool.grow(ptr, rounded);
@@ -520,7 +544,9 @@ impl Device for SimDevice {
     }
 
     fn release_all(&mut self) -> DevResult<()> {
-        self.host_ns = self.host_ns.max(self.streams.iter().copied().max().unwrap_or(0));
+        self.host_ns = self
+            .host_ns
+            .max(self.streams.iter().copied().max().unwrap_or(0));
         self.large.clear();
         self.large_bytes = 0;
         self.small.clear();
@@ -549,13 +575,21 @@ mod tests {
         let idle = d.mem_info().unwrap();
         assert_eq!(idle.used_bytes(), 256 * MIB);
         let p = d.malloc(3 * MIB / 2).unwrap();
-        assert_eq!(d.mem_info().unwrap().used_bytes(), 258 * MIB, "1.5 MiB takes a 2 MiB page");
+        assert_eq!(
+            d.mem_info().unwrap().used_bytes(),
+            258 * MIB,
+            "1.5 MiB takes a 2 MiB page"
+        );
         d.free(p).unwrap();
         assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB);
         let a = d.malloc(100).unwrap();
         let b = d.malloc(100).unwrap();
         assert_eq!(b - a, 512);
-        assert_eq!(d.mem_info().unwrap().used_bytes(), 258 * MIB, "small allocations share a page");
+        assert_eq!(
+            d.mem_info().unwrap().used_bytes(),
+            258 * MIB,
+            "small allocations share a page"
+        );
     }
 
     #[test]
@@ -563,7 +597,12 @@ mod tests {
         let mut d = tiny();
         let before = d.mem_info().unwrap();
         let e = d.malloc(4 * GIB).unwrap_err();
-        assert_eq!(e, DeviceError::OutOfMemory { requested_bytes: 4 * GIB });
+        assert_eq!(
+            e,
+            DeviceError::OutOfMemory {
+                requested_bytes: 4 * GIB
+            }
+        );
         assert_eq!(d.mem_info().unwrap().free_bytes, before.free_bytes);
     }
 
@@ -579,7 +618,13 @@ mod tests {
         })
         .unwrap();
         let big = d.malloc_async(3 * GIB, a).unwrap();
-        d.launch(Kernel::Spin { duration_ns: 100_000_000 }, a).unwrap();
+        d.launch(
+            Kernel::Spin {
+                duration_ns: 100_000_000,
+            },
+            a,
+        )
+        .unwrap();
         d.free_async(big, a).unwrap();
         // Stream b cannot reuse the block while stream a is still spinning.
         assert!(d.malloc_async(3 * GIB, b).unwrap_err().is_oom());
@@ -601,11 +646,23 @@ mod tests {
     fn stack_reservation_grows_and_never_shrinks() {
         let mut d = tiny();
         let s = StreamId::MAIN;
-        d.launch(Kernel::Stack { frame_bytes: 16 * 1024 }, s).unwrap();
+        d.launch(
+            Kernel::Stack {
+                frame_bytes: 16 * 1024,
+            },
+            s,
+        )
+        .unwrap();
         // (16 KiB − 1 KiB) × 8 SMs × 2048 threads.
         let extra = 15 * 1024 * 8 * 2048;
         assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB + extra);
-        d.launch(Kernel::Stack { frame_bytes: 4 * 1024 }, s).unwrap();
+        d.launch(
+            Kernel::Stack {
+                frame_bytes: 4 * 1024,
+            },
+            s,
+        )
+        .unwrap();
         assert_eq!(d.mem_info().unwrap().used_bytes(), 256 * MIB + extra);
     }
 }

@@ -120,10 +120,6 @@ impl SmallHeap {
         self.pages_held() * self.page_bytes
     }
 
-    pub fn contains(&self, ptr: DevPtr) -> bool {
-        self.live.contains_key(&ptr)
-    }
-
     /// Places `bytes` in an existing page, or in a new page at `new_page_base()` when
     /// `may_add_page` allows it. `None` means a new page was needed and not allowed.
     pub fn alloc(
@@ -141,8 +137,18 @@ impl SmallHeap {
             if let Some(start) = page.find_run(n, self.slots_per_page) {
                 page.mark(start, n, true);
                 let ptr = page.base + start as u64 * self.spacing;
-                self.live.insert(ptr, SmallSlot { page: idx, start, n });
-                return Some(SmallAlloc { ptr, new_page: false });
+                self.live.insert(
+                    ptr,
+                    SmallSlot {
+                        page: idx,
+                        start,
+                        n,
+                    },
+                );
+                return Some(SmallAlloc {
+                    ptr,
+                    new_page: false,
+                });
             }
         }
         if !may_add_page {
@@ -165,31 +171,32 @@ impl SmallHeap {
                 self.pages.len() - 1
             }
         };
-        self.live.insert(ptr, SmallSlot { page: idx, start: 0, n });
-        Some(SmallAlloc { ptr, new_page: true })
+        self.live.insert(
+            ptr,
+            SmallSlot {
+                page: idx,
+                start: 0,
+                n,
+            },
+        );
+        Some(SmallAlloc {
+            ptr,
+            new_page: true,
+        })
     }
 
     /// Frees a small allocation; returns `Some(page_released)` or `None` if `ptr` is not ours.
     pub fn free(&mut self, ptr: DevPtr) -> Option<bool> {
         let slot = self.live.remove(&ptr)?;
-        let page = self.pages[slot.page].as_mut().expect("live slot has a page");
+        let page = self.pages[slot.page]
+            .as_mut()
+            .expect("live slot has a page");
         page.mark(slot.start, slot.n, false);
         if page.used_slots == 0 {
             self.pages[slot.page] = None;
             return Some(true);
         }
         Some(false)
-    }
-
-    /// Bytes spanned by a small allocation's slots.
-    pub fn slot_bytes(&self, ptr: DevPtr) -> Option<u64> {
-        self.live.get(&ptr).map(|s| s.n as u64 * self.spacing)
-    }
-
-    pub fn live_ptrs(&self) -> Vec<DevPtr> {
-        let mut v: Vec<_> = self.live.keys().copied().collect();
-        v.sort_unstable();
-        v
     }
 
     pub fn clear(&mut self) {

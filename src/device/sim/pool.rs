@@ -48,7 +48,10 @@ pub struct SimPool {
 /// Outcome of trying the pool before growing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
-    Reused { ptr: DevPtr, reuse: Reuse },
+    Reused {
+        ptr: DevPtr,
+        reuse: Reuse,
+    },
     /// No reusable block: the pool must grow by this many bytes.
     MustGrow(u64),
 }
@@ -73,10 +76,6 @@ impl SimPool {
 
     pub fn reserved_bytes(&self) -> u64 {
         self.reserved
-    }
-
-    pub fn contains(&self, ptr: DevPtr) -> bool {
-        self.live.contains_key(&ptr)
     }
 
     pub fn usage(&self) -> PoolUsage {
@@ -129,7 +128,10 @@ impl SimPool {
             });
         }
         self.add_live(block.ptr, need);
-        Take::Reused { ptr: block.ptr, reuse }
+        Take::Reused {
+            ptr: block.ptr,
+            reuse,
+        }
     }
 
     /// Records a new reservation of `bytes` at `ptr`, handed out at once.
@@ -198,12 +200,6 @@ impl SimPool {
         self.used = 0;
         r
     }
-
-    pub fn live_ptrs(&self) -> Vec<DevPtr> {
-        let mut v: Vec<_> = self.live.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
 }
 
 #[cfg(test)]
@@ -225,7 +221,10 @@ mod tests {
         // The same stream may reuse it in stream order.
         assert_eq!(
             p.take(64 * MIB, A, 500),
-            Take::Reused { ptr: 0x1000, reuse: Reuse::SameStream }
+            Take::Reused {
+                ptr: 0x1000,
+                reuse: Reuse::SameStream
+            }
         );
     }
 
@@ -236,12 +235,18 @@ mod tests {
         p.free_async(0x1000, A, 1_000);
         assert_eq!(
             p.take(8 * MIB, B, 500),
-            Take::Reused { ptr: 0x1000, reuse: Reuse::WaitUntil(1_000) }
+            Take::Reused {
+                ptr: 0x1000,
+                reuse: Reuse::WaitUntil(1_000)
+            }
         );
         p.free_async(0x1000, A, 2_000);
         assert_eq!(
             p.take(8 * MIB, B, 2_000),
-            Take::Reused { ptr: 0x1000, reuse: Reuse::Opportunistic }
+            Take::Reused {
+                ptr: 0x1000,
+                reuse: Reuse::Opportunistic
+            }
         );
     }
 
@@ -259,7 +264,14 @@ mod tests {
         assert_eq!(p.reserved_bytes(), 2 * MIB);
         assert_eq!(p.trim_to(0), 0, "a live allocation is never trimmed");
         let u = p.usage();
-        assert_eq!((u.used_current_bytes, u.reserved_high_bytes, u.used_high_bytes), (2 * MIB, 8 * MIB, 8 * MIB));
+        assert_eq!(
+            (
+                u.used_current_bytes,
+                u.reserved_high_bytes,
+                u.used_high_bytes
+            ),
+            (2 * MIB, 8 * MIB, 8 * MIB)
+        );
     }
 
     #[test]
@@ -268,16 +280,26 @@ mod tests {
         p.grow(0x1000_0000, 10 * MIB);
         p.free_async(0x1000_0000, A, 0);
         p.synchronized(None, 0);
-        assert_eq!(p.reserved_bytes(), 0, "threshold 0 releases everything at synchronize");
+        assert_eq!(
+            p.reserved_bytes(),
+            0,
+            "threshold 0 releases everything at synchronize"
+        );
         p.grow(0x2000_0000, 10 * MIB);
         p.free_async(0x2000_0000, A, 0);
         assert_eq!(
             p.take(3 * MIB, A, 0),
-            Take::Reused { ptr: 0x2000_0000, reuse: Reuse::SameStream }
+            Take::Reused {
+                ptr: 0x2000_0000,
+                reuse: Reuse::SameStream
+            }
         );
         assert_eq!(
             p.take(6 * MIB, A, 0),
-            Take::Reused { ptr: 0x2000_0000 + 4 * MIB, reuse: Reuse::SameStream }
+            Take::Reused {
+                ptr: 0x2000_0000 + 4 * MIB,
+                reuse: Reuse::SameStream
+            }
         );
         assert_eq!(p.take(2 * MIB, A, 0), Take::MustGrow(2 * MIB));
     }

@@ -1,0 +1,110 @@
+//! The command line, as clap definitions only; `commands` turns it into work.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::device::select::Backend;
+use crate::units::{parse_duration_ns, parse_size};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "headroom",
+    version,
+    about = "Put a GPU under defined memory pressure and report the truth about it",
+    long_about = "Put a GPU under defined memory pressure and report the truth about it: the idle \
+reading next to the true peak of every memory view, OOMs reproduced on purpose with their \
+evidence, and planning margins checked on the device. Runs on the simulated device when no \
+NVIDIA driver is present.\n\nExit codes: 0 ran and every expectation held; 1 an expectation \
+failed (an unexpected OOM is one); 2 could not run (bad input, device error); 130 interrupted."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    /// Which device backend to use.
+    #[arg(long, global = true, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// The CUDA device index (or the simulated device's index).
+    #[arg(
+        long = "device",
+        global = true,
+        default_value_t = 0,
+        value_name = "INDEX"
+    )]
+    pub index: u32,
+    /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200) or a TOML file.
+    /// Implies the sim backend under --backend auto.
+    #[arg(long, global = true, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the GPUs (or, without a driver, the simulated device profiles).
+    Devices {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a workload file and record every memory view.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workload file (TOML), e.g. workloads/quickstart.toml.
+    pub workload: PathBuf,
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where result folders are created.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub results: PathBuf,
+    /// Let steps go past free memory and into OOM.
+    #[arg(long)]
+    pub allow_oom: bool,
+    /// The run is expected to end in an OOM: exit 0 if it does, 1 if it does not.
+    #[arg(long)]
+    pub expect_oom: bool,
+    /// Free memory a step may not go below unless OOM is allowed (default: 1 GiB, or 1/16 of a
+    /// small device).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub keep_free: Option<u64>,
+    /// Background sampler interval, e.g. 1ms, 100us; 0ns reads as fast as the query allows.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub sample_interval: Option<u64>,
+    /// Exit 1 if any verify step finds a wrong word.
+    #[arg(long)]
+    pub fail_on_mismatch: bool,
+    /// Print summary.json to stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+pub fn duration_arg(s: &str) -> Result<u64, String> {
+    parse_duration_ns(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,309 @@
+//! Out-of-memory as a result: the evidence at the instant of the refusal, and a diagnosis in
+//! the article's vocabulary (which observation applies, and what to check next).
+//!
+//! The diagnosis only states what the evidence shows. "Reserved minus allocated" is reported as
+//! a clue next to the largest free block, never as reclaimable memory; memory outside the
+//! allocator and other processes are named with their scope.
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{NvmlMemory, ProcessUsage};
+use crate::units::Bytes;
+
+/// Everything known at the moment a request was refused. Byte counts are raw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomRecord {
+    pub utc: String,
+    pub t_ns: u64,
+    pub phase: String,
+    pub step: String,
+    pub op: String,
+    pub name: String,
+    /// The allocator that refused (`direct`, `pool`, `caching`), or `driver` for a direct
+    /// driver allocation outside the allocator.
+    pub via: String,
+    pub requested_bytes: u64,
+    /// After the allocator's rounding: what PyTorch reports as "Tried to allocate".
+    pub rounded_bytes: u64,
+    /// What was asked of the driver when it refused.
+    pub driver_request_bytes: u64,
+    pub pool: String,
+    pub stream: String,
+    /// Steps the allocator took before giving up, in order.
+    pub retries: Vec<String>,
+    pub device_total_bytes: u64,
+    pub device_free_bytes: u64,
+    pub device_used_bytes: u64,
+    /// Free memory at the idle reading before the workload.
+    pub idle_device_free_bytes: u64,
+    pub own_bytes: u64,
+    /// Taken straight from the driver, outside the allocator's counters.
+    pub outside_allocator_bytes: u64,
+    pub alloc_allocated_bytes: u64,
+    pub alloc_reserved_bytes: u64,
+    /// reserved − allocated: a clue, not memory that a request can be promised.
+    pub reserved_but_unallocated_bytes: u64,
+    /// Largest free block inside held memory in the pool this request needed.
+    pub largest_free_block_bytes: u64,
+    pub inactive_split_count: u64,
+    pub inactive_split_bytes: u64,
+    /// Device memory in use that is neither this run's allocations nor its idle baseline
+    /// (another process, or memory the driver took for this one: stack, modules, graphs).
+    pub unexplained_used_bytes: i64,
+    pub nvml: Option<NvmlMemory>,
+    pub processes: Option<Vec<ProcessUsage>>,
+    pub diagnosis: Diagnosis,
+}
+
+/// Which observation from the article applies, what the numbers show, and what to check next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// The article's table row that fits best.
+    pub observation: String,
+    /// Short machine-readable causes found in the evidence.
+    pub causes: Vec<String>,
+    /// Findings, each a sentence with the numbers.
+    pub findings: Vec<String>,
+    pub check_next: Vec<String>,
+}
+
+const OBS_LOOKS_FREE: &str = "Device looks free, but one request fails";
+const OBS_GAP: &str = "Reserved is larger than allocated";
+const OBS_SMALL_FITS: &str = "A small workload fits, a larger one does not";
+const OBS_DISAGREE: &str = "Framework and device totals disagree";
+
+impl OomRecord {
+    /// Fills in the diagnosis from the evidence already in the record.
+    pub fn diagnose(&mut self) {
+        self.diagnosis = diagnose(self);
+    }
+}
+
+/// Derives the diagnosis from the evidence.
+pub fn diagnose(r: &OomRecord) -> Diagnosis {
+    let mut causes = Vec::new();
+    let mut findings = Vec::new();
+    let mut check = Vec::new();
+    let mut observation = OBS_LOOKS_FREE;
+    let need = r.rounded_bytes.max(r.requested_bytes);
+
+    findings.push(format!(
+        "At {} ({}, step {}) a request for {} ({} after rounding) was refused; the driver was asked for {}.",
+        r.utc,
+        r.phase,
+        r.step,
+        Bytes(r.requested_bytes),
+        Bytes(r.rounded_bytes),
+        Bytes(r.driver_request_bytes)
+    ));
+    findings.push(format!(
+        "Device: {} free of {} at that instant; {} was free at the idle reading.",
+        Bytes(r.device_free_bytes),
+        Bytes(r.device_total_bytes),
+        Bytes(r.idle_device_free_bytes)
+    ));
+
+    let others: Vec<&ProcessUsage> = r
+        .processes
+        .iter()
+        .flatten()
+        .filter(|p| !p.is_self && p.used_bytes.unwrap_or(0) > 0)
+        .collect();
+    let others_bytes: u64 = others.iter().filter_map(|p| p.used_bytes).sum();
+    if !others.is_empty() {
+        observation = OBS_DISAGREE;
+        causes.push("other-process".to_string());
+        let list: Vec<String> = others
+            .iter()
+            .map(|p| {
+                format!(
+                    "pid {} holds {}",
+                    p.pid,
+                    p.used_bytes
+                        .map_or("an unknown amount".into(), |b| Bytes(b).to_string())
+                )
+            })
+            .collect();
+        findings.push(format!(
+            "Other processes hold {} on this device ({}); this run's own views do not include them.",
+            Bytes(others_bytes),
+            list.join(", ")
+        ));
+        check.push("List the processes on the device (nvidia-smi, or processes in summary.json) and agree who owns the memory; never kill another tenant to make room.".to_string());
+    }
+
+    let gap = r.reserved_but_unallocated_bytes;
+    if gap >= need && r.largest_free_block_bytes < need {
+        observation = OBS_GAP;
+        causes.push("fragmentation".to_string());
+        findings.push(format!(
+            "The allocator held {} reserved but unallocated — the subtraction says {} would fit — but its largest free block was {}, and {} inactive split blocks held {}: no single piece could take the request.",
+            Bytes(gap),
+            Bytes(need),
+            Bytes(r.largest_free_block_bytes),
+            r.inactive_split_count,
+            Bytes(r.inactive_split_bytes)
+        ));
+        check.push("Inspect the allocator's segments and blocks (a memory snapshot) before calling the gap a leak or reclaimable; compare the largest free block with the failing request.".to_string());
+        check.push("Only if inactive split blocks dominate: consider max_split_size_mb or expandable_segments for the native allocator (ignored by cudaMallocAsync), and re-measure.".to_string());
+    } else if gap > 0 && gap < need {
+        findings.push(format!(
+            "The allocator held {} reserved but unallocated, less than the request: even a perfect reuse of it would not have been enough.",
+            Bytes(gap)
+        ));
+    }
+
+    if r.outside_allocator_bytes > 0 {
+        causes.push("outside-allocator".to_string());
+        if observation == OBS_LOOKS_FREE {
+            observation = OBS_DISAGREE;
+        }
+        findings.push(format!(
+            "{} was taken straight from the driver (as NCCL or cuBLAS workspaces are); the allocator's counters ({} allocated, {} reserved) never saw it.",
+            Bytes(r.outside_allocator_bytes),
+            Bytes(r.alloc_allocated_bytes),
+            Bytes(r.alloc_reserved_bytes)
+        ));
+        check.push("Account for memory held outside the framework allocator (communication buffers, library workspaces, graph pools): compare device used with the allocator's reserved.".to_string());
+    }
+
+    if r.pool == "pool" && r.retries.is_empty() && r.alloc_reserved_bytes > r.alloc_allocated_bytes
+    {
+        let pending = r.alloc_reserved_bytes - r.alloc_allocated_bytes;
+        if pending >= need {
+            causes.push("pending-free".to_string());
+            findings.push(format!(
+                "The stream-ordered pool held {} that was freed but not yet reusable by this stream (frees still pending behind queued work, or released only at the next synchronize).",
+                Bytes(pending)
+            ));
+            check.push("Check which stream freed the memory and whether it has reached the free; synchronize or order the streams (event wait) before the allocation, or allow the pool's internal dependencies.".to_string());
+        }
+    }
+
+    if r.unexplained_used_bytes > (2 << 20) && others.is_empty() {
+        causes.push("held-outside-any-allocator".to_string());
+        findings.push(format!(
+            "{} of device memory in use is neither this run's allocations nor its idle baseline: memory the driver took for this process (stack reservation, loaded modules, graph memory) or another process that NVML does not show.",
+            Bytes(r.unexplained_used_bytes as u64)
+        ));
+        check.push("Compare device free before and after context creation and after launching deep-stack kernels; memory held by the context and its stack is in no allocator's statistics.".to_string());
+    }
+
+    if need <= r.idle_device_free_bytes && causes.is_empty() {
+        observation = OBS_SMALL_FITS;
+        causes.push("peak-not-idle".to_string());
+        findings.push(format!(
+            "The request would have fit in the idle reading's {} free; it failed because this run already held {} at its demanding moment. The idle reading is not the peak.",
+            Bytes(r.idle_device_free_bytes),
+            Bytes(r.own_bytes)
+        ));
+        check.push("Compare the defined peak of the workload with the idle reading, phase by phase (summary.json peaks), not the idle free memory alone.".to_string());
+    }
+    if causes.is_empty() {
+        causes.push("capacity".to_string());
+        findings.push(format!(
+            "The request is larger than what was free even at idle ({}): a genuine capacity limit for this workload shape.",
+            Bytes(r.idle_device_free_bytes)
+        ));
+    }
+    check.push("Keep this record: one device, one failing request, one timestamped set of observations, before changing any configuration.".to_string());
+
+    Diagnosis {
+        observation: observation.to_string(),
+        causes,
+        findings,
+        check_next: check,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn record() -> OomRecord {
+        OomRecord {
+            utc: "2026-11-29T00:00:00.000Z".into(),
+            t_ns: 1,
+            phase: "p".into(),
+            step: "3".into(),
+            op: "allocate".into(),
+            name: "x".into(),
+            via: "caching".into(),
+            requested_bytes: 100 * MIB,
+            rounded_bytes: 100 * MIB,
+            driver_request_bytes: 100 * MIB,
+            pool: "large".into(),
+            stream: "main".into(),
+            retries: vec![],
+            device_total_bytes: 4 * GIB,
+            device_free_bytes: 50 * MIB,
+            device_used_bytes: 4 * GIB - 50 * MIB,
+            idle_device_free_bytes: 3 * GIB,
+            own_bytes: 3 * GIB,
+            outside_allocator_bytes: 0,
+            alloc_allocated_bytes: GIB,
+            alloc_reserved_bytes: 3 * GIB,
+            reserved_but_unallocated_bytes: 2 * GIB,
+            largest_free_block_bytes: 18 * MIB,
+            inactive_split_count: 100,
+            inactive_split_bytes: 2 * GIB,
+            unexplained_used_bytes: 0,
+            nvml: None,
+            processes: None,
+            diagnosis: Diagnosis {
+                observation: String::new(),
+                causes: vec![],
+                findings: vec![],
+                check_next: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn fragmentation_is_a_gap_with_no_large_enough_block() {
+        let d = diagnose(&record());
+        assert_eq!(d.observation, OBS_GAP);
+        assert_eq!(d.causes, ["fragmentation"]);
+        assert!(d.findings.iter().any(|f| f.contains("2.00 GiB reserved but unallocated") && f.contains("18.00 MiB")), "{d:?}");
+    }
+
+    #[test]
+    fn other_tenant_is_named_with_its_usage() {
+        let mut r = record();
+        r.reserved_but_unallocated_bytes = 0;
+        r.largest_free_block_bytes = 0;
+        r.processes = Some(vec![
+            ProcessUsage {
+                pid: 1,
+                used_bytes: Some(GIB),
+                is_self: true,
+            },
+            ProcessUsage {
+                pid: 77,
+                used_bytes: Some(2 * GIB),
+                is_self: false,
+            },
+        ]);
+        let d = diagnose(&r);
+        assert_eq!(d.observation, OBS_DISAGREE);
+        assert!(
+            d.findings
+                .iter()
+                .any(|f| f.contains("pid 77 holds 2.00 GiB")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn peak_not_idle_when_nothing_else_explains_it() {
+        let mut r = record();
+        r.reserved_but_unallocated_bytes = 0;
+        r.largest_free_block_bytes = 0;
+        let d = diagnose(&r);
+        assert_eq!(d.observation, OBS_SMALL_FITS);
+        assert_eq!(d.causes, ["peak-not-idle"]);
+    }
+}

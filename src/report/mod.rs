@@ -1,0 +1,4 @@
+//! What a run hands back: `summary.json` and the summary table on the terminal.
+
+pub mod summary;
+pub mod table;

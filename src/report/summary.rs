@@ -1,0 +1,163 @@
+//! `summary.json`: everything a run found, in one document with raw byte counts.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{DeviceInfo, Mismatch, NvmlMemory, PoolUsage, ProcessUsage};
+use crate::oom::OomRecord;
+use crate::record::peaks::Peak;
+use crate::sampler::{Percentiles, SamplerStats};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Still going (a summary written after a phase).
+    Running,
+    /// Every step ran.
+    Completed,
+    /// An allocation was refused; the steps after it did not run.
+    Oom,
+    /// A step would have gone below the free-memory floor and was not run.
+    StoppedAtFloor,
+    /// Ctrl-C.
+    Interrupted,
+    /// A device or I/O error stopped the run.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadInfo {
+    pub name: String,
+    pub file: String,
+    pub description: String,
+    pub allocator: String,
+    pub allocator_settings: serde_json::Value,
+    pub sample_interval_ns: u64,
+    pub keep_free_bytes: u64,
+    pub allow_oom: bool,
+}
+
+/// One reading of the device taken while nothing of the workload was allocated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleReading {
+    pub t_ns: u64,
+    pub device_free_bytes: u64,
+    pub device_used_bytes: u64,
+    pub device_total_bytes: u64,
+    pub nvml: Option<NvmlMemory>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Idle {
+    /// NVML before this process created its context (None without NVML).
+    pub before_context: Option<NvmlMemory>,
+    /// After the context existed, before the first step.
+    pub after_context: IdleReading,
+    /// NVML used after − before: what creating the context took.
+    pub context_overhead_bytes: Option<u64>,
+    pub processes: Option<Vec<ProcessUsage>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSummary {
+    pub name: String,
+    pub status: PhaseStatus,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub actions_run: u64,
+    pub actions_planned: u64,
+    pub peaks: BTreeMap<String, Peak>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseStatus {
+    Pending,
+    Running,
+    Completed,
+    Oom,
+    Stopped,
+    Skipped,
+}
+
+/// What a poller at a fixed rate would have reported as the peak.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolledPeaks {
+    pub period_ns: u64,
+    pub ticks: u64,
+    pub peaks: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peaks {
+    /// True interval peak of each view over the whole run.
+    pub run: BTreeMap<String, Peak>,
+    /// Device free memory at the device-used peak.
+    pub headroom_at_peak_bytes: Option<u64>,
+    pub polled: BTreeMap<String, PolledPeaks>,
+    /// The driver's own high-water marks (stream-ordered pool), which see what readings miss.
+    pub pool_high_water: Option<PoolUsage>,
+}
+
+/// A `verify` that found wrong words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MismatchRecord {
+    pub phase: String,
+    pub step: String,
+    pub name: String,
+    pub bytes: u64,
+    #[serde(flatten)]
+    pub mismatch: Mismatch,
+}
+
+/// The check that the run gave back everything it took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    pub idle_device_free_bytes: u64,
+    pub final_device_free_bytes: u64,
+    /// final − idle: negative when memory stayed held.
+    pub difference_bytes: i64,
+    /// |difference| ≤ one 2 MiB page.
+    pub within_one_page: bool,
+    /// Why memory may legitimately stay held (a raised stack reservation, loaded kernels).
+    pub note: Option<String>,
+}
+
+/// One expectation from the workload's `[expect]` and whether the run met it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpectationResult {
+    pub name: String,
+    pub expected: String,
+    pub actual: String,
+    pub held: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub format_version: u32,
+    pub headroom_version: String,
+    pub status: RunStatus,
+    pub status_detail: Option<String>,
+    pub exit_code: Option<i32>,
+    pub workload: WorkloadInfo,
+    pub device: DeviceInfo,
+    pub started_utc: String,
+    pub finished_utc: Option<String>,
+    /// Device time (ns since open) at the first phase and at the end.
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    pub idle: Idle,
+    pub phases: Vec<PhaseSummary>,
+    pub peaks: Peaks,
+    pub sampler: SamplerStats,
+    /// Latency of the harness's own calls: `allocate`, `free`, `mem_get_info`.
+    pub latency: BTreeMap<String, Percentiles>,
+    pub ooms: Vec<OomRecord>,
+    pub mismatches: Vec<MismatchRecord>,
+    pub expectations: Vec<ExpectationResult>,
+    pub release: Option<Release>,
+    pub timeline_rows: u64,
+    pub event_rows: u64,
+}

@@ -1,0 +1,177 @@
+//! The summary a person reads on the terminal: idle vs true peak vs polled peak per view, then
+//! per phase, then OOMs with their diagnosis and the release check.
+
+use std::fmt::Write as _;
+
+use crate::record::View;
+use crate::report::summary::Summary;
+use crate::units::{Bytes, Nanos, SignedBytes};
+
+fn cell(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |b| Bytes(b).to_string())
+}
+
+/// Renders the terminal summary of a run.
+pub fn render(s: &Summary, dir: &std::path::Path) -> String {
+    let mut o = String::new();
+    let d = &s.device;
+    let backend = match &d.profile {
+        Some(p) => format!("{}, profile {p}", d.backend),
+        None => format!("{}, driver {}", d.backend, d.driver_version),
+    };
+    let _ = writeln!(
+        o,
+        "headroom · {} on {} [{backend}] · {:?}",
+        s.workload.name, d.name, s.status
+    );
+    let idle = &s.idle.after_context;
+    let _ = write!(
+        o,
+        "idle: {} free of {}",
+        Bytes(idle.device_free_bytes),
+        Bytes(idle.device_total_bytes)
+    );
+    if let Some(c) = s.idle.context_overhead_bytes {
+        let _ = write!(o, " (creating the context took {})", Bytes(c));
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<28} {:>12} {:>12} {:>12} {:>12}",
+        "view", "idle", "true peak", "1 Hz poll", "10 Hz poll"
+    );
+    for v in View::ALL {
+        let peak = s.peaks.run.get(v.key()).map(|p| p.bytes);
+        if peak.is_none() {
+            continue;
+        }
+        let idle_v = match v {
+            View::DeviceUsed => Some(idle.device_used_bytes),
+            View::OwnBytes => Some(0),
+            _ => None,
+        };
+        let polled = |k: &str| {
+            s.peaks
+                .polled
+                .get(k)
+                .and_then(|p| p.peaks.get(v.key()).copied())
+        };
+        let _ = writeln!(
+            o,
+            "{:<28} {:>12} {:>12} {:>12} {:>12}",
+            v.key(),
+            cell(idle_v),
+            cell(peak),
+            cell(polled("1hz")),
+            cell(polled("10hz"))
+        );
+    }
+    if let Some(h) = s.peaks.headroom_at_peak_bytes {
+        let _ = writeln!(o, "headroom at the device-used peak: {} free", Bytes(h));
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<20} {:<10} {:>10} {:>14} {:>12} {:>14}",
+        "phase", "status", "time", "device used", "own", "alloc reserved"
+    );
+    for p in &s.phases {
+        let time = match (p.start_ns, p.end_ns) {
+            (Some(a), Some(b)) => Nanos(b - a).to_string(),
+            _ => "-".into(),
+        };
+        let peak = |v: View| cell(p.peaks.get(v.key()).map(|x| x.bytes));
+        let _ = writeln!(
+            o,
+            "{:<20} {:<10} {:>10} {:>14} {:>12} {:>14}",
+            p.name,
+            format!("{:?}", p.status).to_lowercase(),
+            time,
+            peak(View::DeviceUsed),
+            peak(View::OwnBytes),
+            peak(View::AllocReserved)
+        );
+    }
+    let sm = &s.sampler;
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "sampler: {} readings at {:.0} per second{}; cuMemGetInfo p50 {} p99 {}",
+        sm.readings,
+        sm.achieved_rate_hz,
+        if sm.modeled { " (modeled)" } else { "" },
+        Nanos(sm.query_latency.p50_ns),
+        Nanos(sm.query_latency.p99_ns)
+    );
+    if let Some(a) = s.latency.get("allocate").filter(|a| a.count > 0) {
+        let _ = writeln!(
+            o,
+            "allocate: {} calls, p50 {} p99 {} max {}",
+            a.count,
+            Nanos(a.p50_ns),
+            Nanos(a.p99_ns),
+            Nanos(a.max_ns)
+        );
+    }
+    for m in &s.mismatches {
+        let _ = writeln!(
+            o,
+            "verify {} ({} step {}): {} mismatches, first at {:#x}: expected {:#010x}, read {:#010x}",
+            m.name,
+            m.phase,
+            m.step,
+            m.mismatch.count,
+            m.mismatch.first_address,
+            m.mismatch.expected,
+            m.mismatch.actual
+        );
+    }
+    for oom in &s.ooms {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "OOM at {}/{} ({} {}): {}",
+            oom.phase, oom.step, oom.op, oom.name, oom.diagnosis.observation
+        );
+        for f in &oom.diagnosis.findings {
+            let _ = writeln!(o, "  - {f}");
+        }
+        for c in &oom.diagnosis.check_next {
+            let _ = writeln!(o, "  next: {c}");
+        }
+    }
+    if let Some(detail) = &s.status_detail {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "stopped: {detail}");
+    }
+    if let Some(r) = &s.release {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "release: device free {} the idle reading ({} difference){}",
+            if r.within_one_page {
+                "is back at"
+            } else {
+                "did NOT return to"
+            },
+            SignedBytes(r.difference_bytes as i128),
+            r.note
+                .as_ref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
+        );
+    }
+    for e in &s.expectations {
+        let _ = writeln!(
+            o,
+            "expect {}: {} — {} [{}]",
+            e.name,
+            e.expected,
+            e.actual,
+            if e.held { "held" } else { "FAILED" }
+        );
+    }
+    let _ = writeln!(o, "results: {}", dir.display());
+    o
+}

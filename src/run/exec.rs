@@ -1,0 +1,549 @@
+//! Executing one planned action on the device, with its event row and reading.
+
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, bail};
+
+use crate::alloc::AllocError;
+use crate::device::{DevPtr, DeviceError, Kernel, StreamId};
+use crate::oom::{Diagnosis, OomRecord};
+use crate::record::timeline::EventRow;
+use crate::record::{Reading, View};
+use crate::report::summary::MismatchRecord;
+use crate::run::{LiveAlloc, Runner, Stop};
+use crate::units::{Bytes, MIB, round_up, utc_timestamp};
+use crate::workload::{Action, Planned, Via};
+
+/// What one action did, for its row in `events.csv`.
+struct Done {
+    requested_bytes: Option<u64>,
+    size_bytes: Option<u64>,
+    latency_ns: u64,
+    detail: String,
+}
+
+impl Done {
+    fn timed(latency_ns: u64) -> Done {
+        Done {
+            requested_bytes: None,
+            size_bytes: None,
+            latency_ns,
+            detail: String::new(),
+        }
+    }
+}
+
+/// How an action failed, if it did.
+enum Failure {
+    Oom {
+        request: Box<crate::alloc::OomRequest>,
+        latency_ns: u64,
+    },
+    /// The step would go below the free-memory floor; it was not run.
+    Floor(String),
+    Error(String),
+}
+
+impl From<DeviceError> for Failure {
+    fn from(e: DeviceError) -> Self {
+        Failure::Error(e.to_string())
+    }
+}
+
+impl Runner<'_> {
+    fn stream(&mut self, name: &str) -> anyhow::Result<StreamId> {
+        if let Some(s) = self.streams.get(name) {
+            return Ok(*s);
+        }
+        let s = self
+            .dev
+            .create_stream()
+            .with_context(|| format!("cannot create stream {name:?}"))?;
+        self.streams.insert(name.to_string(), s);
+        Ok(s)
+    }
+
+    fn ptr_of(&self, name: &str) -> anyhow::Result<(DevPtr, u64)> {
+        self.live
+            .get(name)
+            .map(|a| (a.ptr, a.bytes))
+            .with_context(|| format!("{name:?} is not live"))
+    }
+
+    /// Runs one action. `Ok(Some(stop))` ends the run early; `Err` is a failure to run.
+    pub(crate) fn exec(&mut self, phase: &str, p: &Planned) -> anyhow::Result<Option<Stop>> {
+        let stream_name = p.action.stream().unwrap_or("main").to_string();
+        let stream = self.stream(&stream_name)?;
+        let name = p.action.name().unwrap_or("").to_string();
+        // Readings due before this action see the state before it.
+        self.pump();
+        let res = self.act(p, stream);
+        match res {
+            Ok(done) => {
+                let r = self.event_reading()?;
+                self.row(
+                    phase,
+                    p,
+                    &name,
+                    &stream_name,
+                    &done,
+                    "ok",
+                    Some(r.device_free_bytes),
+                )?;
+                Ok(None)
+            }
+            Err(Failure::Oom {
+                request,
+                latency_ns,
+            }) => {
+                let r = self.event_reading()?;
+                let rec = self.oom_record(phase, p, &name, &stream_name, &request, r)?;
+                let detail = format!(
+                    "{}: {}",
+                    rec.diagnosis.observation,
+                    rec.diagnosis.causes.join(", ")
+                );
+                let done = Done {
+                    requested_bytes: Some(request.requested_bytes),
+                    size_bytes: Some(request.rounded_bytes),
+                    latency_ns,
+                    detail,
+                };
+                self.row(
+                    phase,
+                    p,
+                    &name,
+                    &stream_name,
+                    &done,
+                    "oom",
+                    Some(r.device_free_bytes),
+                )?;
+                self.ooms.push(rec);
+                Ok(Some(Stop::Oom))
+            }
+            Err(Failure::Floor(msg)) => {
+                let done = Done {
+                    detail: msg.clone(),
+                    ..Done::timed(0)
+                };
+                self.row(phase, p, &name, &stream_name, &done, "stopped", None)?;
+                Ok(Some(Stop::Floor(format!(
+                    "phase {phase:?}, step {}: {msg}",
+                    p.label
+                ))))
+            }
+            Err(Failure::Error(msg)) => {
+                let done = Done {
+                    detail: msg.clone(),
+                    ..Done::timed(0)
+                };
+                self.row(phase, p, &name, &stream_name, &done, "error", None)?;
+                bail!("{} {name}: {msg}", p.action.op())
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        stream: &str,
+        d: &Done,
+        result: &str,
+        free: Option<u64>,
+    ) -> anyhow::Result<()> {
+        self.events
+            .write(&EventRow {
+                t_ns: self.dev.now_ns(),
+                phase,
+                step: &p.label,
+                op: p.action.op(),
+                name,
+                stream,
+                requested_bytes: d.requested_bytes,
+                size_bytes: d.size_bytes,
+                latency_ns: d.latency_ns,
+                result,
+                device_free_bytes: free,
+                detail: &d.detail,
+            })
+            .context("writing events.csv")
+    }
+
+    /// Checks the free-memory floor before a step that may take `need_bytes` from the driver.
+    fn check_floor(&mut self, need_bytes: u64) -> Result<(), Failure> {
+        if self.allow_oom {
+            return Ok(());
+        }
+        let mem = self.dev.mem_info()?;
+        if mem.free_bytes < need_bytes.saturating_add(self.keep_free_bytes) {
+            return Err(Failure::Floor(format!(
+                "this step may take {} from the driver with {} free, which would leave less than the {} floor; pass --allow-oom to go past free memory",
+                Bytes(need_bytes),
+                Bytes(mem.free_bytes),
+                Bytes(self.keep_free_bytes)
+            )));
+        }
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        kernel: Kernel,
+        stream: StreamId,
+    ) -> Result<crate::device::KernelOutcome, Failure> {
+        if self.dev.info().backend != "sim" || matches!(kernel, Kernel::Stack { .. }) {
+            self.context_grew = true;
+        }
+        match self.dev.launch(kernel, stream) {
+            Ok(o) => Ok(o),
+            Err(DeviceError::OutOfMemory { requested_bytes }) => Err(Failure::Oom {
+                request: Box::new(crate::alloc::OomRequest {
+                    requested_bytes,
+                    rounded_bytes: requested_bytes,
+                    driver_request_bytes: requested_bytes,
+                    pool: format!("driver ({} launch)", kernel.name()),
+                    stream,
+                    retries: vec![],
+                }),
+                latency_ns: 0,
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn act(&mut self, p: &Planned, stream: StreamId) -> Result<Done, Failure> {
+        let lookup = |s: &Self, n: &str| s.ptr_of(n).map_err(|e| Failure::Error(e.to_string()));
+        match &p.action {
+            Action::Allocate {
+                name, bytes, via, ..
+            } => {
+                let bytes = *bytes;
+                let need = match via {
+                    Via::Driver => round_up(bytes, 2 * MIB),
+                    Via::Allocator => self.alloc.driver_bytes_for(bytes),
+                };
+                self.check_floor(need)?;
+                let t0 = self.dev.now_ns();
+                let result = match via {
+                    Via::Driver => {
+                        self.dev
+                            .malloc(bytes)
+                            .map(|ptr| (ptr, bytes))
+                            .map_err(|e| match e {
+                                DeviceError::OutOfMemory { .. } => {
+                                    AllocError::OutOfMemory(Box::new(crate::alloc::OomRequest {
+                                        requested_bytes: bytes,
+                                        rounded_bytes: if bytes > MIB {
+                                            round_up(bytes, 2 * MIB)
+                                        } else {
+                                            bytes
+                                        },
+                                        driver_request_bytes: bytes,
+                                        pool: "driver".into(),
+                                        stream,
+                                        retries: vec![],
+                                    }))
+                                }
+                                other => AllocError::Device(other),
+                            })
+                    }
+                    Via::Allocator => self
+                        .alloc
+                        .allocate(self.dev.as_mut(), bytes, stream)
+                        .map(|b| (b.ptr, b.size_bytes)),
+                };
+                let latency_ns = self.dev.now_ns() - t0;
+                self.alloc_latency.record(latency_ns);
+                match result {
+                    Ok((ptr, size)) => {
+                        if *via == Via::Driver {
+                            self.driver_bytes += bytes;
+                        }
+                        self.live.insert(
+                            name.clone(),
+                            LiveAlloc {
+                                ptr,
+                                bytes,
+                                via: *via,
+                            },
+                        );
+                        Ok(Done {
+                            requested_bytes: Some(bytes),
+                            size_bytes: Some(size),
+                            latency_ns,
+                            detail: format!("{ptr:#x}"),
+                        })
+                    }
+                    Err(AllocError::OutOfMemory(request)) => Err(Failure::Oom {
+                        request,
+                        latency_ns,
+                    }),
+                    Err(e) => Err(Failure::Error(e.to_string())),
+                }
+            }
+            Action::Free { name } => {
+                let a = self
+                    .live
+                    .remove(name)
+                    .ok_or_else(|| Failure::Error(format!("{name:?} is not live")))?;
+                let t0 = self.dev.now_ns();
+                let r = match a.via {
+                    Via::Driver => {
+                        self.driver_bytes -= a.bytes;
+                        self.dev.free(a.ptr).map_err(|e| e.to_string())
+                    }
+                    Via::Allocator => self
+                        .alloc
+                        .free(self.dev.as_mut(), a.ptr)
+                        .map_err(|e| e.to_string()),
+                };
+                let latency_ns = self.dev.now_ns() - t0;
+                self.free_latency.record(latency_ns);
+                r.map_err(Failure::Error)?;
+                Ok(Done {
+                    requested_bytes: Some(a.bytes),
+                    ..Done::timed(latency_ns)
+                })
+            }
+            Action::Touch {
+                name, stride_bytes, ..
+            } => {
+                let (ptr, bytes) = lookup(self, name)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Touch {
+                        ptr,
+                        bytes,
+                        stride_bytes: *stride_bytes,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
+            Action::Fill { name, seed, .. } => {
+                let (ptr, bytes) = lookup(self, name)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Fill {
+                        ptr,
+                        bytes,
+                        seed: *seed,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
+            Action::Verify { name, seed, .. } => {
+                let (ptr, bytes) = lookup(self, name)?;
+                let t0 = self.dev.now_ns();
+                let out = self.launch(
+                    Kernel::Verify {
+                        ptr,
+                        bytes,
+                        seed: *seed,
+                    },
+                    stream,
+                )?;
+                let latency_ns = self.dev.now_ns() - t0;
+                let detail = match out.mismatch {
+                    None => "0 mismatches".to_string(),
+                    Some(m) => {
+                        self.mismatches.push(MismatchRecord {
+                            phase: self.wl.phases[self.phase as usize].name.clone(),
+                            step: p.label.clone(),
+                            name: name.clone(),
+                            bytes,
+                            mismatch: m,
+                        });
+                        format!(
+                            "{} mismatches; first at {:#x} (offset {}): expected {:#010x}, read {:#010x}",
+                            m.count,
+                            m.first_address,
+                            m.first_address - ptr,
+                            m.expected,
+                            m.actual
+                        )
+                    }
+                };
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    size_bytes: None,
+                    latency_ns,
+                    detail,
+                })
+            }
+            Action::Corrupt {
+                name,
+                offset_bytes,
+                value,
+            } => {
+                let (ptr, _) = lookup(self, name)?;
+                self.dev.write_word(ptr + offset_bytes, *value)?;
+                Ok(Done {
+                    detail: format!("{:#x} = {value:#010x}", ptr + offset_bytes),
+                    ..Done::timed(0)
+                })
+            }
+            Action::Spin { duration_ns, .. } => {
+                self.launch(
+                    Kernel::Spin {
+                        duration_ns: *duration_ns,
+                    },
+                    stream,
+                )?;
+                Ok(Done::timed(0))
+            }
+            Action::Sleep { duration_ns } => {
+                self.sleep(*duration_ns)?;
+                Ok(Done::timed(*duration_ns))
+            }
+            Action::Synchronize { stream: which } => {
+                let t0 = self.dev.now_ns();
+                match which {
+                    Some(_) => self.dev.stream_synchronize(stream)?,
+                    None => self.dev.synchronize()?,
+                }
+                self.alloc
+                    .refresh(self.dev.as_mut())
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                Ok(Done::timed(self.dev.now_ns() - t0))
+            }
+            Action::Trim { keep_bytes } => {
+                self.dev.pool_trim(*keep_bytes)?;
+                self.alloc
+                    .refresh(self.dev.as_mut())
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                Ok(Done::timed(0))
+            }
+            Action::EmptyCache => {
+                let released = self
+                    .alloc
+                    .empty_cache(self.dev.as_mut())
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                Ok(Done {
+                    size_bytes: Some(released),
+                    detail: format!("released {}", Bytes(released)),
+                    ..Done::timed(0)
+                })
+            }
+            Action::RecordStream { name, .. } => {
+                let (ptr, _) = lookup(self, name)?;
+                self.alloc
+                    .record_stream(self.dev.as_mut(), ptr, stream)
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                Ok(Done::timed(0))
+            }
+            Action::Stack { frame_bytes } => {
+                let frame_bytes = u32::try_from(*frame_bytes).map_err(|_| {
+                    Failure::Error(format!("stack frame {frame_bytes} is too large"))
+                })?;
+                self.launch(Kernel::Stack { frame_bytes }, stream)?;
+                Ok(Done::timed(0))
+            }
+        }
+    }
+
+    /// The host waits, in slices on a real GPU so the sampler is drained and Ctrl-C is heard.
+    fn sleep(&mut self, duration_ns: u64) -> Result<(), Failure> {
+        if self.dev.info().backend == "sim" {
+            self.dev.sleep(duration_ns);
+            return Ok(());
+        }
+        const SLICE_NS: u64 = 20_000_000;
+        let end = self.dev.now_ns() + duration_ns;
+        loop {
+            let now = self.dev.now_ns();
+            if now >= end {
+                return Ok(());
+            }
+            if self.interrupted.load(Ordering::Relaxed) {
+                return Err(Failure::Error("interrupted during sleep".into()));
+            }
+            self.dev.sleep((end - now).min(SLICE_NS));
+            self.pump();
+        }
+    }
+
+    /// Collects the evidence at the instant of an OOM.
+    fn oom_record(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        stream: &str,
+        req: &crate::alloc::OomRequest,
+        at: Reading,
+    ) -> anyhow::Result<OomRecord> {
+        let stats = self.alloc.stats();
+        let total = self.dev.info().total_bytes;
+        let used = total.saturating_sub(at.device_free_bytes);
+        let processes = self.dev.processes();
+        let nvml = self.dev.nvml_memory();
+        let own = at.views.get(View::OwnBytes).unwrap_or(0);
+        let others: u64 = processes
+            .iter()
+            .flatten()
+            .filter(|p| !p.is_self)
+            .filter_map(|p| p.used_bytes)
+            .sum();
+        let via = match &p.action {
+            Action::Allocate {
+                via: Via::Driver, ..
+            } => "driver".to_string(),
+            Action::Allocate { .. } => self.alloc.kind().to_string(),
+            _ => "driver".to_string(),
+        };
+        let mut rec = OomRecord {
+            utc: utc_timestamp(std::time::SystemTime::now()),
+            t_ns: at.t_ns,
+            phase: phase.to_string(),
+            step: p.label.clone(),
+            op: p.action.op().to_string(),
+            name: name.to_string(),
+            via,
+            requested_bytes: req.requested_bytes,
+            rounded_bytes: req.rounded_bytes,
+            driver_request_bytes: req.driver_request_bytes,
+            pool: req.pool.clone(),
+            stream: stream.to_string(),
+            retries: req.retries.clone(),
+            device_total_bytes: total,
+            device_free_bytes: at.device_free_bytes,
+            device_used_bytes: used,
+            idle_device_free_bytes: self.idle_free_bytes,
+            own_bytes: own,
+            outside_allocator_bytes: self.driver_bytes,
+            alloc_allocated_bytes: stats.allocated_bytes,
+            alloc_reserved_bytes: stats.reserved_bytes,
+            reserved_but_unallocated_bytes: stats
+                .reserved_bytes
+                .saturating_sub(stats.allocated_bytes),
+            largest_free_block_bytes: self.alloc.largest_free_for(req.requested_bytes),
+            inactive_split_count: stats.inactive_split_count,
+            inactive_split_bytes: stats.inactive_split_bytes,
+            unexplained_used_bytes: used as i64
+                - (self.idle_used_bytes - self.idle_others_bytes) as i64
+                - own as i64
+                - others as i64,
+            nvml,
+            processes,
+            diagnosis: Diagnosis {
+                observation: String::new(),
+                causes: vec![],
+                findings: vec![],
+                check_next: vec![],
+            },
+        };
+        rec.diagnose();
+        Ok(rec)
+    }
+}

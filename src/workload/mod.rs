@@ -1,0 +1,112 @@
+//! Workload files: named phases of steps, as written in TOML, and the checks that run before
+//! anything touches the device.
+//!
+//! A workload is read in stages so that every error can name its place: the file, then each
+//! phase, then each step (`parse`); patterns expand into primitive actions and every name's
+//! lifetime is checked (`expand`). Nothing is allocated until all of it has passed.
+
+pub mod expand;
+pub mod parse;
+pub mod step;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::alloc::AllocatorSpec;
+
+pub use expand::{Action, Planned, Via};
+pub use step::Step;
+
+/// A workload, parsed and expanded, ready to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Workload {
+    pub name: String,
+    pub description: String,
+    pub file: PathBuf,
+    pub settings: Settings,
+    pub allocator: AllocatorSpec,
+    pub phases: Vec<Phase>,
+    pub expect: Expect,
+}
+
+/// Run settings a workload may set (the command line can override them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    /// Background sampler interval; 0 reads as fast as the query allows.
+    pub sample_interval_ns: u64,
+    /// Free memory a step may not go below unless OOM is allowed (None: the default floor).
+    pub keep_free_bytes: Option<u64>,
+    /// Lets steps go past free memory (and into OOM).
+    pub allow_oom: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sample_interval_ns: 1_000_000,
+            keep_free_bytes: None,
+            allow_oom: false,
+        }
+    }
+}
+
+/// What the workload expects of its run, checked at the end (exit code 1 if any fails).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Expect {
+    pub oom: OomExpectation,
+    /// Upper bounds on the true run peak of views, by view key.
+    pub max_peak_bytes: Vec<(crate::record::View, u64)>,
+    /// Device free memory at the run's device-used peak must stay at or above this.
+    pub min_headroom_bytes: Option<u64>,
+    /// Most `verify` mismatches allowed in total.
+    pub max_mismatches: Option<u64>,
+}
+
+/// Whether the run should end in an out-of-memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomExpectation {
+    /// An OOM fails the run (the default).
+    #[default]
+    None,
+    /// The run must hit an OOM somewhere.
+    Any,
+    /// The run must hit an OOM at this step (`phase/step label`).
+    At(String),
+}
+
+/// One named phase and the primitive actions it expands to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub name: String,
+    pub actions: Vec<Planned>,
+}
+
+impl Workload {
+    /// Reads, parses and expands a workload file. `total_bytes` is the device's CUDA-visible
+    /// total, for the check that no single allocation exceeds it.
+    pub fn load(path: &Path, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
+        })?;
+        Workload::from_toml(&text, path, total_bytes)
+    }
+
+    pub fn from_toml(
+        text: &str,
+        path: &Path,
+        total_bytes: u64,
+    ) -> Result<Workload, parse::WorkloadError> {
+        let file = parse::parse(text, path)?;
+        expand::expand(file, path, total_bytes)
+    }
+
+    /// Every planned action, phase by phase.
+    pub fn actions(&self) -> impl Iterator<Item = (usize, &Planned)> {
+        self.phases
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.actions.iter().map(move |a| (i, a)))
+    }
+}

@@ -1,0 +1,338 @@
+//! Reading a workload file section by section, so that an error names its place.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::alloc::AllocatorSpec;
+use crate::device::PoolConfig;
+use crate::record::View;
+use crate::units::{DurationNs, Size, parse_size};
+use crate::workload::step::Step;
+use crate::workload::{Expect, OomExpectation, Settings};
+
+/// A bad workload: the file, the place in it (section, phase, step) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadError {
+    pub file: PathBuf,
+    pub place: String,
+    pub message: String,
+}
+
+impl WorkloadError {
+    pub fn new(file: &Path, place: impl Into<String>, message: impl Into<String>) -> Self {
+        WorkloadError {
+            file: file.to_path_buf(),
+            place: place.into(),
+            message: message.into().trim_end().replace('\n', " "),
+        }
+    }
+}
+
+impl fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.place.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.place,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for WorkloadError {}
+
+/// A workload as written: sections checked, steps parsed but not yet expanded.
+#[derive(Debug, Clone)]
+pub struct FileWorkload {
+    pub name: String,
+    pub description: String,
+    pub settings: Settings,
+    pub allocator: AllocatorSpec,
+    pub expect: Expect,
+    /// (phase name, steps with their 1-based position)
+    pub phases: Vec<(String, Vec<(usize, Step)>)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadSection {
+    name: String,
+    #[serde(default)]
+    description: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsSection {
+    sample_interval: Option<DurationNs>,
+    keep_free: Option<Size>,
+    #[serde(default)]
+    allow_oom: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolSection {
+    #[serde(default)]
+    release_threshold: Size,
+    #[serde(default = "yes")]
+    reuse_opportunistic: bool,
+    #[serde(default = "yes")]
+    reuse_internal_dependencies: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectSection {
+    /// `false`/"none", `true`/"any", or "phase/step".
+    oom: Option<toml::Value>,
+    mismatches: Option<u64>,
+    min_headroom: Option<Size>,
+    #[serde(default)]
+    peak: toml::Table,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PhaseSection {
+    name: String,
+    steps: Vec<toml::Value>,
+}
+
+const SECTIONS: &[&str] = &["workload", "settings", "allocator", "expect", "phase"];
+
+fn section<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    table: &toml::Table,
+    key: &str,
+) -> Result<Option<T>, WorkloadError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .clone()
+            .try_into()
+            .map(Some)
+            .map_err(|e: toml::de::Error| {
+                WorkloadError::new(file, format!("[{key}]"), e.message())
+            }),
+    }
+}
+
+/// Parses the text of a workload file.
+pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        let place = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}")
+            })
+            .unwrap_or_default();
+        WorkloadError::new(file, place, format!("not valid TOML: {}", e.message()))
+    })?;
+    for key in table.keys() {
+        if !SECTIONS.contains(&key.as_str()) {
+            return Err(WorkloadError::new(
+                file,
+                format!("[{key}]"),
+                format!(
+                    "unknown section {key:?}; expected one of {}",
+                    SECTIONS.join(", ")
+                ),
+            ));
+        }
+    }
+    let head: WorkloadSection = section(file, &table, "workload")?.ok_or_else(|| {
+        WorkloadError::new(
+            file,
+            "[workload]",
+            "missing section; it needs at least `name`",
+        )
+    })?;
+    let settings = match section::<SettingsSection>(file, &table, "settings")? {
+        None => Settings::default(),
+        Some(s) => Settings {
+            sample_interval_ns: s
+                .sample_interval
+                .map_or(Settings::default().sample_interval_ns, |d| d.0),
+            keep_free_bytes: s.keep_free.map(|k| k.0),
+            allow_oom: s.allow_oom,
+        },
+    };
+    let allocator = parse_allocator(file, table.get("allocator"))?;
+    let expect = match section::<ExpectSection>(file, &table, "expect")? {
+        None => Expect::default(),
+        Some(e) => parse_expect(file, e)?,
+    };
+    let phases_value = table.get("phase").ok_or_else(|| {
+        WorkloadError::new(file, "", "no phases: add at least one [[phase]] with steps")
+    })?;
+    let phase_list = phases_value.as_array().ok_or_else(|| {
+        WorkloadError::new(file, "phase", "must be an array of tables: write [[phase]]")
+    })?;
+    if phase_list.is_empty() {
+        return Err(WorkloadError::new(file, "phase", "the phase list is empty"));
+    }
+    let mut phases = Vec::new();
+    for (i, pv) in phase_list.iter().enumerate() {
+        let place = format!("phase {}", i + 1);
+        let p: PhaseSection = pv
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| WorkloadError::new(file, &place, e.message()))?;
+        let place = format!("phase {} ({:?})", i + 1, p.name);
+        if p.name.trim().is_empty() {
+            return Err(WorkloadError::new(file, &place, "the phase name is empty"));
+        }
+        if phases.iter().any(|(n, _): &(String, _)| *n == p.name) {
+            return Err(WorkloadError::new(
+                file,
+                &place,
+                "another phase has the same name",
+            ));
+        }
+        if p.steps.is_empty() {
+            return Err(WorkloadError::new(file, &place, "the phase has no steps"));
+        }
+        let mut steps = Vec::new();
+        for (j, sv) in p.steps.iter().enumerate() {
+            steps.push((
+                j + 1,
+                parse_step(file, &format!("{place}, step {}", j + 1), sv)?,
+            ));
+        }
+        phases.push((p.name, steps));
+    }
+    Ok(FileWorkload {
+        name: head.name,
+        description: head.description,
+        settings,
+        allocator,
+        expect,
+        phases,
+    })
+}
+
+/// Parses one step table; `place` names it in errors.
+pub fn parse_step(file: &Path, place: &str, value: &toml::Value) -> Result<Step, WorkloadError> {
+    let op = value.get("op").and_then(|o| o.as_str()).unwrap_or("?");
+    value.clone().try_into().map_err(|e: toml::de::Error| {
+        let msg = e.message().replace("\nin `op`", " (in `op`)");
+        WorkloadError::new(file, format!("{place} ({op})"), msg)
+    })
+}
+
+fn parse_allocator(
+    file: &Path,
+    value: Option<&toml::Value>,
+) -> Result<AllocatorSpec, WorkloadError> {
+    let place = "[allocator]";
+    let Some(value) = value else {
+        return Ok(AllocatorSpec::Direct);
+    };
+    let mut table = value
+        .as_table()
+        .cloned()
+        .ok_or_else(|| WorkloadError::new(file, place, "must be a table"))?;
+    let kind = match table.remove("kind") {
+        None => "direct".to_string(),
+        Some(toml::Value::String(s)) => s,
+        Some(other) => {
+            return Err(WorkloadError::new(
+                file,
+                place,
+                format!("kind must be a string, not {other}"),
+            ));
+        }
+    };
+    let rest = toml::Value::Table(table);
+    match kind.as_str() {
+        "direct" => {
+            if let Some(k) = rest.as_table().and_then(|t| t.keys().next()) {
+                return Err(WorkloadError::new(
+                    file,
+                    place,
+                    format!("unknown key {k:?}: the direct allocator takes no settings"),
+                ));
+            }
+            Ok(AllocatorSpec::Direct)
+        }
+        "pool" => {
+            let p: PoolSection = rest
+                .try_into()
+                .map_err(|e: toml::de::Error| WorkloadError::new(file, place, e.message()))?;
+            Ok(AllocatorSpec::Pool(PoolConfig {
+                release_threshold_bytes: p.release_threshold.0,
+                reuse_opportunistic: p.reuse_opportunistic,
+                reuse_internal_dependencies: p.reuse_internal_dependencies,
+            }))
+        }
+        other => Err(WorkloadError::new(
+            file,
+            place,
+            format!("unknown allocator kind {other:?}; expected direct or pool"),
+        )),
+    }
+}
+
+fn parse_expect(file: &Path, e: ExpectSection) -> Result<Expect, WorkloadError> {
+    let place = "[expect]";
+    let oom = match e.oom {
+        None | Some(toml::Value::Boolean(false)) => OomExpectation::None,
+        Some(toml::Value::Boolean(true)) => OomExpectation::Any,
+        Some(toml::Value::String(s)) if s == "none" => OomExpectation::None,
+        Some(toml::Value::String(s)) if s == "any" => OomExpectation::Any,
+        Some(toml::Value::String(s)) if s.contains('/') => OomExpectation::At(s),
+        Some(other) => {
+            return Err(WorkloadError::new(
+                file,
+                place,
+                format!(
+                    "oom = {other} is not understood; use false, true, or \"phase/step\" (e.g. \"decode/3\")"
+                ),
+            ));
+        }
+    };
+    let mut max_peak_bytes = Vec::new();
+    for (key, v) in &e.peak {
+        let view = View::from_key(key).ok_or_else(|| {
+            let keys: Vec<&str> = View::ALL.iter().map(|v| v.key()).collect();
+            WorkloadError::new(
+                file,
+                "[expect.peak]",
+                format!("unknown view {key:?}; views are {}", keys.join(", ")),
+            )
+        })?;
+        let bytes = match v {
+            toml::Value::String(s) => parse_size(s).map_err(|err| {
+                WorkloadError::new(file, format!("[expect.peak] {key}"), err.to_string())
+            })?,
+            toml::Value::Integer(i) if *i >= 0 => *i as u64,
+            other => {
+                return Err(WorkloadError::new(
+                    file,
+                    format!("[expect.peak] {key}"),
+                    format!("{other} is not a size"),
+                ));
+            }
+        };
+        max_peak_bytes.push((view, bytes));
+    }
+    Ok(Expect {
+        oom,
+        max_peak_bytes,
+        min_headroom_bytes: e.min_headroom.map(|s| s.0),
+        max_mismatches: e.mismatches,
+    })
+}

@@ -1,0 +1,235 @@
+//! Steps as written in a workload file: primitives and the shorthand patterns.
+//!
+//! Each step is a table with an `op` key, e.g. `{ op = "allocate", name = "w", size = "1GiB" }`.
+//! Unknown keys are refused, so a typo never silently changes what runs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{DurationNs, Size};
+
+fn one() -> u32 {
+    1
+}
+fn main_stream() -> String {
+    "main".into()
+}
+fn default_seed() -> u32 {
+    1
+}
+fn default_stride() -> Size {
+    Size(64 << 10)
+}
+fn ms(n: u64) -> DurationNs {
+    DurationNs(n * 1_000_000)
+}
+fn default_tick() -> DurationNs {
+    ms(10)
+}
+fn default_hold() -> DurationNs {
+    ms(1)
+}
+fn weights_name() -> String {
+    "weights".into()
+}
+fn act_name() -> String {
+    "act".into()
+}
+fn ws_name() -> String {
+    "ws".into()
+}
+fn kv_name() -> String {
+    "kv".into()
+}
+fn yes() -> bool {
+    true
+}
+
+/// How an allocation is obtained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViaSpec {
+    /// Through the workload's allocator (its views count it).
+    #[default]
+    Allocator,
+    /// Straight from the driver (`cuMemAlloc`), as NCCL or cuBLAS workspaces are: the
+    /// allocator's views never see it.
+    Driver,
+}
+
+/// The order a training-like activation chain frees in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationMode {
+    /// Forward keeps every layer's output for the backward pass, which frees them in reverse:
+    /// the live set peaks at the turn from forward to backward.
+    #[default]
+    Train,
+    /// Each layer frees its input once its output exists: at most two layers live.
+    Inference,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`).
+    Allocate {
+        name: String,
+        size: Size,
+        #[serde(default = "one")]
+        count: u32,
+        #[serde(default)]
+        via: ViaSpec,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…).
+    Free { name: String },
+    /// Makes the pages of an allocation resident: one write per `stride`.
+    Touch {
+        name: String,
+        #[serde(default = "default_stride")]
+        stride: Size,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Writes the address-and-seed pattern over the whole allocation.
+    Fill {
+        name: String,
+        #[serde(default = "default_seed")]
+        seed: u32,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Reads the pattern back and counts mismatches.
+    Verify {
+        name: String,
+        #[serde(default = "default_seed")]
+        seed: u32,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Writes one 4-byte word at `offset` (to plant a corruption that `verify` must find).
+    Corrupt {
+        name: String,
+        offset: Size,
+        value: u32,
+    },
+    /// Keeps a stream busy on the GPU for a while (frees queued behind it stay pending).
+    Spin {
+        #[serde(rename = "for")]
+        duration: DurationNs,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// The host waits; memory stays as it is.
+    Sleep {
+        #[serde(rename = "for")]
+        duration: DurationNs,
+    },
+    /// Waits for one stream, or for the whole device when no stream is named.
+    Synchronize {
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    /// Releases the stream-ordered pool's unused memory down to `keep`.
+    Trim {
+        #[serde(default)]
+        keep: Size,
+    },
+    /// Returns the caching allocator's fully free segments to the driver.
+    EmptyCache {},
+    /// Marks an allocation as used on another stream (PyTorch's `record_stream`).
+    RecordStream { name: String, stream: String },
+    /// Launches a kernel needing `frame` bytes of stack per thread.
+    Stack { frame: Size },
+    /// Repeats the inner steps.
+    Repeat { times: u32, steps: Vec<toml::Value> },
+
+    /// Pattern: model weights, held until the end of the run.
+    Weights {
+        #[serde(default = "weights_name")]
+        name: String,
+        total: Size,
+        #[serde(default = "one")]
+        tensors: u32,
+        #[serde(default = "yes")]
+        touch: bool,
+    },
+    /// Pattern: a layer-by-layer chain of activations.
+    Activations {
+        #[serde(default = "act_name")]
+        name: String,
+        layers: u32,
+        /// Bytes each layer's output takes.
+        size: Size,
+        /// A temporary allocated and freed inside each layer (e.g. an attention workspace).
+        #[serde(default)]
+        scratch: Option<Size>,
+        #[serde(default)]
+        mode: ActivationMode,
+        /// Host time each layer takes.
+        #[serde(default)]
+        layer_time: DurationNs,
+    },
+    /// Pattern: short-lived large temporaries.
+    Workspace {
+        #[serde(default = "ws_name")]
+        name: String,
+        size: Size,
+        #[serde(default = "one")]
+        repeats: u32,
+        /// How long each temporary is held.
+        #[serde(default = "default_hold")]
+        hold: DurationNs,
+        /// Time between temporaries.
+        #[serde(default = "default_hold")]
+        gap: DurationNs,
+        #[serde(default)]
+        via: ViaSpec,
+    },
+    /// Pattern: a KV cache growing as requests arrive and shrinking as they finish.
+    Kv {
+        #[serde(default = "kv_name")]
+        name: String,
+        /// Requests that arrive, one every `arrive_every` ticks.
+        requests: u32,
+        /// Bytes of one KV block.
+        block: Size,
+        /// Blocks a request holds when it finishes (it grows by one block per tick).
+        blocks_per_request: u32,
+        /// Blocks a request takes on arrival (its prompt).
+        #[serde(default = "one")]
+        prefill_blocks: u32,
+        #[serde(default = "one")]
+        arrive_every: u32,
+        /// Length of one decoding tick.
+        #[serde(default = "default_tick")]
+        tick: DurationNs,
+    },
+}
+
+impl Step {
+    /// The `op` name, for messages.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Step::Allocate { .. } => "allocate",
+            Step::Free { .. } => "free",
+            Step::Touch { .. } => "touch",
+            Step::Fill { .. } => "fill",
+            Step::Verify { .. } => "verify",
+            Step::Corrupt { .. } => "corrupt",
+            Step::Spin { .. } => "spin",
+            Step::Sleep { .. } => "sleep",
+            Step::Synchronize { .. } => "synchronize",
+            Step::Trim { .. } => "trim",
+            Step::EmptyCache {} => "empty_cache",
+            Step::RecordStream { .. } => "record_stream",
+            Step::Stack { .. } => "stack",
+            Step::Repeat { .. } => "repeat",
+            Step::Weights { .. } => "weights",
+            Step::Activations { .. } => "activations",
+            Step::Workspace { .. } => "workspace",
+            Step::Kv { .. } => "kv",
+        }
+    }
+}
