@@ -56,11 +56,10 @@ pub fn evaluate(expect: &Expect, opts: &RunOptions, s: &Summary) -> Vec<Expectat
             held: h.is_some_and(|b| b >= min),
         });
     }
-    let max_mismatches = match (expect.max_mismatches, opts.fail_on_mismatch) {
-        (Some(m), true) => Some(m.min(0)),
-        (Some(m), false) => Some(m),
-        (None, true) => Some(0),
-        (None, false) => None,
+    let max_mismatches = if opts.fail_on_mismatch {
+        Some(0)
+    } else {
+        expect.max_mismatches
     };
     if let Some(max) = max_mismatches {
         let count: u64 = s.mismatches.iter().map(|m| m.mismatch.count).sum();

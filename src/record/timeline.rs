@@ -6,8 +6,9 @@
 //! order; peaks and poller replays see the same ordered stream as the file.
 
 use std::collections::BinaryHeap;
+use std::fmt::Write as _;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use serde::Serialize;
@@ -51,8 +52,10 @@ impl Ord for Pending {
 }
 
 pub struct Recorder {
-    csv: csv::Writer<BufWriter<File>>,
-    phase_names: Vec<String>,
+    out: BufWriter<File>,
+    /// Phase names as CSV cells (quoted where needed).
+    phase_cells: Vec<String>,
+    line: String,
     total_bytes: u64,
     pending: BinaryHeap<Pending>,
     seq: u64,
@@ -72,14 +75,15 @@ impl Recorder {
         start_ns: u64,
     ) -> std::io::Result<Recorder> {
         let file = File::create_new(dir.join("timeline.csv"))?;
-        let mut csv = csv::Writer::from_writer(BufWriter::new(file));
+        let mut out = BufWriter::with_capacity(1 << 16, file);
         let mut header = vec!["t_ns", "phase", "source", "device_free_bytes"];
         header.extend(View::ALL.iter().map(|v| v.key()));
-        csv.write_record(&header)?;
+        writeln!(out, "{}", header.join(","))?;
         let n = phase_names.len();
         Ok(Recorder {
-            csv,
-            phase_names,
+            out,
+            phase_cells: phase_names.iter().map(|p| csv_cell(p)).collect(),
+            line: String::with_capacity(256),
             total_bytes,
             pending: BinaryHeap::new(),
             seq: 0,
@@ -123,7 +127,7 @@ impl Recorder {
     /// Writes everything buffered and flushes the file to disk.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.release_until(u64::MAX)?;
-        self.csv.flush()
+        self.out.flush()
     }
 
     fn write(&mut self, r: &Reading) -> std::io::Result<()> {
@@ -140,21 +144,41 @@ impl Recorder {
         let phase = if r.phase == NO_PHASE {
             ""
         } else {
-            self.phase_names
+            self.phase_cells
                 .get(r.phase as usize)
                 .map_or("", String::as_str)
         };
-        let mut row: Vec<String> = Vec::with_capacity(4 + View::COUNT);
-        row.push(r.t_ns.to_string());
-        row.push(phase.to_string());
-        row.push(r.source.as_str().to_string());
-        row.push(r.device_free_bytes.to_string());
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        let _ = write!(
+            line,
+            "{},{},{},{}",
+            r.t_ns,
+            phase,
+            r.source.as_str(),
+            r.device_free_bytes
+        );
         for v in View::ALL {
-            row.push(r.views.get(v).map(|x| x.to_string()).unwrap_or_default());
+            line.push(',');
+            if let Some(x) = r.views.get(v) {
+                let _ = write!(line, "{x}");
+            }
         }
-        self.csv.write_record(&row)?;
+        line.push('\n');
+        let res = self.out.write_all(line.as_bytes());
+        self.line = line;
+        res?;
         self.rows_written += 1;
         Ok(())
+    }
+}
+
+/// A CSV cell: quoted when it holds a comma, quote or line break.
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
 }
 

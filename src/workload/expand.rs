@@ -216,15 +216,13 @@ impl Names<'_> {
                     l.filled = true;
                 }
             }
-            Action::Verify { name, .. } => {
-                if self.live.get(name).is_some_and(|l| !l.filled) {
-                    return Err(self.err(
-                        place,
-                        format!(
-                            "verify of {name:?}, which was never filled; add a fill step before it"
-                        ),
-                    ));
-                }
+            Action::Verify { name, .. } if self.live.get(name).is_some_and(|l| !l.filled) => {
+                return Err(self.err(
+                    place,
+                    format!(
+                        "verify of {name:?}, which was never filled; add a fill step before it"
+                    ),
+                ));
             }
             Action::Corrupt {
                 name, offset_bytes, ..
@@ -243,13 +241,11 @@ impl Names<'_> {
                     ));
                 }
             }
-            Action::Touch { stride_bytes, .. } => {
-                if *stride_bytes == 0 || stride_bytes % 4 != 0 {
-                    return Err(self.err(
-                        place,
-                        format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
-                    ));
-                }
+            Action::Touch { stride_bytes, .. } if *stride_bytes == 0 || stride_bytes % 4 != 0 => {
+                return Err(self.err(
+                    place,
+                    format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
+                ));
             }
             Action::Spin { duration_ns, .. } if *duration_ns == 0 => {
                 return Err(self.err(place, "`for` must be above zero"));

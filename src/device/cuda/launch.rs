@@ -7,7 +7,7 @@ use super::driver_err;
 use crate::device::{DevResult, DeviceError, DeviceInfo, Kernel, Mismatch};
 
 /// The loaded kernels of one context.
-pub struct KernelSet {
+pub(crate) struct KernelSet {
     _private: (),
 }
 
@@ -17,7 +17,11 @@ impl KernelSet {
     }
 
     /// Queues `kernel` on `stream`; a `Verify` waits and returns what it found.
-    pub fn launch(&self, kernel: Kernel, stream: sys::CUstream) -> DevResult<Option<Mismatch>> {
+    pub(crate) fn launch(
+        &self,
+        kernel: Kernel,
+        stream: sys::CUstream,
+    ) -> DevResult<Option<Mismatch>> {
         match kernel {
             Kernel::Memset { ptr, bytes, value } => {
                 // SAFETY: the caller checked the range lies inside a live allocation.
@@ -42,7 +46,12 @@ impl KernelSet {
         Ok(None)
     }
 
-    pub fn timed(&self, kernel: Kernel, stream: sys::CUstream, repeats: u32) -> DevResult<u64> {
+    pub(crate) fn timed(
+        &self,
+        kernel: Kernel,
+        stream: sys::CUstream,
+        repeats: u32,
+    ) -> DevResult<u64> {
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         let start = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
         let end = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;

@@ -24,7 +24,7 @@ use crate::device::{
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
 
-pub use launch::KernelSet;
+pub(crate) use launch::KernelSet;
 
 /// A raw stream handle that may move between threads with the device that owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -350,7 +350,7 @@ impl Device for SimDevice {
         }
         let lat = &self.profile.latency;
         self.host_ns +=
-            lat.malloc_base.0 + (lat.malloc_per_gib.0 as u128 * bytes as u128 >> 30) as u64;
+            lat.malloc_base.0 + ((lat.malloc_per_gib.0 as u128 * bytes as u128) >> 30) as u64;
         let m = &self.profile.memory;
         let free = self.free_at(self.host_ns);
         let ptr = if bytes <= m.small_alloc_limit_bytes.0 {

@@ -178,8 +178,7 @@ impl SimPool {
     /// Returns the bytes released.
     pub fn trim_to(&mut self, keep_bytes: u64) -> u64 {
         let mut released = 0;
-        self.free
-            .sort_by(|a, b| (a.pending.is_some(), a.bytes).cmp(&(b.pending.is_some(), b.bytes)));
+        self.free.sort_by_key(|b| (b.pending.is_some(), b.bytes));
         while self.reserved > keep_bytes {
             let Some(pos) = self.free.iter().rposition(|b| b.pending.is_none()) else {
                 break;
