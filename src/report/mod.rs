@@ -1,4 +1,5 @@
 //! What a run hands back: `summary.json` and the summary table on the terminal.
 
+pub mod artifacts;
 pub mod summary;
 pub mod table;

@@ -134,6 +134,18 @@ pub struct ExpectationResult {
     pub held: bool,
 }
 
+/// A capacity plan's lines, for reports and plots of a validation run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanMarks {
+    /// The capacity the plan starts from.
+    pub capacity_bytes: u64,
+    /// capacity − safety margin: device used must stay under this for the margin to hold.
+    pub margin_line_bytes: u64,
+    /// The planned KV budget.
+    pub kv_budget_bytes: u64,
+    pub label: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub format_version: u32,
@@ -158,6 +170,9 @@ pub struct Summary {
     pub mismatches: Vec<MismatchRecord>,
     pub expectations: Vec<ExpectationResult>,
     pub release: Option<Release>,
+    /// Set when the run validates a capacity plan (`headroom validate`): the lines to draw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanMarks>,
     pub timeline_rows: u64,
     pub event_rows: u64,
 }

@@ -50,7 +50,7 @@ impl From<DeviceError> for Failure {
     }
 }
 
-impl Runner<'_> {
+impl Runner<'_, '_> {
     fn stream(&mut self, name: &str) -> anyhow::Result<StreamId> {
         if let Some(s) = self.streams.get(name) {
             return Ok(*s);
@@ -252,7 +252,7 @@ impl Runner<'_> {
                     }
                     Via::Allocator => self
                         .alloc
-                        .allocate(self.dev.as_mut(), bytes, stream)
+                        .allocate(&mut *self.dev, bytes, stream)
                         .map(|b| (b.ptr, b.size_bytes)),
                 };
                 let latency_ns = self.dev.now_ns() - t0;
@@ -297,7 +297,7 @@ impl Runner<'_> {
                     }
                     Via::Allocator => self
                         .alloc
-                        .free(self.dev.as_mut(), a.ptr)
+                        .free(&mut *self.dev, a.ptr)
                         .map_err(|e| e.to_string()),
                 };
                 let latency_ns = self.dev.now_ns() - t0;
@@ -413,21 +413,21 @@ impl Runner<'_> {
                     None => self.dev.synchronize()?,
                 }
                 self.alloc
-                    .refresh(self.dev.as_mut())
+                    .refresh(&mut *self.dev)
                     .map_err(|e| Failure::Error(e.to_string()))?;
                 Ok(Done::timed(self.dev.now_ns() - t0))
             }
             Action::Trim { keep_bytes } => {
                 self.dev.pool_trim(*keep_bytes)?;
                 self.alloc
-                    .refresh(self.dev.as_mut())
+                    .refresh(&mut *self.dev)
                     .map_err(|e| Failure::Error(e.to_string()))?;
                 Ok(Done::timed(0))
             }
             Action::EmptyCache => {
                 let released = self
                     .alloc
-                    .empty_cache(self.dev.as_mut())
+                    .empty_cache(&mut *self.dev)
                     .map_err(|e| Failure::Error(e.to_string()))?;
                 Ok(Done {
                     size_bytes: Some(released),
@@ -438,7 +438,7 @@ impl Runner<'_> {
             Action::RecordStream { name, .. } => {
                 let (ptr, _) = lookup(self, name)?;
                 self.alloc
-                    .record_stream(self.dev.as_mut(), ptr, stream)
+                    .record_stream(&mut *self.dev, ptr, stream)
                     .map_err(|e| Failure::Error(e.to_string()))?;
                 Ok(Done::timed(0))
             }

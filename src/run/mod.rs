@@ -94,8 +94,8 @@ pub(crate) enum Stop {
     Failed(String),
 }
 
-pub(crate) struct Runner<'w> {
-    pub dev: Box<dyn Device>,
+pub(crate) struct Runner<'w, 'd> {
+    pub dev: &'d mut dyn Device,
     pub alloc: Box<dyn Allocator>,
     pub wl: &'w Workload,
     pub live: HashMap<String, LiveAlloc>,
@@ -125,15 +125,21 @@ pub(crate) struct Runner<'w> {
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
-pub fn run(wl: &Workload, opened: Opened, opts: &RunOptions) -> anyhow::Result<RunReport> {
-    let Opened {
-        mut device,
-        before_context,
-        notice,
-    } = opened;
-    if let Some(n) = &notice {
+pub fn run(wl: &Workload, mut opened: Opened, opts: &RunOptions) -> anyhow::Result<RunReport> {
+    if let Some(n) = &opened.notice {
         eprintln!("note: {n}");
     }
+    run_on(wl, opened.device.as_mut(), opened.before_context, opts)
+}
+
+/// Runs a workload on a device that stays open afterwards (for several runs in one session).
+/// `before_context` is NVML's reading from before the device's context was created.
+pub fn run_on(
+    wl: &Workload,
+    device: &mut dyn Device,
+    before_context: Option<NvmlMemory>,
+    opts: &RunOptions,
+) -> anyhow::Result<RunReport> {
     let started = SystemTime::now();
     let dir = outdir::create(
         opts.out_dir.as_deref(),
@@ -171,7 +177,7 @@ pub fn run(wl: &Workload, opened: Opened, opts: &RunOptions) -> anyhow::Result<R
         processes: idle_processes,
     };
 
-    let alloc = wl.allocator.build(device.as_mut()).map_err(|e| {
+    let alloc = wl.allocator.build(&mut *device).map_err(|e| {
         anyhow::anyhow!(
             "{}: cannot set up the {} allocator: {e}",
             wl.file.display(),
@@ -271,6 +277,7 @@ pub fn run(wl: &Workload, opened: Opened, opts: &RunOptions) -> anyhow::Result<R
         mismatches: Vec::new(),
         expectations: Vec::new(),
         release: None,
+        plan: None,
         timeline_rows: 0,
         event_rows: 0,
     };
@@ -311,7 +318,7 @@ fn context_overhead(before: Option<NvmlMemory>, after: Option<NvmlMemory>) -> Op
     Some(after?.used_bytes.saturating_sub(before?.used_bytes))
 }
 
-impl Runner<'_> {
+impl Runner<'_, '_> {
     /// Runs every phase; returns what stopped it early, if anything.
     fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
         let wl = self.wl;
@@ -472,7 +479,7 @@ impl Runner<'_> {
         }
         self.live.clear();
         self.driver_bytes = 0;
-        if let Err(e) = self.alloc.release_all(self.dev.as_mut()) {
+        if let Err(e) = self.alloc.release_all(&mut *self.dev) {
             release_errors.push(format!("allocator: {e}"));
         }
         if let Err(e) = self.dev.release_all().and_then(|_| self.dev.synchronize()) {
@@ -528,6 +535,7 @@ impl Runner<'_> {
         summary.expectations = crate::expect::evaluate(&self.wl.expect, opts, summary);
         summary.exit_code = Some(exit_code(summary));
         write_summary(dir, summary).context("writing summary.json")?;
+        crate::report::artifacts::write_all(dir, summary).context("writing the run's reports")?;
         if !release_errors.is_empty() {
             eprintln!(
                 "warning: could not release everything: {}",
