@@ -54,6 +54,50 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// Write a finished run's plots, trace, report.md and junit.xml again from its files.
+    Report(ReportArgs),
+    /// Two result folders side by side: idle and peak per view, deltas, OOM outcomes.
+    Compare(CompareArgs),
+    /// Many result folders (a fleet run) into one CSV and a Markdown table per GPU and driver.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Result folders of finished runs (timeline.csv, events.csv, summary.json are never
+    /// changed).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The first result folder (A).
+    pub a: PathBuf,
+    /// The second result folder (B); deltas are B − A.
+    pub b: PathBuf,
+    /// Print JSON (raw bytes) instead of the text table.
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+    /// Print Markdown tables instead of the text table.
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Result folders, or folders holding result folders (e.g. results/).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Write the merged CSV (one row per run) to this file.
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: Option<PathBuf>,
+    /// Replace --out if it already exists.
+    #[arg(long, requires = "out")]
+    pub force: bool,
+    /// Print the CSV to stdout instead of the Markdown table.
+    #[arg(long)]
+    pub csv: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,9 @@
 //! One function per subcommand: each returns the process exit code, or an error (exit 2).
 
+mod compare;
 mod devices;
+mod merge;
+mod report;
 mod run;
 
 use std::sync::Arc;
@@ -13,5 +16,8 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
+        Command::Report(args) => report::report(&args),
+        Command::Compare(args) => compare::compare(&args),
+        Command::Merge(args) => merge::merge(&args),
     }
 }

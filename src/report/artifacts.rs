@@ -1,10 +1,104 @@
-//! The reports written next to a run's CSVs once it has finished.
+//! The reports written next to a run's CSVs once it has finished, each derived only from the
+//! run's own files (so `headroom report DIR` can write them again at any time).
+//!
+//! One small trait, one file per format: adding a format is one more entry in `ALL`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
+use crate::report::rundata::{ORIGINAL_FILES, RunData};
 use crate::report::summary::Summary;
+use crate::report::{junit, markdown, plot, trace};
+use crate::run::outdir::write_atomic;
 
-/// Writes every derived report of a finished run into `dir`.
-pub fn write_all(_dir: &Path, _summary: &Summary) -> anyhow::Result<()> {
-    Ok(())
+/// One derived report of a run.
+pub trait Artifact: Sync {
+    /// The file it is written to, inside the run folder.
+    fn file_name(&self) -> &'static str;
+    /// Its content.
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>>;
+}
+
+struct Svg;
+struct Png;
+struct Trace;
+struct Markdown;
+struct Junit;
+
+impl Artifact for Svg {
+    fn file_name(&self) -> &'static str {
+        "timeline.svg"
+    }
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>> {
+        Ok(plot::svg::render(&plot::scene(run)).into_bytes())
+    }
+}
+
+impl Artifact for Png {
+    fn file_name(&self) -> &'static str {
+        "timeline.png"
+    }
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>> {
+        plot::png::render(&plot::scene(run))
+    }
+}
+
+impl Artifact for Trace {
+    fn file_name(&self) -> &'static str {
+        "trace.json"
+    }
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>> {
+        trace::render(run)
+    }
+}
+
+impl Artifact for Markdown {
+    fn file_name(&self) -> &'static str {
+        "report.md"
+    }
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>> {
+        Ok(markdown::render(run).into_bytes())
+    }
+}
+
+impl Artifact for Junit {
+    fn file_name(&self) -> &'static str {
+        "junit.xml"
+    }
+    fn render(&self, run: &RunData) -> anyhow::Result<Vec<u8>> {
+        Ok(junit::render(run).into_bytes())
+    }
+}
+
+/// Every derived report, in the order they are written.
+pub const ALL: &[&dyn Artifact] = &[&Markdown, &Junit, &Trace, &Svg, &Png];
+
+/// Writes every derived report of a run into `dir`, reading its CSVs from there. Each report
+/// is tried even when another fails; the error names every one that could not be written.
+pub fn write_all(dir: &Path, summary: &Summary) -> anyhow::Result<Vec<PathBuf>> {
+    let run = RunData::with_summary(dir, summary.clone())?;
+    write_run(&run)
+}
+
+/// Writes every derived report of a loaded run into its folder (never an original file).
+pub fn write_run(run: &RunData) -> anyhow::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let mut failed = Vec::new();
+    for a in ALL {
+        debug_assert!(!ORIGINAL_FILES.contains(&a.file_name()));
+        let path = run.dir.join(a.file_name());
+        let result = a
+            .render(run)
+            .and_then(|bytes| write_atomic(&path, &bytes).map_err(Into::into))
+            .with_context(|| format!("cannot write {}", path.display()));
+        match result {
+            Ok(()) => written.push(path),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("; "));
+    }
+    Ok(written)
 }

@@ -1,5 +1,32 @@
-//! What a run hands back: `summary.json` and the summary table on the terminal.
+//! What a run hands back: `summary.json`, the summary table on the terminal, and the reports
+//! derived from a finished run's files (plots, trace, Markdown, JUnit), plus comparing and
+//! merging result folders.
 
 pub mod artifacts;
+pub mod compare;
+pub mod junit;
+pub mod markdown;
+pub mod merge;
+pub mod plot;
+pub mod rundata;
 pub mod summary;
 pub mod table;
+pub mod trace;
+
+/// Text escaped for XML content and attribute values.
+pub fn xml_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            // Characters XML 1.0 cannot carry at all.
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => o.push('\u{fffd}'),
+            c => o.push(c),
+        }
+    }
+    o
+}

@@ -535,7 +535,11 @@ impl Runner<'_, '_> {
         summary.expectations = crate::expect::evaluate(&self.wl.expect, opts, summary);
         summary.exit_code = Some(exit_code(summary));
         write_summary(dir, summary).context("writing summary.json")?;
-        crate::report::artifacts::write_all(dir, summary).context("writing the run's reports")?;
+        // The run's record is complete on disk; a report that cannot be written is a warning
+        // (`headroom report DIR` can write it again), not a different outcome of the run.
+        if let Err(e) = crate::report::artifacts::write_all(dir, summary) {
+            eprintln!("warning: writing the run's reports: {e:#}");
+        }
         if !release_errors.is_empty() {
             eprintln!(
                 "warning: could not release everything: {}",

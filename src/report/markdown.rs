@@ -1,0 +1,411 @@
+//! `report.md`: what a person pastes into a bug report — the device and driver, when, the
+//! workload's shape, idle vs true peak vs polled peak per view and per phase, every OOM with
+//! its diagnosis and evidence, the expectations and the release check. Human units for reading,
+//! exact bytes where a number may be quoted.
+
+use std::fmt::Write as _;
+
+use crate::oom::OomRecord;
+use crate::record::View;
+use crate::report::rundata::RunData;
+use crate::report::summary::Summary;
+use crate::units::{Bytes, Nanos, SignedBytes};
+
+/// A Markdown table cell: pipes escaped, line breaks flattened.
+pub fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+fn bytes(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |b| Bytes(b).to_string())
+}
+
+/// The status as written in summary.json (`completed`, `stopped_at_floor`, …).
+pub fn status_name(s: &Summary) -> String {
+    serde_json::to_value(s.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The report of a run.
+pub fn render(run: &RunData) -> String {
+    let s = &run.summary;
+    let d = &s.device;
+    let mut o = String::new();
+    let _ = writeln!(o, "# headroom · {} on {}\n", s.workload.name, d.name);
+    let _ = writeln!(o, "| | |\n| --- | --- |");
+    let row = |o: &mut String, k: &str, v: String| {
+        let _ = writeln!(o, "| {k} | {} |", cell(&v));
+    };
+    row(
+        &mut o,
+        "status",
+        format!(
+            "{}{}{}",
+            status_name(s),
+            s.exit_code
+                .map(|c| format!(" (exit {c})"))
+                .unwrap_or_default(),
+            s.status_detail
+                .as_ref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ),
+    );
+    row(
+        &mut o,
+        "device",
+        format!(
+            "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
+            d.name,
+            d.index,
+            d.compute_capability,
+            d.multiprocessors,
+            Bytes(d.total_bytes),
+            d.uuid
+                .as_ref()
+                .map(|u| format!(" · {u}"))
+                .unwrap_or_default()
+        ),
+    );
+    row(
+        &mut o,
+        "backend",
+        match &d.profile {
+            Some(p) => format!("{} (simulated, profile {p})", d.backend),
+            None => d.backend.clone(),
+        },
+    );
+    row(&mut o, "driver", d.driver_version.clone());
+    row(&mut o, "started (UTC)", s.started_utc.clone());
+    row(
+        &mut o,
+        "finished (UTC)",
+        s.finished_utc.clone().unwrap_or_else(|| "-".into()),
+    );
+    let w = &s.workload;
+    let steps: u64 = s.phases.iter().map(|p| p.actions_planned).sum();
+    row(
+        &mut o,
+        "workload",
+        format!(
+            "{} ({}){}",
+            w.name,
+            w.file,
+            if w.description.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", w.description)
+            }
+        ),
+    );
+    row(
+        &mut o,
+        "shape",
+        format!(
+            "{} phases, {steps} steps · allocator {} · sampler every {} · floor {} free · OOM {}",
+            s.phases.len(),
+            w.allocator,
+            Nanos(w.sample_interval_ns),
+            Bytes(w.keep_free_bytes),
+            if w.allow_oom {
+                "allowed"
+            } else {
+                "not allowed"
+            }
+        ),
+    );
+    row(
+        &mut o,
+        "headroom",
+        format!(
+            "{}, format_version {}",
+            s.headroom_version, s.format_version
+        ),
+    );
+
+    peaks(&mut o, s);
+    phases(&mut o, s);
+    let _ = writeln!(o, "\n## OOMs\n");
+    if s.ooms.is_empty() {
+        let _ = writeln!(o, "None.");
+    }
+    for (i, oom) in s.ooms.iter().enumerate() {
+        oom_section(&mut o, i, oom);
+    }
+    if !s.mismatches.is_empty() {
+        let _ = writeln!(o, "\n## Verify mismatches\n");
+        for m in &s.mismatches {
+            let _ = writeln!(
+                o,
+                "- {} ({} step {}): {} wrong words, first at {:#x}: expected {:#010x}, read {:#010x}",
+                m.name,
+                m.phase,
+                m.step,
+                m.mismatch.count,
+                m.mismatch.first_address,
+                m.mismatch.expected,
+                m.mismatch.actual
+            );
+        }
+    }
+    let _ = writeln!(o, "\n## Expectations\n");
+    if s.expectations.is_empty() {
+        let _ = writeln!(o, "None evaluated.");
+    } else {
+        let _ = writeln!(
+            o,
+            "| expectation | expected | actual | result |\n| --- | --- | --- | --- |"
+        );
+        for e in &s.expectations {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} |",
+                cell(&e.name),
+                cell(&e.expected),
+                cell(&e.actual),
+                if e.held { "held" } else { "**FAILED**" }
+            );
+        }
+    }
+    let _ = writeln!(o, "\n## Release\n");
+    match &s.release {
+        None => {
+            let _ = writeln!(o, "Not checked (the final reading failed).");
+        }
+        Some(r) => {
+            let _ = writeln!(
+                o,
+                "Device free {} the idle reading: {} at idle, {} at the end (final − idle: {}).{}",
+                if r.within_one_page {
+                    "is back at"
+                } else {
+                    "did **not** return to"
+                },
+                Bytes(r.idle_device_free_bytes),
+                Bytes(r.final_device_free_bytes),
+                if r.difference_bytes == 0 {
+                    "0 B".to_string()
+                } else {
+                    format!(
+                        "{}, {} bytes",
+                        SignedBytes(r.difference_bytes as i128),
+                        r.difference_bytes
+                    )
+                },
+                r.note
+                    .as_ref()
+                    .map(|n| format!(" {n}."))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n---\nFiles: `summary.json`, `timeline.csv` ({} readings), `events.csv` ({} events); plot `timeline.svg` / `timeline.png`, trace `trace.json` (Perfetto UI, chrome://tracing), `junit.xml`.",
+        run.timeline.len(),
+        run.events.len()
+    );
+    o
+}
+
+fn peaks(o: &mut String, s: &Summary) {
+    let idle = &s.idle.after_context;
+    let _ = writeln!(o, "\n## Idle vs peak\n");
+    let _ = write!(
+        o,
+        "Idle reading: {} free of {} ({} used)",
+        Bytes(idle.device_free_bytes),
+        Bytes(idle.device_total_bytes),
+        Bytes(idle.device_used_bytes)
+    );
+    if let Some(c) = s.idle.context_overhead_bytes {
+        let _ = write!(o, "; creating the context took {}", Bytes(c));
+    }
+    let others: Vec<String> = s
+        .idle
+        .processes
+        .iter()
+        .flatten()
+        .filter(|p| !p.is_self)
+        .map(|p| format!("pid {} {}", p.pid, bytes(p.used_bytes)))
+        .collect();
+    if !others.is_empty() {
+        let _ = write!(o, "; other processes: {}", others.join(", "));
+    }
+    let _ = writeln!(o, ".\n");
+    let _ = writeln!(
+        o,
+        "| view | scope | idle | true peak | peak at | 1 Hz poll | 10 Hz poll |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for v in View::ALL {
+        let Some(peak) = s.peaks.run.get(v.key()) else {
+            continue;
+        };
+        let idle_v = match v {
+            View::DeviceUsed => Some(idle.device_used_bytes),
+            View::OwnBytes => Some(0),
+            _ => None,
+        };
+        let polled = |k: &str| {
+            s.peaks
+                .polled
+                .get(k)
+                .and_then(|p| p.peaks.get(v.key()).copied())
+        };
+        let _ = writeln!(
+            o,
+            "| `{}` | {} | {} | {} | {} | {} | {} |",
+            v.key(),
+            v.scope(),
+            bytes(idle_v),
+            Bytes(peak.bytes),
+            if peak.bytes == 0 {
+                "-".to_string()
+            } else {
+                Nanos(peak.t_ns.saturating_sub(s.start_ns)).to_string()
+            },
+            bytes(polled("1hz")),
+            bytes(polled("10hz"))
+        );
+    }
+    if let Some(h) = s.peaks.headroom_at_peak_bytes {
+        let _ = writeln!(o, "\nHeadroom at the device-used peak: {} free.", Bytes(h));
+    }
+    if let Some(p) = &s.peaks.pool_high_water {
+        let _ = writeln!(
+            o,
+            "Stream-ordered pool high-water marks (driver): used {}, reserved {}.",
+            Bytes(p.used_high_bytes),
+            Bytes(p.reserved_high_bytes)
+        );
+    }
+    if let Some(p) = &s.plan {
+        let _ = writeln!(
+            o,
+            "\nPlan {}: capacity {}, margin line {} (device used must stay under it), KV budget {}.",
+            p.label,
+            Bytes(p.capacity_bytes),
+            Bytes(p.margin_line_bytes),
+            Bytes(p.kv_budget_bytes)
+        );
+    }
+}
+
+fn phases(o: &mut String, s: &Summary) {
+    let _ = writeln!(o, "\n## Phases\n");
+    let _ = writeln!(
+        o,
+        "| phase | status | time | steps | device used | own | alloc reserved | alloc allocated |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for p in &s.phases {
+        let time = match (p.start_ns, p.end_ns) {
+            (Some(a), Some(b)) => Nanos(b - a).to_string(),
+            _ => "-".into(),
+        };
+        let peak = |v: View| bytes(p.peaks.get(v.key()).map(|x| x.bytes));
+        let status = serde_json::to_value(p.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "| {} | {status} | {time} | {}/{} | {} | {} | {} | {} |",
+            cell(&p.name),
+            p.actions_run,
+            p.actions_planned,
+            peak(View::DeviceUsed),
+            peak(View::OwnBytes),
+            peak(View::AllocReserved),
+            peak(View::AllocAllocated)
+        );
+    }
+}
+
+fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
+    let d = &r.diagnosis;
+    let _ = writeln!(
+        o,
+        "### OOM {} · {}/{} · {} `{}`\n",
+        i + 1,
+        r.phase,
+        r.step,
+        r.op,
+        r.name
+    );
+    let _ = writeln!(
+        o,
+        "**Observation:** {} (causes: {})\n",
+        d.observation,
+        d.causes.join(", ")
+    );
+    for f in &d.findings {
+        let _ = writeln!(o, "- {f}");
+    }
+    let _ = writeln!(o, "\nWhat to check next:\n");
+    for c in &d.check_next {
+        let _ = writeln!(o, "- {c}");
+    }
+    let _ = writeln!(
+        o,
+        "\nEvidence at {} (via {}, pool {}, stream {}{}):\n",
+        r.utc,
+        r.via,
+        r.pool,
+        r.stream,
+        if r.retries.is_empty() {
+            String::new()
+        } else {
+            format!(", after {}", r.retries.join(" → "))
+        }
+    );
+    let _ = writeln!(o, "| | bytes | |\n| --- | ---: | ---: |");
+    let rows: [(&str, u64); 14] = [
+        ("requested", r.requested_bytes),
+        ("after rounding", r.rounded_bytes),
+        ("asked of the driver", r.driver_request_bytes),
+        ("device free", r.device_free_bytes),
+        ("device used", r.device_used_bytes),
+        ("device total", r.device_total_bytes),
+        ("device free at idle", r.idle_device_free_bytes),
+        ("own bytes", r.own_bytes),
+        ("outside the allocator", r.outside_allocator_bytes),
+        ("alloc allocated", r.alloc_allocated_bytes),
+        ("alloc reserved", r.alloc_reserved_bytes),
+        (
+            "reserved − allocated (a clue)",
+            r.reserved_but_unallocated_bytes,
+        ),
+        ("largest free block", r.largest_free_block_bytes),
+        ("inactive split blocks", r.inactive_split_bytes),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(o, "| {k} | {v} | {} |", Bytes(v));
+    }
+    let _ = writeln!(
+        o,
+        "| inactive split block count | {} | |",
+        r.inactive_split_count
+    );
+    let _ = writeln!(
+        o,
+        "| used by neither this run nor the idle baseline | {} | {} |",
+        r.unexplained_used_bytes,
+        SignedBytes(r.unexplained_used_bytes as i128)
+    );
+    if let Some(ps) = &r.processes {
+        let list: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                format!(
+                    "pid {}{} {}",
+                    p.pid,
+                    if p.is_self { " (this run)" } else { "" },
+                    bytes(p.used_bytes)
+                )
+            })
+            .collect();
+        let _ = writeln!(o, "\nProcesses on the device: {}.", list.join(", "));
+    }
+}

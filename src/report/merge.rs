@@ -1,0 +1,281 @@
+//! `headroom merge DIR…`: many runs (a fleet run, one per GPU, as a Slurm job array or one
+//! Kubernetes Job per GPU) into one CSV row per run and a Markdown table grouped by GPU model
+//! and driver, so one bad node or driver stands out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::record::View;
+use crate::record::timeline::FORMAT_VERSION;
+use crate::report::markdown::{cell, status_name};
+use crate::report::rundata::load_summary;
+use crate::report::summary::Summary;
+use crate::units::Bytes;
+
+/// A run to merge: where it is and what it found.
+#[derive(Debug, Clone)]
+pub struct MergedRun {
+    pub dir: PathBuf,
+    pub summary: Summary,
+}
+
+/// The result folders named by `dirs`: each is a result folder, or a folder of result folders
+/// (as `results/` after a fleet run), taken in name order.
+pub fn expand(dirs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for d in dirs {
+        if d.join("summary.json").exists() || !d.is_dir() {
+            out.push(d.clone());
+            continue;
+        }
+        let mut inner: Vec<PathBuf> = std::fs::read_dir(d)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", d.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("summary.json").exists())
+            .collect();
+        if inner.is_empty() {
+            // Not a folder of runs either: let the loader name what is missing.
+            out.push(d.clone());
+        }
+        inner.sort();
+        out.extend(inner);
+    }
+    Ok(out)
+}
+
+/// Reads every result folder, failing on the first that is incomplete or of another format.
+pub fn load(dirs: &[PathBuf]) -> anyhow::Result<Vec<MergedRun>> {
+    let mut runs = Vec::new();
+    for dir in expand(dirs)? {
+        let summary = load_summary(&dir)?;
+        runs.push(MergedRun { dir, summary });
+    }
+    runs.sort_by(|a, b| {
+        group_key(&a.summary)
+            .cmp(&group_key(&b.summary))
+            .then(a.dir.cmp(&b.dir))
+    });
+    Ok(runs)
+}
+
+fn group_key(s: &Summary) -> (String, String) {
+    (s.device.name.clone(), s.device.driver_version.clone())
+}
+
+/// The CSV header: one row per run, raw bytes, empty where not measured.
+pub fn header() -> Vec<String> {
+    let mut h: Vec<String> = [
+        "format_version",
+        "dir",
+        "workload",
+        "device",
+        "driver_version",
+        "backend",
+        "profile",
+        "device_index",
+        "uuid",
+        "device_total_bytes",
+        "started_utc",
+        "status",
+        "exit_code",
+        "idle_device_free_bytes",
+        "idle_device_used_bytes",
+        "context_overhead_bytes",
+    ]
+    .map(String::from)
+    .to_vec();
+    h.extend(View::ALL.iter().map(|v| format!("peak_{}", v.key())));
+    h.extend(
+        [
+            "poll_1hz_device_used_bytes",
+            "poll_1hz_own_bytes",
+            "headroom_at_peak_bytes",
+            "ooms",
+            "first_oom_at",
+            "first_oom_requested_bytes",
+            "first_oom_observation",
+            "expectations_held",
+            "expectations_failed",
+            "release_difference_bytes",
+        ]
+        .map(String::from),
+    );
+    h
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+fn poll_1hz(s: &Summary, v: View) -> Option<u64> {
+    s.peaks
+        .polled
+        .get("1hz")
+        .and_then(|p| p.peaks.get(v.key()).copied())
+}
+
+fn row(r: &MergedRun) -> Vec<String> {
+    let s = &r.summary;
+    let d = &s.device;
+    let idle = &s.idle.after_context;
+    let oom = s.ooms.first();
+    let mut row = vec![
+        FORMAT_VERSION.to_string(),
+        r.dir.display().to_string(),
+        s.workload.name.clone(),
+        d.name.clone(),
+        d.driver_version.clone(),
+        d.backend.clone(),
+        opt(d.profile.clone()),
+        d.index.to_string(),
+        opt(d.uuid.clone()),
+        d.total_bytes.to_string(),
+        s.started_utc.clone(),
+        status_name(s),
+        opt(s.exit_code),
+        idle.device_free_bytes.to_string(),
+        idle.device_used_bytes.to_string(),
+        opt(s.idle.context_overhead_bytes),
+    ];
+    row.extend(
+        View::ALL
+            .iter()
+            .map(|v| opt(s.peaks.run.get(v.key()).map(|p| p.bytes))),
+    );
+    row.extend([
+        opt(poll_1hz(s, View::DeviceUsed)),
+        opt(poll_1hz(s, View::OwnBytes)),
+        opt(s.peaks.headroom_at_peak_bytes),
+        s.ooms.len().to_string(),
+        opt(oom.map(|o| format!("{}/{}", o.phase, o.step))),
+        opt(oom.map(|o| o.requested_bytes)),
+        opt(oom.map(|o| o.diagnosis.observation.clone())),
+        s.expectations.iter().filter(|e| e.held).count().to_string(),
+        s.expectations
+            .iter()
+            .filter(|e| !e.held)
+            .count()
+            .to_string(),
+        opt(s.release.as_ref().map(|r| r.difference_bytes)),
+    ]);
+    row
+}
+
+/// The merged CSV.
+pub fn csv(runs: &[MergedRun]) -> anyhow::Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header())?;
+    for r in runs {
+        w.write_record(row(r))?;
+    }
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn peak(s: &Summary, v: View) -> Option<u64> {
+    s.peaks.run.get(v.key()).map(|p| p.bytes)
+}
+
+fn human(v: Option<u64>) -> String {
+    v.map_or("-".into(), |b| Bytes(b).to_string())
+}
+
+/// The merged Markdown: one table per GPU model and driver.
+pub fn markdown(runs: &[MergedRun]) -> String {
+    let mut groups: BTreeMap<(String, String), Vec<&MergedRun>> = BTreeMap::new();
+    for r in runs {
+        groups.entry(group_key(&r.summary)).or_default().push(r);
+    }
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## headroom merge: {} runs, {} GPU model/driver groups",
+        runs.len(),
+        groups.len()
+    );
+    for ((device, driver), rs) in &groups {
+        let _ = writeln!(
+            o,
+            "\n### {} · driver {} · {} run{}\n",
+            device,
+            driver,
+            rs.len(),
+            if rs.len() == 1 { "" } else { "s" }
+        );
+        let used: Vec<u64> = rs
+            .iter()
+            .filter_map(|r| peak(&r.summary, View::DeviceUsed))
+            .collect();
+        if let (Some(lo), Some(hi)) = (used.iter().min(), used.iter().max())
+            && used.len() > 1
+        {
+            let _ = writeln!(
+                o,
+                "Peak device used from {} to {} (spread {}); {} of {} runs had an OOM.\n",
+                Bytes(*lo),
+                Bytes(*hi),
+                Bytes(hi - lo),
+                rs.iter().filter(|r| !r.summary.ooms.is_empty()).count(),
+                rs.len()
+            );
+        }
+        let _ = writeln!(
+            o,
+            "| run | workload | GPU | status | idle used | peak device used | peak own | 1 Hz poll device used | headroom at peak | OOM | expectations |"
+        );
+        let _ = writeln!(
+            o,
+            "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+        );
+        for r in rs {
+            let s = &r.summary;
+            let name = r.dir.file_name().map_or(r.dir.display().to_string(), |n| {
+                n.to_string_lossy().into_owned()
+            });
+            let oom = match s.ooms.first() {
+                None => "-".to_string(),
+                Some(o) => format!(
+                    "{}/{} ({} asked){}",
+                    o.phase,
+                    o.step,
+                    Bytes(o.requested_bytes),
+                    if s.ooms.len() > 1 {
+                        format!(" +{}", s.ooms.len() - 1)
+                    } else {
+                        String::new()
+                    }
+                ),
+            };
+            let held = s.expectations.iter().filter(|e| e.held).count();
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {held}/{} held |",
+                cell(&name),
+                cell(&s.workload.name),
+                s.device.index,
+                status_name(s),
+                s.exit_code.map(|c| format!(" ({c})")).unwrap_or_default(),
+                Bytes(s.idle.after_context.device_used_bytes),
+                human(peak(s, View::DeviceUsed)),
+                human(peak(s, View::OwnBytes)),
+                human(poll_1hz(s, View::DeviceUsed)),
+                human(s.peaks.headroom_at_peak_bytes),
+                cell(&oom),
+                s.expectations.len()
+            );
+        }
+    }
+    o
+}
+
+/// Writes `bytes` to `path`, refusing to replace an existing file unless `force`.
+pub fn write_new(path: &Path, bytes: &[u8], force: bool) -> anyhow::Result<()> {
+    if path.exists() && !force {
+        anyhow::bail!(
+            "{}: already exists; pass --force to replace it",
+            path.display()
+        );
+    }
+    crate::run::outdir::write_atomic(path, bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}

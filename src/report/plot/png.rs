@@ -1,0 +1,174 @@
+//! Draws a plot `Scene` into a PNG with tiny-skia (anti-aliased paths) and the embedded font
+//! (ab_glyph coverage): pure Rust, no system library or font needed.
+
+use ab_glyph::{Font, ScaleFont, point};
+use anyhow::Context;
+use tiny_skia::{FillRule, LineJoin, Paint, PathBuilder, Pixmap, Rect, StrokeDash, Transform};
+
+use super::font::{font, px_scale, text_width};
+use super::scene::{Anchor, Color, Scene, Shape, Stroke};
+
+/// Pixels per scene unit: a 1280×720 scene becomes a 1920×1080 picture.
+pub const SCALE: f32 = 1.5;
+
+/// The PNG file for `scene`, with the scene's description in its metadata.
+pub fn render(scene: &Scene) -> anyhow::Result<Vec<u8>> {
+    let (w, h) = (
+        (scene.width * SCALE).round() as u32,
+        (scene.height * SCALE).round() as u32,
+    );
+    let mut pm = Pixmap::new(w, h).context("cannot allocate the picture")?;
+    pm.fill(tiny_skia::Color::WHITE);
+    let tf = Transform::from_scale(SCALE, SCALE);
+    for g in &scene.groups {
+        for s in &g.shapes {
+            draw(&mut pm, s, tf);
+        }
+    }
+    encode(&pm, scene)
+}
+
+fn paint(c: Color, alpha: f32) -> Paint<'static> {
+    let mut p = Paint::default();
+    p.set_color_rgba8(c.0, c.1, c.2, (alpha.clamp(0.0, 1.0) * 255.0).round() as u8);
+    p.anti_alias = true;
+    p
+}
+
+fn skia_stroke(s: &Stroke) -> tiny_skia::Stroke {
+    tiny_skia::Stroke {
+        width: s.width,
+        line_join: LineJoin::Round,
+        dash: s.dash.and_then(|[d, g]| StrokeDash::new(vec![d, g], 0.0)),
+        ..Default::default()
+    }
+}
+
+fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform) {
+    match s {
+        Shape::Rect {
+            x,
+            y,
+            w,
+            h,
+            fill,
+            opacity,
+        } => {
+            if let Some(r) = Rect::from_xywh(*x, *y, *w, *h) {
+                pm.fill_rect(r, &paint(*fill, *opacity), tf, None);
+            }
+        }
+        Shape::Path {
+            points,
+            closed,
+            fill,
+            stroke,
+        } => {
+            let mut pb = PathBuilder::new();
+            for (i, (x, y)) in points.iter().enumerate() {
+                if i == 0 {
+                    pb.move_to(*x, *y);
+                } else {
+                    pb.line_to(*x, *y);
+                }
+            }
+            if *closed {
+                pb.close();
+            }
+            let Some(path) = pb.finish() else { return };
+            if let Some(c) = fill {
+                pm.fill_path(&path, &paint(*c, 1.0), FillRule::Winding, tf, None);
+            }
+            if let Some(st) = stroke {
+                pm.stroke_path(&path, &paint(st.color, 1.0), &skia_stroke(st), tf, None);
+            }
+        }
+        Shape::Circle {
+            cx,
+            cy,
+            r,
+            fill,
+            stroke,
+        } => {
+            let Some(path) = PathBuilder::from_circle(*cx, *cy, *r) else {
+                return;
+            };
+            if let Some(c) = fill {
+                pm.fill_path(&path, &paint(*c, 1.0), FillRule::Winding, tf, None);
+            }
+            if let Some(st) = stroke {
+                pm.stroke_path(&path, &paint(st.color, 1.0), &skia_stroke(st), tf, None);
+            }
+        }
+        Shape::Text {
+            x,
+            y,
+            text,
+            size,
+            anchor,
+            color,
+        } => {
+            let w = text_width(text, *size);
+            let x = match anchor {
+                Anchor::Start => *x,
+                Anchor::Middle => x - w / 2.0,
+                Anchor::End => x - w,
+            };
+            draw_text(pm, x * SCALE, y * SCALE, text, size * SCALE, *color);
+        }
+    }
+}
+
+/// Blends glyph coverage into the (opaque) picture, glyph by glyph along the baseline.
+fn draw_text(pm: &mut Pixmap, x: f32, baseline: f32, text: &str, size: f32, c: Color) {
+    let f = font();
+    let scaled = f.as_scaled(px_scale(size));
+    let (w, h) = (pm.width() as i64, pm.height() as i64);
+    let data = pm.data_mut();
+    let mut caret = x;
+    let mut prev = None;
+    for ch in text.chars() {
+        let id = scaled.glyph_id(ch);
+        if let Some(p) = prev {
+            caret += scaled.kern(p, id);
+        }
+        let glyph = id.with_scale_and_position(scaled.scale(), point(caret, baseline));
+        caret += scaled.h_advance(id);
+        prev = Some(id);
+        let Some(outlined) = f.outline_glyph(glyph) else {
+            continue;
+        };
+        let b = outlined.px_bounds();
+        outlined.draw(|gx, gy, cov| {
+            let px = b.min.x as i64 + gx as i64;
+            let py = b.min.y as i64 + gy as i64;
+            if px < 0 || py < 0 || px >= w || py >= h {
+                return;
+            }
+            let i = ((py * w + px) * 4) as usize;
+            let a = cov.clamp(0.0, 1.0);
+            for (k, v) in [c.0, c.1, c.2].into_iter().enumerate() {
+                let d = data[i + k] as f32;
+                data[i + k] = (d + (v as f32 - d) * a).round() as u8;
+            }
+        });
+    }
+}
+
+fn encode(pm: &Pixmap, scene: &Scene) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, pm.width(), pm.height());
+    enc.set_color(png::ColorType::Rgba);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::Balanced);
+    enc.add_text_chunk(
+        "Software".into(),
+        format!("headroom {}", env!("CARGO_PKG_VERSION")),
+    )?;
+    enc.add_itxt_chunk("Description".into(), scene.description.clone())?;
+    let mut w = enc.write_header()?;
+    // Every pixel is opaque (the background is filled first), so premultiplied = straight.
+    w.write_image_data(pm.data())?;
+    w.finish()?;
+    Ok(out)
+}

@@ -1,0 +1,294 @@
+//! A finished run read back from its folder: `summary.json`, `timeline.csv` and `events.csv`,
+//! checked against the format version this build writes before anything is derived from them.
+//!
+//! Reading never writes: the derived reports are rendered from what is loaded here, and the
+//! three original files stay as the run left them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::record::timeline::FORMAT_VERSION;
+use crate::record::{NO_PHASE, Source, View};
+use crate::report::summary::Summary;
+
+/// The files every result folder holds; the rest are derived from them.
+pub const ORIGINAL_FILES: [&str; 3] = ["summary.json", "timeline.csv", "events.csv"];
+
+/// Every reading of `timeline.csv`, one column per field; empty view columns are left out.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    pub t_ns: Vec<u64>,
+    /// Index into `summary.phases`, or `NO_PHASE` outside every phase.
+    pub phase: Vec<u32>,
+    pub source: Vec<Source>,
+    pub device_free_bytes: Vec<u64>,
+    /// Indexed by `View::index()`: `None` when the view has no value in any row.
+    views: Vec<Option<Vec<Option<u64>>>>,
+}
+
+impl Timeline {
+    pub fn len(&self) -> usize {
+        self.t_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.t_ns.is_empty()
+    }
+
+    /// The column of one view, or `None` when the run never measured it.
+    pub fn view(&self, view: View) -> Option<&[Option<u64>]> {
+        self.views.get(view.index())?.as_deref()
+    }
+
+    /// `(t_ns, bytes)` of every row where `view` has a value, in time order.
+    pub fn points(&self, view: View) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.view(view)
+            .unwrap_or(&[])
+            .iter()
+            .zip(&self.t_ns)
+            .filter_map(|(v, t)| v.map(|v| (*t, v)))
+    }
+}
+
+/// One row of `events.csv`, owned.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Event {
+    pub t_ns: u64,
+    pub phase: String,
+    pub step: String,
+    pub op: String,
+    pub name: String,
+    pub stream: String,
+    pub requested_bytes: Option<u64>,
+    pub size_bytes: Option<u64>,
+    pub latency_ns: u64,
+    pub result: String,
+    pub device_free_bytes: Option<u64>,
+    pub detail: String,
+}
+
+/// Everything a finished run left in its folder.
+#[derive(Debug, Clone)]
+pub struct RunData {
+    pub dir: PathBuf,
+    pub summary: Summary,
+    pub timeline: Timeline,
+    pub events: Vec<Event>,
+}
+
+impl RunData {
+    /// Reads and checks a whole result folder.
+    pub fn load(dir: &Path) -> anyhow::Result<RunData> {
+        let summary = load_summary(dir)?;
+        Self::with_summary(dir, summary)
+    }
+
+    /// Reads the CSVs of a folder whose summary is already in hand (a run that just finished).
+    pub fn with_summary(dir: &Path, summary: Summary) -> anyhow::Result<RunData> {
+        check_files(dir)?;
+        let timeline = read_timeline(&dir.join("timeline.csv"), &summary)?;
+        let events = read_events(&dir.join("events.csv"))?;
+        Ok(RunData {
+            dir: dir.to_path_buf(),
+            summary,
+            timeline,
+            events,
+        })
+    }
+
+    /// The earliest time on the run's clock: the idle reading or the first phase.
+    pub fn t0_ns(&self) -> u64 {
+        let first = self.timeline.t_ns.first().copied().unwrap_or(u64::MAX);
+        first
+            .min(self.summary.start_ns)
+            .min(self.summary.idle.after_context.t_ns)
+    }
+
+    /// The latest time on the run's clock: the last reading or the end of the run.
+    pub fn t1_ns(&self) -> u64 {
+        let last = self.timeline.t_ns.last().copied().unwrap_or(0);
+        last.max(self.summary.end_ns.unwrap_or(0))
+            .max(self.summary.start_ns)
+    }
+}
+
+/// Fails naming the folder and every original file it lacks.
+pub fn check_files(dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        bail!("{}: no such result folder", dir.display());
+    }
+    let missing: Vec<&str> = ORIGINAL_FILES
+        .iter()
+        .copied()
+        .filter(|f| !dir.join(f).is_file())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{}: not a complete result folder: {} missing (a run writes {})",
+            dir.display(),
+            match missing.as_slice() {
+                [one] => format!("{one} is"),
+                more => format!("{} are", more.join(", ")),
+            },
+            ORIGINAL_FILES.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Reads `summary.json` of a result folder, refusing one of another format version.
+pub fn load_summary(dir: &Path) -> anyhow::Result<Summary> {
+    check_files(dir)?;
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not valid JSON", path.display()))?;
+    let Some(version) = value.get("format_version").and_then(|v| v.as_u64()) else {
+        bail!(
+            "{}: has no format_version: not a headroom summary",
+            path.display()
+        );
+    };
+    if version != u64::from(FORMAT_VERSION) {
+        let writer = value
+            .get("headroom_version")
+            .and_then(|v| v.as_str())
+            .unwrap_or("an unknown version");
+        bail!(
+            "{}: format_version {version} (written by headroom {writer}) is {} than the format_version {FORMAT_VERSION} this headroom {} reads; use a matching headroom or run the workload again",
+            path.display(),
+            if version < u64::from(FORMAT_VERSION) {
+                "older"
+            } else {
+                "newer"
+            },
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    serde_json::from_value(value).with_context(|| {
+        format!(
+            "{}: does not match format_version {FORMAT_VERSION}",
+            path.display()
+        )
+    })
+}
+
+/// The header `timeline.csv` has in this format version.
+pub fn timeline_header() -> Vec<&'static str> {
+    let mut h = vec!["t_ns", "phase", "source", "device_free_bytes"];
+    h.extend(View::ALL.iter().map(|v| v.key()));
+    h
+}
+
+fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_path(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let header = r
+        .byte_headers()
+        .with_context(|| format!("{}: cannot read the header", path.display()))?
+        .clone();
+    let expected = timeline_header();
+    let found: Vec<String> = header
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .collect();
+    if found != expected {
+        let at = expected
+            .iter()
+            .zip(&found)
+            .position(|(e, f)| e != f)
+            .unwrap_or(expected.len().min(found.len()));
+        bail!(
+            "{}: columns do not match format_version {FORMAT_VERSION}: column {} should be {:?}, found {:?}",
+            path.display(),
+            at + 1,
+            expected.get(at).copied().unwrap_or("(none)"),
+            found.get(at).map(String::as_str).unwrap_or("(none)")
+        );
+    }
+    let phase_index: HashMap<&str, u32> = summary
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i as u32))
+        .collect();
+    let mut tl = Timeline::default();
+    let mut views: Vec<Vec<Option<u64>>> = vec![Vec::new(); View::COUNT];
+    let mut record = csv::ByteRecord::new();
+    let mut line = 1u64;
+    while r
+        .read_byte_record(&mut record)
+        .with_context(|| format!("{}: cannot read line {}", path.display(), line + 1))?
+    {
+        line += 1;
+        let cell = |i: usize| record.get(i).unwrap_or_default();
+        let num = |i: usize| -> anyhow::Result<Option<u64>> {
+            let c = cell(i);
+            if c.is_empty() {
+                return Ok(None);
+            }
+            std::str::from_utf8(c)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: line {line}, column {}: {:?} is not a whole number",
+                        path.display(),
+                        expected[i],
+                        String::from_utf8_lossy(c)
+                    )
+                })
+        };
+        let required = |i: usize| -> anyhow::Result<u64> {
+            num(i)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: line {line}, column {} is empty",
+                    path.display(),
+                    expected[i]
+                )
+            })
+        };
+        tl.t_ns.push(required(0)?);
+        let phase = String::from_utf8_lossy(cell(1));
+        tl.phase.push(if phase.is_empty() {
+            NO_PHASE
+        } else {
+            *phase_index.get(phase.as_ref()).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: line {line}: phase {phase:?} is not in summary.json",
+                    path.display()
+                )
+            })?
+        });
+        let source = String::from_utf8_lossy(cell(2));
+        tl.source.push(Source::parse(&source).ok_or_else(|| {
+            anyhow::anyhow!("{}: line {line}: unknown source {source:?}", path.display())
+        })?);
+        tl.device_free_bytes.push(required(3)?);
+        for (k, col) in views.iter_mut().enumerate() {
+            col.push(num(4 + k)?);
+        }
+    }
+    tl.views = views
+        .into_iter()
+        .map(|col| col.iter().any(Option::is_some).then_some(col))
+        .collect();
+    Ok(tl)
+}
+
+fn read_events(path: &Path) -> anyhow::Result<Vec<Event>> {
+    let mut r =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, row) in r.deserialize::<Event>().enumerate() {
+        out.push(row.with_context(|| format!("{}: line {}", path.display(), i + 2))?);
+    }
+    Ok(out)
+}
