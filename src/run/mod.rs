@@ -8,6 +8,7 @@
 
 mod exec;
 pub mod outdir;
+mod progress;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,8 @@ pub struct RunOptions {
     pub fail_on_mismatch: bool,
     /// Set by Ctrl-C; checked between actions.
     pub interrupted: Arc<AtomicBool>,
+    /// A progress bar on stderr (shown only on a terminal, for runs over a second).
+    pub progress: bool,
 }
 
 impl Default for RunOptions {
@@ -60,6 +63,7 @@ impl Default for RunOptions {
             sample_interval_ns: None,
             fail_on_mismatch: false,
             interrupted: Arc::new(AtomicBool::new(false)),
+            progress: false,
         }
     }
 }
@@ -122,6 +126,7 @@ pub(crate) struct Runner<'w, 'd> {
     pub interrupted: Arc<AtomicBool>,
     /// Whether kernels were loaded or the stack raised: memory the context keeps.
     pub context_grew: bool,
+    pub progress: progress::Progress,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -229,6 +234,10 @@ pub fn run_on(
         watermark_slack_ns,
         interrupted: opts.interrupted.clone(),
         context_grew: false,
+        progress: progress::Progress::new(
+            opts.progress,
+            wl.phases.iter().map(|p| p.actions.len() as u64).sum(),
+        ),
     };
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
@@ -330,6 +339,9 @@ impl Runner<'_, '_> {
             ps.start_ns = Some(self.dev.now_ns());
             let mut stop = None;
             for planned in &phase.actions {
+                let done = summary.phases.iter().map(|p| p.actions_run).sum();
+                self.progress
+                    .step(pi, wl.phases.len(), &phase.name, &planned.label, done);
                 if self.interrupted.load(Ordering::Relaxed) {
                     stop = Some(Stop::Interrupted);
                     break;
@@ -404,6 +416,7 @@ impl Runner<'_, '_> {
         let mem = self.dev.mem_info().context("cuMemGetInfo failed")?;
         let t1 = self.dev.now_ns();
         self.query_latency.record(t1 - t0);
+        self.progress.device_used(mem.used_bytes());
         let r = Reading {
             t_ns: t1,
             phase: self.phase,
@@ -455,6 +468,7 @@ impl Runner<'_, '_> {
         dir: &Path,
         opts: &RunOptions,
     ) -> anyhow::Result<()> {
+        self.progress.finish();
         self.pump();
         let end_ns = self.dev.now_ns();
         summary.end_ns = Some(end_ns);
