@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod device;
+pub mod kernels;
 pub mod record;
 pub mod sampler;
 pub mod units;
