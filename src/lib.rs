@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod device;
 pub mod expect;
+pub mod kernels;
 pub mod oom;
 pub mod record;
 pub mod report;
