@@ -54,6 +54,25 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
+    /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
+    Bandwidth(BandwidthArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BandwidthArgs {
+    /// Size of each of the three buffers.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = size_arg)]
+    pub size: u64,
+    /// Timed launches per operation (after one warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub repeats: u32,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report to this file (which must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
 pub mod alloc;
+pub mod bandwidth;
 pub mod cli;
 pub mod commands;
 pub mod device;

@@ -1,5 +1,6 @@
 //! One function per subcommand: each returns the process exit code, or an error (exit 2).
 
+mod bandwidth;
 mod devices;
 mod run;
 
@@ -13,5 +14,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
+        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
     }
 }

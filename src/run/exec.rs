@@ -393,6 +393,45 @@ impl Runner<'_, '_> {
                     ..Done::timed(0)
                 })
             }
+            Action::Copy { src, dst, .. } => {
+                let (s_ptr, bytes) = lookup(self, src)?;
+                let (d_ptr, _) = lookup(self, dst)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Copy {
+                        dst: d_ptr,
+                        src: s_ptr,
+                        bytes,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
+            Action::Triad {
+                a, b, c, scalar, ..
+            } => {
+                let (a, bytes) = lookup(self, a)?;
+                let (b, _) = lookup(self, b)?;
+                let (c, _) = lookup(self, c)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Triad {
+                        a,
+                        b,
+                        c,
+                        bytes,
+                        scalar: *scalar,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
             Action::Spin { duration_ns, .. } => {
                 self.launch(
                     Kernel::Spin {

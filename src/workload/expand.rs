@@ -50,6 +50,18 @@ pub enum Action {
         offset_bytes: u64,
         value: u32,
     },
+    Copy {
+        src: String,
+        dst: String,
+        stream: String,
+    },
+    Triad {
+        a: String,
+        b: String,
+        c: String,
+        scalar: f32,
+        stream: String,
+    },
     Spin {
         duration_ns: u64,
         stream: String,
@@ -82,6 +94,8 @@ impl Action {
             Action::Fill { .. } => "fill",
             Action::Verify { .. } => "verify",
             Action::Corrupt { .. } => "corrupt",
+            Action::Copy { .. } => "copy",
+            Action::Triad { .. } => "triad",
             Action::Spin { .. } => "spin",
             Action::Sleep { .. } => "sleep",
             Action::Synchronize { .. } => "synchronize",
@@ -102,6 +116,8 @@ impl Action {
             | Action::Verify { name, .. }
             | Action::Corrupt { name, .. }
             | Action::RecordStream { name, .. } => Some(name),
+            Action::Copy { dst, .. } => Some(dst),
+            Action::Triad { a, .. } => Some(a),
             _ => None,
         }
     }
@@ -114,6 +130,8 @@ impl Action {
             | Action::Fill { stream, .. }
             | Action::Verify { stream, .. }
             | Action::Spin { stream, .. }
+            | Action::Copy { stream, .. }
+            | Action::Triad { stream, .. }
             | Action::RecordStream { stream, .. } => Some(stream),
             Action::Synchronize { stream } => stream.as_deref(),
             _ => None,
@@ -173,6 +191,27 @@ impl Names<'_> {
         }
         members.sort();
         Ok(members.into_iter().map(|(_, k)| k).collect())
+    }
+
+    /// Kernels over several buffers need them live and of one size.
+    fn same_sizes(&self, place: &str, op: &str, names: &[&String]) -> Result<(), WorkloadError> {
+        let mut sizes = Vec::new();
+        for n in names {
+            let l = self.live.get(*n).ok_or_else(|| {
+                self.err(
+                    place,
+                    format!("{op} of {n:?}, which is not a live allocation at this point"),
+                )
+            })?;
+            sizes.push(format!("{n} is {} bytes", l.bytes));
+            if l.bytes != self.live[names[0]].bytes {
+                return Err(self.err(
+                    place,
+                    format!("{op} needs buffers of one size: {}", sizes.join(", ")),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks one primitive action and updates the live set.
@@ -247,6 +286,8 @@ impl Names<'_> {
                     format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
                 ));
             }
+            Action::Copy { src, dst, .. } => self.same_sizes(place, "copy", &[src, dst])?,
+            Action::Triad { a, b, c, .. } => self.same_sizes(place, "triad", &[a, b, c])?,
             Action::Spin { duration_ns, .. } if *duration_ns == 0 => {
                 return Err(self.err(place, "`for` must be above zero"));
             }
@@ -391,6 +432,24 @@ impl Emitter<'_, '_> {
                     value: *value,
                 })?;
             }
+            Step::Copy { src, dst, stream } => self.push(Action::Copy {
+                src: src.clone(),
+                dst: dst.clone(),
+                stream: stream.clone(),
+            })?,
+            Step::Triad {
+                a,
+                b,
+                c,
+                scalar,
+                stream,
+            } => self.push(Action::Triad {
+                a: a.clone(),
+                b: b.clone(),
+                c: c.clone(),
+                scalar: *scalar,
+                stream: stream.clone(),
+            })?,
             Step::Spin { duration, stream } => self.push(Action::Spin {
                 duration_ns: duration.0,
                 stream: stream.clone(),

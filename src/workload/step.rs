@@ -40,6 +40,9 @@ fn ws_name() -> String {
 fn kv_name() -> String {
     "kv".into()
 }
+fn default_scalar() -> f32 {
+    3.0
+}
 fn yes() -> bool {
     true
 }
@@ -105,6 +108,23 @@ pub enum Step {
         name: String,
         #[serde(default = "default_seed")]
         seed: u32,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Copies `src` into `dst` with the `copy` kernel (equal sizes).
+    Copy {
+        src: String,
+        dst: String,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// `a = b + scalar × c` over f32 words with the `triad` kernel (equal sizes).
+    Triad {
+        a: String,
+        b: String,
+        c: String,
+        #[serde(default = "default_scalar")]
+        scalar: f32,
         #[serde(default = "main_stream")]
         stream: String,
     },
@@ -218,6 +238,8 @@ impl Step {
             Step::Fill { .. } => "fill",
             Step::Verify { .. } => "verify",
             Step::Corrupt { .. } => "corrupt",
+            Step::Copy { .. } => "copy",
+            Step::Triad { .. } => "triad",
             Step::Spin { .. } => "spin",
             Step::Sleep { .. } => "sleep",
             Step::Synchronize { .. } => "synchronize",

@@ -150,7 +150,8 @@ pub struct CudaDevice {
     pool: Option<Pool>,
     pool_config: PoolConfig,
     plain: HashMap<DevPtr, u64>,
-    pooled: HashMap<DevPtr, StreamId>,
+    /// Live pool allocations: pointer → bytes.
+    pooled: HashMap<DevPtr, u64>,
     sampler: Option<ThreadSampler>,
     sampler_stats: Option<SamplerStats>,
     sampler_backlog: Vec<Reading>,
@@ -214,6 +215,40 @@ impl CudaDevice {
             .get(s.0 as usize)
             .map(|x| x.0)
             .ok_or_else(|| DeviceError::Invalid(format!("unknown stream {}", s.0)))
+    }
+
+    /// A kernel may only touch memory inside a live allocation: a stray write would fault the
+    /// whole context, so ranges are checked here as the simulator checks them.
+    fn check_range(&self, what: &str, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        let inside = |(base, size): (&DevPtr, &u64)| {
+            *base <= ptr && ptr.saturating_add(bytes) <= base + size
+        };
+        if self.plain.iter().any(inside) || self.pooled.iter().any(inside) {
+            Ok(())
+        } else {
+            Err(DeviceError::Invalid(format!(
+                "{what}: range {ptr:#x}+{bytes} is not inside a live allocation"
+            )))
+        }
+    }
+
+    fn check_kernel_ranges(&self, k: &Kernel) -> DevResult<()> {
+        match *k {
+            Kernel::Touch { ptr, bytes, .. }
+            | Kernel::Fill { ptr, bytes, .. }
+            | Kernel::Verify { ptr, bytes, .. }
+            | Kernel::Memset { ptr, bytes, .. } => self.check_range(k.name(), ptr, bytes),
+            Kernel::Copy { dst, src, bytes } | Kernel::DriverCopy { dst, src, bytes } => {
+                self.check_range(k.name(), src, bytes)?;
+                self.check_range(k.name(), dst, bytes)
+            }
+            Kernel::Triad { a, b, c, bytes, .. } => {
+                self.check_range(k.name(), a, bytes)?;
+                self.check_range(k.name(), b, bytes)?;
+                self.check_range(k.name(), c, bytes)
+            }
+            Kernel::Spin { .. } | Kernel::Stack { .. } => Ok(()),
+        }
     }
 
     fn bind(&self) -> DevResult<()> {
@@ -378,7 +413,7 @@ impl Device for CudaDevice {
         // SAFETY: pool and stream are live handles of this context.
         let ptr = unsafe { result::mem_pool::alloc_async(pool, bytes as usize, s) }
             .map_err(|e| driver_err("cuMemAllocFromPoolAsync", bytes, e))?;
-        self.pooled.insert(ptr, stream);
+        self.pooled.insert(ptr, bytes);
         Ok(ptr)
     }
 
@@ -419,6 +454,7 @@ impl Device for CudaDevice {
 
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let s = self.stream(stream)?;
+        self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         let mismatch = self.kernels()?.launch(kernel, s)?;
         Ok(KernelOutcome {
@@ -429,11 +465,13 @@ impl Device for CudaDevice {
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
         let s = self.stream(stream)?;
+        self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         self.kernels()?.timed(kernel, s, repeats)
     }
 
     fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+        self.check_range("write_word", addr, 4)?;
         self.bind()?;
         // SAFETY: the caller checked `addr` lies inside a live allocation of this context.
         unsafe { result::memcpy_htod_sync(addr, &[value]) }
