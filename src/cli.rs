@@ -54,9 +54,22 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// Hold device memory for a while, as another tenant would (used by workloads' `tenant`
+    /// step; also usable on its own). Prints one line once the memory is held.
+    Hold(HoldArgs),
     /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
     /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
     Bandwidth(BandwidthArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// How much to hold, e.g. 8GiB.
+    #[arg(value_parser = size_arg)]
+    pub size: u64,
+    /// How long to hold it, e.g. 30s (ends early on Ctrl-C, SIGTERM or when the parent exits).
+    #[arg(long = "for", value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: u64,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +114,10 @@ pub struct RunArgs {
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,
+    /// Run even though other processes hold memory on the GPU (their usage is recorded).
+    #[arg(long)]
+    pub shared_ok: bool,
+
     /// Print summary.json to stdout instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -16,5 +16,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod tenant;
+
 pub mod units;
 pub mod workload;

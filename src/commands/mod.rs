@@ -2,6 +2,7 @@
 
 mod bandwidth;
 mod devices;
+mod hold;
 mod run;
 
 use std::sync::Arc;
@@ -15,5 +16,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
         Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
+        Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
     }
 }

@@ -279,7 +279,14 @@ pub trait Device: Send {
     /// Stops sampling; returns what the sampler achieved.
     fn stop_sampler(&mut self) -> SamplerStats;
 
+    /// The simulator's stand-in for another process: `pid` holds `bytes` for `duration_ns`
+    /// from now. A real GPU gets a real process instead (`headroom hold`).
+    fn add_simulated_tenant(&mut self, _pid: u32, _bytes: u64, _duration_ns: u64) -> DevResult<()> {
+        Err(DeviceError::Unsupported("a simulated tenant", "cuda"))
+    }
+
     /// Frees every allocation and pool block this device still holds for the harness.
+
     /// Called at the end of every run, also after an OOM or an interrupt.
     fn release_all(&mut self) -> DevResult<()>;
 }

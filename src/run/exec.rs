@@ -11,6 +11,9 @@ use crate::record::timeline::EventRow;
 use crate::record::{Reading, View};
 use crate::report::summary::MismatchRecord;
 use crate::run::{LiveAlloc, Runner, Stop};
+use crate::tenant::TenantProcess;
+use std::time::Duration;
+
 use crate::units::{Bytes, MIB, round_up, utc_timestamp};
 use crate::workload::{Action, Planned, Via};
 
@@ -75,9 +78,26 @@ impl Runner<'_, '_> {
         let stream_name = p.action.stream().unwrap_or("main").to_string();
         let stream = self.stream(&stream_name)?;
         let name = p.action.name().unwrap_or("").to_string();
+        let is_alloc = matches!(p.action, Action::Allocate { .. });
+        if !is_alloc && self.failed_names.contains(&name) {
+            let done = Done {
+                detail: format!("skipped: the allocation of {name:?} failed earlier"),
+                ..Done::timed(0)
+            };
+            self.row(phase, p, &name, &stream_name, &done, "skipped", None)?;
+            return Ok(None);
+        }
         // Readings due before this action see the state before it.
         self.pump();
         let res = self.act(p, stream);
+        if is_alloc {
+            if matches!(res, Err(Failure::Oom { .. })) {
+                self.failed_names.insert(name.clone());
+            } else {
+                self.failed_names.remove(&name);
+            }
+        }
+
         match res {
             Ok(done) => {
                 let r = self.event_reading()?;
@@ -432,6 +452,7 @@ impl Runner<'_, '_> {
                     ..Done::timed(self.dev.now_ns() - t0)
                 })
             }
+            Action::Tenant { bytes, duration_ns } => self.tenant(*bytes, *duration_ns),
             Action::Spin { duration_ns, .. } => {
                 self.launch(
                     Kernel::Spin {
@@ -489,6 +510,49 @@ impl Runner<'_, '_> {
                 Ok(Done::timed(0))
             }
         }
+    }
+
+    /// Starts another tenant: a `headroom hold` child where processes are launched, and the
+    /// simulator's accounting of it on sim.
+    fn tenant(&mut self, bytes: u64, duration_ns: u64) -> Result<Done, Failure> {
+        let mut detail = String::new();
+        let mut pid = 4_000_000 + self.tenants.len() as u32;
+        if let Some(launch) = &self.tenant_launch {
+            let t = TenantProcess::spawn(
+                &launch.exe,
+                &launch.device_args,
+                bytes,
+                duration_ns,
+                Duration::from_secs(60),
+            )
+            .map_err(|e| Failure::Error(format!("{e:#}")))?;
+            pid = t.pid;
+            detail = t.ready_line.clone();
+            self.tenants.push(t);
+        }
+        if self.dev.info().backend == "sim" {
+            match self.dev.add_simulated_tenant(pid, bytes, duration_ns) {
+                Ok(()) => {}
+                Err(DeviceError::OutOfMemory { .. }) => {
+                    let free = self.dev.mem_info()?.free_bytes;
+                    return Err(Failure::Error(format!(
+                        "the tenant could not take {}: only {} is free",
+                        Bytes(bytes),
+                        Bytes(free)
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if detail.is_empty() {
+                detail =
+                    format!("simulated tenant pid {pid} holds {bytes} bytes for {duration_ns} ns");
+            }
+        }
+        Ok(Done {
+            requested_bytes: Some(bytes),
+            detail,
+            ..Done::timed(0)
+        })
     }
 
     /// The host waits, in slices on a real GPU so the sampler is drained and Ctrl-C is heard.

@@ -45,6 +45,9 @@ pub struct RunOptions {
     pub sample_interval_ns: Option<u64>,
     /// Every `verify` mismatch fails the run (exit 1).
     pub fail_on_mismatch: bool,
+    /// How `tenant` steps start a real process (`headroom hold`); `None` on the simulator,
+    /// which models the tenant instead.
+    pub tenant_launch: Option<TenantLaunch>,
     /// Set by Ctrl-C; checked between actions.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -59,9 +62,18 @@ impl Default for RunOptions {
             keep_free_bytes: None,
             sample_interval_ns: None,
             fail_on_mismatch: false,
+            tenant_launch: None,
             interrupted: Arc::new(AtomicBool::new(false)),
         }
     }
+}
+
+/// The command that starts a tenant process: this executable and the device arguments that
+/// select the same GPU.
+#[derive(Debug, Clone)]
+pub struct TenantLaunch {
+    pub exe: PathBuf,
+    pub device_args: Vec<String>,
 }
 
 /// The floor of free memory a run keeps unless OOM is allowed: 1 GiB, or a sixteenth of a
@@ -122,6 +134,11 @@ pub(crate) struct Runner<'w, 'd> {
     pub interrupted: Arc<AtomicBool>,
     /// Whether kernels were loaded or the stack raised: memory the context keeps.
     pub context_grew: bool,
+    /// `headroom hold` children started by `tenant` steps; stopped and reaped at the end.
+    pub tenants: Vec<crate::tenant::TenantProcess>,
+    pub tenant_launch: Option<TenantLaunch>,
+    /// Names whose allocation hit an OOM the workload continued past.
+    pub failed_names: std::collections::HashSet<String>,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -229,6 +246,9 @@ pub fn run_on(
         watermark_slack_ns,
         interrupted: opts.interrupted.clone(),
         context_grew: false,
+        failed_names: Default::default(),
+        tenants: Vec::new(),
+        tenant_launch: opts.tenant_launch.clone(),
     };
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
@@ -336,6 +356,9 @@ impl Runner<'_, '_> {
                 }
                 match self.exec(&phase.name, planned) {
                     Ok(None) => summary.phases[pi].actions_run += 1,
+                    Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
+                        summary.phases[pi].actions_run += 1;
+                    }
                     Ok(Some(s)) => {
                         if s == Stop::Oom {
                             summary.phases[pi].actions_run += 1;
@@ -479,6 +502,13 @@ impl Runner<'_, '_> {
         }
         self.live.clear();
         self.driver_bytes = 0;
+        for t in self.tenants.drain(..) {
+            let pid = t.pid;
+            if let Err(e) = t.stop() {
+                release_errors.push(format!("tenant pid {pid}: {e:#}"));
+            }
+        }
+
         if let Err(e) = self.alloc.release_all(&mut *self.dev) {
             release_errors.push(format!("allocator: {e}"));
         }

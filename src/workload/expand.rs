@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::units::Bytes;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
-use crate::workload::step::{ActivationMode, Step, ViaSpec};
+use crate::workload::step::{ActivationMode, OnOom, Step, ViaSpec};
+
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::step::ViaSpec as Via;
@@ -83,6 +84,10 @@ pub enum Action {
     Stack {
         frame_bytes: u64,
     },
+    Tenant {
+        bytes: u64,
+        duration_ns: u64,
+    },
 }
 
 impl Action {
@@ -103,6 +108,7 @@ impl Action {
             Action::EmptyCache => "empty_cache",
             Action::RecordStream { .. } => "record_stream",
             Action::Stack { .. } => "stack",
+            Action::Tenant { .. } => "tenant",
         }
     }
 
@@ -148,6 +154,8 @@ pub struct Planned {
     /// The `op` of the step as written (`kv`, `repeat`, `allocate`, …).
     pub origin: &'static str,
     pub action: Action,
+    /// An OOM at this action is recorded and the run goes on (`on_oom = "continue"`).
+    pub continue_on_oom: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -324,6 +332,7 @@ struct Emitter<'n, 'f> {
     out: Vec<Planned>,
     /// Whether the step expands to more than one action (then labels get a sub-index).
     multi: bool,
+    continue_on_oom: bool,
 }
 
 impl Emitter<'_, '_> {
@@ -338,7 +347,9 @@ impl Emitter<'_, '_> {
             label,
             origin: self.origin,
             action,
+            continue_on_oom: self.continue_on_oom,
         });
+
         Ok(())
     }
 
@@ -371,7 +382,9 @@ impl Emitter<'_, '_> {
                 count,
                 via,
                 stream,
+                on_oom,
             } => {
+                self.continue_on_oom = *on_oom == OnOom::Continue;
                 if *count == 0 {
                     return Err(self.err("count must be at least 1"));
                 }
@@ -386,7 +399,7 @@ impl Emitter<'_, '_> {
                     };
                     self.push(Action::Allocate {
                         name: n,
-                        bytes: size.0,
+                        bytes: size.resolve(self.names.total_bytes),
                         via: *via,
                         stream: stream.clone(),
                     })?;
@@ -431,6 +444,16 @@ impl Emitter<'_, '_> {
                     offset_bytes: offset.0,
                     value: *value,
                 })?;
+            }
+            Step::Tenant { size, duration } => {
+                let bytes = size.resolve(self.names.total_bytes);
+                if bytes == 0 || duration.0 == 0 {
+                    return Err(self.err("a tenant needs a size and a duration above zero"));
+                }
+                self.push(Action::Tenant {
+                    bytes,
+                    duration_ns: duration.0,
+                })?
             }
             Step::Copy { src, dst, stream } => self.push(Action::Copy {
                 src: src.clone(),
@@ -510,14 +533,14 @@ impl Emitter<'_, '_> {
                 tensors,
                 touch,
             } => {
-                if *tensors == 0 || total.0 < *tensors as u64 {
+                if *tensors == 0 || total.resolve(self.names.total_bytes) < *tensors as u64 {
                     return Err(self.err(
                         "weights needs tensors ≥ 1 and a total of at least one byte per tensor",
                     ));
                 }
                 self.multi = true;
-                let each = total.0 / *tensors as u64;
-                let last = total.0 - each * (*tensors as u64 - 1);
+                let each = total.resolve(self.names.total_bytes) / *tensors as u64;
+                let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
                 for i in 0..*tensors {
                     let n = format!("{name}[{i}]");
                     let bytes = if i + 1 == *tensors { last } else { each };
@@ -548,6 +571,7 @@ impl Emitter<'_, '_> {
                     return Err(self.err("layers must be at least 1"));
                 }
                 self.multi = true;
+                let total = self.names.total_bytes;
                 let alloc = |n: String, bytes: u64| Action::Allocate {
                     name: n,
                     bytes,
@@ -558,7 +582,7 @@ impl Emitter<'_, '_> {
                 let scratch_n = format!("{name}.scratch");
                 let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
                     if let Some(s) = scratch {
-                        e.push(alloc(scratch_n.clone(), s.0))?;
+                        e.push(alloc(scratch_n.clone(), s.resolve(total)))?;
                     }
                     if layer_time.0 > 0 {
                         e.push(Action::Sleep {
@@ -573,7 +597,7 @@ impl Emitter<'_, '_> {
                     Ok(())
                 };
                 for i in 0..*layers {
-                    self.push(alloc(layer_n(i), size.0))?;
+                    self.push(alloc(layer_n(i), size.resolve(total)))?;
                     layer_body(self)?;
                     if *mode == ActivationMode::Inference && i > 0 {
                         self.push(Action::Free {
@@ -608,7 +632,7 @@ impl Emitter<'_, '_> {
                 for r in 0..*repeats {
                     self.push(Action::Allocate {
                         name: name.clone(),
-                        bytes: size.0,
+                        bytes: size.resolve(self.names.total_bytes),
                         via: *via,
                         stream: "main".into(),
                     })?;
@@ -750,6 +774,7 @@ pub fn expand(
                 origin: step.op(),
                 out: Vec::new(),
                 multi: false,
+                continue_on_oom: false,
             };
             e.step(step)?;
             actions.extend(e.out);

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{DurationNs, Size};
+use crate::units::{DurationNs, Size, SizeSpec};
 
 fn one() -> u32 {
     1
@@ -59,7 +59,17 @@ pub enum ViaSpec {
     Driver,
 }
 
+/// What an out-of-memory at a step does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOom {
+    #[default]
+    Stop,
+    Continue,
+}
+
 /// The order a training-like activation chain frees in.
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActivationMode {
@@ -77,13 +87,17 @@ pub enum Step {
     /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`).
     Allocate {
         name: String,
-        size: Size,
+        size: SizeSpec,
         #[serde(default = "one")]
         count: u32,
         #[serde(default)]
         via: ViaSpec,
         #[serde(default = "main_stream")]
         stream: String,
+        /// What an OOM at this step does: `stop` the run (default) or `continue` after
+        /// recording it (to show what happens next, e.g. the same request after a synchronize).
+        #[serde(default)]
+        on_oom: OnOom,
     },
     /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…).
     Free { name: String },
@@ -162,6 +176,13 @@ pub enum Step {
     RecordStream { name: String, stream: String },
     /// Launches a kernel needing `frame` bytes of stack per thread.
     Stack { frame: Size },
+    /// Another process takes `size` for a while (`headroom hold` on a real GPU; a simulated
+    /// tenant on the simulator), as a second tenant would.
+    Tenant {
+        size: SizeSpec,
+        #[serde(rename = "for")]
+        duration: DurationNs,
+    },
     /// Repeats the inner steps.
     Repeat { times: u32, steps: Vec<toml::Value> },
 
@@ -169,7 +190,7 @@ pub enum Step {
     Weights {
         #[serde(default = "weights_name")]
         name: String,
-        total: Size,
+        total: SizeSpec,
         #[serde(default = "one")]
         tensors: u32,
         #[serde(default = "yes")]
@@ -181,10 +202,10 @@ pub enum Step {
         name: String,
         layers: u32,
         /// Bytes each layer's output takes.
-        size: Size,
+        size: SizeSpec,
         /// A temporary allocated and freed inside each layer (e.g. an attention workspace).
         #[serde(default)]
-        scratch: Option<Size>,
+        scratch: Option<SizeSpec>,
         #[serde(default)]
         mode: ActivationMode,
         /// Host time each layer takes.
@@ -195,7 +216,7 @@ pub enum Step {
     Workspace {
         #[serde(default = "ws_name")]
         name: String,
-        size: Size,
+        size: SizeSpec,
         #[serde(default = "one")]
         repeats: u32,
         /// How long each temporary is held.
@@ -248,6 +269,8 @@ impl Step {
             Step::RecordStream { .. } => "record_stream",
             Step::Stack { .. } => "stack",
             Step::Repeat { .. } => "repeat",
+            Step::Tenant { .. } => "tenant",
+
             Step::Weights { .. } => "weights",
             Step::Activations { .. } => "activations",
             Step::Workspace { .. } => "workspace",

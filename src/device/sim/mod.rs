@@ -543,10 +543,27 @@ impl Device for SimDevice {
         }
     }
 
+    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
+        if bytes > self.free_at(self.host_ns) {
+            return Err(DeviceError::OutOfMemory {
+                requested_bytes: bytes,
+            });
+        }
+        self.add_tenant(pid, bytes, Some(duration_ns));
+        Ok(())
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.host_ns = self
             .host_ns
             .max(self.streams.iter().copied().max().unwrap_or(0));
+        // Tenants a workload started end with it; the profile's own stay.
+        let now = self.host_ns;
+        let first_runtime = self.profile.other_processes.len();
+        for t in &mut self.tenants[first_runtime..] {
+            t.end_ns = t.end_ns.min(now);
+        }
+
         self.large.clear();
         self.large_bytes = 0;
         self.small.clear();
