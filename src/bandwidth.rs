@@ -262,8 +262,8 @@ pub fn render(r: &BandwidthReport) -> String {
     );
     let _ = writeln!(
         o,
-        "{:<14} {:>12} {:>12}  {}",
-        "operation", "GB/s", "time", "bytes counted"
+        "{:<14} {:>12} {:>12}  bytes counted",
+        "operation", "GB/s", "time"
     );
     for row in &r.rows {
         let _ = writeln!(

@@ -286,7 +286,6 @@ pub trait Device: Send {
     }
 
     /// Frees every allocation and pool block this device still holds for the harness.
-
     /// Called at the end of every run, also after an OOM or an interrupt.
     fn release_all(&mut self) -> DevResult<()>;
 }
