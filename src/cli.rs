@@ -54,12 +54,25 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// Measure what the simulator needs from this device and write it as a profile TOML
+    /// (load it with --profile FILE).
+    Calibrate(CalibrateArgs),
     /// Hold device memory for a while, as another tenant would (used by workloads' `tenant`
     /// step; also usable on its own). Prints one line once the memory is held.
     Hold(HoldArgs),
     /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
     /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
     Bandwidth(BandwidthArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Where to write the profile (must not exist).
+    #[arg(long, value_name = "FILE", default_value = "calibrated-profile.toml")]
+    pub out: PathBuf,
+    /// The profile's name.
+    #[arg(long, default_value = "calibrated")]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]

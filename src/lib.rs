@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod bandwidth;
+pub mod calibrate;
 pub mod cli;
 pub mod commands;
 pub mod device;

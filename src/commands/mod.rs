@@ -1,6 +1,7 @@
 //! One function per subcommand: each returns the process exit code, or an error (exit 2).
 
 mod bandwidth;
+mod calibrate;
 mod devices;
 mod hold;
 mod run;
@@ -17,5 +18,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
         Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
+        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
     }
 }

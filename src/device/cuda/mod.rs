@@ -162,13 +162,14 @@ pub struct CudaDevice {
 impl CudaDevice {
     /// Opens device `index`. Call `probe` first: without libcuda cudarc would panic.
     /// Returns the device and NVML's reading from before the context existed.
-    pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>)> {
+    pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>, u64)> {
         let facts = device_facts(index)?;
         let nvml = NvmlDevice::open(&facts.uuid);
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
         let ctx = CudaContext::new(index as usize)
             .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
+        let context_create_ns = origin.elapsed().as_nanos() as u64;
         // SAFETY: the harness never uses cudarc's owning slices, which are what tracking protects.
         unsafe { ctx.disable_event_tracking() };
         let main = result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -207,7 +208,7 @@ impl CudaDevice {
             nvml,
             kernels: None,
         };
-        Ok((dev, before_context))
+        Ok((dev, before_context, context_create_ns))
     }
 
     fn stream(&self, s: StreamId) -> DevResult<sys::CUstream> {

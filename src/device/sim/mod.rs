@@ -276,7 +276,10 @@ impl SimDevice {
             }
             Kernel::Spin { .. } => {}
             Kernel::Stack { frame_bytes } => {
-                let per_thread = (frame_bytes as u64).div_ceil(16) * 16;
+                // The kernel that runs is the smallest `stack_*` variant that holds the frame,
+                // as on the real GPU; its frame is what the driver reserves for.
+                let f = crate::kernels::stack_function(frame_bytes)?;
+                let per_thread = f.frame_bytes().unwrap_or(frame_bytes) as u64;
                 if per_thread > self.stack_per_thread_bytes {
                     let threads = self.profile.multiprocessors as u64
                         * self.profile.stack.threads_per_multiprocessor as u64;
