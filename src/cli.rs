@@ -57,6 +57,9 @@ pub enum Command {
     /// Measure what the simulator needs from this device and write it as a profile TOML
     /// (load it with --profile FILE).
     Calibrate(CalibrateArgs),
+    /// Compare runs of the same workloads on the real GPU and on the simulator: per workload
+    /// and view, real vs simulated peak, and whether OOM outcomes agree (exit 1 if not).
+    Crosscheck(CrosscheckArgs),
     /// Hold device memory for a while, as another tenant would (used by workloads' `tenant`
     /// step; also usable on its own). Prints one line once the memory is held.
     Hold(HoldArgs),
@@ -73,6 +76,20 @@ pub struct CalibrateArgs {
     /// The profile's name.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CrosscheckArgs {
+    /// A folder of run folders from the real GPU (e.g. `--results DIR` of `headroom run`).
+    pub real: PathBuf,
+    /// A folder of run folders of the same workloads on the simulator.
+    pub sim: PathBuf,
+    /// Also write the table as CSV (raw bytes) to this file (which must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

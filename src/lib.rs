@@ -9,6 +9,7 @@ pub mod bandwidth;
 pub mod calibrate;
 pub mod cli;
 pub mod commands;
+pub mod crosscheck;
 pub mod device;
 pub mod expect;
 pub mod kernels;

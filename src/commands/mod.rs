@@ -2,6 +2,7 @@
 
 mod bandwidth;
 mod calibrate;
+mod crosscheck;
 mod devices;
 mod hold;
 mod run;
@@ -19,5 +20,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
         Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
+        Command::Crosscheck(args) => crosscheck::crosscheck(&args),
     }
 }
