@@ -2,9 +2,11 @@
 //!
 //! Following RMM's shape, an allocator gets its memory from an upstream (here the device,
 //! passed in on every call) and adds one concern. `direct` asks the driver for every request;
-//! `pool` uses the driver's stream-ordered pool. Each reports its own views (`alloc_*`), which
-//! are never added to the device's: allocated memory sits inside reserved memory.
+//! `pool` uses the driver's stream-ordered pool; `caching` models PyTorch's caching allocator.
+//! Each reports its own views (`alloc_*`), which are never added to the device's: allocated
+//! memory sits inside reserved memory.
 
+pub mod caching;
 pub mod direct;
 pub mod pool;
 
@@ -149,6 +151,8 @@ pub trait Allocator: Send {
 pub enum AllocatorSpec {
     Direct,
     Pool(PoolConfig),
+    /// PyTorch's caching allocator with its settings (`caching::CachingConfig::parse`).
+    Caching(caching::CachingConfig),
 }
 
 impl AllocatorSpec {
@@ -156,6 +160,7 @@ impl AllocatorSpec {
         match self {
             AllocatorSpec::Direct => "direct",
             AllocatorSpec::Pool(_) => "pool",
+            AllocatorSpec::Caching(_) => "caching",
         }
     }
 
@@ -166,6 +171,9 @@ impl AllocatorSpec {
             AllocatorSpec::Pool(cfg) => {
                 dev.pool_configure(*cfg).map_err(AllocError::Device)?;
                 Box::new(pool::PoolAllocator::default())
+            }
+            AllocatorSpec::Caching(cfg) => {
+                Box::new(caching::CachingAllocator::new(cfg.clone(), dev)?)
             }
         })
     }
