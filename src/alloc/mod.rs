@@ -6,9 +6,12 @@
 //! Each reports its own views (`alloc_*`), which are never added to the device's: allocated
 //! memory sits inside reserved memory.
 
+pub mod adaptors;
 pub mod caching;
 pub mod direct;
 pub mod pool;
+pub mod ptr_map;
+pub mod replay;
 
 use serde::{Deserialize, Serialize};
 
@@ -176,6 +179,23 @@ impl AllocatorSpec {
                 Box::new(caching::CachingAllocator::new(cfg.clone(), dev)?)
             }
         })
+    }
+}
+
+/// The allocator and its settings for people: `direct`, `pool (release threshold …)`,
+/// `caching (max_split_size_mb:128)`.
+impl std::fmt::Display for AllocatorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocatorSpec::Direct => f.write_str("direct"),
+            AllocatorSpec::Pool(c) => write!(
+                f,
+                "pool (release threshold {} bytes, opportunistic reuse {}, internal dependencies {})",
+                c.release_threshold_bytes, c.reuse_opportunistic, c.reuse_internal_dependencies
+            ),
+            AllocatorSpec::Caching(c) if c.to_string().is_empty() => f.write_str("caching"),
+            AllocatorSpec::Caching(c) => write!(f, "caching ({c})"),
+        }
     }
 }
 

@@ -6,8 +6,7 @@
 //! (PyTorch's `BlockPool::blocks` with `BlockComparatorSize`); unmapped pieces of expandable
 //! segments are indexed by address (`BlockPool::unmapped`, `BlockComparatorAddress`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 use crate::device::{DevPtr, StreamId};
 
@@ -206,31 +205,3 @@ impl Streams {
         v
     }
 }
-
-/// A multiply-xorshift hasher for device addresses (aligned, so the low bits carry little):
-/// much cheaper than SipHash on the allocate/free path, and addresses are not adversarial.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct PtrHasher(u64);
-
-impl Hasher for PtrHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        let x = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 29);
-    }
-}
-
-/// Live allocations: address → block index.
-pub(crate) type PtrMap = HashMap<DevPtr, u32, BuildHasherDefault<PtrHasher>>;

@@ -37,7 +37,8 @@ pub use stats::{MemoryStats, Stat, StatArray};
 use crate::alloc::{AllocError, AllocStats, Allocator, Block};
 use crate::device::{DevPtr, Device, StreamId};
 
-use arena::{Arena, PtrMap, Streams};
+use crate::alloc::ptr_map::PtrMap;
+use arena::{Arena, Streams};
 use events::PendingFrees;
 use expandable::ExpandableSegment;
 
@@ -52,7 +53,7 @@ pub struct CachingAllocator {
     arena: Arena,
     streams: Streams,
     /// Live allocations by address (PyTorch's `allocated_blocks`).
-    allocated: PtrMap,
+    allocated: PtrMap<u32>,
     pending: PendingFrees,
     /// Expandable segments by index; `None` once released.
     segments: Vec<Option<ExpandableSegment>>,
