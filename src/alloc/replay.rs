@@ -15,6 +15,9 @@
 //! Peaks are exact for the allocator's views (read after every event) and for `device_used`
 //! at every event that changed the allocator's reservation; what other processes do between
 //! those moments is not sampled.
+//!
+//! A log holds allocator calls only, not kernels: in a replay no stream has queued work, so a
+//! free left pending by `record_stream` completes at the next allocation, whatever the pacing.
 
 use std::fmt;
 use std::fs::File;

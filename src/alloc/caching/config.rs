@@ -287,6 +287,37 @@ impl CachingConfig {
         Ok(())
     }
 
+    /// Reads settings from a TOML table (a workload's `[allocator]` section without `kind`):
+    /// each key a setting by PyTorch's name (`max_split_size_mb = 128`,
+    /// `expandable_segments = true`, `roundup_power2_divisions = "[256:1,>:4]"`), and
+    /// optionally `settings = "…"` in `PYTORCH_CUDA_ALLOC_CONF` syntax, applied first.
+    pub fn from_toml(table: &toml::Table) -> Result<CachingConfig, ConfigError> {
+        let mut cfg = match table.get("settings") {
+            None => CachingConfig::default(),
+            Some(toml::Value::String(s)) => CachingConfig::parse(s)?,
+            Some(other) => return Err(bad("settings", &other.to_string(), "expected a string")),
+        };
+        for (name, value) in table.iter().filter(|(k, _)| *k != "settings") {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(true) => "True".into(),
+                toml::Value::Boolean(false) => "False".into(),
+                other => {
+                    return Err(bad(
+                        name,
+                        &other.to_string(),
+                        "expected a number, true/false or a string",
+                    ));
+                }
+            };
+            cfg.set(name, &text)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// Checks settings that only make sense together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(t) = self.garbage_collection_threshold
@@ -494,6 +525,35 @@ mod tests {
         let single = CachingConfig::parse("roundup_power2_divisions:4").unwrap();
         assert_eq!(single.roundup_power2_divisions, [4; ROUNDUP_INTERVALS]);
         assert_eq!(single.to_string(), "roundup_power2_divisions:4");
+    }
+
+    #[test]
+    fn toml_tables_use_the_same_names() {
+        let t: toml::Table = toml::from_str(
+            "settings = \"roundup_power2_divisions:4\"\nmax_split_size_mb = 256\nexpandable_segments = true\n\
+             per_process_memory_fraction = 0.5\ngarbage_collection_threshold = 0.8",
+        )
+        .unwrap();
+        let c = CachingConfig::from_toml(&t).unwrap();
+        assert_eq!(
+            c.to_string(),
+            "max_split_size_mb:256,expandable_segments:True,garbage_collection_threshold:0.8,\
+             roundup_power2_divisions:4,per_process_memory_fraction:0.5"
+        );
+        let t: toml::Table = toml::from_str("max_split_size_mb = [1, 2]").unwrap();
+        assert!(
+            CachingConfig::from_toml(&t)
+                .unwrap_err()
+                .reason
+                .contains("expected a number")
+        );
+        let t: toml::Table = toml::from_str("max_split_size_mb = -5").unwrap();
+        assert!(
+            CachingConfig::from_toml(&t)
+                .unwrap_err()
+                .to_string()
+                .contains("`max_split_size_mb:-5`")
+        );
     }
 
     #[test]

@@ -61,7 +61,13 @@ impl CachingAllocator {
         }
         let size = self.config.round_size(orig_bytes);
         let pool = PoolKind::for_rounded(size);
-        let slot = self.streams.slot(stream);
+        let slot = match self.streams.find(stream) {
+            Some(s) => s,
+            None => {
+                check_stream(dev, stream)?;
+                self.streams.slot(stream)
+            }
+        };
         let idx = match self.get_free_block(slot, pool, size) {
             Some(i) => i,
             None => {
@@ -351,4 +357,13 @@ impl CachingAllocator {
             .by_size
             .remove(&(size, ptr));
     }
+}
+
+/// A stream's first use: the device must know it (an event recorded on it says so), since
+/// blocks are cached per stream and a typo would otherwise go unnoticed until a free.
+fn check_stream(dev: &mut dyn Device, stream: StreamId) -> Result<(), AllocError> {
+    let e = dev
+        .record_event(stream)
+        .map_err(|e| AllocError::Invalid(format!("allocation on stream {}: {e}", stream.0)))?;
+    dev.event_destroy(e).map_err(AllocError::Device)
 }

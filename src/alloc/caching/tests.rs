@@ -558,6 +558,8 @@ fn bad_calls_are_errors() {
     assert!(e.to_string().contains("not live"), "{e}");
     assert!(a.record_stream(&mut d, x.ptr, MAIN).is_err());
     assert!(a.allocate(&mut d, u64::MAX, MAIN).unwrap_err().is_oom());
+    let e = a.allocate(&mut d, 100, StreamId(77)).unwrap_err();
+    assert_eq!(e.to_string(), "allocation on stream 77: unknown stream 77");
     assert_eq!(a.stats().num_ooms, 1);
     // An unknown stream fails when the free needs an event on it; the block is still freed.
     let y = a.allocate(&mut d, 100, MAIN).unwrap();

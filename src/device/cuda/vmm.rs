@@ -167,17 +167,19 @@ impl CudaVmm {
             .range(..ptr)
             .next_back()
             .is_some_and(|(m, x)| m + x.bytes > ptr);
-        let inside: Vec<DevPtr> = self.mapped.range(ptr..end).map(|(a, _)| *a).collect();
-        let cut_back = inside
-            .last()
-            .is_some_and(|a| a + self.mapped[a].bytes > end);
+        let inside: Vec<(DevPtr, u64)> = self
+            .mapped
+            .range(ptr..end)
+            .map(|(a, m)| (*a, m.bytes))
+            .collect();
+        let cut_back = inside.last().is_some_and(|(a, b)| a + b > end);
         if cut_front || cut_back || inside.is_empty() {
             return Err(DeviceError::Invalid(format!(
                 "cuMemUnmap: range {ptr:#x}+{bytes} does not cover whole mappings"
             )));
         }
         let mut first = None;
-        for a in inside {
+        for (a, _) in inside {
             if let Some(m) = self.mapped.remove(&a)
                 && let Err(e) = Self::release_mapping(a, m)
             {
