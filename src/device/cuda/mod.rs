@@ -6,7 +6,9 @@
 //! above need addresses and sizes, not typed buffers. Every allocation is tracked here so that
 //! `release_all` (and `Drop`) can give everything back, also after an OOM or an interrupt.
 
+mod events;
 mod launch;
+mod vmm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,8 +20,8 @@ use cudarc::driver::sys;
 
 use crate::device::nvml::NvmlDevice;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo, NvmlMemory,
-    PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, Kernel, KernelOutcome, MemInfo,
+    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
@@ -157,6 +159,8 @@ pub struct CudaDevice {
     sampler_backlog: Vec<Reading>,
     nvml: Option<NvmlDevice>,
     kernels: Option<KernelSet>,
+    events: events::CudaEvents,
+    vmm: vmm::CudaVmm,
 }
 
 impl CudaDevice {
@@ -207,6 +211,8 @@ impl CudaDevice {
             sampler_backlog: Vec::new(),
             nvml,
             kernels: None,
+            events: events::CudaEvents::default(),
+            vmm: vmm::CudaVmm::default(),
         };
         Ok((dev, before_context, context_create_ns))
     }
@@ -515,6 +521,51 @@ impl Device for CudaDevice {
         self.sampler_stats.unwrap_or_default()
     }
 
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.events.record(s)
+    }
+
+    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
+        self.bind()?;
+        self.events.query(event)
+    }
+
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
+        self.bind()?;
+        self.events.synchronize(event)
+    }
+
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
+        self.events.destroy(event)
+    }
+
+    fn vmm_granularity(&mut self) -> DevResult<u64> {
+        self.bind()?;
+        self.vmm.granularity(self.info.index as i32)
+    }
+
+    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        self.bind()?;
+        self.vmm.reserve(self.info.index as i32, bytes)
+    }
+
+    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.map(self.info.index as i32, ptr, bytes)
+    }
+
+    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.unmap(ptr, bytes)
+    }
+
+    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.free(ptr)
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.bind()?;
         let mut first_err = None;
@@ -537,6 +588,7 @@ impl Device for CudaDevice {
             note(unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e)));
         }
         note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        note(self.vmm.release_all());
         if let Some(Pool(pool)) = self.pool {
             // SAFETY: the pool is live and now holds no outstanding allocation.
             note(
@@ -558,6 +610,7 @@ impl Drop for CudaDevice {
             eprintln!("warning: releasing device memory at exit: {e}");
         }
         self.kernels.take();
+        let _ = self.events.destroy_all();
         if let Some(Pool(pool)) = self.pool.take() {
             // SAFETY: every allocation from the pool was freed by release_all above.
             let _ = unsafe { result::mem_pool::destroy(pool) };
