@@ -23,6 +23,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         sample_interval_ns: args.sample_interval,
         fail_on_mismatch: args.fail_on_mismatch,
         interrupted,
+        plan: None,
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {

@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub fail_on_mismatch: bool,
     /// Set by Ctrl-C; checked between actions.
     pub interrupted: Arc<AtomicBool>,
+    /// The capacity plan this run validates (`headroom validate`), copied into the summary.
+    pub plan: Option<crate::report::summary::PlanMarks>,
 }
 
 impl Default for RunOptions {
@@ -60,6 +62,7 @@ impl Default for RunOptions {
             sample_interval_ns: None,
             fail_on_mismatch: false,
             interrupted: Arc::new(AtomicBool::new(false)),
+            plan: None,
         }
     }
 }
@@ -277,7 +280,7 @@ pub fn run_on(
         mismatches: Vec::new(),
         expectations: Vec::new(),
         release: None,
-        plan: None,
+        plan: opts.plan.clone(),
         timeline_rows: 0,
         event_rows: 0,
     };
