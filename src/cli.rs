@@ -54,6 +54,10 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// The KV budget arithmetic, step by step: capacity − weights − other peak − margin.
+    Plan(crate::plan::args::PlanArgs),
+    /// Run a capacity plan on the device: measured peaks, unnamed memory, the real admission limit.
+    Validate(crate::plan::args::ValidateArgs),
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ pub mod commands;
 pub mod device;
 pub mod expect;
 pub mod oom;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod run;
