@@ -66,6 +66,10 @@ pub enum Command {
     /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
     /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
     Bandwidth(BandwidthArgs),
+    /// The KV budget arithmetic, step by step: capacity − weights − other peak − margin.
+    Plan(crate::plan::args::PlanArgs),
+    /// Run a capacity plan on the device: measured peaks, unnamed memory, the real admission limit.
+    Validate(crate::plan::args::ValidateArgs),
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ pub mod device;
 pub mod expect;
 pub mod kernels;
 pub mod oom;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod run;

@@ -5,7 +5,9 @@ mod calibrate;
 mod crosscheck;
 mod devices;
 mod hold;
+mod plan;
 mod run;
+mod validate;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -21,5 +23,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
         Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
         Command::Crosscheck(args) => crosscheck::crosscheck(&args),
+        Command::Plan(args) => plan::plan(&cli.device, &args),
+        Command::Validate(args) => validate::validate(&cli.device, &args, interrupted),
     }
 }

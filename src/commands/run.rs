@@ -32,6 +32,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         fail_on_mismatch: args.fail_on_mismatch,
         tenant_launch: tenant_launch(&opened, dev)?,
         interrupted,
+        plan: None,
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {

@@ -139,7 +139,8 @@ pub struct ExpectationResult {
 pub struct PlanMarks {
     /// The capacity the plan starts from.
     pub capacity_bytes: u64,
-    /// capacity − safety margin: device used must stay under this for the margin to hold.
+    /// Device total − safety margin: device used must stay at or under this for the margin to
+    /// hold (the margin is free memory at the true peak).
     pub margin_line_bytes: u64,
     /// The planned KV budget.
     pub kv_budget_bytes: u64,

@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub tenant_launch: Option<TenantLaunch>,
     /// Set by Ctrl-C; checked between actions.
     pub interrupted: Arc<AtomicBool>,
+    /// The capacity plan this run validates (`headroom validate`), copied into the summary.
+    pub plan: Option<crate::report::summary::PlanMarks>,
 }
 
 impl Default for RunOptions {
@@ -64,6 +66,7 @@ impl Default for RunOptions {
             fail_on_mismatch: false,
             tenant_launch: None,
             interrupted: Arc::new(AtomicBool::new(false)),
+            plan: None,
         }
     }
 }
@@ -297,7 +300,7 @@ pub fn run_on(
         mismatches: Vec::new(),
         expectations: Vec::new(),
         release: None,
-        plan: None,
+        plan: opts.plan.clone(),
         timeline_rows: 0,
         event_rows: 0,
     };
