@@ -66,10 +66,37 @@ pub enum Command {
     /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
     /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
     Bandwidth(BandwidthArgs),
+    /// Replay an allocation log (headroom's own, or RMM's CSV) against an allocator on the
+    /// device: whether it fits, its peak per view, and the first failing event.
+    Replay(ReplayArgs),
     /// The KV budget arithmetic, step by step: capacity − weights − other peak − margin.
     Plan(crate::plan::args::PlanArgs),
     /// Run a capacity plan on the device: measured peaks, unnamed memory, the real admission limit.
     Validate(crate::plan::args::ValidateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The log: headroom's allocator log (`t_ns,event,…`) or RMM's
+    /// `Thread,Time,Action,Pointer,Size,Stream` CSV.
+    pub log: PathBuf,
+    /// The allocator to replay against.
+    #[arg(long, value_parser = ["direct", "pool", "caching"], default_value = "caching")]
+    pub allocator: String,
+    /// Caching-allocator settings as PyTorch spells them, e.g.
+    /// "max_split_size_mb:128,expandable_segments:True".
+    #[arg(long, value_name = "SETTINGS")]
+    pub settings: Option<String>,
+    /// Skip malformed lines (listing them) instead of stopping at the first.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Follow the log's timestamps on the device clock (frees pending on busy streams then
+    /// complete as they did).
+    #[arg(long)]
+    pub pace: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

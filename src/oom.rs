@@ -103,6 +103,13 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         Bytes(r.idle_device_free_bytes)
     ));
 
+    if !r.retries.is_empty() {
+        findings.push(format!(
+            "Before giving up, the allocator tried: {}.",
+            r.retries.join("; ")
+        ));
+    }
+
     let others: Vec<&ProcessUsage> = r
         .processes
         .iter()

@@ -210,3 +210,50 @@ fn a_shared_gpu_is_refused_without_shared_ok() {
     let out = headroom(dir.path(), &shared);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+#[test]
+fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
+    let (_, s, out_dir, _d) = scenario("fragmentation", &[]);
+    // 3840 MiB free after the context holds 192 segments of 20 MiB, ten 2 MiB blocks each.
+    let events = csv_rows(&out_dir.join("events.csv"));
+    let full = events.iter().find(|e| e["result"] == "full").unwrap();
+    assert!(
+        full["detail"].starts_with("full after 1920 allocations"),
+        "{}",
+        full["detail"]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["op"] == "free" && e["result"] == "ok")
+            .count(),
+        1920 - 192
+    );
+    let empty = events.iter().find(|e| e["op"] == "empty_cache").unwrap();
+    assert_eq!(
+        empty["size_bytes"], "0",
+        "empty_cache frees nothing: no segment is fully free"
+    );
+    let oom = &s["ooms"][0];
+    assert_eq!(
+        (
+            oom["phase"].as_str().unwrap(),
+            oom["step"].as_str().unwrap()
+        ),
+        ("request", "1")
+    );
+    assert_eq!(u(&oom["rounded_bytes"]), 20 * MIB);
+    assert_eq!(u(&oom["alloc_reserved_bytes"]), 192 * 20 * MIB);
+    assert_eq!(u(&oom["alloc_allocated_bytes"]), 192 * 2 * MIB);
+    assert_eq!(u(&oom["reserved_but_unallocated_bytes"]), 192 * 18 * MIB);
+    assert_eq!(u(&oom["largest_free_block_bytes"]), 18 * MIB);
+    assert_eq!(u(&oom["inactive_split_count"]), 192);
+    assert_eq!(u(&oom["device_free_bytes"]), 0);
+    assert!(!oom["retries"].as_array().unwrap().is_empty());
+    assert_eq!(
+        oom["diagnosis"]["observation"],
+        "Reserved is larger than allocated"
+    );
+    assert_eq!(oom["diagnosis"]["causes"][0], "fragmentation");
+    assert_eq!(s["release"]["difference_bytes"], 0);
+}

@@ -304,3 +304,69 @@ fn the_report_names_the_allocator_and_device() {
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["peaks"]["alloc_reserved"]["bytes"], 22 * MIB);
 }
+
+#[test]
+fn the_replay_command_exits_by_whether_the_log_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rmm.csv");
+    let fitting: String = RMM_LOG
+        .lines()
+        .filter(|l| !l.contains("failure"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&log, fitting).unwrap();
+    let bin = env!("CARGO_BIN_EXE_headroom");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let out = run(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--profile",
+        "tiny-4g",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["fits"], true);
+    // 5 GiB in one allocation cannot fit on a 4 GiB device: exit 1 with the failing line.
+    std::fs::write(
+        &log,
+        "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x1000,5368709120,0x0\n",
+    )
+    .unwrap();
+    let out = run(&["replay", log.to_str().unwrap(), "--profile", "tiny-4g"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A malformed line stops the replay with its number, exit 2.
+    std::fs::write(
+        &log,
+        "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x1000,lots,0x0\n",
+    )
+    .unwrap();
+    let out = run(&["replay", log.to_str().unwrap(), "--profile", "tiny-4g"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--profile",
+        "tiny-4g",
+        "--allocator",
+        "direct",
+        "--settings",
+        "x:1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}

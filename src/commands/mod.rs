@@ -6,6 +6,7 @@ mod crosscheck;
 mod devices;
 mod hold;
 mod plan;
+mod replay;
 mod run;
 mod validate;
 
@@ -23,6 +24,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
         Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
         Command::Crosscheck(args) => crosscheck::crosscheck(&args),
+        Command::Replay(args) => replay::replay(&cli.device, &args),
         Command::Plan(args) => plan::plan(&cli.device, &args),
         Command::Validate(args) => validate::validate(&cli.device, &args, interrupted),
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::units::Bytes;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
-use crate::workload::step::{ActivationMode, OnOom, Step, ViaSpec};
+use crate::workload::step::{ActivationMode, Count, OnOom, Step, ViaSpec};
 
 use crate::workload::{Phase, Workload};
 
@@ -88,6 +88,18 @@ pub enum Action {
         bytes: u64,
         duration_ns: u64,
     },
+    /// Allocates `name[0]`, `name[1]`, … until the allocator or device refuses.
+    FillDevice {
+        name: String,
+        bytes: u64,
+        via: Via,
+        stream: String,
+    },
+    /// Frees the live members of a group filled at run time, keeping every `keep_every`-th.
+    FreeGroup {
+        name: String,
+        keep_every: Option<u32>,
+    },
 }
 
 impl Action {
@@ -109,6 +121,8 @@ impl Action {
             Action::RecordStream { .. } => "record_stream",
             Action::Stack { .. } => "stack",
             Action::Tenant { .. } => "tenant",
+            Action::FillDevice { .. } => "allocate",
+            Action::FreeGroup { .. } => "free",
         }
     }
 
@@ -123,6 +137,7 @@ impl Action {
             | Action::Corrupt { name, .. }
             | Action::RecordStream { name, .. } => Some(name),
             Action::Copy { dst, .. } => Some(dst),
+            Action::FillDevice { name, .. } | Action::FreeGroup { name, .. } => Some(name),
             Action::Triad { a, .. } => Some(a),
             _ => None,
         }
@@ -132,6 +147,7 @@ impl Action {
     pub fn stream(&self) -> Option<&str> {
         match self {
             Action::Allocate { stream, .. }
+            | Action::FillDevice { stream, .. }
             | Action::Touch { stream, .. }
             | Action::Fill { stream, .. }
             | Action::Verify { stream, .. }
@@ -169,6 +185,8 @@ struct Names<'a> {
     file: &'a Path,
     total_bytes: u64,
     live: BTreeMap<String, LiveName>,
+    /// Groups allocated with `count = "fill"`: their members are known only at run time.
+    filled: std::collections::BTreeSet<String>,
 }
 
 impl Names<'_> {
@@ -178,6 +196,12 @@ impl Names<'_> {
 
     /// Exact name if live, else every live member `name[i]` of the group, in index order.
     fn resolve(&self, place: &str, op: &str, name: &str) -> Result<Vec<String>, WorkloadError> {
+        if self.filled.contains(name) {
+            return Err(self.err(
+                place,
+                format!("{op} of {name:?}: its members are allocated until the device is full, so only `free` can name them"),
+            ));
+        }
         if self.live.contains_key(name) {
             return Ok(vec![name.to_string()]);
         }
@@ -257,6 +281,25 @@ impl Names<'_> {
             }
             Action::Free { name } => {
                 self.live.remove(name);
+            }
+            Action::FillDevice { name, bytes, .. } => {
+                check_name(self, place, name)?;
+                if *bytes == 0 {
+                    return Err(self.err(place, "size must be above zero"));
+                }
+                if self.live.contains_key(name) || self.filled.contains(name) {
+                    return Err(self.err(
+                        place,
+                        format!("{name:?} is already live; free it first or use another name"),
+                    ));
+                }
+                self.filled.insert(name.clone());
+            }
+            Action::FreeGroup {
+                name,
+                keep_every: None,
+            } => {
+                self.filled.remove(name);
             }
             Action::Fill { name, .. } => {
                 if let Some(l) = self.live.get_mut(name) {
@@ -374,6 +417,46 @@ impl Emitter<'_, '_> {
         self.names.err(&self.place, msg)
     }
 
+    /// A free of one name, a group, or a group but every `keep_every`-th member.
+    fn free(&mut self, name: &str, keep_every: Option<u32>) -> Result<(), WorkloadError> {
+        if keep_every == Some(0) {
+            return Err(self.err("keep_every must be at least 1"));
+        }
+        if self.names.filled.contains(name) {
+            return self.push(Action::FreeGroup {
+                name: name.to_string(),
+                keep_every,
+            });
+        }
+        let members = self.names.resolve(&self.place, "free", name)?;
+        if keep_every.is_some() && members.len() == 1 && members[0] == name {
+            return Err(self.err(format!(
+                "keep_every needs a group; {name:?} is one allocation"
+            )));
+        }
+        let prefix = format!("{name}[");
+        let freed: Vec<String> = members
+            .into_iter()
+            .filter(|m| {
+                let idx = m
+                    .strip_prefix(&prefix)
+                    .and_then(|r| r.strip_suffix(']'))
+                    .and_then(|i| i.parse::<u64>().ok());
+                match (keep_every, idx) {
+                    (Some(k), Some(i)) => i % k as u64 != 0,
+                    _ => true,
+                }
+            })
+            .collect();
+        if freed.len() > 1 {
+            self.multi = true;
+        }
+        for n in freed {
+            self.push(Action::Free { name: n })?;
+        }
+        Ok(())
+    }
+
     fn step(&mut self, step: &Step) -> Result<(), WorkloadError> {
         match step {
             Step::Allocate {
@@ -385,14 +468,25 @@ impl Emitter<'_, '_> {
                 on_oom,
             } => {
                 self.continue_on_oom = *on_oom == OnOom::Continue;
-                if *count == 0 {
+                let count = match count {
+                    Count::Fill => {
+                        return self.push(Action::FillDevice {
+                            name: name.clone(),
+                            bytes: size.resolve(self.names.total_bytes),
+                            via: *via,
+                            stream: stream.clone(),
+                        });
+                    }
+                    Count::N(n) => *n,
+                };
+                if count == 0 {
                     return Err(self.err("count must be at least 1"));
                 }
-                if *count > 1 {
+                if count > 1 {
                     self.multi = true;
                 }
-                for i in 0..*count {
-                    let n = if *count == 1 {
+                for i in 0..count {
+                    let n = if count == 1 {
                         name.clone()
                     } else {
                         format!("{name}[{i}]")
@@ -405,7 +499,7 @@ impl Emitter<'_, '_> {
                     })?;
                 }
             }
-            Step::Free { name } => self.each("free", name, |n| Action::Free { name: n })?,
+            Step::Free { name, keep_every } => self.free(name, *keep_every)?,
             Step::Touch {
                 name,
                 stride,
@@ -758,6 +852,7 @@ pub fn expand(
         file: path,
         total_bytes,
         live: BTreeMap::new(),
+        filled: Default::default(),
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {

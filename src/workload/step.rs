@@ -59,6 +59,31 @@ pub enum ViaSpec {
     Driver,
 }
 
+/// How many allocations an `allocate` step makes: a number, or `"fill"` (until refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Count {
+    N(u32),
+    Fill,
+}
+
+impl Default for Count {
+    fn default() -> Self {
+        Count::N(1)
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(n) if (0..=u32::MAX as i64).contains(&n) => Ok(Count::N(n as u32)),
+            toml::Value::String(s) if s == "fill" => Ok(Count::Fill),
+            other => Err(serde::de::Error::custom(format!(
+                "count = {other} is not understood; give a number of allocations or \"fill\""
+            ))),
+        }
+    }
+}
+
 /// What an out-of-memory at a step does to the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,12 +109,13 @@ pub enum ActivationMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`).
+    /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`);
+    /// `count = "fill"` allocates until the device or allocator refuses.
     Allocate {
         name: String,
         size: SizeSpec,
-        #[serde(default = "one")]
-        count: u32,
+        #[serde(default)]
+        count: Count,
         #[serde(default)]
         via: ViaSpec,
         #[serde(default = "main_stream")]
@@ -99,8 +125,13 @@ pub enum Step {
         #[serde(default)]
         on_oom: OnOom,
     },
-    /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…).
-    Free { name: String },
+    /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…);
+    /// with `keep_every = k`, every member whose index is a multiple of k stays live.
+    Free {
+        name: String,
+        #[serde(default)]
+        keep_every: Option<u32>,
+    },
     /// Makes the pages of an allocation resident: one write per `stride`.
     Touch {
         name: String,
