@@ -250,6 +250,10 @@ fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
     assert_eq!(u(&oom["inactive_split_count"]), 192);
     assert_eq!(u(&oom["device_free_bytes"]), 0);
     assert!(!oom["retries"].as_array().unwrap().is_empty());
+    // The allocator's own counters: the retry chain ran and ended in an OOM twice — once
+    // where the fill stopped (the end of that step, not a result) and once at the request.
+    assert_eq!(u(&s["allocator_stats"]["num_alloc_retries"]), 2);
+    assert_eq!(u(&s["allocator_stats"]["num_ooms"]), 2);
     assert_eq!(
         oom["diagnosis"]["observation"],
         "Reserved is larger than allocated"

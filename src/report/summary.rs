@@ -171,6 +171,10 @@ pub struct Summary {
     pub mismatches: Vec<MismatchRecord>,
     pub expectations: Vec<ExpectationResult>,
     pub release: Option<Release>,
+    /// The allocator's counters at the end of the run, before the release (retries and OOMs
+    /// included).
+    #[serde(default)]
+    pub allocator_stats: Option<crate::alloc::AllocStats>,
     /// Set when the run validates a capacity plan (`headroom validate`): the lines to draw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanMarks>,

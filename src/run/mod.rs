@@ -300,6 +300,7 @@ pub fn run_on(
         mismatches: Vec::new(),
         expectations: Vec::new(),
         release: None,
+        allocator_stats: None,
         plan: opts.plan.clone(),
         timeline_rows: 0,
         event_rows: 0,
@@ -489,6 +490,7 @@ impl Runner<'_, '_> {
         if self.alloc.kind() == "pool" {
             summary.peaks.pool_high_water = self.dev.pool_usage().ok();
         }
+        summary.allocator_stats = Some(self.alloc.stats());
         // Release everything, whatever happened.
         let mut release_errors = Vec::new();
         let mut driver_ptrs: Vec<(String, u64)> = self
