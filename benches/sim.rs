@@ -65,6 +65,7 @@ fn run_sampled_vs_unsampled(c: &mut Criterion) {
                     device: Box::new(dev),
                     before_context: before,
                     notice: None,
+                    context_create_ns: 0,
                 };
                 let opts = RunOptions {
                     results_root: tmp.path().to_path_buf(),

@@ -54,6 +54,25 @@ pub enum Command {
     },
     /// Run a workload file and record every memory view.
     Run(RunArgs),
+    /// Measure what the simulator needs from this device and write it as a profile TOML
+    /// (load it with --profile FILE).
+    Calibrate(CalibrateArgs),
+    /// Compare runs of the same workloads on the real GPU and on the simulator: per workload
+    /// and view, real vs simulated peak, and whether OOM outcomes agree (exit 1 if not).
+    Crosscheck(CrosscheckArgs),
+    /// Hold device memory for a while, as another tenant would (used by workloads' `tenant`
+    /// step; also usable on its own). Prints one line once the memory is held.
+    Hold(HoldArgs),
+    /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
+    /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
+    Bandwidth(BandwidthArgs),
+    /// Replay an allocation log (headroom's own, or RMM's CSV) against an allocator on the
+    /// device: whether it fits, its peak per view, and the first failing event.
+    Replay(ReplayArgs),
+    /// The KV budget arithmetic, step by step: capacity − weights − other peak − margin.
+    Plan(crate::plan::args::PlanArgs),
+    /// Run a capacity plan on the device: measured peaks, unnamed memory, the real admission limit.
+    Validate(crate::plan::args::ValidateArgs),
     /// Write a finished run's plots, trace, report.md and junit.xml again from its files.
     Report(ReportArgs),
     /// Two result folders side by side: idle and peak per view, deltas, OOM outcomes.
@@ -101,6 +120,80 @@ pub struct MergeArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The log: headroom's allocator log (`t_ns,event,…`) or RMM's
+    /// `Thread,Time,Action,Pointer,Size,Stream` CSV.
+    pub log: PathBuf,
+    /// The allocator to replay against.
+    #[arg(long, value_parser = ["direct", "pool", "caching"], default_value = "caching")]
+    pub allocator: String,
+    /// Caching-allocator settings as PyTorch spells them, e.g.
+    /// "max_split_size_mb:128,expandable_segments:True".
+    #[arg(long, value_name = "SETTINGS")]
+    pub settings: Option<String>,
+    /// Skip malformed lines (listing them) instead of stopping at the first.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Follow the log's timestamps on the device clock (frees pending on busy streams then
+    /// complete as they did).
+    #[arg(long)]
+    pub pace: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Where to write the profile (must not exist).
+    #[arg(long, value_name = "FILE", default_value = "calibrated-profile.toml")]
+    pub out: PathBuf,
+    /// The profile's name.
+    #[arg(long, default_value = "calibrated")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CrosscheckArgs {
+    /// A folder of run folders from the real GPU (e.g. `--results DIR` of `headroom run`).
+    pub real: PathBuf,
+    /// A folder of run folders of the same workloads on the simulator.
+    pub sim: PathBuf,
+    /// Also write the table as CSV (raw bytes) to this file (which must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// How much to hold, e.g. 8GiB.
+    #[arg(value_parser = size_arg)]
+    pub size: u64,
+    /// How long to hold it, e.g. 30s (ends early on Ctrl-C, SIGTERM or when the parent exits).
+    #[arg(long = "for", value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct BandwidthArgs {
+    /// Size of each of the three buffers.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = size_arg)]
+    pub size: u64,
+    /// Timed launches per operation (after one warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub repeats: u32,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report to this file (which must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// The workload file (TOML), e.g. workloads/quickstart.toml.
     pub workload: PathBuf,
@@ -126,6 +219,10 @@ pub struct RunArgs {
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,
+    /// Run even though other processes hold memory on the GPU (their usage is recorded).
+    #[arg(long)]
+    pub shared_ok: bool,
+
     /// Print summary.json to stdout instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -5,14 +5,21 @@
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
 pub mod alloc;
+pub mod bandwidth;
+pub mod calibrate;
 pub mod cli;
 pub mod commands;
+pub mod crosscheck;
 pub mod device;
 pub mod expect;
+pub mod kernels;
 pub mod oom;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod tenant;
+
 pub mod units;
 pub mod workload;

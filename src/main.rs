@@ -14,8 +14,10 @@ fn main() -> ExitCode {
     // Second: leave at once (the driver reclaims a dead process's memory).
     let _ = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
+            headroom::tenant::stop_all();
             std::process::exit(130);
         }
+
         eprintln!(
             "\ninterrupted: stopping after this step and releasing device memory (Ctrl-C again to quit now)"
         );

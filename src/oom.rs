@@ -103,6 +103,13 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         Bytes(r.idle_device_free_bytes)
     ));
 
+    if !r.retries.is_empty() {
+        findings.push(format!(
+            "Before giving up, the allocator tried: {}.",
+            r.retries.join("; ")
+        ));
+    }
+
     let others: Vec<&ProcessUsage> = r
         .processes
         .iter()
@@ -133,7 +140,10 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     }
 
     let gap = r.reserved_but_unallocated_bytes;
-    if gap >= need && r.largest_free_block_bytes < need {
+    // The block-level evidence exists only for an allocator that reports its free blocks; the
+    // driver's pool does not, and its gap is read below as pending frees.
+    let knows_blocks = r.via == "caching";
+    if knows_blocks && gap >= need && r.largest_free_block_bytes < need {
         observation = OBS_GAP;
         causes.push("fragmentation".to_string());
         findings.push(format!(
@@ -171,7 +181,9 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     {
         let pending = r.alloc_reserved_bytes - r.alloc_allocated_bytes;
         if pending >= need {
+            observation = OBS_GAP;
             causes.push("pending-free".to_string());
+
             findings.push(format!(
                 "The stream-ordered pool held {} that was freed but not yet reusable by this stream (frees still pending behind queued work, or released only at the next synchronize).",
                 Bytes(pending)

@@ -273,6 +273,102 @@ impl serde::Serialize for Size {
     }
 }
 
+/// A size in a workload that may be relative to the device: `"512MiB"`, or `"60% of total"`
+/// (a share of the CUDA-visible total, rounded down to a whole 2 MiB page), so one scenario
+/// file means the same pressure on a 4 GiB test device and a 141 GB H200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum SizeSpec {
+    Bytes(u64),
+    /// Hundredths of a percent of the device total.
+    PercentOfTotal(u32),
+}
+
+impl Default for SizeSpec {
+    fn default() -> Self {
+        SizeSpec::Bytes(0)
+    }
+}
+
+impl SizeSpec {
+    /// Bytes on a device with `total_bytes` CUDA-visible.
+    pub fn resolve(&self, total_bytes: u64) -> u64 {
+        match *self {
+            SizeSpec::Bytes(b) => b,
+            SizeSpec::PercentOfTotal(hundredths) => {
+                let raw = (total_bytes as u128 * hundredths as u128 / 10_000) as u64;
+                raw / (2 * MIB) * (2 * MIB)
+            }
+        }
+    }
+}
+
+/// Parses `"60% of total"` or `"12.5% of total"` into hundredths of a percent.
+pub fn parse_percent_of_total(input: &str) -> Result<u32, ParseError> {
+    let s = input.trim();
+    let Some((num, rest)) = s.split_once('%') else {
+        return Err(err("size", input, "no % sign"));
+    };
+    if rest.trim() != "of total" {
+        return Err(err(
+            "size",
+            input,
+            "write a share of the device as \"N% of total\"",
+        ));
+    }
+    match scale_decimal(num.trim(), 100) {
+        Ok(Some(v)) if v > 0 && v <= 10_000 => Ok(v as u32),
+        Ok(Some(_)) => Err(err(
+            "size",
+            input,
+            "the share must be above 0% and at most 100%",
+        )),
+        _ => Err(err(
+            "size",
+            input,
+            "the share must be a number with at most two decimals",
+        )),
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SizeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SizeSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a size such as \"512MiB\", \"60% of total\", or a whole number of bytes",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeSpec, E> {
+                if v.contains('%') {
+                    parse_percent_of_total(v)
+                        .map(SizeSpec::PercentOfTotal)
+                        .map_err(E::custom)
+                } else {
+                    parse_size(v).map(SizeSpec::Bytes).map_err(E::custom)
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeSpec, E> {
+                <Size as serde::Deserialize>::deserialize(
+                    serde::de::value::I64Deserializer::<E>::new(v),
+                )
+                .map(|s| SizeSpec::Bytes(s.0))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Bytes(v))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<SizeSpec, E> {
+                <Size as serde::Deserialize>::deserialize(
+                    serde::de::value::F64Deserializer::<E>::new(v),
+                )
+                .map(|s| SizeSpec::Bytes(s.0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A duration in a TOML file: a human string (`"50ms"`) or a whole number of nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct DurationNs(pub u64);
@@ -368,6 +464,18 @@ mod tests {
                 .to_string()
                 .contains("too large")
         );
+    }
+
+    #[test]
+    fn shares_of_the_device_total() {
+        assert_eq!(parse_percent_of_total("60% of total").unwrap(), 6000);
+        assert_eq!(parse_percent_of_total("12.5% of total").unwrap(), 1250);
+        assert!(parse_percent_of_total("60%").is_err());
+        assert!(parse_percent_of_total("0% of total").is_err());
+        assert!(parse_percent_of_total("101% of total").is_err());
+        // 60% of 4 GiB is 2457.6 MiB, rounded down to a whole 2 MiB page.
+        assert_eq!(SizeSpec::PercentOfTotal(6000).resolve(4 * GIB), 2456 * MIB);
+        assert_eq!(SizeSpec::Bytes(5).resolve(4 * GIB), 5);
     }
 
     #[test]

@@ -285,3 +285,32 @@ fn the_quickstart_runs_on_the_default_simulated_device() {
     assert!(out.stdout.contains("true peak"), "{}", out.stdout);
     assert!(out.stdout.contains("profile h200"), "{}", out.stdout);
 }
+
+#[test]
+fn the_sampler_does_not_perturb_a_simulated_run() {
+    // The same workload with a 1 ms sampler and with one reading an hour: every event happens
+    // at the same virtual time with the same result; only the sampler rows differ.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut events = Vec::new();
+    for (name, interval) in [("fast", "1ms"), ("slow", "1h")] {
+        let out_dir = dir.path().join(name);
+        let out = headroom(
+            root,
+            &[
+                "run",
+                "workloads/quickstart.toml",
+                "--profile",
+                "tiny-4g",
+                "--sample-interval",
+                interval,
+                "--out",
+                out_dir.to_str().unwrap(),
+                "-q",
+            ],
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        events.push(std::fs::read_to_string(out_dir.join("events.csv")).unwrap());
+    }
+    assert_eq!(events[0], events[1]);
+}

@@ -2,11 +2,16 @@
 //!
 //! Following RMM's shape, an allocator gets its memory from an upstream (here the device,
 //! passed in on every call) and adds one concern. `direct` asks the driver for every request;
-//! `pool` uses the driver's stream-ordered pool. Each reports its own views (`alloc_*`), which
-//! are never added to the device's: allocated memory sits inside reserved memory.
+//! `pool` uses the driver's stream-ordered pool; `caching` models PyTorch's caching allocator.
+//! Each reports its own views (`alloc_*`), which are never added to the device's: allocated
+//! memory sits inside reserved memory.
 
+pub mod adaptors;
+pub mod caching;
 pub mod direct;
 pub mod pool;
+pub mod ptr_map;
+pub mod replay;
 
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +154,8 @@ pub trait Allocator: Send {
 pub enum AllocatorSpec {
     Direct,
     Pool(PoolConfig),
+    /// PyTorch's caching allocator with its settings (`caching::CachingConfig::parse`).
+    Caching(caching::CachingConfig),
 }
 
 impl AllocatorSpec {
@@ -156,6 +163,7 @@ impl AllocatorSpec {
         match self {
             AllocatorSpec::Direct => "direct",
             AllocatorSpec::Pool(_) => "pool",
+            AllocatorSpec::Caching(_) => "caching",
         }
     }
 
@@ -167,7 +175,27 @@ impl AllocatorSpec {
                 dev.pool_configure(*cfg).map_err(AllocError::Device)?;
                 Box::new(pool::PoolAllocator::default())
             }
+            AllocatorSpec::Caching(cfg) => {
+                Box::new(caching::CachingAllocator::new(cfg.clone(), dev)?)
+            }
         })
+    }
+}
+
+/// The allocator and its settings for people: `direct`, `pool (release threshold …)`,
+/// `caching (max_split_size_mb:128)`.
+impl std::fmt::Display for AllocatorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocatorSpec::Direct => f.write_str("direct"),
+            AllocatorSpec::Pool(c) => write!(
+                f,
+                "pool (release threshold {} bytes, opportunistic reuse {}, internal dependencies {})",
+                c.release_threshold_bytes, c.reuse_opportunistic, c.reuse_internal_dependencies
+            ),
+            AllocatorSpec::Caching(c) if c.to_string().is_empty() => f.write_str("caching"),
+            AllocatorSpec::Caching(c) => write!(f, "caching ({c})"),
+        }
     }
 }
 

@@ -141,7 +141,7 @@ fn gpus(count: u32) -> anyhow::Result<Vec<GpuRow>> {
             Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
             None => CudaDevice::open(index)
                 .ok()
-                .and_then(|(mut d, _)| d.mem_info().ok())
+                .and_then(|(mut d, _, _)| d.mem_info().ok())
                 .map(|m| m.free_bytes),
         };
         rows.push(GpuRow {

@@ -1,10 +1,17 @@
 //! One function per subcommand: each returns the process exit code, or an error (exit 2).
 
+mod bandwidth;
+mod calibrate;
 mod compare;
+mod crosscheck;
 mod devices;
+mod hold;
 mod merge;
+mod plan;
+mod replay;
 mod report;
 mod run;
+mod validate;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -16,6 +23,13 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
+        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
+        Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
+        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
+        Command::Crosscheck(args) => crosscheck::crosscheck(&args),
+        Command::Replay(args) => replay::replay(&cli.device, &args),
+        Command::Plan(args) => plan::plan(&cli.device, &args),
+        Command::Validate(args) => validate::validate(&cli.device, &args, interrupted),
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),

@@ -4,15 +4,23 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::cli::{DeviceArgs, RunArgs};
-use crate::device::select;
+use crate::device::select::{self, Opened};
 use crate::report::table;
-use crate::run::{RunOptions, run as run_workload};
+use crate::run::{RunOptions, TenantLaunch, run as run_workload};
+use crate::units::Bytes;
 use crate::workload::Workload;
+
+/// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
+/// (it holds no memory there); tests use it to check that children are always reaped.
+pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // Every check that needs no device runs before the device is opened.
     Workload::load(&args.workload, u64::MAX)?;
-    let opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    if !args.shared_ok {
+        refuse_shared(&mut opened)?;
+    }
     let wl = Workload::load(&args.workload, opened.device.info().total_bytes)?;
     let opts = RunOptions {
         out_dir: args.out.clone(),
@@ -22,8 +30,10 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         keep_free_bytes: args.keep_free,
         sample_interval_ns: args.sample_interval,
         fail_on_mismatch: args.fail_on_mismatch,
+        tenant_launch: tenant_launch(&opened, dev)?,
         interrupted,
         progress: !args.quiet,
+        plan: None,
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {
@@ -32,4 +42,54 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         print!("{}", table::render(&report.summary, &report.dir));
     }
     Ok(report.exit_code)
+}
+
+/// headroom never stresses a GPU that other processes are using unless told so.
+fn refuse_shared(opened: &mut Opened) -> anyhow::Result<()> {
+    let Some(ps) = opened.device.processes() else {
+        return Ok(());
+    };
+    let others: Vec<String> = ps
+        .iter()
+        .filter(|p| !p.is_self && p.used_bytes != Some(0))
+        .map(|p| {
+            format!(
+                "pid {} ({})",
+                p.pid,
+                p.used_bytes
+                    .map_or("usage unknown".into(), |b| Bytes(b).to_string())
+            )
+        })
+        .collect();
+    if !others.is_empty() {
+        let d = opened.device.info();
+        anyhow::bail!(
+            "GPU {} ({}) is in use by {}; headroom does not put a shared GPU under pressure unless you pass --shared-ok",
+            d.index,
+            d.name,
+            others.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<TenantLaunch>> {
+    let info = opened.device.info();
+    let forced = std::env::var(TENANT_PROCESS_ENV).is_ok_and(|v| v == "1");
+    if info.backend == "sim" && !forced {
+        return Ok(None);
+    }
+    let mut device_args = vec![
+        "--backend".to_string(),
+        info.backend.clone(),
+        "--device".to_string(),
+        dev.index.to_string(),
+    ];
+    if let Some(p) = &dev.profile {
+        device_args.extend(["--profile".to_string(), p.clone()]);
+    }
+    Ok(Some(TenantLaunch {
+        exe: std::env::current_exe()?,
+        device_args,
+    }))
 }

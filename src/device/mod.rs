@@ -224,6 +224,11 @@ impl DeviceError {
 
 pub type DevResult<T> = Result<T, DeviceError>;
 
+/// An event recorded on a stream (`cuEventRecord`): it completes when the stream has finished
+/// the work queued before it. Valid until `event_destroy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EventId(pub u64);
+
 /// One GPU seen through one backend.
 ///
 /// Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
@@ -278,6 +283,37 @@ pub trait Device: Send {
     fn drain_samples(&mut self, out: &mut Vec<Reading>);
     /// Stops sampling; returns what the sampler achieved.
     fn stop_sampler(&mut self) -> SamplerStats;
+
+    /// The simulator's stand-in for another process: `pid` holds `bytes` for `duration_ns`
+    /// from now. A real GPU gets a real process instead (`headroom hold`).
+    fn add_simulated_tenant(&mut self, _pid: u32, _bytes: u64, _duration_ns: u64) -> DevResult<()> {
+        Err(DeviceError::Unsupported("a simulated tenant", "cuda"))
+    }
+
+    /// `cuEventRecord` on a fresh event: completes when `stream` finishes the work queued so far.
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId>;
+    /// `cuEventQuery`: whether the event has completed (never blocks).
+    fn event_query(&mut self, event: EventId) -> DevResult<bool>;
+    /// `cuEventSynchronize`: the host waits until the event has completed.
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()>;
+    /// `cuEventDestroy`: the id is no longer valid (the backend may reuse the event).
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()>;
+
+    /// `cuMemGetAllocationGranularity` (minimum) for device memory: virtual ranges and
+    /// physical pages are sized in multiples of it.
+    fn vmm_granularity(&mut self) -> DevResult<u64>;
+    /// `cuMemAddressReserve`: a virtual range of `bytes` (a granularity multiple) with no
+    /// physical memory behind it.
+    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr>;
+    /// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`: `bytes` of new physical memory (one
+    /// handle) mapped read-write at `ptr`, inside a reserved range. Out of memory is
+    /// `DeviceError::OutOfMemory` and leaves nothing mapped.
+    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()>;
+    /// `cuMemUnmap` + `cuMemRelease` of every mapping inside `[ptr, ptr + bytes)`; the range
+    /// must cover whole mappings.
+    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()>;
+    /// `cuMemAddressFree` of a range from `vmm_reserve`, unmapping what is still mapped in it.
+    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()>;
 
     /// Frees every allocation and pool block this device still holds for the harness.
     /// Called at the end of every run, also after an OOM or an interrupt.

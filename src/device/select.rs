@@ -25,6 +25,8 @@ pub struct Opened {
     pub before_context: Option<NvmlMemory>,
     /// A line for the user, e.g. why the simulator was chosen.
     pub notice: Option<String>,
+    /// How long creating the context took (modeled on sim).
+    pub context_create_ns: u64,
 }
 
 /// Opens device `index` on the chosen backend. `profile` (a built-in name or a file) selects
@@ -53,23 +55,26 @@ pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Resu
             )),
             _ => None,
         };
+        let context_create_ns = p.latency.context_create.0;
         let dev = SimDevice::open(p, index);
         let before = dev.before_context();
         return Ok(Opened {
             device: Box::new(dev),
             before_context: Some(before),
             notice,
+            context_create_ns,
         });
     }
     let count = cuda::probe().map_err(anyhow::Error::msg)?;
     if index >= count {
         bail!("there is no CUDA device {index}: the driver sees {count}");
     }
-    let (dev, before) =
+    let (dev, before, context_create_ns) =
         CudaDevice::open(index).with_context(|| format!("cannot open CUDA device {index}"))?;
     Ok(Opened {
         device: Box::new(dev),
         before_context: before,
         notice: None,
+        context_create_ns,
     })
 }

@@ -139,7 +139,8 @@ pub struct ExpectationResult {
 pub struct PlanMarks {
     /// The capacity the plan starts from.
     pub capacity_bytes: u64,
-    /// capacity − safety margin: device used must stay under this for the margin to hold.
+    /// Device total − safety margin: device used must stay at or under this for the margin to
+    /// hold (the margin is free memory at the true peak).
     pub margin_line_bytes: u64,
     /// The planned KV budget.
     pub kv_budget_bytes: u64,
@@ -170,6 +171,10 @@ pub struct Summary {
     pub mismatches: Vec<MismatchRecord>,
     pub expectations: Vec<ExpectationResult>,
     pub release: Option<Release>,
+    /// The allocator's counters at the end of the run, before the release (retries and OOMs
+    /// included).
+    #[serde(default)]
+    pub allocator_stats: Option<crate::alloc::AllocStats>,
     /// Set when the run validates a capacity plan (`headroom validate`): the lines to draw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanMarks>,

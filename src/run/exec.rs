@@ -11,6 +11,9 @@ use crate::record::timeline::EventRow;
 use crate::record::{Reading, View};
 use crate::report::summary::MismatchRecord;
 use crate::run::{LiveAlloc, Runner, Stop};
+use crate::tenant::TenantProcess;
+use std::time::Duration;
+
 use crate::units::{Bytes, MIB, round_up, utc_timestamp};
 use crate::workload::{Action, Planned, Via};
 
@@ -70,14 +73,172 @@ impl Runner<'_, '_> {
             .with_context(|| format!("{name:?} is not live"))
     }
 
+    /// Allocates `name[0]`, `name[1]`, … until the allocator or the device refuses (or the
+    /// free-memory floor is reached, unless OOM is allowed). The refusal ends the fill; it is
+    /// the point of the step, not an OOM result.
+    fn fill_device(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        bytes: u64,
+        via: Via,
+        stream_name: &str,
+    ) -> anyhow::Result<Option<Stop>> {
+        let stream = self.stream(stream_name)?;
+        for i in 0u64.. {
+            if self.interrupted.load(Ordering::Relaxed) {
+                return Ok(Some(Stop::Interrupted));
+            }
+            let one = Planned {
+                label: format!("{}.{}", p.label, i + 1),
+                origin: p.origin,
+                action: Action::Allocate {
+                    name: format!("{name}[{i}]"),
+                    bytes,
+                    via,
+                    stream: stream_name.to_string(),
+                },
+                continue_on_oom: false,
+            };
+            self.pump();
+            let member = format!("{name}[{i}]");
+            match self.act(&one, stream) {
+                Ok(done) => {
+                    let r = self.event_reading()?;
+                    self.row(
+                        phase,
+                        &one,
+                        &member,
+                        stream_name,
+                        &done,
+                        "ok",
+                        Some(r.device_free_bytes),
+                    )?;
+                }
+                Err(Failure::Oom {
+                    request,
+                    latency_ns,
+                }) => {
+                    let r = self.event_reading()?;
+                    let done = Done {
+                        requested_bytes: Some(request.requested_bytes),
+                        size_bytes: Some(request.rounded_bytes),
+                        latency_ns,
+                        detail: format!(
+                            "full after {i} allocations: the {} allocator refused the next",
+                            request.pool
+                        ),
+                    };
+                    self.row(
+                        phase,
+                        &one,
+                        &member,
+                        stream_name,
+                        &done,
+                        "full",
+                        Some(r.device_free_bytes),
+                    )?;
+                    return Ok(None);
+                }
+                Err(Failure::Floor(msg)) => {
+                    let done = Done {
+                        detail: format!("full after {i} allocations: {msg}"),
+                        ..Done::timed(0)
+                    };
+                    self.row(phase, &one, &member, stream_name, &done, "full", None)?;
+                    return Ok(None);
+                }
+                Err(Failure::Error(msg)) => {
+                    let done = Done {
+                        detail: msg.clone(),
+                        ..Done::timed(0)
+                    };
+                    self.row(phase, &one, &member, stream_name, &done, "error", None)?;
+                    bail!("allocate {member}: {msg}");
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Frees the live members of a filled group, keeping every `keep_every`-th by index.
+    fn free_group(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        keep_every: Option<u32>,
+    ) -> anyhow::Result<Option<Stop>> {
+        let prefix = format!("{name}[");
+        let mut members: Vec<(u64, String)> = self
+            .live
+            .keys()
+            .filter_map(|k| {
+                Some((
+                    k.strip_prefix(&prefix)?
+                        .strip_suffix(']')?
+                        .parse::<u64>()
+                        .ok()?,
+                    k.clone(),
+                ))
+            })
+            .collect();
+        members.sort();
+        for (n, (idx, member)) in members.into_iter().enumerate() {
+            if keep_every.is_some_and(|k| idx % k as u64 == 0) {
+                continue;
+            }
+            let one = Planned {
+                label: format!("{}.{}", p.label, n + 1),
+                origin: p.origin,
+                action: Action::Free { name: member },
+                continue_on_oom: false,
+            };
+            if let Some(stop) = self.exec(phase, &one)? {
+                return Ok(Some(stop));
+            }
+        }
+        Ok(None)
+    }
+
     /// Runs one action. `Ok(Some(stop))` ends the run early; `Err` is a failure to run.
     pub(crate) fn exec(&mut self, phase: &str, p: &Planned) -> anyhow::Result<Option<Stop>> {
+        match &p.action {
+            Action::FillDevice {
+                name,
+                bytes,
+                via,
+                stream,
+            } => return self.fill_device(phase, p, name, *bytes, *via, stream),
+            Action::FreeGroup { name, keep_every } => {
+                return self.free_group(phase, p, name, *keep_every);
+            }
+            _ => {}
+        }
         let stream_name = p.action.stream().unwrap_or("main").to_string();
         let stream = self.stream(&stream_name)?;
         let name = p.action.name().unwrap_or("").to_string();
+        let is_alloc = matches!(p.action, Action::Allocate { .. });
+        if !is_alloc && self.failed_names.contains(&name) {
+            let done = Done {
+                detail: format!("skipped: the allocation of {name:?} failed earlier"),
+                ..Done::timed(0)
+            };
+            self.row(phase, p, &name, &stream_name, &done, "skipped", None)?;
+            return Ok(None);
+        }
         // Readings due before this action see the state before it.
         self.pump();
         let res = self.act(p, stream);
+        if is_alloc {
+            if matches!(res, Err(Failure::Oom { .. })) {
+                self.failed_names.insert(name.clone());
+            } else {
+                self.failed_names.remove(&name);
+            }
+        }
+
         match res {
             Ok(done) => {
                 let r = self.event_reading()?;
@@ -393,6 +554,49 @@ impl Runner<'_, '_> {
                     ..Done::timed(0)
                 })
             }
+            Action::Copy { src, dst, .. } => {
+                let (s_ptr, bytes) = lookup(self, src)?;
+                let (d_ptr, _) = lookup(self, dst)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Copy {
+                        dst: d_ptr,
+                        src: s_ptr,
+                        bytes,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
+            Action::Triad {
+                a, b, c, scalar, ..
+            } => {
+                let (a, bytes) = lookup(self, a)?;
+                let (b, _) = lookup(self, b)?;
+                let (c, _) = lookup(self, c)?;
+                let t0 = self.dev.now_ns();
+                self.launch(
+                    Kernel::Triad {
+                        a,
+                        b,
+                        c,
+                        bytes,
+                        scalar: *scalar,
+                    },
+                    stream,
+                )?;
+                Ok(Done {
+                    requested_bytes: Some(bytes),
+                    ..Done::timed(self.dev.now_ns() - t0)
+                })
+            }
+            Action::Tenant { bytes, duration_ns } => self.tenant(*bytes, *duration_ns),
+            Action::FillDevice { .. } | Action::FreeGroup { .. } => {
+                Err(Failure::Error("handled by exec".into()))
+            }
             Action::Spin { duration_ns, .. } => {
                 self.launch(
                     Kernel::Spin {
@@ -450,6 +654,49 @@ impl Runner<'_, '_> {
                 Ok(Done::timed(0))
             }
         }
+    }
+
+    /// Starts another tenant: a `headroom hold` child where processes are launched, and the
+    /// simulator's accounting of it on sim.
+    fn tenant(&mut self, bytes: u64, duration_ns: u64) -> Result<Done, Failure> {
+        let mut detail = String::new();
+        let mut pid = 4_000_000 + self.tenants.len() as u32;
+        if let Some(launch) = &self.tenant_launch {
+            let t = TenantProcess::spawn(
+                &launch.exe,
+                &launch.device_args,
+                bytes,
+                duration_ns,
+                Duration::from_secs(60),
+            )
+            .map_err(|e| Failure::Error(format!("{e:#}")))?;
+            pid = t.pid;
+            detail = t.ready_line.clone();
+            self.tenants.push(t);
+        }
+        if self.dev.info().backend == "sim" {
+            match self.dev.add_simulated_tenant(pid, bytes, duration_ns) {
+                Ok(()) => {}
+                Err(DeviceError::OutOfMemory { .. }) => {
+                    let free = self.dev.mem_info()?.free_bytes;
+                    return Err(Failure::Error(format!(
+                        "the tenant could not take {}: only {} is free",
+                        Bytes(bytes),
+                        Bytes(free)
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if detail.is_empty() {
+                detail =
+                    format!("simulated tenant pid {pid} holds {bytes} bytes for {duration_ns} ns");
+            }
+        }
+        Ok(Done {
+            requested_bytes: Some(bytes),
+            detail,
+            ..Done::timed(0)
+        })
     }
 
     /// The host waits, in slices on a real GPU so the sampler is drained and Ctrl-C is heard.

@@ -46,10 +46,15 @@ pub struct RunOptions {
     pub sample_interval_ns: Option<u64>,
     /// Every `verify` mismatch fails the run (exit 1).
     pub fail_on_mismatch: bool,
+    /// How `tenant` steps start a real process (`headroom hold`); `None` on the simulator,
+    /// which models the tenant instead.
+    pub tenant_launch: Option<TenantLaunch>,
     /// Set by Ctrl-C; checked between actions.
     pub interrupted: Arc<AtomicBool>,
     /// A progress bar on stderr (shown only on a terminal, for runs over a second).
     pub progress: bool,
+    /// The capacity plan this run validates (`headroom validate`), copied into the summary.
+    pub plan: Option<crate::report::summary::PlanMarks>,
 }
 
 impl Default for RunOptions {
@@ -62,10 +67,20 @@ impl Default for RunOptions {
             keep_free_bytes: None,
             sample_interval_ns: None,
             fail_on_mismatch: false,
+            tenant_launch: None,
             interrupted: Arc::new(AtomicBool::new(false)),
             progress: false,
+            plan: None,
         }
     }
+}
+
+/// The command that starts a tenant process: this executable and the device arguments that
+/// select the same GPU.
+#[derive(Debug, Clone)]
+pub struct TenantLaunch {
+    pub exe: PathBuf,
+    pub device_args: Vec<String>,
 }
 
 /// The floor of free memory a run keeps unless OOM is allowed: 1 GiB, or a sixteenth of a
@@ -127,6 +142,11 @@ pub(crate) struct Runner<'w, 'd> {
     /// Whether kernels were loaded or the stack raised: memory the context keeps.
     pub context_grew: bool,
     pub progress: progress::Progress,
+    /// `headroom hold` children started by `tenant` steps; stopped and reaped at the end.
+    pub tenants: Vec<crate::tenant::TenantProcess>,
+    pub tenant_launch: Option<TenantLaunch>,
+    /// Names whose allocation hit an OOM the workload continued past.
+    pub failed_names: std::collections::HashSet<String>,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -238,6 +258,9 @@ pub fn run_on(
             opts.progress,
             wl.phases.iter().map(|p| p.actions.len() as u64).sum(),
         ),
+        failed_names: Default::default(),
+        tenants: Vec::new(),
+        tenant_launch: opts.tenant_launch.clone(),
     };
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
@@ -286,7 +309,8 @@ pub fn run_on(
         mismatches: Vec::new(),
         expectations: Vec::new(),
         release: None,
-        plan: None,
+        allocator_stats: None,
+        plan: opts.plan.clone(),
         timeline_rows: 0,
         event_rows: 0,
     };
@@ -348,6 +372,9 @@ impl Runner<'_, '_> {
                 }
                 match self.exec(&phase.name, planned) {
                     Ok(None) => summary.phases[pi].actions_run += 1,
+                    Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
+                        summary.phases[pi].actions_run += 1;
+                    }
                     Ok(Some(s)) => {
                         if s == Stop::Oom {
                             summary.phases[pi].actions_run += 1;
@@ -477,6 +504,7 @@ impl Runner<'_, '_> {
         if self.alloc.kind() == "pool" {
             summary.peaks.pool_high_water = self.dev.pool_usage().ok();
         }
+        summary.allocator_stats = Some(self.alloc.stats());
         // Release everything, whatever happened.
         let mut release_errors = Vec::new();
         let mut driver_ptrs: Vec<(String, u64)> = self
@@ -493,6 +521,13 @@ impl Runner<'_, '_> {
         }
         self.live.clear();
         self.driver_bytes = 0;
+        for t in self.tenants.drain(..) {
+            let pid = t.pid;
+            if let Err(e) = t.stop() {
+                release_errors.push(format!("tenant pid {pid}: {e:#}"));
+            }
+        }
+
         if let Err(e) = self.alloc.release_all(&mut *self.dev) {
             release_errors.push(format!("allocator: {e}"));
         }

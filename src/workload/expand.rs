@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::units::Bytes;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
-use crate::workload::step::{ActivationMode, Step, ViaSpec};
+use crate::workload::step::{ActivationMode, Count, OnOom, Step, ViaSpec};
+
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::step::ViaSpec as Via;
@@ -50,6 +51,18 @@ pub enum Action {
         offset_bytes: u64,
         value: u32,
     },
+    Copy {
+        src: String,
+        dst: String,
+        stream: String,
+    },
+    Triad {
+        a: String,
+        b: String,
+        c: String,
+        scalar: f32,
+        stream: String,
+    },
     Spin {
         duration_ns: u64,
         stream: String,
@@ -71,6 +84,22 @@ pub enum Action {
     Stack {
         frame_bytes: u64,
     },
+    Tenant {
+        bytes: u64,
+        duration_ns: u64,
+    },
+    /// Allocates `name[0]`, `name[1]`, … until the allocator or device refuses.
+    FillDevice {
+        name: String,
+        bytes: u64,
+        via: Via,
+        stream: String,
+    },
+    /// Frees the live members of a group filled at run time, keeping every `keep_every`-th.
+    FreeGroup {
+        name: String,
+        keep_every: Option<u32>,
+    },
 }
 
 impl Action {
@@ -82,6 +111,8 @@ impl Action {
             Action::Fill { .. } => "fill",
             Action::Verify { .. } => "verify",
             Action::Corrupt { .. } => "corrupt",
+            Action::Copy { .. } => "copy",
+            Action::Triad { .. } => "triad",
             Action::Spin { .. } => "spin",
             Action::Sleep { .. } => "sleep",
             Action::Synchronize { .. } => "synchronize",
@@ -89,6 +120,9 @@ impl Action {
             Action::EmptyCache => "empty_cache",
             Action::RecordStream { .. } => "record_stream",
             Action::Stack { .. } => "stack",
+            Action::Tenant { .. } => "tenant",
+            Action::FillDevice { .. } => "allocate",
+            Action::FreeGroup { .. } => "free",
         }
     }
 
@@ -102,6 +136,9 @@ impl Action {
             | Action::Verify { name, .. }
             | Action::Corrupt { name, .. }
             | Action::RecordStream { name, .. } => Some(name),
+            Action::Copy { dst, .. } => Some(dst),
+            Action::FillDevice { name, .. } | Action::FreeGroup { name, .. } => Some(name),
+            Action::Triad { a, .. } => Some(a),
             _ => None,
         }
     }
@@ -110,10 +147,13 @@ impl Action {
     pub fn stream(&self) -> Option<&str> {
         match self {
             Action::Allocate { stream, .. }
+            | Action::FillDevice { stream, .. }
             | Action::Touch { stream, .. }
             | Action::Fill { stream, .. }
             | Action::Verify { stream, .. }
             | Action::Spin { stream, .. }
+            | Action::Copy { stream, .. }
+            | Action::Triad { stream, .. }
             | Action::RecordStream { stream, .. } => Some(stream),
             Action::Synchronize { stream } => stream.as_deref(),
             _ => None,
@@ -130,6 +170,8 @@ pub struct Planned {
     /// The `op` of the step as written (`kv`, `repeat`, `allocate`, …).
     pub origin: &'static str,
     pub action: Action,
+    /// An OOM at this action is recorded and the run goes on (`on_oom = "continue"`).
+    pub continue_on_oom: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +185,8 @@ struct Names<'a> {
     file: &'a Path,
     total_bytes: u64,
     live: BTreeMap<String, LiveName>,
+    /// Groups allocated with `count = "fill"`: their members are known only at run time.
+    filled: std::collections::BTreeSet<String>,
 }
 
 impl Names<'_> {
@@ -152,6 +196,12 @@ impl Names<'_> {
 
     /// Exact name if live, else every live member `name[i]` of the group, in index order.
     fn resolve(&self, place: &str, op: &str, name: &str) -> Result<Vec<String>, WorkloadError> {
+        if self.filled.contains(name) {
+            return Err(self.err(
+                place,
+                format!("{op} of {name:?}: its members are allocated until the device is full, so only `free` can name them"),
+            ));
+        }
         if self.live.contains_key(name) {
             return Ok(vec![name.to_string()]);
         }
@@ -173,6 +223,27 @@ impl Names<'_> {
         }
         members.sort();
         Ok(members.into_iter().map(|(_, k)| k).collect())
+    }
+
+    /// Kernels over several buffers need them live and of one size.
+    fn same_sizes(&self, place: &str, op: &str, names: &[&String]) -> Result<(), WorkloadError> {
+        let mut sizes = Vec::new();
+        for n in names {
+            let l = self.live.get(*n).ok_or_else(|| {
+                self.err(
+                    place,
+                    format!("{op} of {n:?}, which is not a live allocation at this point"),
+                )
+            })?;
+            sizes.push(format!("{n} is {} bytes", l.bytes));
+            if l.bytes != self.live[names[0]].bytes {
+                return Err(self.err(
+                    place,
+                    format!("{op} needs buffers of one size: {}", sizes.join(", ")),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks one primitive action and updates the live set.
@@ -211,6 +282,25 @@ impl Names<'_> {
             Action::Free { name } => {
                 self.live.remove(name);
             }
+            Action::FillDevice { name, bytes, .. } => {
+                check_name(self, place, name)?;
+                if *bytes == 0 {
+                    return Err(self.err(place, "size must be above zero"));
+                }
+                if self.live.contains_key(name) || self.filled.contains(name) {
+                    return Err(self.err(
+                        place,
+                        format!("{name:?} is already live; free it first or use another name"),
+                    ));
+                }
+                self.filled.insert(name.clone());
+            }
+            Action::FreeGroup {
+                name,
+                keep_every: None,
+            } => {
+                self.filled.remove(name);
+            }
             Action::Fill { name, .. } => {
                 if let Some(l) = self.live.get_mut(name) {
                     l.filled = true;
@@ -247,6 +337,8 @@ impl Names<'_> {
                     format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
                 ));
             }
+            Action::Copy { src, dst, .. } => self.same_sizes(place, "copy", &[src, dst])?,
+            Action::Triad { a, b, c, .. } => self.same_sizes(place, "triad", &[a, b, c])?,
             Action::Spin { duration_ns, .. } if *duration_ns == 0 => {
                 return Err(self.err(place, "`for` must be above zero"));
             }
@@ -283,6 +375,7 @@ struct Emitter<'n, 'f> {
     out: Vec<Planned>,
     /// Whether the step expands to more than one action (then labels get a sub-index).
     multi: bool,
+    continue_on_oom: bool,
 }
 
 impl Emitter<'_, '_> {
@@ -297,7 +390,9 @@ impl Emitter<'_, '_> {
             label,
             origin: self.origin,
             action,
+            continue_on_oom: self.continue_on_oom,
         });
+
         Ok(())
     }
 
@@ -322,6 +417,46 @@ impl Emitter<'_, '_> {
         self.names.err(&self.place, msg)
     }
 
+    /// A free of one name, a group, or a group but every `keep_every`-th member.
+    fn free(&mut self, name: &str, keep_every: Option<u32>) -> Result<(), WorkloadError> {
+        if keep_every == Some(0) {
+            return Err(self.err("keep_every must be at least 1"));
+        }
+        if self.names.filled.contains(name) {
+            return self.push(Action::FreeGroup {
+                name: name.to_string(),
+                keep_every,
+            });
+        }
+        let members = self.names.resolve(&self.place, "free", name)?;
+        if keep_every.is_some() && members.len() == 1 && members[0] == name {
+            return Err(self.err(format!(
+                "keep_every needs a group; {name:?} is one allocation"
+            )));
+        }
+        let prefix = format!("{name}[");
+        let freed: Vec<String> = members
+            .into_iter()
+            .filter(|m| {
+                let idx = m
+                    .strip_prefix(&prefix)
+                    .and_then(|r| r.strip_suffix(']'))
+                    .and_then(|i| i.parse::<u64>().ok());
+                match (keep_every, idx) {
+                    (Some(k), Some(i)) => i % k as u64 != 0,
+                    _ => true,
+                }
+            })
+            .collect();
+        if freed.len() > 1 {
+            self.multi = true;
+        }
+        for n in freed {
+            self.push(Action::Free { name: n })?;
+        }
+        Ok(())
+    }
+
     fn step(&mut self, step: &Step) -> Result<(), WorkloadError> {
         match step {
             Step::Allocate {
@@ -330,28 +465,41 @@ impl Emitter<'_, '_> {
                 count,
                 via,
                 stream,
+                on_oom,
             } => {
-                if *count == 0 {
+                self.continue_on_oom = *on_oom == OnOom::Continue;
+                let count = match count {
+                    Count::Fill => {
+                        return self.push(Action::FillDevice {
+                            name: name.clone(),
+                            bytes: size.resolve(self.names.total_bytes),
+                            via: *via,
+                            stream: stream.clone(),
+                        });
+                    }
+                    Count::N(n) => *n,
+                };
+                if count == 0 {
                     return Err(self.err("count must be at least 1"));
                 }
-                if *count > 1 {
+                if count > 1 {
                     self.multi = true;
                 }
-                for i in 0..*count {
-                    let n = if *count == 1 {
+                for i in 0..count {
+                    let n = if count == 1 {
                         name.clone()
                     } else {
                         format!("{name}[{i}]")
                     };
                     self.push(Action::Allocate {
                         name: n,
-                        bytes: size.0,
+                        bytes: size.resolve(self.names.total_bytes),
                         via: *via,
                         stream: stream.clone(),
                     })?;
                 }
             }
-            Step::Free { name } => self.each("free", name, |n| Action::Free { name: n })?,
+            Step::Free { name, keep_every } => self.free(name, *keep_every)?,
             Step::Touch {
                 name,
                 stride,
@@ -391,6 +539,34 @@ impl Emitter<'_, '_> {
                     value: *value,
                 })?;
             }
+            Step::Tenant { size, duration } => {
+                let bytes = size.resolve(self.names.total_bytes);
+                if bytes == 0 || duration.0 == 0 {
+                    return Err(self.err("a tenant needs a size and a duration above zero"));
+                }
+                self.push(Action::Tenant {
+                    bytes,
+                    duration_ns: duration.0,
+                })?
+            }
+            Step::Copy { src, dst, stream } => self.push(Action::Copy {
+                src: src.clone(),
+                dst: dst.clone(),
+                stream: stream.clone(),
+            })?,
+            Step::Triad {
+                a,
+                b,
+                c,
+                scalar,
+                stream,
+            } => self.push(Action::Triad {
+                a: a.clone(),
+                b: b.clone(),
+                c: c.clone(),
+                scalar: *scalar,
+                stream: stream.clone(),
+            })?,
             Step::Spin { duration, stream } => self.push(Action::Spin {
                 duration_ns: duration.0,
                 stream: stream.clone(),
@@ -451,14 +627,14 @@ impl Emitter<'_, '_> {
                 tensors,
                 touch,
             } => {
-                if *tensors == 0 || total.0 < *tensors as u64 {
+                if *tensors == 0 || total.resolve(self.names.total_bytes) < *tensors as u64 {
                     return Err(self.err(
                         "weights needs tensors ≥ 1 and a total of at least one byte per tensor",
                     ));
                 }
                 self.multi = true;
-                let each = total.0 / *tensors as u64;
-                let last = total.0 - each * (*tensors as u64 - 1);
+                let each = total.resolve(self.names.total_bytes) / *tensors as u64;
+                let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
                 for i in 0..*tensors {
                     let n = format!("{name}[{i}]");
                     let bytes = if i + 1 == *tensors { last } else { each };
@@ -489,6 +665,7 @@ impl Emitter<'_, '_> {
                     return Err(self.err("layers must be at least 1"));
                 }
                 self.multi = true;
+                let total = self.names.total_bytes;
                 let alloc = |n: String, bytes: u64| Action::Allocate {
                     name: n,
                     bytes,
@@ -499,7 +676,7 @@ impl Emitter<'_, '_> {
                 let scratch_n = format!("{name}.scratch");
                 let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
                     if let Some(s) = scratch {
-                        e.push(alloc(scratch_n.clone(), s.0))?;
+                        e.push(alloc(scratch_n.clone(), s.resolve(total)))?;
                     }
                     if layer_time.0 > 0 {
                         e.push(Action::Sleep {
@@ -514,7 +691,7 @@ impl Emitter<'_, '_> {
                     Ok(())
                 };
                 for i in 0..*layers {
-                    self.push(alloc(layer_n(i), size.0))?;
+                    self.push(alloc(layer_n(i), size.resolve(total)))?;
                     layer_body(self)?;
                     if *mode == ActivationMode::Inference && i > 0 {
                         self.push(Action::Free {
@@ -549,7 +726,7 @@ impl Emitter<'_, '_> {
                 for r in 0..*repeats {
                     self.push(Action::Allocate {
                         name: name.clone(),
-                        bytes: size.0,
+                        bytes: size.resolve(self.names.total_bytes),
                         via: *via,
                         stream: "main".into(),
                     })?;
@@ -675,6 +852,7 @@ pub fn expand(
         file: path,
         total_bytes,
         live: BTreeMap::new(),
+        filled: Default::default(),
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {
@@ -691,6 +869,7 @@ pub fn expand(
                 origin: step.op(),
                 out: Vec::new(),
                 multi: false,
+                continue_on_oom: false,
             };
             e.step(step)?;
             actions.extend(e.out);

@@ -278,10 +278,16 @@ fn parse_allocator(
                 reuse_internal_dependencies: p.reuse_internal_dependencies,
             }))
         }
+        "caching" => {
+            let table = rest.as_table().cloned().unwrap_or_default();
+            crate::alloc::caching::CachingConfig::from_toml(&table)
+                .map(AllocatorSpec::Caching)
+                .map_err(|e| WorkloadError::new(file, place, e.to_string()))
+        }
         other => Err(WorkloadError::new(
             file,
             place,
-            format!("unknown allocator kind {other:?}; expected direct or pool"),
+            format!("unknown allocator kind {other:?}; expected direct, pool or caching"),
         )),
     }
 }

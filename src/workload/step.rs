@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{DurationNs, Size};
+use crate::units::{DurationNs, Size, SizeSpec};
 
 fn one() -> u32 {
     1
@@ -40,6 +40,9 @@ fn ws_name() -> String {
 fn kv_name() -> String {
     "kv".into()
 }
+fn default_scalar() -> f32 {
+    3.0
+}
 fn yes() -> bool {
     true
 }
@@ -56,7 +59,42 @@ pub enum ViaSpec {
     Driver,
 }
 
+/// How many allocations an `allocate` step makes: a number, or `"fill"` (until refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Count {
+    N(u32),
+    Fill,
+}
+
+impl Default for Count {
+    fn default() -> Self {
+        Count::N(1)
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(n) if (0..=u32::MAX as i64).contains(&n) => Ok(Count::N(n as u32)),
+            toml::Value::String(s) if s == "fill" => Ok(Count::Fill),
+            other => Err(serde::de::Error::custom(format!(
+                "count = {other} is not understood; give a number of allocations or \"fill\""
+            ))),
+        }
+    }
+}
+
+/// What an out-of-memory at a step does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOom {
+    #[default]
+    Stop,
+    Continue,
+}
+
 /// The order a training-like activation chain frees in.
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActivationMode {
@@ -71,19 +109,29 @@ pub enum ActivationMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`).
+    /// `count` allocations of `size` named `name` (or `name[0]`…`name[count-1]`);
+    /// `count = "fill"` allocates until the device or allocator refuses.
     Allocate {
         name: String,
-        size: Size,
-        #[serde(default = "one")]
-        count: u32,
+        size: SizeSpec,
+        #[serde(default)]
+        count: Count,
         #[serde(default)]
         via: ViaSpec,
         #[serde(default = "main_stream")]
         stream: String,
+        /// What an OOM at this step does: `stop` the run (default) or `continue` after
+        /// recording it (to show what happens next, e.g. the same request after a synchronize).
+        #[serde(default)]
+        on_oom: OnOom,
     },
-    /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…).
-    Free { name: String },
+    /// Frees an allocation by name, or every live member of a group (`w` frees `w[0]`…);
+    /// with `keep_every = k`, every member whose index is a multiple of k stays live.
+    Free {
+        name: String,
+        #[serde(default)]
+        keep_every: Option<u32>,
+    },
     /// Makes the pages of an allocation resident: one write per `stride`.
     Touch {
         name: String,
@@ -105,6 +153,23 @@ pub enum Step {
         name: String,
         #[serde(default = "default_seed")]
         seed: u32,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// Copies `src` into `dst` with the `copy` kernel (equal sizes).
+    Copy {
+        src: String,
+        dst: String,
+        #[serde(default = "main_stream")]
+        stream: String,
+    },
+    /// `a = b + scalar × c` over f32 words with the `triad` kernel (equal sizes).
+    Triad {
+        a: String,
+        b: String,
+        c: String,
+        #[serde(default = "default_scalar")]
+        scalar: f32,
         #[serde(default = "main_stream")]
         stream: String,
     },
@@ -142,6 +207,13 @@ pub enum Step {
     RecordStream { name: String, stream: String },
     /// Launches a kernel needing `frame` bytes of stack per thread.
     Stack { frame: Size },
+    /// Another process takes `size` for a while (`headroom hold` on a real GPU; a simulated
+    /// tenant on the simulator), as a second tenant would.
+    Tenant {
+        size: SizeSpec,
+        #[serde(rename = "for")]
+        duration: DurationNs,
+    },
     /// Repeats the inner steps.
     Repeat { times: u32, steps: Vec<toml::Value> },
 
@@ -149,7 +221,7 @@ pub enum Step {
     Weights {
         #[serde(default = "weights_name")]
         name: String,
-        total: Size,
+        total: SizeSpec,
         #[serde(default = "one")]
         tensors: u32,
         #[serde(default = "yes")]
@@ -161,10 +233,10 @@ pub enum Step {
         name: String,
         layers: u32,
         /// Bytes each layer's output takes.
-        size: Size,
+        size: SizeSpec,
         /// A temporary allocated and freed inside each layer (e.g. an attention workspace).
         #[serde(default)]
-        scratch: Option<Size>,
+        scratch: Option<SizeSpec>,
         #[serde(default)]
         mode: ActivationMode,
         /// Host time each layer takes.
@@ -175,7 +247,7 @@ pub enum Step {
     Workspace {
         #[serde(default = "ws_name")]
         name: String,
-        size: Size,
+        size: SizeSpec,
         #[serde(default = "one")]
         repeats: u32,
         /// How long each temporary is held.
@@ -218,6 +290,8 @@ impl Step {
             Step::Fill { .. } => "fill",
             Step::Verify { .. } => "verify",
             Step::Corrupt { .. } => "corrupt",
+            Step::Copy { .. } => "copy",
+            Step::Triad { .. } => "triad",
             Step::Spin { .. } => "spin",
             Step::Sleep { .. } => "sleep",
             Step::Synchronize { .. } => "synchronize",
@@ -226,6 +300,8 @@ impl Step {
             Step::RecordStream { .. } => "record_stream",
             Step::Stack { .. } => "stack",
             Step::Repeat { .. } => "repeat",
+            Step::Tenant { .. } => "tenant",
+
             Step::Weights { .. } => "weights",
             Step::Activations { .. } => "activations",
             Step::Workspace { .. } => "workspace",

@@ -1,19 +1,79 @@
-//! Kernel launches on the real GPU: the embedded PTX, loaded once, and typed launchers.
+//! Kernel launches on the real GPU: the embedded PTX of `crate::kernels`, loaded once per context.
+//!
+//! `load` JIT-loads every module but `stack` and allocates `verify`'s 16-byte result buffer.
+//! `stack` is loaded on the first `Kernel::Stack`, so that nothing about the stack kernels can
+//! touch the context before a workload asks for them. What to launch (function, arguments, grid)
+//! comes from `crate::kernels`; this file only talks to the driver. The context must be current
+//! on the calling thread for every method and for `Drop`: `CudaDevice` binds it first.
 
-use cudarc::driver::result;
+use std::cell::Cell;
+use std::ffi::{CString, c_void};
+
+use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
 
 use super::driver_err;
-use crate::device::{DevResult, DeviceError, DeviceInfo, Kernel, Mismatch};
+use crate::device::{DevResult, DeviceError, DeviceInfo, Kernel, Mismatch, fill_pattern};
+use crate::kernels::{
+    self, Arg, BLOCK_THREADS, Call, Function, Module, VERIFY_RESULT_BYTES, VERIFY_RESULT_INIT,
+};
+
+// The two memsets of `reset_verify_result` write exactly this.
+const _: () = assert!(VERIFY_RESULT_INIT[0] == 0 && VERIFY_RESULT_INIT[1] == u64::MAX);
+
+/// A function handle and how many of its blocks one SM holds.
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    handle: sys::CUfunction,
+    resident_blocks_per_sm: u32,
+}
 
 /// The loaded kernels of one context.
 pub(crate) struct KernelSet {
-    _private: (),
+    modules: [Cell<Option<sys::CUmodule>>; Module::COUNT],
+    functions: [Cell<Option<Loaded>>; Function::COUNT],
+    /// `verify`'s result: mismatch count and lowest differing address (two u64).
+    verify_result: sys::CUdeviceptr,
+    multiprocessors: u32,
+    threads_per_multiprocessor: u32,
+    /// For error messages: "550.54.15 (CUDA 12.4)".
+    driver_version: String,
 }
 
+// `Cell` keeps the set `!Sync`, so one thread at a time uses it.
+// SAFETY: the handles are driver objects, usable from any thread where their context is current.
+unsafe impl Send for KernelSet {}
+
 impl KernelSet {
-    pub fn load(_info: &DeviceInfo) -> DevResult<KernelSet> {
-        Ok(KernelSet { _private: () })
+    pub(crate) fn load(info: &DeviceInfo) -> DevResult<KernelSet> {
+        let device =
+            result::device::get(info.index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
+        // SAFETY: `device` is a valid device handle from cuDeviceGet.
+        let threads_per_multiprocessor = unsafe {
+            result::device::get_attribute(
+                device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+            )
+        }
+        .map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))?;
+        let mut set = KernelSet {
+            modules: std::array::from_fn(|_| Cell::new(None)),
+            functions: std::array::from_fn(|_| Cell::new(None)),
+            verify_result: 0,
+            multiprocessors: info.multiprocessors,
+            threads_per_multiprocessor: threads_per_multiprocessor.max(0) as u32,
+            driver_version: info.driver_version.clone(),
+        };
+        // SAFETY: the context is current; the buffer is only written by memsets and `verify`.
+        set.verify_result = unsafe { result::malloc_sync(VERIFY_RESULT_BYTES as usize) }
+            .map_err(|e| driver_err("cuMemAlloc", VERIFY_RESULT_BYTES, e))?;
+        // On an error below, dropping `set` unloads what was loaded and frees the buffer.
+        for f in Function::ALL {
+            if f.module() != Module::Stack {
+                set.function(f)?;
+            }
+        }
+        Ok(set)
     }
 
     /// Queues `kernel` on `stream`; a `Verify` waits and returns what it found.
@@ -22,53 +82,69 @@ impl KernelSet {
         kernel: Kernel,
         stream: sys::CUstream,
     ) -> DevResult<Option<Mismatch>> {
+        let Some(call) = kernels::plan(&kernel, self.verify_result)? else {
+            self.driver_operation(kernel, stream)?;
+            return Ok(None);
+        };
         match kernel {
-            Kernel::Memset { ptr, bytes, value } => {
-                // SAFETY: the caller checked the range lies inside a live allocation.
-                unsafe { sys::cuMemsetD32Async(ptr, value, (bytes / 4) as usize, stream) }
-                    .result()
-                    .map_err(|e| driver_err("cuMemsetD32Async", 0, e))?;
+            Kernel::Verify { ptr, bytes, seed } => {
+                self.reset_verify_result(stream)?;
+                self.enqueue(&call, stream)?;
+                self.read_verify_result(stream, ptr, bytes, seed)
             }
-            Kernel::Touch { ptr, bytes, .. } => {
-                // SAFETY: the caller checked the range lies inside a live allocation.
-                unsafe { result::memset_d8_async(ptr, 0, bytes as usize, stream) }
-                    .map_err(|e| driver_err("cuMemsetD8Async", 0, e))?;
-            }
-            Kernel::DriverCopy { dst, src, bytes } => {
-                // SAFETY: the caller checked both ranges lie inside live allocations.
-                unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, stream) }
-                    .map_err(|e| driver_err("cuMemcpyDtoDAsync", 0, e))?;
-            }
-            other => {
-                return Err(DeviceError::Unsupported(other.name(), "cuda"));
+            _ => {
+                self.enqueue(&call, stream)?;
+                Ok(None)
             }
         }
-        Ok(None)
     }
 
+    /// GPU time of `repeats` launches of `kernel` back to back, between two events on `stream`.
+    ///
+    /// Module loading, argument checks and `verify`'s buffer reset happen before the first
+    /// event, so only the launches are timed. `verify` is not read back here.
     pub(crate) fn timed(
         &self,
         kernel: Kernel,
         stream: sys::CUstream,
         repeats: u32,
     ) -> DevResult<u64> {
+        let call = kernels::plan(&kernel, self.verify_result)?;
+        if let Some(call) = &call {
+            self.function(call.function)?;
+            if call.function == Function::Verify {
+                self.reset_verify_result(stream)?;
+            }
+        }
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         let start = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
-        let end = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
+        let end = match result::event::create(flags) {
+            Ok(end) => end,
+            Err(e) => {
+                // SAFETY: `start` was created above and is destroyed once.
+                let _ = unsafe { result::event::destroy(start) };
+                return Err(driver_err("cuEventCreate", 0, e));
+            }
+        };
         let run = || -> DevResult<u64> {
-            // SAFETY: events and stream are live handles of the current context.
+            // SAFETY: `start` and `stream` are live handles of the current context.
             unsafe { result::event::record(start, stream) }
                 .map_err(|e| driver_err("cuEventRecord", 0, e))?;
             for _ in 0..repeats {
-                self.launch(kernel, stream)?;
+                match &call {
+                    Some(call) => self.enqueue(call, stream)?,
+                    None => self.driver_operation(kernel, stream)?,
+                }
             }
-            // SAFETY: as above.
+            // SAFETY: `end` and `stream` are live handles of the current context.
             unsafe { result::event::record(end, stream) }
                 .map_err(|e| driver_err("cuEventRecord", 0, e))?;
             // SAFETY: `end` was recorded on a live stream just above.
-            unsafe { result::event::synchronize(end) }
-                .map_err(|e| driver_err("cuEventSynchronize", 0, e))?;
-            // SAFETY: both events were recorded and `end` has completed.
+            unsafe { result::event::synchronize(end) }.map_err(|e| match &call {
+                Some(call) => self.kernel_err("cuEventSynchronize", call.function, 0, e),
+                None => driver_err("cuEventSynchronize", 0, e),
+            })?;
+            // SAFETY: both events were recorded on the same stream and `end` has completed.
             let ms = unsafe { result::event::elapsed(start, end) }
                 .map_err(|e| driver_err("cuEventElapsedTime", 0, e))?;
             Ok((ms as f64 * 1e6) as u64)
@@ -80,5 +156,210 @@ impl KernelSet {
             let _ = result::event::destroy(end);
         }
         out
+    }
+
+    /// `Memset` and `DriverCopy`: driver operations, the peers the kernels are measured against.
+    fn driver_operation(&self, kernel: Kernel, stream: sys::CUstream) -> DevResult<()> {
+        match kernel {
+            Kernel::Memset { ptr, bytes, value } => {
+                // SAFETY: the caller passes a range inside a live allocation of this context.
+                unsafe { sys::cuMemsetD32Async(ptr, value, (bytes / 4) as usize, stream) }
+                    .result()
+                    .map_err(|e| driver_err("cuMemsetD32Async", 0, e))
+            }
+            Kernel::DriverCopy { dst, src, bytes } => {
+                // SAFETY: the caller passes two ranges inside live allocations of this context.
+                unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, stream) }
+                    .map_err(|e| driver_err("cuMemcpyDtoDAsync", 0, e))
+            }
+            other => Err(DeviceError::Invalid(format!(
+                "{} is a kernel, not a driver operation",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Launches `call` on `stream` with the grid `kernels::geometry` gives for this device.
+    fn enqueue(&self, call: &Call, stream: sys::CUstream) -> DevResult<()> {
+        let f = call.function;
+        let loaded = self.function(f)?;
+        let g = kernels::geometry(
+            call.work,
+            self.multiprocessors,
+            loaded.resident_blocks_per_sm,
+        );
+        // The driver reads each parameter through its pointer during cuLaunchKernel, so the
+        // values must stay in place until it returns: `args` is dropped only after the call.
+        let mut args: Vec<Arg> = call.args.clone();
+        let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::value_ptr).collect();
+        // `params` has one pointer per parameter, each to a value of the type the PTX declares
+        // (crate::kernels' tests check this against the PTX). The device pointers the kernel
+        // follows were checked for alignment by `plan`; that they lie in live allocations is
+        // the caller's part.
+        // SAFETY: a live function of the current context, with one value of each PTX parameter.
+        unsafe {
+            result::launch_kernel(
+                loaded.handle,
+                (g.grid_blocks, 1, 1),
+                (g.block_threads, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| {
+            let bytes = match f.frame_bytes() {
+                Some(frame) => kernels::stack_reservation_bytes(
+                    frame,
+                    self.multiprocessors,
+                    self.threads_per_multiprocessor,
+                ),
+                None => 0,
+            };
+            self.kernel_err("cuLaunchKernel", f, bytes, e)
+        })?;
+        drop(args);
+        Ok(())
+    }
+
+    /// Sets `verify`'s result to no mismatch (count 0, address all ones), in stream order.
+    fn reset_verify_result(&self, stream: sys::CUstream) -> DevResult<()> {
+        // SAFETY: `verify_result` is a live 16-byte allocation of this context.
+        unsafe { result::memset_d8_async(self.verify_result, 0x00, 8, stream) }
+            .map_err(|e| driver_err("cuMemsetD8Async", 0, e))?;
+        // SAFETY: as above; bytes 8..16 are the address word.
+        unsafe { result::memset_d8_async(self.verify_result + 8, 0xFF, 8, stream) }
+            .map_err(|e| driver_err("cuMemsetD8Async", 0, e))
+    }
+
+    /// Waits for `verify`, reads its result and, on a mismatch, the first wrong word itself.
+    fn read_verify_result(
+        &self,
+        stream: sys::CUstream,
+        ptr: u64,
+        bytes: u64,
+        seed: u32,
+    ) -> DevResult<Option<Mismatch>> {
+        let mut raw = [0u64; 2];
+        // `raw` is not read before the stream is synchronized below.
+        // SAFETY: `verify_result` holds two u64; the copy is ordered after `verify` on `stream`.
+        unsafe { result::memcpy_dtoh_async(&mut raw, self.verify_result, stream) }
+            .map_err(|e| self.kernel_err("cuMemcpyDtoHAsync", Function::Verify, 0, e))?;
+        self.synchronize(stream, Function::Verify)?;
+        let Some((count, first_address)) = kernels::decode_verify(raw, ptr, bytes)? else {
+            return Ok(None);
+        };
+        let mut actual = [0u32; 1];
+        // SAFETY: `first_address` lies in the verified range (decode_verify), a live allocation.
+        unsafe { result::memcpy_dtoh_async(&mut actual, first_address, stream) }
+            .map_err(|e| driver_err("cuMemcpyDtoHAsync", 0, e))?;
+        self.synchronize(stream, Function::Verify)?;
+        Ok(Some(Mismatch {
+            count,
+            first_address,
+            expected: fill_pattern(first_address, seed),
+            actual: actual[0],
+        }))
+    }
+
+    fn synchronize(&self, stream: sys::CUstream, f: Function) -> DevResult<()> {
+        // SAFETY: `stream` is a live stream of the current context.
+        unsafe { result::stream::synchronize(stream) }
+            .map_err(|e| self.kernel_err("cuStreamSynchronize", f, 0, e))
+    }
+
+    /// The function `f`, loading its module on first use.
+    fn function(&self, f: Function) -> DevResult<Loaded> {
+        if let Some(loaded) = self.functions[f.index()].get() {
+            return Ok(loaded);
+        }
+        let module = self.module(f)?;
+        let name = CString::new(f.name()).map_err(|_| {
+            DeviceError::Invalid(format!("kernel name {:?} contains a NUL byte", f.name()))
+        })?;
+        // SAFETY: `module` is a live module of the current context.
+        let handle = unsafe { result::module::get_function(module, name) }
+            .map_err(|e| self.kernel_err("cuModuleGetFunction", f, 0, e))?;
+        let resident_blocks_per_sm = if f.grid_stride() {
+            // SAFETY: `handle` is a function the driver just returned from a loaded module.
+            unsafe {
+                result::occupancy::max_active_block_per_multiprocessor(
+                    handle,
+                    BLOCK_THREADS as i32,
+                    0,
+                )
+            }
+            .map_err(|e| self.kernel_err("cuOccupancyMaxActiveBlocksPerMultiprocessor", f, 0, e))?
+            .max(0) as u32
+        } else {
+            1
+        };
+        let loaded = Loaded {
+            handle,
+            resident_blocks_per_sm,
+        };
+        self.functions[f.index()].set(Some(loaded));
+        Ok(loaded)
+    }
+
+    /// The module of `f`, JIT-loaded from the embedded PTX on first use.
+    fn module(&self, f: Function) -> DevResult<sys::CUmodule> {
+        let m = f.module();
+        if let Some(module) = self.modules[m.index()].get() {
+            return Ok(module);
+        }
+        let image = m.ptx();
+        // SAFETY: `image` is a NUL-terminated 'static PTX string; the context is current.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+            .map_err(|e| self.kernel_err("cuModuleLoadData", f, 0, e))?;
+        self.modules[m.index()].set(Some(module));
+        Ok(module)
+    }
+
+    /// A driver error that names the kernel, the driver's error and the driver version.
+    /// Out-of-memory stays `OutOfMemory` (with `bytes`) so that callers record it as one.
+    fn kernel_err(
+        &self,
+        call: &'static str,
+        f: Function,
+        bytes: u64,
+        e: DriverError,
+    ) -> DeviceError {
+        let hint = match e.0 {
+            sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            | sys::CUresult::CUDA_ERROR_INVALID_PTX => {
+                "; the PTX is ISA 8.4 from CUDA 12.4, which needs an R550 or newer driver"
+            }
+            _ => "",
+        };
+        match driver_err(call, bytes, e) {
+            DeviceError::Driver { call, detail } => DeviceError::Driver {
+                call,
+                detail: format!(
+                    "kernel {} (kernels/{}.ptx): {detail}; driver {}{hint}",
+                    f.name(),
+                    f.module().name(),
+                    self.driver_version
+                ),
+            },
+            other => other,
+        }
+    }
+}
+
+impl Drop for KernelSet {
+    fn drop(&mut self) {
+        // Errors cannot be returned from here; the context is being torn down anyway.
+        if self.verify_result != 0 {
+            // cuMemFree waits for work still using the buffer.
+            // SAFETY: allocated by `load` with cuMemAlloc in this context and freed once here.
+            let _ = unsafe { result::free_sync(self.verify_result) };
+        }
+        for module in &self.modules {
+            if let Some(module) = module.take() {
+                // SAFETY: loaded by this set and unloaded once here.
+                let _ = unsafe { result::module::unload(module) };
+            }
+        }
     }
 }

@@ -6,7 +6,9 @@
 //! above need addresses and sizes, not typed buffers. Every allocation is tracked here so that
 //! `release_all` (and `Drop`) can give everything back, also after an OOM or an interrupt.
 
+mod events;
 mod launch;
+mod vmm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,8 +20,8 @@ use cudarc::driver::sys;
 
 use crate::device::nvml::NvmlDevice;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo, NvmlMemory,
-    PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, Kernel, KernelOutcome, MemInfo,
+    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
@@ -150,24 +152,28 @@ pub struct CudaDevice {
     pool: Option<Pool>,
     pool_config: PoolConfig,
     plain: HashMap<DevPtr, u64>,
-    pooled: HashMap<DevPtr, StreamId>,
+    /// Live pool allocations: pointer → bytes.
+    pooled: HashMap<DevPtr, u64>,
     sampler: Option<ThreadSampler>,
     sampler_stats: Option<SamplerStats>,
     sampler_backlog: Vec<Reading>,
     nvml: Option<NvmlDevice>,
     kernels: Option<KernelSet>,
+    events: events::CudaEvents,
+    vmm: vmm::CudaVmm,
 }
 
 impl CudaDevice {
     /// Opens device `index`. Call `probe` first: without libcuda cudarc would panic.
     /// Returns the device and NVML's reading from before the context existed.
-    pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>)> {
+    pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>, u64)> {
         let facts = device_facts(index)?;
         let nvml = NvmlDevice::open(&facts.uuid);
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
         let ctx = CudaContext::new(index as usize)
             .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
+        let context_create_ns = origin.elapsed().as_nanos() as u64;
         // SAFETY: the harness never uses cudarc's owning slices, which are what tracking protects.
         unsafe { ctx.disable_event_tracking() };
         let main = result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -205,8 +211,10 @@ impl CudaDevice {
             sampler_backlog: Vec::new(),
             nvml,
             kernels: None,
+            events: events::CudaEvents::default(),
+            vmm: vmm::CudaVmm::default(),
         };
-        Ok((dev, before_context))
+        Ok((dev, before_context, context_create_ns))
     }
 
     fn stream(&self, s: StreamId) -> DevResult<sys::CUstream> {
@@ -214,6 +222,40 @@ impl CudaDevice {
             .get(s.0 as usize)
             .map(|x| x.0)
             .ok_or_else(|| DeviceError::Invalid(format!("unknown stream {}", s.0)))
+    }
+
+    /// A kernel may only touch memory inside a live allocation: a stray write would fault the
+    /// whole context, so ranges are checked here as the simulator checks them.
+    fn check_range(&self, what: &str, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        let inside = |(base, size): (&DevPtr, &u64)| {
+            *base <= ptr && ptr.saturating_add(bytes) <= base + size
+        };
+        if self.plain.iter().any(inside) || self.pooled.iter().any(inside) {
+            Ok(())
+        } else {
+            Err(DeviceError::Invalid(format!(
+                "{what}: range {ptr:#x}+{bytes} is not inside a live allocation"
+            )))
+        }
+    }
+
+    fn check_kernel_ranges(&self, k: &Kernel) -> DevResult<()> {
+        match *k {
+            Kernel::Touch { ptr, bytes, .. }
+            | Kernel::Fill { ptr, bytes, .. }
+            | Kernel::Verify { ptr, bytes, .. }
+            | Kernel::Memset { ptr, bytes, .. } => self.check_range(k.name(), ptr, bytes),
+            Kernel::Copy { dst, src, bytes } | Kernel::DriverCopy { dst, src, bytes } => {
+                self.check_range(k.name(), src, bytes)?;
+                self.check_range(k.name(), dst, bytes)
+            }
+            Kernel::Triad { a, b, c, bytes, .. } => {
+                self.check_range(k.name(), a, bytes)?;
+                self.check_range(k.name(), b, bytes)?;
+                self.check_range(k.name(), c, bytes)
+            }
+            Kernel::Spin { .. } | Kernel::Stack { .. } => Ok(()),
+        }
     }
 
     fn bind(&self) -> DevResult<()> {
@@ -378,7 +420,7 @@ impl Device for CudaDevice {
         // SAFETY: pool and stream are live handles of this context.
         let ptr = unsafe { result::mem_pool::alloc_async(pool, bytes as usize, s) }
             .map_err(|e| driver_err("cuMemAllocFromPoolAsync", bytes, e))?;
-        self.pooled.insert(ptr, stream);
+        self.pooled.insert(ptr, bytes);
         Ok(ptr)
     }
 
@@ -419,6 +461,7 @@ impl Device for CudaDevice {
 
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let s = self.stream(stream)?;
+        self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         let mismatch = self.kernels()?.launch(kernel, s)?;
         Ok(KernelOutcome {
@@ -429,11 +472,13 @@ impl Device for CudaDevice {
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
         let s = self.stream(stream)?;
+        self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         self.kernels()?.timed(kernel, s, repeats)
     }
 
     fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+        self.check_range("write_word", addr, 4)?;
         self.bind()?;
         // SAFETY: the caller checked `addr` lies inside a live allocation of this context.
         unsafe { result::memcpy_htod_sync(addr, &[value]) }
@@ -476,6 +521,51 @@ impl Device for CudaDevice {
         self.sampler_stats.unwrap_or_default()
     }
 
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.events.record(s)
+    }
+
+    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
+        self.bind()?;
+        self.events.query(event)
+    }
+
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
+        self.bind()?;
+        self.events.synchronize(event)
+    }
+
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
+        self.events.destroy(event)
+    }
+
+    fn vmm_granularity(&mut self) -> DevResult<u64> {
+        self.bind()?;
+        self.vmm.granularity(self.info.index as i32)
+    }
+
+    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        self.bind()?;
+        self.vmm.reserve(self.info.index as i32, bytes)
+    }
+
+    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.map(self.info.index as i32, ptr, bytes)
+    }
+
+    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.unmap(ptr, bytes)
+    }
+
+    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.free(ptr)
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.bind()?;
         let mut first_err = None;
@@ -498,6 +588,7 @@ impl Device for CudaDevice {
             note(unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e)));
         }
         note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        note(self.vmm.release_all());
         if let Some(Pool(pool)) = self.pool {
             // SAFETY: the pool is live and now holds no outstanding allocation.
             note(
@@ -519,6 +610,7 @@ impl Drop for CudaDevice {
             eprintln!("warning: releasing device memory at exit: {e}");
         }
         self.kernels.take();
+        let _ = self.events.destroy_all();
         if let Some(Pool(pool)) = self.pool.take() {
             // SAFETY: every allocation from the pool was freed by release_all above.
             let _ = unsafe { result::mem_pool::destroy(pool) };

@@ -7,23 +7,27 @@
 //! other processes present at that instant; `cuMemGetInfo` reports the rest as free.
 
 mod content;
+mod events;
 mod pages;
 mod pool;
+mod vmm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, Kernel, KernelOutcome, MemInfo, NvmlMemory,
-    PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, Kernel, KernelOutcome, MemInfo,
+    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, VirtualSampler};
 
 use content::ContentModel;
+use events::SimEvents;
 use pages::SmallHeap;
 use pool::{Reuse, SimPool, Take};
+use vmm::SimVmm;
 
 /// Another process holding memory on the simulated device for a while.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,9 @@ pub struct SimDevice {
     sizes: HashMap<DevPtr, u64>,
     sampler: Option<(VirtualSampler, u64)>,
     before_context: NvmlMemory,
+    events: SimEvents,
+    /// Reserved ranges and mapped physical pages (`cuMemMap`), counted in device memory.
+    vmm: SimVmm,
 }
 
 impl SimDevice {
@@ -112,6 +119,8 @@ impl SimDevice {
             content: ContentModel::default(),
             sizes: HashMap::new(),
             sampler: None,
+            events: SimEvents::default(),
+            vmm: SimVmm::new(m.pool_granularity_bytes.0),
             before_context: NvmlMemory {
                 total_bytes: 0,
                 reserved_bytes: 0,
@@ -159,6 +168,7 @@ impl SimDevice {
             + self.large_bytes
             + self.small.bytes_held()
             + self.pool.reserved_bytes()
+            + self.vmm.mapped_bytes()
             + others
     }
 
@@ -238,7 +248,7 @@ impl SimDevice {
             .sizes
             .iter()
             .any(|(base, size)| *base <= ptr && ptr + bytes <= base + size);
-        if inside {
+        if inside || self.vmm.covers(ptr, bytes) {
             Ok(())
         } else {
             Err(DeviceError::Invalid(format!(
@@ -276,7 +286,10 @@ impl SimDevice {
             }
             Kernel::Spin { .. } => {}
             Kernel::Stack { frame_bytes } => {
-                let per_thread = (frame_bytes as u64).div_ceil(16) * 16;
+                // The kernel that runs is the smallest `stack_*` variant that holds the frame,
+                // as on the real GPU; its frame is what the driver reserves for.
+                let f = crate::kernels::stack_function(frame_bytes)?;
+                let per_thread = f.frame_bytes().unwrap_or(frame_bytes) as u64;
                 if per_thread > self.stack_per_thread_bytes {
                     let threads = self.profile.multiprocessors as u64
                         * self.profile.stack.threads_per_multiprocessor as u64;
@@ -325,7 +338,8 @@ impl Device for SimDevice {
             + self.stack_extra_bytes
             + self.large_bytes
             + self.small.bytes_held()
-            + self.pool.reserved_bytes();
+            + self.pool.reserved_bytes()
+            + self.vmm.mapped_bytes();
         let mut v = vec![ProcessUsage {
             pid: std::process::id(),
             used_bytes: Some(mine),
@@ -543,10 +557,65 @@ impl Device for SimDevice {
         }
     }
 
+    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
+        if bytes > self.free_at(self.host_ns) {
+            return Err(DeviceError::OutOfMemory {
+                requested_bytes: bytes,
+            });
+        }
+        self.add_tenant(pid, bytes, Some(duration_ns));
+        Ok(())
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
+        self.sim_record_event(stream)
+    }
+
+    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
+        self.sim_event_query(event)
+    }
+
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
+        self.sim_event_synchronize(event)
+    }
+
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
+        self.sim_event_destroy(event)
+    }
+
+    fn vmm_granularity(&mut self) -> DevResult<u64> {
+        Ok(self.vmm.granularity())
+    }
+
+    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        self.sim_vmm_reserve(bytes)
+    }
+
+    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.sim_vmm_map(ptr, bytes)
+    }
+
+    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.sim_vmm_unmap(ptr, bytes)
+    }
+
+    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        self.sim_vmm_free(ptr)
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.host_ns = self
             .host_ns
             .max(self.streams.iter().copied().max().unwrap_or(0));
+        // Tenants a workload started end with it; the profile's own stay.
+        let now = self.host_ns;
+        let first_runtime = self.profile.other_processes.len();
+        for t in &mut self.tenants[first_runtime..] {
+            t.end_ns = t.end_ns.min(now);
+        }
+
+        self.vmm.clear();
+        self.events.clear();
         self.large.clear();
         self.large_bytes = 0;
         self.small.clear();

@@ -1,0 +1,316 @@
+//! `logging`: one CSV line per allocator call through an upstream — headroom's own
+//! allocation log, which `alloc::replay` reads back.
+//!
+//! Columns (`LOG_HEADER`): `t_ns` (device time after the call, nanoseconds since the device
+//! was opened), `action`, `ptr` (hex), `bytes`, `stream` (the harness's stream number) and
+//! `detail`. Actions:
+//!
+//! | action | ptr | bytes | stream | detail |
+//! | --- | --- | --- | --- | --- |
+//! | `allocate` | the block | requested | allocation stream | |
+//! | `free` | the block | requested at allocation | allocation stream | |
+//! | `record_stream` | the block | | the other stream | |
+//! | `empty_cache` | | bytes released | | |
+//! | `failure` | the block (free) or empty (allocate) | requested (allocate) | stream | the call and its error |
+//!
+//! A write error does not fail the allocation that was being logged: the first one is kept
+//! and returned by `flush`, and logging stops there.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use crate::alloc::ptr_map::PtrMap;
+use crate::alloc::{AllocError, AllocStats, Allocator, Block};
+use crate::device::{DevPtr, Device, StreamId};
+
+/// The header line of headroom's allocation log.
+pub const LOG_HEADER: [&str; 6] = ["t_ns", "action", "ptr", "bytes", "stream", "detail"];
+
+pub struct LoggingAdaptor {
+    upstream: Box<dyn Allocator>,
+    out: csv::Writer<Box<dyn Write + Send>>,
+    /// Live blocks: address → (requested bytes, stream), for the `free` lines.
+    live: PtrMap<(u64, StreamId)>,
+    error: Option<io::Error>,
+    lines: u64,
+}
+
+impl LoggingAdaptor {
+    /// Logs to `out`, starting with the header line.
+    pub fn new(
+        upstream: Box<dyn Allocator>,
+        out: Box<dyn Write + Send>,
+    ) -> io::Result<LoggingAdaptor> {
+        let mut out = csv::WriterBuilder::new().flexible(false).from_writer(out);
+        out.write_record(LOG_HEADER).map_err(io::Error::other)?;
+        Ok(LoggingAdaptor {
+            upstream,
+            out,
+            live: PtrMap::default(),
+            error: None,
+            lines: 0,
+        })
+    }
+
+    /// Logs to a new file at `path` (replacing it).
+    pub fn create(upstream: Box<dyn Allocator>, path: &Path) -> io::Result<LoggingAdaptor> {
+        let file = File::create(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+        })?;
+        LoggingAdaptor::new(upstream, Box::new(BufWriter::new(file)))
+    }
+
+    /// Lines written after the header.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Flushes the log; returns the first write error met so far, if any.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()
+    }
+
+    pub fn upstream(&self) -> &dyn Allocator {
+        self.upstream.as_ref()
+    }
+
+    pub fn upstream_mut(&mut self) -> &mut dyn Allocator {
+        self.upstream.as_mut()
+    }
+
+    fn line(
+        &mut self,
+        dev: &dyn Device,
+        action: &str,
+        ptr: Option<DevPtr>,
+        bytes: Option<u64>,
+        stream: Option<StreamId>,
+        detail: &str,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        let t = dev.now_ns().to_string();
+        let ptr = ptr.map(|p| format!("{p:#x}")).unwrap_or_default();
+        let bytes = bytes.map(|b| b.to_string()).unwrap_or_default();
+        let stream = stream.map(|s| s.0.to_string()).unwrap_or_default();
+        match self
+            .out
+            .write_record([t.as_str(), action, &ptr, &bytes, &stream, detail])
+        {
+            Ok(()) => self.lines += 1,
+            Err(e) => self.error = Some(io::Error::other(e)),
+        }
+    }
+}
+
+impl Allocator for LoggingAdaptor {
+    fn kind(&self) -> &'static str {
+        self.upstream.kind()
+    }
+
+    fn allocate(
+        &mut self,
+        dev: &mut dyn Device,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<Block, AllocError> {
+        match self.upstream.allocate(dev, bytes, stream) {
+            Ok(b) => {
+                self.live.insert(b.ptr, (b.requested_bytes, b.stream));
+                self.line(dev, "allocate", Some(b.ptr), Some(bytes), Some(stream), "");
+                Ok(b)
+            }
+            Err(e) => {
+                self.line(
+                    dev,
+                    "failure",
+                    None,
+                    Some(bytes),
+                    Some(stream),
+                    &format!("allocate: {e}"),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
+        let known = self.live.get(&ptr).copied();
+        match self.upstream.free(dev, ptr) {
+            Ok(()) => {
+                self.live.remove(&ptr);
+                let (bytes, stream) = known.map_or((None, None), |(b, s)| (Some(b), Some(s)));
+                self.line(dev, "free", Some(ptr), bytes, stream, "");
+                Ok(())
+            }
+            Err(e) => {
+                let stream = known.map(|(_, s)| s);
+                self.line(
+                    dev,
+                    "failure",
+                    Some(ptr),
+                    None,
+                    stream,
+                    &format!("free: {e}"),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    fn record_stream(
+        &mut self,
+        dev: &mut dyn Device,
+        ptr: DevPtr,
+        stream: StreamId,
+    ) -> Result<(), AllocError> {
+        match self.upstream.record_stream(dev, ptr, stream) {
+            Ok(()) => {
+                self.line(dev, "record_stream", Some(ptr), None, Some(stream), "");
+                Ok(())
+            }
+            Err(e) => {
+                self.line(
+                    dev,
+                    "failure",
+                    Some(ptr),
+                    None,
+                    Some(stream),
+                    &format!("record_stream: {e}"),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    fn empty_cache(&mut self, dev: &mut dyn Device) -> Result<u64, AllocError> {
+        match self.upstream.empty_cache(dev) {
+            Ok(released) => {
+                self.line(dev, "empty_cache", None, Some(released), None, "");
+                Ok(released)
+            }
+            Err(e) => {
+                self.line(
+                    dev,
+                    "failure",
+                    None,
+                    None,
+                    None,
+                    &format!("empty_cache: {e}"),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    fn refresh(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+        self.upstream.refresh(dev)
+    }
+
+    fn stats(&self) -> AllocStats {
+        self.upstream.stats()
+    }
+
+    fn rounded_size(&self, bytes: u64) -> u64 {
+        self.upstream.rounded_size(bytes)
+    }
+
+    fn driver_bytes_for(&self, bytes: u64) -> u64 {
+        self.upstream.driver_bytes_for(bytes)
+    }
+
+    fn largest_free_for(&self, bytes: u64) -> u64 {
+        self.upstream.largest_free_for(bytes)
+    }
+
+    /// Frees (and logs) every live block, releases the upstream, and flushes the log.
+    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+        let live: Vec<DevPtr> = self.live.keys().copied().collect();
+        let mut errors = super::release_through(self, dev, live);
+        if let Err(e) = self.upstream.release_all(dev) {
+            errors.push(e);
+        }
+        if let Err(e) = self.flush() {
+            errors.push(AllocError::Invalid(format!(
+                "cannot write the allocation log: {e}"
+            )));
+        }
+        errors.into_iter().next().map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for LoggingAdaptor {
+    fn drop(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::direct::DirectAllocator;
+    use crate::device::profile::SimProfile;
+    use crate::device::sim::SimDevice;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_line_per_call() {
+        let mut d = SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0);
+        let buf = Shared::default();
+        let mut a =
+            LoggingAdaptor::new(Box::new(DirectAllocator::default()), Box::new(buf.clone()))
+                .unwrap();
+        let s = StreamId::MAIN;
+        let x = a.allocate(&mut d, 4096, s).unwrap();
+        assert!(a.allocate(&mut d, 8 << 30, s).is_err());
+        a.free(&mut d, x.ptr).unwrap();
+        assert!(a.free(&mut d, x.ptr).is_err());
+        a.flush().unwrap();
+        let bytes = buf.0.lock().unwrap().clone();
+        let mut r = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(bytes.as_slice());
+        let rows: Vec<Vec<String>> = r
+            .records()
+            .map(|x| x.unwrap().iter().map(str::to_string).collect())
+            .collect();
+        assert_eq!(rows[0], LOG_HEADER);
+        let actions: Vec<&str> = rows[1..].iter().map(|r| r[1].as_str()).collect();
+        assert_eq!(actions, ["allocate", "failure", "free", "failure"]);
+        assert_eq!(rows[1][2], format!("{:#x}", x.ptr));
+        assert_eq!((rows[1][3].as_str(), rows[1][4].as_str()), ("4096", "0"));
+        assert_eq!(
+            rows[3][3], "4096",
+            "a free line carries the allocation's size"
+        );
+        assert!(
+            rows[2][5].starts_with("allocate: out of memory"),
+            "{:?}",
+            rows[2]
+        );
+        assert_eq!(
+            rows[4][2],
+            format!("{:#x}", x.ptr),
+            "a failed free names the address"
+        );
+        assert_eq!(a.lines(), 4);
+    }
+}

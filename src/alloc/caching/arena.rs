@@ -1,0 +1,207 @@
+//! Block storage for the caching allocator, built so the hot path allocates nothing.
+//!
+//! Blocks live in one arena (a `Vec`, slots reused) and link to their neighbours in the
+//! segment by index (`prev`/`next`, PyTorch's `Block::prev/next`). Free blocks are indexed per
+//! stream and pool in ordered maps keyed by `(size, address)`, so best fit is one range lookup
+//! (PyTorch's `BlockPool::blocks` with `BlockComparatorSize`); unmapped pieces of expandable
+//! segments are indexed by address (`BlockPool::unmapped`, `BlockComparatorAddress`).
+
+use std::collections::BTreeMap;
+
+use crate::device::{DevPtr, StreamId};
+
+use super::sizes::PoolKind;
+
+/// "No block": the end of a segment's chain, or a block outside any expandable segment.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// Where a block is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeState {
+    /// Mapped and cached for reuse (in its pool's `by_size` index, except while being handed
+    /// out).
+    Free,
+    /// Handed out to a caller.
+    Allocated,
+    /// Freed by the caller while other streams may still use it: waits for their events.
+    Pending,
+    /// Address space of an expandable segment with no physical memory behind it.
+    Unmapped,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub ptr: DevPtr,
+    pub size: u64,
+    /// What the caller asked for (0 when not allocated).
+    pub requested: u64,
+    /// The pool's free-block search count when the block was last cached (for garbage
+    /// collection ages, PyTorch's `gc_count_base`).
+    pub gc_base: u64,
+    pub stream: StreamId,
+    pub prev: u32,
+    pub next: u32,
+    /// Index of the expandable segment it belongs to, or `NIL` for a `cudaMalloc` segment.
+    pub expandable: u32,
+    /// Events still to complete before a pending free becomes a free block.
+    pub event_count: u32,
+    pub pool: PoolKind,
+    pub state: NodeState,
+    /// Other streams that used the block (`record_stream`).
+    pub stream_uses: Vec<StreamId>,
+}
+
+impl Node {
+    pub fn new(ptr: DevPtr, size: u64, stream: StreamId, pool: PoolKind, state: NodeState) -> Node {
+        Node {
+            ptr,
+            size,
+            requested: 0,
+            gc_base: 0,
+            stream,
+            prev: NIL,
+            next: NIL,
+            expandable: NIL,
+            event_count: 0,
+            pool,
+            state,
+            stream_uses: Vec::new(),
+        }
+    }
+
+    /// Part of a segment with other blocks (PyTorch's `is_split`).
+    pub fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    pub fn is_expandable(&self) -> bool {
+        self.expandable != NIL
+    }
+
+    pub fn end(&self) -> DevPtr {
+        self.ptr + self.size
+    }
+}
+
+/// All blocks, by index; freed slots are reused.
+#[derive(Debug, Default)]
+pub(crate) struct Arena {
+    nodes: Vec<Node>,
+    vacant: Vec<u32>,
+}
+
+impl Arena {
+    pub fn insert(&mut self, node: Node) -> u32 {
+        match self.vacant.pop() {
+            Some(i) => {
+                let slot = &mut self.nodes[i as usize];
+                // Keep the old `stream_uses` buffer so reuse allocates nothing.
+                let mut uses = std::mem::take(&mut slot.stream_uses);
+                uses.clear();
+                *slot = node;
+                slot.stream_uses = uses;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn remove(&mut self, i: u32) {
+        let n = &mut self.nodes[i as usize];
+        n.prev = NIL;
+        n.next = NIL;
+        n.size = 0;
+        self.vacant.push(i);
+    }
+
+    /// Indices of blocks in use (not vacant), in slot order.
+    pub fn live_indices(&self) -> Vec<u32> {
+        let mut vacant = vec![false; self.nodes.len()];
+        for &v in &self.vacant {
+            vacant[v as usize] = true;
+        }
+        (0..self.nodes.len() as u32)
+            .filter(|&i| !vacant[i as usize])
+            .collect()
+    }
+
+    pub fn clear(&mut self) {
+        self.nodes.clear();
+        self.vacant.clear();
+    }
+}
+
+impl std::ops::Index<u32> for Arena {
+    type Output = Node;
+    #[inline]
+    fn index(&self, i: u32) -> &Node {
+        &self.nodes[i as usize]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Arena {
+    #[inline]
+    fn index_mut(&mut self, i: u32) -> &mut Node {
+        &mut self.nodes[i as usize]
+    }
+}
+
+/// The free blocks of one pool on one stream.
+#[derive(Debug, Default)]
+pub(crate) struct FreeIndex {
+    /// Cached (mapped, free) blocks by `(size, address)`: best fit is the first key ≥ the size.
+    pub by_size: BTreeMap<(u64, DevPtr), u32>,
+    /// Unmapped pieces of expandable segments by address.
+    pub unmapped: BTreeMap<DevPtr, u32>,
+}
+
+/// Both pools of one stream. Blocks are reused only on the stream they were allocated on.
+#[derive(Debug)]
+pub(crate) struct StreamPools {
+    pub stream: StreamId,
+    pub pools: [FreeIndex; 2],
+}
+
+/// Per-stream pools, found by a short linear search (programs use a handful of streams).
+#[derive(Debug, Default)]
+pub(crate) struct Streams {
+    pub slots: Vec<StreamPools>,
+}
+
+impl Streams {
+    #[inline]
+    pub fn find(&self, stream: StreamId) -> Option<usize> {
+        self.slots.iter().position(|s| s.stream == stream)
+    }
+
+    /// The slot of `stream`, created empty on first use.
+    #[inline]
+    pub fn slot(&mut self, stream: StreamId) -> usize {
+        match self.find(stream) {
+            Some(i) => i,
+            None => {
+                self.slots.push(StreamPools {
+                    stream,
+                    pools: Default::default(),
+                });
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    #[inline]
+    pub fn index(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeIndex {
+        let s = self.slot(stream);
+        &mut self.slots[s].pools[pool.index()]
+    }
+
+    /// Slot numbers ordered by stream id (the order PyTorch's size comparator visits streams).
+    pub fn ordered(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.slots.len()).collect();
+        v.sort_by_key(|&i| self.slots[i].stream);
+        v
+    }
+}

@@ -1,0 +1,330 @@
+//! The replay itself: reads the log line by line, maps the log's addresses and streams to
+//! the replay's own, applies each event to the allocator and keeps the peaks.
+
+use std::io::{self, Read};
+
+use crate::alloc::adaptors::LOG_HEADER;
+use crate::alloc::ptr_map::PtrMap;
+use crate::alloc::{AllocError, Allocator};
+use crate::device::{DevPtr, Device, DeviceError, StreamId};
+
+use super::parse::{Event, parse_headroom, parse_rmm};
+use super::{
+    BadRow, BadRowPolicy, LogFormat, RMM_HEADER, ReplayError, ReplayFailure, ReplayOptions,
+    ReplayPeaks, ReplayReport,
+};
+
+/// The state of one replay.
+pub(super) struct Replay<'a> {
+    source_name: String,
+    alloc: &'a mut dyn Allocator,
+    dev: &'a mut dyn Device,
+    opts: ReplayOptions,
+    format: LogFormat,
+    report: ReplayReport,
+    /// Log address → (replayed address, line allocated).
+    live: PtrMap<(DevPtr, u64)>,
+    /// Log addresses freed and not allocated again → line freed.
+    freed: PtrMap<u64>,
+    streams: Vec<(u64, StreamId)>,
+    start_ns: u64,
+    /// The log time of the first line, for pacing.
+    log_origin_ns: Option<u64>,
+    last_log_ns: u64,
+    last_reserved: u64,
+}
+
+impl<'a> Replay<'a> {
+    pub(super) fn new(
+        source_name: &str,
+        alloc: &'a mut dyn Allocator,
+        allocator_name: &str,
+        dev: &'a mut dyn Device,
+        opts: &ReplayOptions,
+    ) -> Result<Replay<'a>, ReplayError> {
+        let info = dev.info();
+        let device = match &info.profile {
+            Some(p) => format!("{} ({} {p})", info.name, info.backend),
+            None => format!("{} ({})", info.name, info.backend),
+        };
+        let used = dev.mem_info().map_err(ReplayError::Device)?.used_bytes();
+        let stats = alloc.stats();
+        let mut peaks = ReplayPeaks::default();
+        peaks.device_used.see(used, 0);
+        peaks.alloc_reserved.see(stats.reserved_bytes, 0);
+        peaks.alloc_allocated.see(stats.allocated_bytes, 0);
+        peaks.alloc_requested.see(stats.requested_bytes, 0);
+        Ok(Replay {
+            source_name: source_name.to_string(),
+            start_ns: dev.now_ns(),
+            report: ReplayReport {
+                source: source_name.to_string(),
+                format: LogFormat::Headroom,
+                allocator: allocator_name.to_string(),
+                device,
+                fits: true,
+                events: 0,
+                allocations: 0,
+                frees: 0,
+                logged_failures: 0,
+                device_used_idle_bytes: used,
+                peaks,
+                first_failure: None,
+                final_stats: stats,
+                device_ns: 0,
+                bad_rows: Vec::new(),
+            },
+            alloc,
+            dev,
+            opts: opts.clone(),
+            format: LogFormat::Headroom,
+            live: PtrMap::default(),
+            freed: PtrMap::default(),
+            streams: vec![(0, StreamId::MAIN)],
+            log_origin_ns: None,
+            last_log_ns: 0,
+            last_reserved: stats.reserved_bytes,
+        })
+    }
+
+    pub(super) fn run<R: Read>(mut self, input: R) -> Result<ReplayReport, ReplayError> {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(input);
+        let mut record = csv::ByteRecord::new();
+        let name = self.source_name.clone();
+        let io_err = |e: csv::Error| ReplayError::Io {
+            source_name: name.clone(),
+            error: io::Error::other(e),
+        };
+        if !reader.read_byte_record(&mut record).map_err(io_err)? {
+            return Err(self.format_error("the log is empty (no header line)".into()));
+        }
+        self.format = self.detect(&record)?;
+        self.report.format = self.format;
+        while reader.read_byte_record(&mut record).map_err(io_err)? {
+            let line = record.position().map_or(0, |p| p.line());
+            if record.iter().all(|f| f.iter().all(u8::is_ascii_whitespace)) {
+                continue;
+            }
+            let parsed = match self.format {
+                LogFormat::Headroom => parse_headroom(&record, self.opts.pace),
+                LogFormat::Rmm => parse_rmm(&record, self.opts.pace),
+            };
+            let (time_ns, event) = match parsed {
+                Ok(x) => x,
+                Err(message) => {
+                    self.bad_row(line, message)?;
+                    continue;
+                }
+            };
+            if let Some(t) = time_ns {
+                self.pace_to(t);
+            }
+            if !self.apply(line, event)? {
+                break;
+            }
+        }
+        self.report.final_stats = self.alloc.stats();
+        self.report.device_ns = self.dev.now_ns() - self.start_ns;
+        Ok(self.report)
+    }
+
+    fn format_error(&self, message: String) -> ReplayError {
+        ReplayError::Format {
+            source_name: self.source_name.clone(),
+            message,
+        }
+    }
+
+    fn detect(&self, header: &csv::ByteRecord) -> Result<LogFormat, ReplayError> {
+        let fields: Vec<String> = header
+            .iter()
+            .map(|f| {
+                String::from_utf8_lossy(f)
+                    .trim()
+                    .trim_start_matches('\u{feff}')
+                    .to_string()
+            })
+            .collect();
+        if fields == LOG_HEADER {
+            Ok(LogFormat::Headroom)
+        } else if fields == RMM_HEADER {
+            Ok(LogFormat::Rmm)
+        } else {
+            Err(self.format_error(format!(
+                "unknown log format: the header is `{}`; expected headroom's `{}` or RMM's `{}`",
+                fields.join(","),
+                LOG_HEADER.join(","),
+                RMM_HEADER.join(",")
+            )))
+        }
+    }
+
+    /// A line that cannot be used: an error, or noted and skipped.
+    fn bad_row(&mut self, line: u64, message: String) -> Result<(), ReplayError> {
+        match self.opts.on_bad_row {
+            BadRowPolicy::Stop => Err(ReplayError::BadRow {
+                source_name: self.source_name.clone(),
+                line,
+                message,
+            }),
+            BadRowPolicy::Collect => {
+                self.report.bad_rows.push(BadRow { line, message });
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves the device clock forward so that events keep the log's spacing.
+    fn pace_to(&mut self, mut t: u64) {
+        const DAY_NS: u64 = 86_400 * 1_000_000_000;
+        // RMM's time of day wraps at midnight: a jump back by more than half a day is one.
+        if self.format == LogFormat::Rmm && t + DAY_NS / 2 < self.last_log_ns {
+            t += DAY_NS * ((self.last_log_ns - t) / DAY_NS + 1);
+        }
+        self.last_log_ns = self.last_log_ns.max(t);
+        let origin = *self.log_origin_ns.get_or_insert(t);
+        let target = self.start_ns + t.saturating_sub(origin);
+        let now = self.dev.now_ns();
+        if target > now {
+            self.dev.sleep(target - now);
+        }
+    }
+
+    fn stream(&mut self, label: u64) -> Result<StreamId, DeviceError> {
+        if let Some((_, s)) = self.streams.iter().find(|(l, _)| *l == label) {
+            return Ok(*s);
+        }
+        let s = self.dev.create_stream()?;
+        self.streams.push((label, s));
+        Ok(s)
+    }
+
+    fn alloc_error(&self, line: u64, error: AllocError) -> ReplayError {
+        ReplayError::Allocator {
+            source_name: self.source_name.clone(),
+            line,
+            error,
+        }
+    }
+
+    /// Applies one event; `Ok(false)` when the allocator refused an allocation (the end).
+    fn apply(&mut self, line: u64, event: Event) -> Result<bool, ReplayError> {
+        match event {
+            Event::LoggedFailure => {
+                self.report.logged_failures += 1;
+                return Ok(true);
+            }
+            Event::Allocate { ptr, bytes, stream } => {
+                if let Some((_, since)) = self.live.get(&ptr) {
+                    let msg = format!(
+                        "allocation at {ptr:#x}, which is still live since line {since} (a free is missing)"
+                    );
+                    self.bad_row(line, msg)?;
+                    return Ok(true);
+                }
+                let s = self
+                    .stream(stream)
+                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
+                match self.alloc.allocate(self.dev, bytes, s) {
+                    Ok(b) => {
+                        self.live.insert(ptr, (b.ptr, line));
+                        self.freed.remove(&ptr);
+                        self.report.allocations += 1;
+                    }
+                    Err(e) if e.is_oom() => {
+                        self.fail(line, bytes, stream, e)?;
+                        return Ok(false);
+                    }
+                    Err(e) => return Err(self.alloc_error(line, e)),
+                }
+            }
+            Event::Free { ptr } => {
+                let Some((ours, _)) = self.live.remove(&ptr) else {
+                    let msg = match self.freed.get(&ptr) {
+                        Some(at) => format!("double free of {ptr:#x}, already freed at line {at}"),
+                        None => format!("free of {ptr:#x}, which no earlier line allocated"),
+                    };
+                    self.bad_row(line, msg)?;
+                    return Ok(true);
+                };
+                self.freed.insert(ptr, line);
+                self.alloc
+                    .free(self.dev, ours)
+                    .map_err(|e| self.alloc_error(line, e))?;
+                self.report.frees += 1;
+            }
+            Event::RecordStream { ptr, stream } => {
+                let Some(&(ours, _)) = self.live.get(&ptr) else {
+                    self.bad_row(
+                        line,
+                        format!("record_stream on {ptr:#x}, which is not live"),
+                    )?;
+                    return Ok(true);
+                };
+                let s = self
+                    .stream(stream)
+                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
+                self.alloc
+                    .record_stream(self.dev, ours, s)
+                    .map_err(|e| self.alloc_error(line, e))?;
+            }
+            Event::EmptyCache => {
+                self.alloc
+                    .empty_cache(self.dev)
+                    .map_err(|e| self.alloc_error(line, e))?;
+            }
+        }
+        self.report.events += 1;
+        self.observe(line)?;
+        Ok(true)
+    }
+
+    /// Updates the peaks after an event.
+    fn observe(&mut self, line: u64) -> Result<(), ReplayError> {
+        let s = self.alloc.stats();
+        let p = &mut self.report.peaks;
+        p.alloc_allocated.see(s.allocated_bytes, line);
+        p.alloc_reserved.see(s.reserved_bytes, line);
+        p.alloc_requested.see(s.requested_bytes, line);
+        if s.reserved_bytes != self.last_reserved {
+            self.last_reserved = s.reserved_bytes;
+            let used = self
+                .dev
+                .mem_info()
+                .map_err(ReplayError::Device)?
+                .used_bytes();
+            self.report.peaks.device_used.see(used, line);
+        }
+        Ok(())
+    }
+
+    fn fail(
+        &mut self,
+        line: u64,
+        bytes: u64,
+        stream: u64,
+        e: AllocError,
+    ) -> Result<(), ReplayError> {
+        let s = self.alloc.stats();
+        let m = self.dev.mem_info().map_err(ReplayError::Device)?;
+        self.report.fits = false;
+        self.report.first_failure = Some(ReplayFailure {
+            line,
+            requested_bytes: bytes,
+            log_stream: stream.to_string(),
+            error: e.to_string(),
+            oom: match e {
+                AllocError::OutOfMemory(o) => Some(*o),
+                _ => None,
+            },
+            alloc_allocated_bytes: s.allocated_bytes,
+            alloc_reserved_bytes: s.reserved_bytes,
+            device_used_bytes: m.used_bytes(),
+            device_free_bytes: m.free_bytes,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! Reading one log line into an event: headroom's format and RMM's. Errors are messages
+//! that name the column and quote the value; the caller adds the file and line.
+
+/// One event of a log, with the log's own names for addresses and streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Event {
+    Allocate { ptr: u64, bytes: u64, stream: u64 },
+    Free { ptr: u64 },
+    RecordStream { ptr: u64, stream: u64 },
+    EmptyCache,
+    LoggedFailure,
+}
+
+fn field<'r>(r: &'r csv::ByteRecord, i: usize, name: &str) -> Result<&'r str, String> {
+    let raw = r.get(i).ok_or_else(|| format!("missing column {name}"))?;
+    std::str::from_utf8(raw)
+        .map(str::trim)
+        .map_err(|_| format!("column {name} is not UTF-8 text"))
+}
+
+fn check_width(r: &csv::ByteRecord) -> Result<(), String> {
+    if r.len() != 6 {
+        return Err(format!("expected 6 columns, found {}", r.len()));
+    }
+    Ok(())
+}
+
+fn parse_u64(v: &str, name: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .map_err(|_| format!("{name} {v:?} is not a whole number of bytes"))
+}
+
+/// An address: hexadecimal, with or without `0x` (RMM parses it base 16).
+fn parse_ptr(v: &str, name: &str) -> Result<u64, String> {
+    let hex = v
+        .strip_prefix("0x")
+        .or_else(|| v.strip_prefix("0X"))
+        .unwrap_or(v);
+    if hex.is_empty() {
+        return Err(format!("{name} is empty"));
+    }
+    u64::from_str_radix(hex, 16).map_err(|_| format!("{name} {v:?} is not a hexadecimal address"))
+}
+
+/// A stream label: `0x`-prefixed hex (RMM's pointer form) or decimal.
+fn parse_stream(v: &str, name: &str) -> Result<u64, String> {
+    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => {
+            u64::from_str_radix(hex, 16).map_err(|_| format!("{name} {v:?} is not a stream"))
+        }
+        None => v
+            .parse()
+            .map_err(|_| format!("{name} {v:?} is not a stream")),
+    }
+}
+
+fn nonzero(bytes: u64) -> Result<u64, String> {
+    if bytes == 0 {
+        return Err("an allocation of 0 bytes".into());
+    }
+    Ok(bytes)
+}
+
+/// `t_ns,action,ptr,bytes,stream,detail`.
+pub(super) fn parse_headroom(
+    r: &csv::ByteRecord,
+    _pace: bool,
+) -> Result<(Option<u64>, Event), String> {
+    check_width(r)?;
+    let t = field(r, 0, "t_ns")?;
+    let t = t
+        .parse::<u64>()
+        .map_err(|_| format!("t_ns {t:?} is not a whole number of nanoseconds"))?;
+    let action = field(r, 1, "action")?;
+    let event = match action {
+        "allocate" => Event::Allocate {
+            ptr: parse_ptr(field(r, 2, "ptr")?, "ptr")?,
+            bytes: nonzero(parse_u64(field(r, 3, "bytes")?, "bytes")?)?,
+            stream: parse_stream(field(r, 4, "stream")?, "stream")?,
+        },
+        "free" => Event::Free {
+            ptr: parse_ptr(field(r, 2, "ptr")?, "ptr")?,
+        },
+        "record_stream" => Event::RecordStream {
+            ptr: parse_ptr(field(r, 2, "ptr")?, "ptr")?,
+            stream: parse_stream(field(r, 4, "stream")?, "stream")?,
+        },
+        "empty_cache" => Event::EmptyCache,
+        "failure" => Event::LoggedFailure,
+        other => {
+            return Err(format!(
+                "action {other:?} is not one of allocate, free, record_stream, empty_cache, failure"
+            ));
+        }
+    };
+    Ok((Some(t), event))
+}
+
+/// `Thread,Time,Action,Pointer,Size,Stream`. The time is read only when pacing.
+pub(super) fn parse_rmm(r: &csv::ByteRecord, pace: bool) -> Result<(Option<u64>, Event), String> {
+    check_width(r)?;
+    let time = if pace {
+        Some(parse_rmm_time(field(r, 1, "Time")?)?)
+    } else {
+        None
+    };
+    let action = field(r, 2, "Action")?;
+    let event = match action {
+        "allocate" => Event::Allocate {
+            ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
+            bytes: nonzero(parse_u64(field(r, 4, "Size")?, "Size")?)?,
+            stream: parse_stream(field(r, 5, "Stream")?, "Stream")?,
+        },
+        "free" | "deallocate" => Event::Free {
+            ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
+        },
+        "allocate failure" => Event::LoggedFailure,
+        other => {
+            return Err(format!(
+                "Action {other:?} is not one of allocate, free, deallocate, allocate failure"
+            ));
+        }
+    };
+    Ok((time, event))
+}
+
+/// RMM's time: `HH:MM:SS.ffffff` (or `HH:MM:SS:ffffff`, as older versions wrote it), or
+/// seconds since the epoch with a fraction. Returns nanoseconds.
+fn parse_rmm_time(v: &str) -> Result<u64, String> {
+    let bad = || format!("Time {v:?} is neither HH:MM:SS.ffffff nor seconds");
+    let parts: Vec<&str> = v.split(':').collect();
+    let (whole_s, frac) = match parts.as_slice() {
+        [h, m, s] => {
+            let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+            let hms = [*h, *m, sec].map(|x| x.parse::<u64>().ok());
+            let [Some(h), Some(m), Some(sec)] = hms else {
+                return Err(bad());
+            };
+            (h * 3600 + m * 60 + sec, frac)
+        }
+        [h, m, s, us] => {
+            let hms = [*h, *m, *s].map(|x| x.parse::<u64>().ok());
+            let [Some(h), Some(m), Some(sec)] = hms else {
+                return Err(bad());
+            };
+            (h * 3600 + m * 60 + sec, *us)
+        }
+        [s] => {
+            let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+            (sec.parse::<u64>().map_err(|_| bad())?, frac)
+        }
+        _ => return Err(bad()),
+    };
+    if frac.len() > 9 || !frac.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let frac_ns = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().map_err(|_| bad())? * 10u64.pow(9 - frac.len() as u32)
+    };
+    whole_s
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(frac_ns))
+        .ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmm_times() {
+        assert_eq!(
+            parse_rmm_time("01:02:03.000004").unwrap(),
+            3_723_000_004_000
+        );
+        assert_eq!(
+            parse_rmm_time("01:02:03:000004").unwrap(),
+            3_723_000_004_000
+        );
+        assert_eq!(
+            parse_rmm_time("1634567890.5").unwrap(),
+            1_634_567_890_500_000_000
+        );
+        assert!(parse_rmm_time("yesterday").is_err());
+        assert!(parse_rmm_time("1:2").is_err());
+    }
+
+    #[test]
+    fn addresses_and_streams() {
+        assert_eq!(parse_ptr("0x7f00", "ptr").unwrap(), 0x7f00);
+        assert_eq!(parse_ptr("7f00", "ptr").unwrap(), 0x7f00);
+        assert!(parse_ptr("0xzz", "ptr").unwrap_err().contains("\"0xzz\""));
+        assert_eq!(parse_stream("0x10", "s").unwrap(), 16);
+        assert_eq!(parse_stream("10", "s").unwrap(), 10);
+    }
+}

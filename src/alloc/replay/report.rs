@@ -1,0 +1,186 @@
+//! What a replay reports: the structs (serialized for machines) and a text form for people.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::alloc::{AllocStats, OomRequest};
+use crate::units::Bytes;
+
+/// Which log format a file is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Headroom,
+    Rmm,
+}
+
+impl LogFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Headroom => "headroom",
+            LogFormat::Rmm => "RMM",
+        }
+    }
+}
+
+/// A line skipped under `BadRowPolicy::Collect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadRow {
+    pub line: u64,
+    pub message: String,
+}
+
+/// The highest value of a view and the log line where it was first reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    pub line: u64,
+}
+
+impl Peak {
+    pub(super) fn see(&mut self, bytes: u64, line: u64) {
+        if bytes > self.bytes {
+            *self = Peak { bytes, line };
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayPeaks {
+    pub alloc_allocated: Peak,
+    pub alloc_reserved: Peak,
+    pub alloc_requested: Peak,
+    /// Whole device, all processes (`cuMemGetInfo`).
+    pub device_used: Peak,
+}
+
+/// The allocation the allocator refused, and the views at that moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayFailure {
+    pub line: u64,
+    pub requested_bytes: u64,
+    /// The stream as the log names it.
+    pub log_stream: String,
+    pub error: String,
+    /// The allocator's evidence (rounding, driver request, steps taken).
+    pub oom: Option<OomRequest>,
+    pub alloc_allocated_bytes: u64,
+    pub alloc_reserved_bytes: u64,
+    pub device_used_bytes: u64,
+    pub device_free_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayReport {
+    /// The log's file name (or what the caller called the input).
+    pub source: String,
+    pub format: LogFormat,
+    /// The allocator and its settings.
+    pub allocator: String,
+    /// The device and, on the simulator, its profile.
+    pub device: String,
+    /// Every allocation of the log succeeded.
+    pub fits: bool,
+    /// Log lines applied (allocations, frees, record_stream, empty_cache).
+    pub events: u64,
+    pub allocations: u64,
+    pub frees: u64,
+    /// Failure lines in the log itself (skipped).
+    pub logged_failures: u64,
+    /// Device used before the first event (context and other processes included).
+    pub device_used_idle_bytes: u64,
+    pub peaks: ReplayPeaks,
+    pub first_failure: Option<ReplayFailure>,
+    /// The allocator's counters after the last event replayed.
+    pub final_stats: AllocStats,
+    /// Device time the replay took (virtual on the simulator).
+    pub device_ns: u64,
+    pub bad_rows: Vec<BadRow>,
+}
+
+impl fmt::Display for ReplayReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "replay of {} ({} log) with the {} allocator on {}",
+            self.source,
+            self.format.name(),
+            self.allocator,
+            self.device
+        )?;
+        writeln!(
+            f,
+            "{} events replayed: {} allocations, {} frees; {} failure lines in the log skipped",
+            self.events, self.allocations, self.frees, self.logged_failures
+        )?;
+        match &self.first_failure {
+            None => writeln!(f, "result: fits")?,
+            Some(x) => writeln!(
+                f,
+                "result: does NOT fit — out of memory at line {} ({} requested on log stream {})",
+                x.line,
+                Bytes(x.requested_bytes),
+                x.log_stream
+            )?,
+        }
+        writeln!(f, "peaks (line first reached):")?;
+        let p = &self.peaks;
+        for (name, peak) in [
+            ("alloc_allocated", p.alloc_allocated),
+            ("alloc_reserved", p.alloc_reserved),
+            ("alloc_requested", p.alloc_requested),
+            ("device_used", p.device_used),
+        ] {
+            writeln!(
+                f,
+                "  {name:<16} {:>12}  (line {})",
+                Bytes(peak.bytes).to_string(),
+                peak.line
+            )?;
+        }
+        writeln!(
+            f,
+            "  device_used before the replay: {}",
+            Bytes(self.device_used_idle_bytes)
+        )?;
+        if let Some(x) = &self.first_failure {
+            writeln!(f, "at the failure:")?;
+            writeln!(
+                f,
+                "  alloc_allocated {}, alloc_reserved {}, device_used {}, device free {}",
+                Bytes(x.alloc_allocated_bytes),
+                Bytes(x.alloc_reserved_bytes),
+                Bytes(x.device_used_bytes),
+                Bytes(x.device_free_bytes)
+            )?;
+            match &x.oom {
+                Some(o) => {
+                    writeln!(
+                        f,
+                        "  request {} ({} bytes), rounded {}, driver asked for {}, {} pool",
+                        Bytes(o.requested_bytes),
+                        o.requested_bytes,
+                        Bytes(o.rounded_bytes),
+                        Bytes(o.driver_request_bytes),
+                        o.pool
+                    )?;
+                    for (i, step) in o.retries.iter().enumerate() {
+                        writeln!(f, "  {}. {step}", i + 1)?;
+                    }
+                }
+                None => writeln!(f, "  {}", x.error)?,
+            }
+        }
+        if !self.bad_rows.is_empty() {
+            writeln!(f, "{} bad lines skipped:", self.bad_rows.len())?;
+            for b in self.bad_rows.iter().take(10) {
+                writeln!(f, "  line {}: {}", b.line, b.message)?;
+            }
+            if self.bad_rows.len() > 10 {
+                writeln!(f, "  … and {} more", self.bad_rows.len() - 10)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,326 @@
+//! `headroom bandwidth`: the harness's own kernels against the driver's copy and memset, on one
+//! size, in one run, as ratios.
+//!
+//! Bytes are counted the way the targets are stated: fill and memset write each byte once,
+//! verify reads it once, a copy reads and writes (2×), triad reads two and writes one (3×).
+
+use serde::Serialize;
+
+use crate::device::{DevPtr, Device, DeviceInfo, Kernel, StreamId};
+use crate::units::{Bytes, round_up};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: &'static str,
+    /// How the bytes are counted.
+    pub counted_as: &'static str,
+    pub bytes_per_launch: u64,
+    pub launches: u32,
+    pub gpu_ns: u64,
+    pub bytes_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub name: &'static str,
+    pub value: f64,
+    pub target: f64,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BandwidthReport {
+    pub device: DeviceInfo,
+    pub size_bytes: u64,
+    pub repeats: u32,
+    /// True on the simulator: the figures come from the profile, not a measurement.
+    pub modeled: bool,
+    pub rows: Vec<Row>,
+    pub ratios: Vec<Ratio>,
+    /// Mismatches `verify` found after `fill` (must be 0).
+    pub verify_mismatches: u64,
+}
+
+impl BandwidthReport {
+    fn rate(&self, name: &str) -> f64 {
+        self.rows
+            .iter()
+            .find(|r| r.name == name)
+            .map_or(0.0, |r| r.bytes_per_s)
+    }
+}
+
+/// Measures on three buffers of `size_bytes`; frees them whatever happens.
+pub fn measure(
+    dev: &mut dyn Device,
+    size_bytes: u64,
+    repeats: u32,
+    keep_free_bytes: u64,
+) -> anyhow::Result<BandwidthReport> {
+    anyhow::ensure!(
+        size_bytes >= 4 && size_bytes % 4 == 0,
+        "--size must be a positive multiple of 4 bytes, not {size_bytes}"
+    );
+    anyhow::ensure!(repeats > 0, "--repeats must be at least 1");
+    let free = dev.mem_info()?.free_bytes;
+    let need = 3 * round_up(size_bytes, 2 << 20);
+    anyhow::ensure!(
+        free >= need + keep_free_bytes,
+        "three buffers of {} need {} with {} free and a floor of {}; choose a smaller --size",
+        Bytes(size_bytes),
+        Bytes(need),
+        Bytes(free),
+        Bytes(keep_free_bytes)
+    );
+    let mut bufs: Vec<DevPtr> = Vec::new();
+    let result = (|| -> anyhow::Result<BandwidthReport> {
+        for _ in 0..3 {
+            bufs.push(dev.malloc(size_bytes)?);
+        }
+        let (a, b, c) = (bufs[0], bufs[1], bufs[2]);
+        let s = StreamId::MAIN;
+        let n = size_bytes;
+        // Correctness first: what is timed must also be right.
+        dev.launch(
+            Kernel::Fill {
+                ptr: b,
+                bytes: n,
+                seed: 11,
+            },
+            s,
+        )?;
+        let mismatches = dev
+            .launch(
+                Kernel::Verify {
+                    ptr: b,
+                    bytes: n,
+                    seed: 11,
+                },
+                s,
+            )?
+            .mismatch
+            .map_or(0, |m| m.count);
+        let cases: [(&'static str, &'static str, u64, Kernel); 6] = [
+            (
+                "fill",
+                "bytes written",
+                n,
+                Kernel::Fill {
+                    ptr: a,
+                    bytes: n,
+                    seed: 5,
+                },
+            ),
+            (
+                "verify",
+                "bytes read",
+                n,
+                Kernel::Verify {
+                    ptr: a,
+                    bytes: n,
+                    seed: 5,
+                },
+            ),
+            (
+                "copy",
+                "bytes read + written",
+                2 * n,
+                Kernel::Copy {
+                    dst: c,
+                    src: b,
+                    bytes: n,
+                },
+            ),
+            (
+                "triad",
+                "bytes read + written",
+                3 * n,
+                Kernel::Triad {
+                    a: c,
+                    b,
+                    c: a,
+                    bytes: n,
+                    scalar: 3.0,
+                },
+            ),
+            (
+                "cuMemsetD32",
+                "bytes written",
+                n,
+                Kernel::Memset {
+                    ptr: a,
+                    bytes: n,
+                    value: 0,
+                },
+            ),
+            (
+                "cuMemcpyDtoD",
+                "bytes read + written",
+                2 * n,
+                Kernel::DriverCopy {
+                    dst: c,
+                    src: b,
+                    bytes: n,
+                },
+            ),
+        ];
+        let mut rows = Vec::new();
+        for (name, counted_as, bytes, k) in cases {
+            if name == "verify" {
+                // The timed fill above left `a` holding seed 5.
+                dev.launch(
+                    Kernel::Fill {
+                        ptr: a,
+                        bytes: n,
+                        seed: 5,
+                    },
+                    s,
+                )?;
+            }
+            dev.timed_launch(k, s, 1)?; // warm-up
+            let gpu_ns = dev.timed_launch(k, s, repeats)?.max(1);
+            rows.push(Row {
+                name,
+                counted_as,
+                bytes_per_launch: bytes,
+                launches: repeats,
+                gpu_ns,
+                bytes_per_s: bytes as f64 * repeats as f64 / (gpu_ns as f64 / 1e9),
+            });
+        }
+        let mut report = BandwidthReport {
+            device: dev.info().clone(),
+            size_bytes,
+            repeats,
+            modeled: dev.info().backend == "sim",
+            rows,
+            ratios: Vec::new(),
+            verify_mismatches: mismatches,
+        };
+        let copy = report.rate("cuMemcpyDtoD");
+        let memset = report.rate("cuMemsetD32");
+        report.ratios = vec![
+            ratio(
+                "fill / device-to-device copy",
+                report.rate("fill"),
+                copy,
+                0.90,
+            ),
+            ratio(
+                "verify / device-to-device copy",
+                report.rate("verify"),
+                copy,
+                0.85,
+            ),
+            ratio("fill / cuMemsetD32", report.rate("fill"), memset, 1.0),
+            ratio(
+                "copy kernel / device-to-device copy",
+                report.rate("copy"),
+                copy,
+                0.90,
+            ),
+        ];
+        Ok(report)
+    })();
+    for p in bufs {
+        if let Err(e) = dev.free(p) {
+            eprintln!("warning: freeing a bandwidth buffer: {e}");
+        }
+    }
+    result
+}
+
+fn ratio(name: &'static str, x: f64, y: f64, target: f64) -> Ratio {
+    let value = if y > 0.0 { x / y } else { 0.0 };
+    Ratio {
+        name,
+        value,
+        target,
+        met: value >= target,
+    }
+}
+
+/// The report as a table for people.
+pub fn render(r: &BandwidthReport) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "bandwidth on {} [{}] · {} per buffer · {} launches each{}",
+        r.device.name,
+        r.device
+            .profile
+            .as_deref()
+            .map_or(r.device.backend.clone(), |p| format!("sim, profile {p}")),
+        Bytes(r.size_bytes),
+        r.repeats,
+        if r.modeled {
+            " · MODELED from the profile, not measured"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        o,
+        "{:<14} {:>12} {:>12}  bytes counted",
+        "operation", "GB/s", "time"
+    );
+    for row in &r.rows {
+        let _ = writeln!(
+            o,
+            "{:<14} {:>12.1} {:>12}  {}",
+            row.name,
+            row.bytes_per_s / 1e9,
+            crate::units::Nanos(row.gpu_ns).to_string(),
+            row.counted_as
+        );
+    }
+    for q in &r.ratios {
+        let _ = writeln!(
+            o,
+            "{:<38} {:>6.3}  (target ≥ {:.2}: {})",
+            q.name,
+            q.value,
+            q.target,
+            if q.met { "met" } else { "NOT met" }
+        );
+    }
+    let _ = writeln!(o, "verify after fill: {} mismatches", r.verify_mismatches);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::profile::SimProfile;
+    use crate::device::sim::SimDevice;
+
+    #[test]
+    fn modeled_rates_follow_the_profile() {
+        let mut dev = SimDevice::open(SimProfile::resolve("h200").unwrap(), 0);
+        let r = measure(&mut dev, 1 << 30, 4, 1 << 30).unwrap();
+        assert!(r.modeled);
+        assert_eq!(r.verify_mismatches, 0);
+        let rate = |n: &str| r.rows.iter().find(|x| x.name == n).unwrap().bytes_per_s;
+        // The profile says 4.0e12 for fill and 4.3e12 for a copy counted read + written.
+        assert!(
+            (rate("fill") / 4.0e12 - 1.0).abs() < 1e-5,
+            "{}",
+            rate("fill")
+        );
+        assert!((rate("cuMemcpyDtoD") / 4.3e12 - 1.0).abs() < 1e-5);
+        assert!((r.ratios[0].value - 4.0 / 4.3).abs() < 1e-5);
+        // Everything was given back.
+        assert_eq!(dev.mem_info().unwrap().used_bytes(), 512 << 20);
+    }
+
+    #[test]
+    fn too_large_a_size_is_refused_before_allocating() {
+        let mut dev = SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0);
+        let e = measure(&mut dev, 2 << 30, 4, 256 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("choose a smaller --size"), "{e}");
+        assert_eq!(dev.mem_info().unwrap().used_bytes(), 256 << 20);
+    }
+}

@@ -1,0 +1,35 @@
+//! `headroom bandwidth`.
+
+use anyhow::Context;
+
+use crate::bandwidth::{measure, render};
+use crate::cli::{BandwidthArgs, DeviceArgs};
+use crate::device::select;
+use crate::run::default_keep_free;
+
+pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> {
+    if let Some(out) = &args.out {
+        anyhow::ensure!(
+            !out.exists(),
+            "--out {}: already exists; results are never overwritten",
+            out.display()
+        );
+    }
+    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    if let Some(n) = &opened.notice {
+        eprintln!("note: {n}");
+    }
+    let keep = default_keep_free(opened.device.info().total_bytes);
+    let report = measure(opened.device.as_mut(), args.size, args.repeats, keep)?;
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(out) = &args.out {
+        std::fs::write(out, format!("{json}\n"))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.verify_mismatches == 0 { 0 } else { 1 })
+}

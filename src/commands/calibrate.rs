@@ -1,0 +1,76 @@
+//! `headroom calibrate`.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use crate::calibrate::{calibrate as measure, to_toml};
+use crate::cli::{CalibrateArgs, DeviceArgs};
+use crate::device::select;
+use crate::units::{Bytes, Nanos, utc_timestamp};
+
+pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> {
+    let mut file = std::fs::File::create_new(&args.out).with_context(|| {
+        format!(
+            "{}: cannot create it (an existing profile is never overwritten)",
+            args.out.display()
+        )
+    })?;
+    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    if let Some(n) = &opened.notice {
+        eprintln!("note: {n}");
+    }
+    let info = opened.device.info().clone();
+    let result = measure(
+        opened.device.as_mut(),
+        opened.before_context,
+        opened.context_create_ns,
+        &args.name,
+    );
+    let release = opened.device.release_all();
+    let c = match result {
+        Ok(c) => c,
+        Err(e) => {
+            drop(file);
+            let _ = std::fs::remove_file(&args.out);
+            return Err(e.context("calibration failed"));
+        }
+    };
+    release?;
+    let header = format!(
+        "Measured by headroom {} calibrate on {} (GPU {}, driver {}) at {}.\nLoad it with --profile {}.",
+        env!("CARGO_PKG_VERSION"),
+        info.name,
+        info.index,
+        info.driver_version,
+        utc_timestamp(std::time::SystemTime::now()),
+        args.out.display()
+    );
+    file.write_all(to_toml(&c, &header).as_bytes())?;
+    let p = &c.profile;
+    println!("calibrated {} → {}", info.name, args.out.display());
+    println!(
+        "  total {} · context {} · NVML reserved {} · pages {} · small allocations ≤ {} packed at {}",
+        Bytes(p.memory.total_bytes.0),
+        Bytes(p.memory.context_overhead_bytes.0),
+        Bytes(p.memory.nvml_reserved_bytes.0),
+        Bytes(p.memory.page_bytes.0),
+        Bytes(p.memory.small_alloc_limit_bytes.0),
+        Bytes(p.memory.small_alloc_spacing_bytes.0)
+    );
+    println!(
+        "  cuMemGetInfo {} · cuMemAlloc {} + {} per GiB · launch {} · copy {:.0} GB/s · fill {:.0} GB/s",
+        Nanos(p.latency.mem_get_info.0),
+        Nanos(p.latency.malloc_base.0),
+        Nanos(p.latency.malloc_per_gib.0),
+        Nanos(p.latency.launch.0),
+        p.bandwidth.copy_bytes_per_s / 1e9,
+        p.bandwidth.fill_bytes_per_s / 1e9
+    );
+    println!(
+        "  stack: {} threads per SM, {} per thread by default",
+        p.stack.threads_per_multiprocessor,
+        Bytes(p.stack.default_per_thread_bytes.0)
+    );
+    Ok(0)
+}

@@ -1,0 +1,41 @@
+//! `headroom replay LOG.csv`.
+
+use crate::alloc::AllocatorSpec;
+use crate::alloc::caching::CachingConfig;
+use crate::alloc::replay::{BadRowPolicy, ReplayOptions, replay_file};
+use crate::cli::{DeviceArgs, ReplayArgs};
+use crate::device::PoolConfig;
+use crate::device::select;
+
+pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
+    let spec = match (args.allocator.as_str(), &args.settings) {
+        ("caching", s) => AllocatorSpec::Caching(CachingConfig::parse(s.as_deref().unwrap_or(""))?),
+        (kind, Some(_)) => anyhow::bail!("--settings applies to the caching allocator, not {kind}"),
+        ("pool", None) => AllocatorSpec::Pool(PoolConfig::default()),
+        _ => AllocatorSpec::Direct,
+    };
+    anyhow::ensure!(
+        args.log.is_file(),
+        "{}: no such log file",
+        args.log.display()
+    );
+    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    if let Some(n) = &opened.notice {
+        eprintln!("note: {n}");
+    }
+    let opts = ReplayOptions {
+        on_bad_row: if args.keep_going {
+            BadRowPolicy::Collect
+        } else {
+            BadRowPolicy::Stop
+        },
+        pace: args.pace,
+    };
+    let report = replay_file(&args.log, &spec, opened.device.as_mut(), &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.fits { 0 } else { 1 })
+}
