@@ -660,7 +660,7 @@ fn a_plan_validation_run_draws_the_plan_lines() {
     assert!(svg.contains("plan capacity 5.00 GiB"));
     let md = read(&dir.join("report.md"));
     assert!(
-        md.contains("Plan safety margin 512 MiB: capacity 5.00 GiB, margin line 4.50 GiB"),
+        md.contains("Plan (safety margin 512 MiB): capacity 5.00 GiB, margin line 4.50 GiB"),
         "{md}"
     );
 }

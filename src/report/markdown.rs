@@ -273,6 +273,13 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(h) = s.peaks.headroom_at_peak_bytes {
         let _ = writeln!(o, "\nHeadroom at the device-used peak: {} free.", Bytes(h));
     }
+    if let Some(a) = &s.allocator_stats {
+        let _ = writeln!(
+            o,
+            "Allocator counters at the end of the run: {} segments held, num_alloc_retries {}, num_ooms {}.",
+            a.segment_count, a.num_alloc_retries, a.num_ooms
+        );
+    }
     if let Some(p) = &s.peaks.pool_high_water {
         let _ = writeln!(
             o,
@@ -284,7 +291,7 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(p) = &s.plan {
         let _ = writeln!(
             o,
-            "\nPlan {}: capacity {}, margin line {} (device used must stay under it), KV budget {}.",
+            "\nPlan ({}): capacity {}, margin line {} (device total − safety margin: device used must stay at or under it), KV budget {}.",
             p.label,
             Bytes(p.capacity_bytes),
             Bytes(p.margin_line_bytes),
@@ -349,16 +356,8 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
     }
     let _ = writeln!(
         o,
-        "\nEvidence at {} (via {}, pool {}, stream {}{}):\n",
-        r.utc,
-        r.via,
-        r.pool,
-        r.stream,
-        if r.retries.is_empty() {
-            String::new()
-        } else {
-            format!(", after {}", r.retries.join(" → "))
-        }
+        "\nEvidence at {} (via {}, pool {}, stream {}):\n",
+        r.utc, r.via, r.pool, r.stream
     );
     let _ = writeln!(o, "| | bytes | |\n| --- | ---: | ---: |");
     let rows: [(&str, u64); 14] = [

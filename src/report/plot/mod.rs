@@ -127,14 +127,25 @@ pub fn scene(run: &RunData) -> Scene {
             .unwrap_or(0),
     );
     let show_total = !s.ooms.is_empty() || total <= data_max + data_max / 4;
-    let mut y_max = data_max + data_max / 50;
-    if show_total {
-        y_max = y_max.max(total);
-    }
+    // A little room above the highest line, unless the device total closes the plot.
+    let mut y_max = if show_total {
+        total.max(data_max)
+    } else {
+        data_max + data_max / 50
+    };
     if let Some(p) = &s.plan {
         y_max = y_max.max(p.capacity_bytes).max(p.margin_line_bytes);
     }
-    let (top_bytes, y_ticks) = axis::byte_ticks(y_max);
+    let (top_bytes, mut y_ticks) = axis::byte_ticks(y_max);
+    // A line exactly at the top of the frame would have no room for its label: one more tick.
+    let top_bytes = match y_ticks.as_slice() {
+        [.., a, b] if top_bytes <= y_max => {
+            let next = top_bytes + (b - a);
+            y_ticks.push(next);
+            next
+        }
+        _ => top_bytes,
+    };
 
     let f = Frame {
         x0: 96.0,
@@ -155,62 +166,6 @@ pub fn scene(run: &RunData) -> Scene {
     if let Some(g) = plan_lines(s, &f) {
         groups.push(g);
     }
-    if show_total {
-        let mut g = Group::new("line-device-total", "line").titled(format!(
-            "device total (CUDA-visible): {total} B ({})",
-            Bytes(total)
-        ));
-        let y = f.y(total);
-        g.line(vec![(f.x0, y), (f.x1, y)], Stroke::solid(TOTAL, 1.2));
-        g.text(
-            f.x1 - 4.0,
-            y - 5.0,
-            format!("device total {}", Bytes(total)),
-            11.0,
-            Anchor::End,
-            TOTAL,
-        );
-        groups.push(g);
-    }
-    let mut idle = Group::new("mark-idle", "mark").titled(format!(
-        "idle reading: device used {idle_used} B ({}) before the workload",
-        Bytes(idle_used)
-    ));
-    let y = f.y(idle_used);
-    idle.line(
-        vec![(f.x0, y), (f.x1, y)],
-        Stroke::dashed(IDLE, 1.2, 6.0, 4.0),
-    );
-    idle.text(
-        f.x0 + 6.0,
-        y - 5.0,
-        format!("idle: {} used", Bytes(idle_used)),
-        11.0,
-        Anchor::Start,
-        IDLE,
-    );
-    groups.push(idle);
-    if let Some((_, bytes)) = poll {
-        let mut g = Group::new("line-poll-1hz", "line").titled(format!(
-            "the highest device used a 1 Hz poller would have reported: {bytes} B ({})",
-            Bytes(bytes)
-        ));
-        let y = f.y(bytes);
-        g.line(
-            vec![(f.x0, y), (f.x1, y)],
-            Stroke::dashed(POLL, 1.4, 2.0, 3.0),
-        );
-        g.text(
-            f.x1 - 4.0,
-            y - 5.0,
-            format!("1 Hz poll peak {}", Bytes(bytes)),
-            11.0,
-            Anchor::End,
-            POLL,
-        );
-        groups.push(g);
-    }
-
     for (view, stroke, label) in SERIES {
         if tl.view(view).is_none() {
             continue;
@@ -237,6 +192,65 @@ pub fn scene(run: &RunData) -> Scene {
         groups.push(g);
     }
 
+    if show_total {
+        let mut g = Group::new("line-device-total", "line").titled(format!(
+            "device total (CUDA-visible): {total} B ({})",
+            Bytes(total)
+        ));
+        let y = f.y(total);
+        g.line(vec![(f.x0, y), (f.x1, y)], Stroke::solid(TOTAL, 1.2));
+        label(
+            &mut g,
+            f.x1 - 4.0,
+            y - 5.0,
+            format!("device total {}", Bytes(total)),
+            11.0,
+            Anchor::End,
+            TOTAL,
+        );
+        groups.push(g);
+    }
+    let mut idle = Group::new("mark-idle", "mark").titled(format!(
+        "idle reading: device used {idle_used} B ({}) before the workload",
+        Bytes(idle_used)
+    ));
+    let y = f.y(idle_used);
+    idle.line(
+        vec![(f.x0, y), (f.x1, y)],
+        Stroke::dashed(IDLE, 1.2, 6.0, 4.0),
+    );
+    label(
+        &mut idle,
+        f.x0 + 12.0,
+        y - 5.0,
+        format!("idle: {} used", Bytes(idle_used)),
+        11.0,
+        Anchor::Start,
+        IDLE,
+    );
+    groups.push(idle);
+    if let Some((_, bytes)) = poll {
+        let mut g = Group::new("line-poll-1hz", "line").titled(format!(
+            "the highest device used a 1 Hz poller would have reported: {bytes} B ({})",
+            Bytes(bytes)
+        ));
+        let y = f.y(bytes);
+        g.line(
+            vec![(f.x0, y), (f.x1, y)],
+            Stroke::dashed(POLL, 1.4, 2.0, 3.0),
+        );
+        label(
+            &mut g,
+            f.x1 - 4.0,
+            y - 5.0,
+            format!("1 Hz poll peak {}", Bytes(bytes)),
+            11.0,
+            Anchor::End,
+            POLL,
+        );
+        groups.push(g);
+    }
+
     if let Some(p) = s.peaks.run.get(View::DeviceUsed.key()) {
         let (x, y) = (f.x(p.t_ns), f.y(p.bytes));
         let mut g = Group::new("mark-true-peak", "mark").titled(format!(
@@ -255,7 +269,8 @@ pub fn scene(run: &RunData) -> Scene {
         });
         let text = format!("true peak {}", Bytes(p.bytes));
         let right = x + 10.0 + font::text_width(&text, 12.0) < f.x1;
-        g.text(
+        label(
+            &mut g,
             if right { x + 9.0 } else { x - 9.0 },
             y - 8.0,
             text,
@@ -289,6 +304,18 @@ pub fn scene(run: &RunData) -> Scene {
         ),
         groups,
     }
+}
+
+/// Text on a white backdrop, so a label stays readable where it crosses a line.
+fn label(g: &mut Group, x: f32, y: f32, text: String, size: f32, anchor: Anchor, color: Color) {
+    let w = font::text_width(&text, size);
+    let left = match anchor {
+        Anchor::Start => x,
+        Anchor::Middle => x - w / 2.0,
+        Anchor::End => x - w,
+    };
+    g.rect(left - 2.0, y - size, w + 4.0, size * 1.3, WHITE, 0.8);
+    g.text(x, y, text, size, anchor, color);
 }
 
 fn diamond(x: f32, y: f32, r: f32, color: Color) -> Shape {
@@ -455,7 +482,8 @@ fn plan_lines(s: &Summary, f: &Frame) -> Option<Group> {
     let kv_low = p.margin_line_bytes.saturating_sub(p.kv_budget_bytes);
     let (ya, yb) = (f.y(p.margin_line_bytes), f.y(kv_low));
     g.rect(f.x0, ya, f.x1 - f.x0, (yb - ya).max(0.5), KV, 0.12);
-    g.text(
+    label(
+        &mut g,
         f.x0 + 6.0,
         yb - 5.0,
         format!("planned KV budget {}", Bytes(p.kv_budget_bytes)),
@@ -467,7 +495,8 @@ fn plan_lines(s: &Summary, f: &Frame) -> Option<Group> {
         vec![(f.x0, ya), (f.x1, ya)],
         Stroke::dashed(PLAN, 1.6, 8.0, 4.0),
     );
-    g.text(
+    label(
+        &mut g,
         f.x0 + 6.0,
         ya - 5.0,
         format!("margin line {} ({})", Bytes(p.margin_line_bytes), p.label),
@@ -478,7 +507,8 @@ fn plan_lines(s: &Summary, f: &Frame) -> Option<Group> {
     if p.capacity_bytes != s.device.total_bytes {
         let y = f.y(p.capacity_bytes);
         g.line(vec![(f.x0, y), (f.x1, y)], Stroke::solid(PLAN, 1.2));
-        g.text(
+        label(
+            &mut g,
             f.x1 - 4.0,
             y - 5.0,
             format!("plan capacity {}", Bytes(p.capacity_bytes)),
@@ -512,7 +542,8 @@ fn oom_mark(i: usize, oom: &crate::oom::OomRecord, f: &Frame) -> Group {
         .extend(cross(x, f.y(oom.device_used_bytes), 6.0, OOM));
     let text = format!("OOM: {} {} asked", oom.name, Bytes(oom.requested_bytes));
     let right = x + 8.0 + font::text_width(&text, 12.0) < f.x1;
-    g.text(
+    label(
+        &mut g,
         if right { x + 6.0 } else { x - 6.0 },
         f.y0 + 32.0 + 16.0 * (i % 3) as f32,
         text,
@@ -571,7 +602,7 @@ fn legend(run: &RunData, f: &Frame, show_total: bool) -> Group {
     if s.plan.is_some() {
         entries.push((
             sample(Stroke::dashed(PLAN, 1.6, 8.0, 4.0)),
-            "plan margin line (capacity − safety margin)".into(),
+            "plan margin line (device total − safety margin)".into(),
         ));
         entries.push((
             vec![Shape::Rect {
