@@ -509,11 +509,12 @@ fn plan_lines(s: &Summary, f: &Frame) -> Option<Group> {
         g.line(vec![(f.x0, y), (f.x1, y)], Stroke::solid(PLAN, 1.2));
         label(
             &mut g,
-            f.x1 - 4.0,
+            // Mid-width: the device total's label is at the right, the margin line's at the left.
+            (f.x0 + f.x1) / 2.0,
             y - 5.0,
             format!("plan capacity {}", Bytes(p.capacity_bytes)),
             11.0,
-            Anchor::End,
+            Anchor::Middle,
             PLAN,
         );
     }
