@@ -120,7 +120,6 @@ fn regenerate() {
     }
     let snaps = root().join("tests/fixtures/snapshots");
     std::fs::create_dir_all(&snaps).unwrap();
-    let (a, b) = (fixture("tiny-4g"), fixture("h100-80g"));
     for (name, _) in FIXTURE_RUNS {
         let dir = copy_fixture(name, tmp.path().join("copies").as_path());
         let r = headroom(&root(), &["report", dir.to_str().unwrap()]);
@@ -151,7 +150,6 @@ fn regenerate() {
     std::fs::write(snaps.join("compare.md"), cmp("--markdown")).unwrap();
     let m = headroom(&root(), &["merge", "tests/fixtures/runs"]);
     std::fs::write(snaps.join("merge.md"), m.stdout).unwrap();
-    let _ = (a, b);
 }
 
 #[test]
@@ -557,6 +555,19 @@ fn merge_writes_one_row_per_run_and_never_overwrites_without_force() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(read(&out), r.stdout);
     assert_eq!(csv_rows(&out).len(), 2);
+
+    // A fleet folder with a node whose run never finished: named, not skipped.
+    let fleet = tmp.path().join("fleet");
+    copy_fixture("tiny-4g", &fleet);
+    let broken = copy_fixture("h100-80g", &fleet);
+    std::fs::remove_file(broken.join("summary.json")).unwrap();
+    let r = headroom(tmp.path(), &["merge", fleet.to_str().unwrap()]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains(broken.to_str().unwrap()) && r.stderr.contains("summary.json is missing"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

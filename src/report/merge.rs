@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::record::View;
 use crate::record::timeline::FORMAT_VERSION;
 use crate::report::markdown::{cell, status_name};
-use crate::report::rundata::load_summary;
+use crate::report::rundata::{ORIGINAL_FILES, load_summary};
 use crate::report::summary::Summary;
 use crate::units::Bytes;
 
@@ -21,18 +21,20 @@ pub struct MergedRun {
 }
 
 /// The result folders named by `dirs`: each is a result folder, or a folder of result folders
-/// (as `results/` after a fleet run), taken in name order.
+/// (as `results/` after a fleet run), taken in name order. A sub-folder holding any of a run's
+/// files counts, so an incomplete run (a node that crashed) is reported, never skipped.
 pub fn expand(dirs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for d in dirs {
-        if d.join("summary.json").exists() || !d.is_dir() {
+        let is_run = |p: &Path| ORIGINAL_FILES.iter().any(|f| p.join(f).exists());
+        if is_run(d) || !d.is_dir() {
             out.push(d.clone());
             continue;
         }
         let mut inner: Vec<PathBuf> = std::fs::read_dir(d)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", d.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.join("summary.json").exists())
+            .filter(|p| is_run(p))
             .collect();
         if inner.is_empty() {
             // Not a folder of runs either: let the loader name what is missing.
