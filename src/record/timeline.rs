@@ -6,7 +6,6 @@
 //! order; peaks and poller replays see the same ordered stream as the file.
 
 use std::collections::BinaryHeap;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -55,7 +54,7 @@ pub struct Recorder {
     out: BufWriter<File>,
     /// Phase names as CSV cells (quoted where needed).
     phase_cells: Vec<String>,
-    line: String,
+    line: Vec<u8>,
     total_bytes: u64,
     pending: BinaryHeap<Pending>,
     seq: u64,
@@ -83,7 +82,7 @@ impl Recorder {
         Ok(Recorder {
             out,
             phase_cells: phase_names.iter().map(|p| csv_cell(p)).collect(),
-            line: String::with_capacity(256),
+            line: Vec::with_capacity(256),
             total_bytes,
             pending: BinaryHeap::new(),
             seq: 0,
@@ -148,29 +147,42 @@ impl Recorder {
                 .get(r.phase as usize)
                 .map_or("", String::as_str)
         };
-        let mut line = std::mem::take(&mut self.line);
+        // The hot path of every reading: digits by hand, no formatting machinery.
+        let line = &mut self.line;
         line.clear();
-        let _ = write!(
-            line,
-            "{},{},{},{}",
-            r.t_ns,
-            phase,
-            r.source.as_str(),
-            r.device_free_bytes
-        );
+        push_u64(line, r.t_ns);
+        line.push(b',');
+        line.extend_from_slice(phase.as_bytes());
+        line.push(b',');
+        line.extend_from_slice(r.source.as_str().as_bytes());
+        line.push(b',');
+        push_u64(line, r.device_free_bytes);
         for v in View::ALL {
-            line.push(',');
+            line.push(b',');
             if let Some(x) = r.views.get(v) {
-                let _ = write!(line, "{x}");
+                push_u64(line, x);
             }
         }
-        line.push('\n');
-        let res = self.out.write_all(line.as_bytes());
-        self.line = line;
-        res?;
+        line.push(b'\n');
+        self.out.write_all(line)?;
         self.rows_written += 1;
         Ok(())
     }
+}
+
+/// Appends the decimal digits of `v`.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// A CSV cell: quoted when it holds a comma, quote or line break.
