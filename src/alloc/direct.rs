@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom};
+use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom, free_each};
 use crate::device::{DevPtr, Device, StreamId};
 
 #[derive(Debug, Default)]
@@ -70,14 +70,7 @@ impl Allocator for DirectAllocator {
     }
 
     fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
-        let mut ptrs: Vec<DevPtr> = self.live.keys().copied().collect();
-        ptrs.sort_unstable();
-        let mut first = None;
-        for p in ptrs {
-            if let Err(e) = self.free(dev, p) {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        let ptrs: Vec<DevPtr> = self.live.keys().copied().collect();
+        free_each(self, dev, ptrs)
     }
 }

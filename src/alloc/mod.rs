@@ -199,6 +199,22 @@ impl std::fmt::Display for AllocatorSpec {
     }
 }
 
+/// Frees every pointer in address order, going on past errors; returns the first error.
+pub(crate) fn free_each(
+    alloc: &mut dyn Allocator,
+    dev: &mut dyn Device,
+    mut ptrs: Vec<DevPtr>,
+) -> Result<(), AllocError> {
+    ptrs.sort_unstable();
+    let mut first = None;
+    for p in ptrs {
+        if let Err(e) = alloc.free(dev, p) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// Maps a device error to an allocator error, tagging an OOM with the request.
 pub(crate) fn device_oom(
     e: DeviceError,

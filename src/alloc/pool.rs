@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom};
+use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom, free_each};
 use crate::device::{DevPtr, Device, PoolUsage, StreamId};
 
 #[derive(Debug, Default)]
@@ -91,18 +91,13 @@ impl Allocator for PoolAllocator {
     }
 
     fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
-        let mut ptrs: Vec<DevPtr> = self.live.keys().copied().collect();
-        ptrs.sort_unstable();
-        let mut first = None;
-        for p in ptrs {
-            if let Err(e) = self.free(dev, p) {
-                first.get_or_insert(e);
-            }
-        }
-        if let Err(e) = dev.synchronize().and_then(|_| dev.pool_trim(0)) {
-            first.get_or_insert(AllocError::Device(e));
-        }
+        let ptrs: Vec<DevPtr> = self.live.keys().copied().collect();
+        let freed = free_each(self, dev, ptrs);
+        let trimmed = dev
+            .synchronize()
+            .and_then(|_| dev.pool_trim(0))
+            .map_err(AllocError::Device);
         let _ = self.refresh(dev);
-        first.map_or(Ok(()), Err)
+        freed.and(trimmed)
     }
 }

@@ -199,7 +199,7 @@ impl ProbeShape {
 mod tests {
     use super::*;
     use crate::units::GIB;
-    use crate::workload::{Action, Workload};
+    use crate::workload::Workload;
     use std::path::Path;
 
     fn tiny() -> ProbeShape {
@@ -216,25 +216,6 @@ mod tests {
         }
     }
 
-    /// The largest sum of live bytes over the workload's actions.
-    fn peak_live(w: &Workload) -> u64 {
-        let mut live = std::collections::BTreeMap::new();
-        let mut peak = 0;
-        for (_, a) in w.actions() {
-            match &a.action {
-                Action::Allocate { name, bytes, .. } => {
-                    live.insert(name.clone(), *bytes);
-                }
-                Action::Free { name } => {
-                    live.remove(name);
-                }
-                _ => {}
-            }
-            peak = peak.max(live.values().sum());
-        }
-        peak
-    }
-
     #[test]
     fn the_probe_peaks_at_weights_plus_kv_plus_other_peak() {
         let s = tiny();
@@ -244,7 +225,7 @@ mod tests {
             let text = s.workload_toml(n);
             let w = Workload::from_toml(&text, Path::new("probe.toml"), 4 * GIB)
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(peak_live(&w), s.planned_total_bytes(n), "{text}");
+            assert_eq!(w.planned_peak_bytes(), s.planned_total_bytes(n), "{text}");
             assert!(w.settings.allow_oom);
             assert_eq!(w.expect.min_headroom_bytes, Some(256 * MIB));
         }

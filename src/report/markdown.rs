@@ -243,17 +243,8 @@ fn peaks(o: &mut String, s: &Summary) {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;
         };
-        let idle_v = match v {
-            View::DeviceUsed => Some(idle.device_used_bytes),
-            View::OwnBytes => Some(0),
-            _ => None,
-        };
-        let polled = |k: &str| {
-            s.peaks
-                .polled
-                .get(k)
-                .and_then(|p| p.peaks.get(v.key()).copied())
-        };
+        let idle_v = s.idle_view(v);
+        let polled = |k: &str| s.polled_peak(k, v);
         let _ = writeln!(
             o,
             "| `{}` | {} | {} | {} | {} | {} | {} |",

@@ -147,6 +147,25 @@ pub struct PlanMarks {
     pub label: String,
 }
 
+impl Summary {
+    /// A view's value at the idle reading, where the idle reading knows it.
+    pub fn idle_view(&self, v: crate::record::View) -> Option<u64> {
+        match v {
+            crate::record::View::DeviceUsed => Some(self.idle.after_context.device_used_bytes),
+            crate::record::View::OwnBytes => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The peak a poller (`1hz`, `10hz`) would have reported for a view.
+    pub fn polled_peak(&self, poller: &str, v: crate::record::View) -> Option<u64> {
+        self.peaks
+            .polled
+            .get(poller)
+            .and_then(|p| p.peaks.get(v.key()).copied())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub format_version: u32,

@@ -931,25 +931,6 @@ mod tests {
             .collect()
     }
 
-    /// The largest sum of live bytes over the phase's actions, starting from nothing.
-    fn peak_live(w: &Workload) -> u64 {
-        let mut live = BTreeMap::new();
-        let mut peak = 0;
-        for (_, a) in w.actions() {
-            match &a.action {
-                Action::Allocate { name, bytes, .. } => {
-                    live.insert(name.clone(), *bytes);
-                }
-                Action::Free { name } => {
-                    live.remove(name);
-                }
-                _ => {}
-            }
-            peak = peak.max(live.values().sum());
-        }
-        peak
-    }
-
     const HEAD: &str = "[workload]\nname = \"t\"\n";
 
     #[test]
@@ -988,7 +969,7 @@ mod tests {
             format!("+weights[2]:{}", 10 * MIB - 2 * (10 * MIB / 3))
         );
         assert_eq!(o[1], "tweights[0]");
-        assert_eq!(peak_live(&w), 10 * MIB);
+        assert_eq!(w.planned_peak_bytes(), 10 * MIB);
     }
 
     #[test]
@@ -998,7 +979,7 @@ mod tests {
         ))
         .unwrap();
         // Four outputs live plus one scratch at the first backward layer.
-        assert_eq!(peak_live(&w), 450 * MIB);
+        assert_eq!(w.planned_peak_bytes(), 450 * MIB);
         let o = ops(&w, 0);
         assert_eq!(o.first().unwrap(), &format!("+act[0]:{}", 100 * MIB));
         assert_eq!(o.last().unwrap(), "-act[0]");
@@ -1010,7 +991,7 @@ mod tests {
             "{HEAD}[[phase]]\nname = \"p\"\nsteps = [{{ op = \"activations\", layers = 5, size = \"100MiB\", mode = \"inference\" }}]\n"
         ))
         .unwrap();
-        assert_eq!(peak_live(&w), 200 * MIB);
+        assert_eq!(w.planned_peak_bytes(), 200 * MIB);
         assert_eq!(ops(&w, 0).last().unwrap(), "-act[4]");
     }
 
@@ -1034,7 +1015,7 @@ mod tests {
                 "-ws"
             ]
         );
-        assert_eq!(peak_live(&w), GIB);
+        assert_eq!(w.planned_peak_bytes(), GIB);
     }
 
     #[test]
@@ -1060,7 +1041,7 @@ mod tests {
                 "-kv.r2[1]",
             ]
         );
-        assert_eq!(peak_live(&w), 3 * MIB);
+        assert_eq!(w.planned_peak_bytes(), 3 * MIB);
     }
 
     #[test]

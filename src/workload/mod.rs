@@ -102,6 +102,26 @@ impl Workload {
         expand::expand(file, path, total_bytes)
     }
 
+    /// The largest sum of bytes the workload's own allocations hold at once, as planned
+    /// (requested sizes, before any rounding; allocations filled at run time not counted).
+    pub fn planned_peak_bytes(&self) -> u64 {
+        let mut live = std::collections::BTreeMap::new();
+        let mut peak = 0;
+        for (_, a) in self.actions() {
+            match &a.action {
+                Action::Allocate { name, bytes, .. } => {
+                    live.insert(name.as_str(), *bytes);
+                }
+                Action::Free { name } => {
+                    live.remove(name.as_str());
+                }
+                _ => continue,
+            }
+            peak = peak.max(live.values().sum());
+        }
+        peak
+    }
+
     /// Every planned action, phase by phase.
     pub fn actions(&self) -> impl Iterator<Item = (usize, &Planned)> {
         self.phases
