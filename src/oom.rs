@@ -50,6 +50,17 @@ pub struct OomRecord {
     /// Device memory in use that is neither this run's allocations nor its idle baseline
     /// (another process, or memory the driver took for this one: stack, modules, graphs).
     pub unexplained_used_bytes: i64,
+    /// The driver's graph memory at that instant (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`), where
+    /// the workload uses CUDA graphs: mapped by a graph or backing a live graph allocation.
+    #[serde(default)]
+    pub graph_used_bytes: Option<u64>,
+    /// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`: what the graph allocator holds from the
+    /// device, used or not, until `cuDeviceGraphMemTrim`.
+    #[serde(default)]
+    pub graph_reserved_bytes: Option<u64>,
+    /// Device memory the executable graphs still alive took at instantiation (measured).
+    #[serde(default)]
+    pub graph_exec_bytes: Option<u64>,
     pub nvml: Option<NvmlMemory>,
     pub processes: Option<Vec<ProcessUsage>>,
     pub diagnosis: Diagnosis,
@@ -177,6 +188,15 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         check.push("Account for memory held outside the framework allocator (communication buffers, library workspaces, graph pools): compare device used with the allocator's reserved.".to_string());
     }
 
+    graph_evidence(
+        r,
+        need,
+        &mut observation,
+        &mut causes,
+        &mut findings,
+        &mut check,
+    );
+
     if r.pool == "pool" && r.retries.is_empty() && r.alloc_reserved_bytes > r.alloc_allocated_bytes
     {
         let pending = r.alloc_reserved_bytes - r.alloc_allocated_bytes;
@@ -228,6 +248,53 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     }
 }
 
+/// Graph memory: the graph allocator's reservation, what graphs use of it, and executables.
+/// `graph-pool` when trimming the unused part would have made the request fit; `graph-memory`
+/// when only destroying live graphs (or freeing their allocations) would have.
+fn graph_evidence(
+    r: &OomRecord,
+    need: u64,
+    observation: &mut &'static str,
+    causes: &mut Vec<String>,
+    findings: &mut Vec<String>,
+    check: &mut Vec<String>,
+) {
+    let reserved = r.graph_reserved_bytes.unwrap_or(0);
+    let used = r.graph_used_bytes.unwrap_or(0).min(reserved);
+    let exec = r.graph_exec_bytes.unwrap_or(0);
+    if reserved == 0 && exec == 0 {
+        return;
+    }
+    let unused = reserved - used;
+    findings.push(format!(
+        "CUDA graphs held {} at that instant: the driver's graph allocator had {} reserved, {} of it used by graphs or their live allocations and {} reserved but unused, and executable graphs took {}. No allocator counter includes any of it.",
+        Bytes(reserved + exec),
+        Bytes(reserved),
+        Bytes(used),
+        Bytes(unused),
+        Bytes(exec)
+    ));
+    if *observation == OBS_LOOKS_FREE {
+        *observation = OBS_DISAGREE;
+    }
+    if r.device_free_bytes < need && need <= r.device_free_bytes + unused {
+        causes.push("graph-pool".to_string());
+        findings.push(format!(
+            "{} of graph memory was reserved but used by no graph (memory of destroyed or idle graphs stays in the graph pool until trimmed): with it returned, {} would have been free and the request would have fit.",
+            Bytes(unused),
+            Bytes(r.device_free_bytes + unused)
+        ));
+        check.push("Trim graph memory (cuDeviceGraphMemTrim) after destroying graphs, or budget the graph pool's reserved high-water mark (CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH), not the graphs alive now.".to_string());
+    } else if r.device_free_bytes < need && need <= r.device_free_bytes + reserved + exec {
+        causes.push("graph-memory".to_string());
+        findings.push(format!(
+            "Graphs alive at that instant (their mapped memory, live graph allocations and executables) held {}: the request fits only without them.",
+            Bytes(used + exec)
+        ));
+        check.push("Count the memory of every captured graph (per batch size) in the budget: measure it on the device rather than extrapolating from two captures.".to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +330,9 @@ mod tests {
             inactive_split_count: 100,
             inactive_split_bytes: 2 * GIB,
             unexplained_used_bytes: 0,
+            graph_used_bytes: None,
+            graph_reserved_bytes: None,
+            graph_exec_bytes: None,
             nvml: None,
             processes: None,
             diagnosis: Diagnosis {
@@ -307,6 +377,30 @@ mod tests {
                 .any(|f| f.contains("pid 77 holds 2.00 GiB")),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn unused_graph_memory_that_a_trim_would_return_is_a_graph_pool_cause() {
+        let mut r = record();
+        r.via = "direct".into();
+        r.reserved_but_unallocated_bytes = 0;
+        r.alloc_reserved_bytes = 0;
+        r.alloc_allocated_bytes = 0;
+        r.graph_reserved_bytes = Some(GIB);
+        r.graph_used_bytes = Some(0);
+        r.graph_exec_bytes = Some(0);
+        let d = diagnose(&r);
+        assert_eq!(d.causes, ["graph-pool"], "{d:?}");
+        assert_eq!(d.observation, OBS_DISAGREE);
+        assert!(
+            d.findings
+                .iter()
+                .any(|f| f.contains("1.00 GiB reserved but unused")),
+            "{d:?}"
+        );
+        // Used by a live graph: a trim would not help.
+        r.graph_used_bytes = Some(GIB);
+        assert_eq!(diagnose(&r).causes, ["graph-memory"]);
     }
 
     #[test]

@@ -229,6 +229,38 @@ pub type DevResult<T> = Result<T, DeviceError>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EventId(pub u64);
 
+/// A graph captured from a stream (`CUgraph`), with at most one executable (`CUgraphExec`)
+/// once instantiated. Valid until `graph_destroy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GraphId(pub u32);
+
+/// What a capture recorded: the nodes the executable graph is built from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphShape {
+    /// Kernel launches and driver operations (memset, memcpy).
+    pub kernel_nodes: u32,
+    /// `cuMemAllocAsync` during the capture.
+    pub alloc_nodes: u32,
+    /// `cuMemFreeAsync` during the capture.
+    pub free_nodes: u32,
+    /// Bytes the allocation nodes ask for (requested sizes).
+    pub alloc_node_bytes: u64,
+    /// Bytes of allocation nodes the graph does not free itself: live after each launch.
+    pub unfreed_bytes: u64,
+}
+
+/// The driver's graph memory attributes (`CU_GRAPH_MEM_ATTR_{USED,RESERVED}_MEM_{CURRENT,HIGH}`):
+/// device-wide, for every graph of this process. `used` is physical memory mapped by at least
+/// one graph or backing a live graph allocation; `reserved` is what the graph allocator holds
+/// from the device (until `cuDeviceGraphMemTrim`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphMemUsage {
+    pub used_current_bytes: u64,
+    pub used_high_bytes: u64,
+    pub reserved_current_bytes: u64,
+    pub reserved_high_bytes: u64,
+}
+
 /// One GPU seen through one backend.
 ///
 /// Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
@@ -314,6 +346,34 @@ pub trait Device: Send {
     fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()>;
     /// `cuMemAddressFree` of a range from `vmm_reserve`, unmapping what is still mapped in it.
     fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()>;
+
+    /// `cuStreamBeginCapture` (relaxed mode): work queued on `stream` from now on is recorded
+    /// into a graph instead of running. Kernels launched on it become kernel nodes.
+    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()>;
+    /// `cuStreamEndCapture`: the recorded graph and its shape.
+    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)>;
+    /// `cuMemAllocAsync` on a capturing stream: an allocation node. The address is fixed at
+    /// once; physical memory comes from the graph allocator when the graph is uploaded or
+    /// launched.
+    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr>;
+    /// `cuMemFreeAsync` of a graph allocation: a free node on a capturing stream, otherwise
+    /// the free of an allocation a launch left live (its memory returns to the graph pool).
+    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()>;
+    /// `cuGraphInstantiateWithFlags`, with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`
+    /// when `auto_free_on_launch`. A graph has at most one executable at a time.
+    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()>;
+    /// `cuGraphUpload`: maps the graph's memory from `stream`'s cache without running it.
+    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()>;
+    /// `cuGraphLaunch`. Fails (not out of memory) when allocations of the previous launch are
+    /// still live and the graph was instantiated without auto-free.
+    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()>;
+    /// `cuGraphExecDestroy` + `cuGraphDestroy`. Live graph allocations stay live, and the
+    /// graph's memory stays reserved by the graph allocator until trimmed.
+    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()>;
+    /// `cuDeviceGraphMemTrim`: returns graph memory not in use to the device.
+    fn graph_mem_trim(&mut self) -> DevResult<()>;
+    /// `cuDeviceGetGraphMemAttribute` for the four attributes.
+    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage>;
 
     /// Frees every allocation and pool block this device still holds for the harness.
     /// Called at the end of every run, also after an OOM or an interrupt.

@@ -197,6 +197,10 @@ pub struct Summary {
     /// Set when the run validates a capacity plan (`headroom validate`): the lines to draw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanMarks>,
+    /// CUDA graphs: each graph's memory, trims, and `graphs` pattern reports (set when the
+    /// workload has graph steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphs: Option<crate::report::graphs::GraphsSummary>,
     pub timeline_rows: u64,
     pub event_rows: u64,
 }

@@ -105,6 +105,9 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
             Nanos(a.max_ns)
         );
     }
+    if let Some(g) = &s.graphs {
+        crate::report::graphs::render(g, &mut o);
+    }
     for m in &s.mismatches {
         let _ = writeln!(
             o,

@@ -18,15 +18,15 @@ use crate::units::{Bytes, MIB, round_up, utc_timestamp};
 use crate::workload::{Action, Planned, Via};
 
 /// What one action did, for its row in `events.csv`.
-struct Done {
-    requested_bytes: Option<u64>,
-    size_bytes: Option<u64>,
-    latency_ns: u64,
-    detail: String,
+pub(super) struct Done {
+    pub(super) requested_bytes: Option<u64>,
+    pub(super) size_bytes: Option<u64>,
+    pub(super) latency_ns: u64,
+    pub(super) detail: String,
 }
 
 impl Done {
-    fn timed(latency_ns: u64) -> Done {
+    pub(super) fn timed(latency_ns: u64) -> Done {
         Done {
             requested_bytes: None,
             size_bytes: None,
@@ -37,7 +37,7 @@ impl Done {
 }
 
 /// How an action failed, if it did.
-enum Failure {
+pub(super) enum Failure {
     Oom {
         request: Box<crate::alloc::OomRequest>,
         latency_ns: u64,
@@ -70,6 +70,7 @@ impl Runner<'_, '_> {
         self.live
             .get(name)
             .map(|a| (a.ptr, a.bytes))
+            .or_else(|| self.graphs.ptr_of(name))
             .with_context(|| format!("{name:?} is not live"))
     }
 
@@ -334,7 +335,7 @@ impl Runner<'_, '_> {
     }
 
     /// Checks the free-memory floor before a step that may take `need_bytes` from the driver.
-    fn check_floor(&mut self, need_bytes: u64) -> Result<(), Failure> {
+    pub(super) fn check_floor(&mut self, need_bytes: u64) -> Result<(), Failure> {
         if self.allow_oom {
             return Ok(());
         }
@@ -597,6 +598,16 @@ impl Runner<'_, '_> {
             Action::FillDevice { .. } | Action::FreeGroup { .. } => {
                 Err(Failure::Error("handled by exec".into()))
             }
+            Action::BeginCapture { .. }
+            | Action::EndCapture { .. }
+            | Action::GraphAllocate { .. }
+            | Action::GraphFree { .. }
+            | Action::Instantiate { .. }
+            | Action::Upload { .. }
+            | Action::Replay { .. }
+            | Action::DestroyGraph { .. }
+            | Action::TrimGraphMemory
+            | Action::GraphsReport(_) => self.graph_act(p, stream),
             Action::Spin { duration_ns, .. } => {
                 self.launch(
                     Kernel::Spin {
@@ -747,8 +758,17 @@ impl Runner<'_, '_> {
                 via: Via::Driver, ..
             } => "driver".to_string(),
             Action::Allocate { .. } => self.alloc.kind().to_string(),
+            a if a.is_graph() => "graph".to_string(),
             _ => "driver".to_string(),
         };
+        let graph_usage = if self.graphs.enabled() {
+            self.dev.graph_mem_usage().ok()
+        } else {
+            None
+        };
+        let graph_exec = self.graphs.enabled().then(|| self.graphs.live_exec_bytes());
+        let graph_bytes =
+            graph_usage.map_or(0, |u| u.reserved_current_bytes) + graph_exec.unwrap_or(0);
         let mut rec = OomRecord {
             utc: utc_timestamp(std::time::SystemTime::now()),
             t_ns: at.t_ns,
@@ -780,7 +800,11 @@ impl Runner<'_, '_> {
             unexplained_used_bytes: used as i64
                 - (self.idle_used_bytes - self.idle_others_bytes) as i64
                 - own as i64
-                - others as i64,
+                - others as i64
+                - graph_bytes as i64,
+            graph_used_bytes: graph_usage.map(|u| u.used_current_bytes),
+            graph_reserved_bytes: graph_usage.map(|u| u.reserved_current_bytes),
+            graph_exec_bytes: graph_exec,
             nvml,
             processes,
             diagnosis: Diagnosis {

@@ -7,6 +7,7 @@
 //! took and checks that device free memory is back at the idle reading.
 
 mod exec;
+mod graphs;
 pub mod outdir;
 mod progress;
 
@@ -147,6 +148,8 @@ pub(crate) struct Runner<'w, 'd> {
     pub tenant_launch: Option<TenantLaunch>,
     /// Names whose allocation hit an OOM the workload continued past.
     pub failed_names: std::collections::HashSet<String>,
+    /// CUDA graphs: handles, graph allocations, and what was measured.
+    pub graphs: graphs::GraphRun,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -261,7 +264,10 @@ pub fn run_on(
         failed_names: Default::default(),
         tenants: Vec::new(),
         tenant_launch: opts.tenant_launch.clone(),
+        graphs: Default::default(),
     };
+    runner.graph_start()?;
+    runner.live_views.publish(runner.harness_views());
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
         headroom_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -311,6 +317,7 @@ pub fn run_on(
         release: None,
         allocator_stats: None,
         plan: opts.plan.clone(),
+        graphs: None,
         timeline_rows: 0,
         event_rows: 0,
     };
@@ -431,6 +438,7 @@ impl Runner<'_, '_> {
             v.set(View::PoolUsed, s.allocated_bytes);
             v.set(View::PoolReserved, s.reserved_bytes);
         }
+        self.graphs.views(&mut v);
         v
     }
 
@@ -484,6 +492,8 @@ impl Runner<'_, '_> {
             ("free".to_string(), self.free_latency.percentiles()),
             ("mem_get_info".to_string(), self.query_latency.percentiles()),
         ]);
+        let driver_usage = summary.graphs.as_ref().and_then(|g| g.driver_usage);
+        summary.graphs = self.graphs.summary(driver_usage);
         summary.timeline_rows = self.recorder.rows_written;
         summary.event_rows = self.events.rows_written;
     }
@@ -505,8 +515,14 @@ impl Runner<'_, '_> {
             summary.peaks.pool_high_water = self.dev.pool_usage().ok();
         }
         summary.allocator_stats = Some(self.alloc.stats());
+        if self.graphs.enabled() {
+            summary.graphs = self.graphs.summary(self.dev.graph_mem_usage().ok());
+        }
         // Release everything, whatever happened.
         let mut release_errors = Vec::new();
+        if let Err(e) = self.graph_abort_capture() {
+            release_errors.push(format!("ending an open capture: {e}"));
+        }
         let mut driver_ptrs: Vec<(String, u64)> = self
             .live
             .iter()

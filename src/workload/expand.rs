@@ -5,6 +5,8 @@
 //! every action is known in advance: freeing an unknown name, verifying a buffer never filled,
 //! or allocating more than the device holds is caught here, before anything is allocated.
 
+mod graphs;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -17,6 +19,7 @@ use crate::workload::step::{ActivationMode, Count, OnOom, Step, ViaSpec};
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::step::ViaSpec as Via;
+pub use graphs::{GraphTag, GraphsSpec};
 
 /// A primitive action, with names resolved to single allocations.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -100,6 +103,53 @@ pub enum Action {
         name: String,
         keep_every: Option<u32>,
     },
+    /// `cuStreamBeginCapture` on `stream` for the graph `graph`.
+    BeginCapture {
+        graph: String,
+        stream: String,
+        /// Set for the graphs a `graphs` pattern captures.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tag: Option<GraphTag>,
+    },
+    /// `cuStreamEndCapture`.
+    EndCapture {
+        graph: String,
+        stream: String,
+    },
+    /// An allocation node (`cuMemAllocAsync` while `stream` captures `graph`).
+    GraphAllocate {
+        name: String,
+        bytes: u64,
+        graph: String,
+        stream: String,
+    },
+    /// `cuMemFreeAsync` of a graph allocation: a free node inside a capture, otherwise the
+    /// free of an allocation a launch left live.
+    GraphFree {
+        name: String,
+        stream: String,
+    },
+    Instantiate {
+        graph: String,
+        auto_free: bool,
+    },
+    Upload {
+        graph: String,
+        stream: String,
+    },
+    /// `times` launches; `first` when this is the first launch since instantiation.
+    Replay {
+        graph: String,
+        stream: String,
+        times: u32,
+        first: bool,
+    },
+    DestroyGraph {
+        graph: String,
+    },
+    TrimGraphMemory,
+    /// The end of a `graphs` pattern: its report is computed from the readings.
+    GraphsReport(Box<GraphsSpec>),
 }
 
 impl Action {
@@ -123,7 +173,34 @@ impl Action {
             Action::Tenant { .. } => "tenant",
             Action::FillDevice { .. } => "allocate",
             Action::FreeGroup { .. } => "free",
+            Action::BeginCapture { .. } => "capture",
+            Action::EndCapture { .. } => "end_capture",
+            Action::GraphAllocate { .. } => "allocate",
+            Action::GraphFree { .. } => "free",
+            Action::Instantiate { .. } => "instantiate",
+            Action::Upload { .. } => "upload",
+            Action::Replay { .. } => "replay",
+            Action::DestroyGraph { .. } => "destroy_graph",
+            Action::TrimGraphMemory => "trim_graph_memory",
+            Action::GraphsReport(_) => "graphs_report",
         }
+    }
+
+    /// Whether this is a CUDA graph action (the run then reads the graph memory views).
+    pub fn is_graph(&self) -> bool {
+        matches!(
+            self,
+            Action::BeginCapture { .. }
+                | Action::EndCapture { .. }
+                | Action::GraphAllocate { .. }
+                | Action::GraphFree { .. }
+                | Action::Instantiate { .. }
+                | Action::Upload { .. }
+                | Action::Replay { .. }
+                | Action::DestroyGraph { .. }
+                | Action::TrimGraphMemory
+                | Action::GraphsReport(_)
+        )
     }
 
     /// The allocation this action names, if any.
@@ -135,7 +212,16 @@ impl Action {
             | Action::Fill { name, .. }
             | Action::Verify { name, .. }
             | Action::Corrupt { name, .. }
-            | Action::RecordStream { name, .. } => Some(name),
+            | Action::RecordStream { name, .. }
+            | Action::GraphAllocate { name, .. }
+            | Action::GraphFree { name, .. } => Some(name),
+            Action::BeginCapture { graph, .. }
+            | Action::EndCapture { graph, .. }
+            | Action::Instantiate { graph, .. }
+            | Action::Upload { graph, .. }
+            | Action::Replay { graph, .. }
+            | Action::DestroyGraph { graph } => Some(graph),
+            Action::GraphsReport(spec) => Some(&spec.name),
             Action::Copy { dst, .. } => Some(dst),
             Action::FillDevice { name, .. } | Action::FreeGroup { name, .. } => Some(name),
             Action::Triad { a, .. } => Some(a),
@@ -154,7 +240,13 @@ impl Action {
             | Action::Spin { stream, .. }
             | Action::Copy { stream, .. }
             | Action::Triad { stream, .. }
-            | Action::RecordStream { stream, .. } => Some(stream),
+            | Action::RecordStream { stream, .. }
+            | Action::BeginCapture { stream, .. }
+            | Action::EndCapture { stream, .. }
+            | Action::GraphAllocate { stream, .. }
+            | Action::GraphFree { stream, .. }
+            | Action::Upload { stream, .. }
+            | Action::Replay { stream, .. } => Some(stream),
             Action::Synchronize { stream } => stream.as_deref(),
             _ => None,
         }
@@ -187,6 +279,8 @@ struct Names<'a> {
     live: BTreeMap<String, LiveName>,
     /// Groups allocated with `count = "fill"`: their members are known only at run time.
     filled: std::collections::BTreeSet<String>,
+    /// Graphs, the capture in progress, and the names graphs allocate.
+    graphs: graphs::GraphBook,
 }
 
 impl Names<'_> {
@@ -216,6 +310,9 @@ impl Names<'_> {
             })
             .collect();
         if members.is_empty() {
+            if let Some(why) = self.graphs.why_not_live(name) {
+                return Err(self.err(place, format!("{op} of {name:?}: {why}")));
+            }
             return Err(self.err(
                 place,
                 format!("{op} of {name:?}, which is not a live allocation at this point"),
@@ -271,6 +368,9 @@ impl Names<'_> {
                         format!("{name:?} is already live; free it first or use another name"),
                     ));
                 }
+                if let Some(why) = self.graphs.why_not_live(name) {
+                    return Err(self.err(place, format!("{name:?} is taken: {why}")));
+                }
                 self.live.insert(
                     name.clone(),
                     LiveName {
@@ -281,6 +381,7 @@ impl Names<'_> {
             }
             Action::Free { name } => {
                 self.live.remove(name);
+                self.graphs.freed_outside(name);
             }
             Action::FillDevice { name, bytes, .. } => {
                 check_name(self, place, name)?;
@@ -381,6 +482,7 @@ struct Emitter<'n, 'f> {
 impl Emitter<'_, '_> {
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
         self.names.check(&self.place, &action)?;
+        self.names.graphs.note_use(&action);
         let label = if self.multi {
             format!("{}.{}", self.label, self.out.len() + 1)
         } else {
@@ -448,16 +550,13 @@ impl Emitter<'_, '_> {
                 }
             })
             .collect();
-        if freed.len() > 1 {
-            self.multi = true;
-        }
-        for n in freed {
-            self.push(Action::Free { name: n })?;
-        }
-        Ok(())
+        self.free_resolved(freed)
     }
 
     fn step(&mut self, step: &Step) -> Result<(), WorkloadError> {
+        if self.names.graphs.capturing() {
+            self.capturable(step)?;
+        }
         match step {
             Step::Allocate {
                 name,
@@ -469,6 +568,9 @@ impl Emitter<'_, '_> {
             } => {
                 self.continue_on_oom = *on_oom == OnOom::Continue;
                 let count = match count {
+                    Count::Fill if self.names.graphs.capturing() => {
+                        return Err(self.err("count = \"fill\" cannot be captured into a graph"));
+                    }
                     Count::Fill => {
                         return self.push(Action::FillDevice {
                             name: name.clone(),
@@ -479,6 +581,9 @@ impl Emitter<'_, '_> {
                     }
                     Count::N(n) => *n,
                 };
+                if self.names.graphs.capturing() {
+                    return self.graph_allocate(name, size, count);
+                }
                 if count == 0 {
                     return Err(self.err("count must be at least 1"));
                 }
@@ -588,6 +693,21 @@ impl Emitter<'_, '_> {
             Step::Stack { frame } => self.push(Action::Stack {
                 frame_bytes: frame.0,
             })?,
+            Step::Capture {
+                graph,
+                stream,
+                steps,
+            } => self.capture_written(graph, stream, steps)?,
+            Step::Instantiate { graph, auto_free } => self.instantiate(graph, *auto_free)?,
+            Step::Upload { graph, stream } => self.upload(graph, stream.as_deref())?,
+            Step::Replay {
+                graph,
+                times,
+                stream,
+            } => self.replay(graph, *times, stream.as_deref())?,
+            Step::DestroyGraph { graph } => self.destroy_graph(graph)?,
+            Step::TrimGraphMemory {} => self.push(Action::TrimGraphMemory)?,
+            Step::Graphs { .. } => self.graphs_pattern(step)?,
             Step::Repeat { times, steps } => {
                 if *times == 0 {
                     return Err(self.err("times must be at least 1"));
@@ -853,6 +973,7 @@ pub fn expand(
         total_bytes,
         live: BTreeMap::new(),
         filled: Default::default(),
+        graphs: Default::default(),
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {

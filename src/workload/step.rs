@@ -46,6 +46,22 @@ fn default_scalar() -> f32 {
 fn yes() -> bool {
     true
 }
+fn default_layers() -> u32 {
+    4
+}
+fn default_replays() -> u32 {
+    3
+}
+
+/// The order a `graphs` pattern captures its batch sizes in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphOrder {
+    /// Largest first, as serving engines capture (smaller graphs then reuse its memory).
+    #[default]
+    Descending,
+    Ascending,
+}
 
 /// How an allocation is obtained.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +232,39 @@ pub enum Step {
     },
     /// Repeats the inner steps.
     Repeat { times: u32, steps: Vec<toml::Value> },
+    /// Records the inner steps on `stream` into the graph `graph` (`cuStreamBeginCapture` …
+    /// `cuStreamEndCapture`): kernels become kernel nodes, `allocate` and `free` become
+    /// allocation and free nodes. Nothing runs and no memory is taken until a launch.
+    Capture {
+        graph: String,
+        stream: String,
+        steps: Vec<toml::Value>,
+    },
+    /// `cuGraphInstantiateWithFlags`; `auto_free` adds AUTO_FREE_ON_LAUNCH.
+    Instantiate {
+        graph: String,
+        #[serde(default)]
+        auto_free: bool,
+    },
+    /// `cuGraphUpload`: maps the graph's memory without running it (default: its capture stream).
+    Upload {
+        graph: String,
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    /// `cuGraphLaunch`, `times` times (default stream: the graph's capture stream).
+    Replay {
+        graph: String,
+        #[serde(default = "one")]
+        times: u32,
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    /// Destroys a graph and its executable (a group: `g` destroys `g[1]`, `g[2]`…). Live
+    /// graph allocations stay live; graph memory stays reserved until trimmed.
+    DestroyGraph { graph: String },
+    /// `cuDeviceGraphMemTrim`: returns graph memory no graph or live allocation uses.
+    TrimGraphMemory {},
 
     /// Pattern: model weights, held until the end of the run.
     Weights {
@@ -259,6 +308,34 @@ pub enum Step {
         #[serde(default)]
         via: ViaSpec,
     },
+    /// Pattern: one CUDA graph per batch size, as serving engines capture them, and what a
+    /// linear extrapolation from two sample captures would have budgeted for them all.
+    ///
+    /// The graph for batch size `b` holds an output buffer of `b × output_per_batch` (left
+    /// live after each launch, as a static output is) and `layers` layers, each a workspace of
+    /// `b × workspace_per_batch` allocated, touched, filled and freed inside the graph: kernel
+    /// work and allocation sizes grow with `b`, the kernel count does not. Graphs are named
+    /// `NAME[b]`, outputs `NAME.out[b]`.
+    Graphs {
+        name: String,
+        stream: String,
+        batch_sizes: Vec<u32>,
+        #[serde(default = "default_layers")]
+        layers: u32,
+        workspace_per_batch: Size,
+        #[serde(default)]
+        output_per_batch: Size,
+        #[serde(default)]
+        order: GraphOrder,
+        /// The two batch sizes captured alone first (default: the smallest and the largest).
+        #[serde(default)]
+        samples: Option<Vec<u32>>,
+        /// Launches of each graph: the first launch, then steady replays.
+        #[serde(default = "default_replays")]
+        replays: u32,
+        #[serde(default = "yes")]
+        auto_free: bool,
+    },
     /// Pattern: a KV cache growing as requests arrive and shrinking as they finish.
     Kv {
         #[serde(default = "kv_name")]
@@ -301,6 +378,13 @@ impl Step {
             Step::Stack { .. } => "stack",
             Step::Repeat { .. } => "repeat",
             Step::Tenant { .. } => "tenant",
+            Step::Capture { .. } => "capture",
+            Step::Instantiate { .. } => "instantiate",
+            Step::Upload { .. } => "upload",
+            Step::Replay { .. } => "replay",
+            Step::DestroyGraph { .. } => "destroy_graph",
+            Step::TrimGraphMemory {} => "trim_graph_memory",
+            Step::Graphs { .. } => "graphs",
 
             Step::Weights { .. } => "weights",
             Step::Activations { .. } => "activations",

@@ -7,6 +7,7 @@
 //! `release_all` (and `Drop`) can give everything back, also after an OOM or an interrupt.
 
 mod events;
+mod graphs;
 mod launch;
 mod vmm;
 
@@ -20,8 +21,9 @@ use cudarc::driver::sys;
 
 use crate::device::nvml::NvmlDevice;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, Kernel, KernelOutcome, MemInfo,
-    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
+    GraphShape, Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage,
+    StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
@@ -161,6 +163,7 @@ pub struct CudaDevice {
     kernels: Option<KernelSet>,
     events: events::CudaEvents,
     vmm: vmm::CudaVmm,
+    graphs: graphs::CudaGraphs,
 }
 
 impl CudaDevice {
@@ -213,6 +216,7 @@ impl CudaDevice {
             kernels: None,
             events: events::CudaEvents::default(),
             vmm: vmm::CudaVmm::default(),
+            graphs: graphs::CudaGraphs::default(),
         };
         Ok((dev, before_context, context_create_ns))
     }
@@ -230,7 +234,10 @@ impl CudaDevice {
         let inside = |(base, size): (&DevPtr, &u64)| {
             *base <= ptr && ptr.saturating_add(bytes) <= base + size
         };
-        if self.plain.iter().any(inside) || self.pooled.iter().any(inside) {
+        if self.plain.iter().any(inside)
+            || self.pooled.iter().any(inside)
+            || self.graphs.covers(ptr, bytes)
+        {
             Ok(())
         } else {
             Err(DeviceError::Invalid(format!(
@@ -461,9 +468,19 @@ impl Device for CudaDevice {
 
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let s = self.stream(stream)?;
+        let capturing = self.graphs.is_capturing(stream.0 as usize);
+        if capturing && matches!(kernel, Kernel::Verify { .. } | Kernel::Stack { .. }) {
+            return Err(DeviceError::Invalid(format!(
+                "{} cannot be captured into a graph",
+                kernel.name()
+            )));
+        }
         self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         let mismatch = self.kernels()?.launch(kernel, s)?;
+        if capturing {
+            self.graphs.note_kernel(stream.0 as usize);
+        }
         Ok(KernelOutcome {
             gpu_ns: None,
             mismatch,
@@ -472,6 +489,11 @@ impl Device for CudaDevice {
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
         let s = self.stream(stream)?;
+        if self.graphs.is_capturing(stream.0 as usize) {
+            return Err(DeviceError::Invalid(
+                "a timed launch cannot run on a capturing stream".into(),
+            ));
+        }
         self.check_kernel_ranges(&kernel)?;
         self.bind()?;
         self.kernels()?.timed(kernel, s, repeats)
@@ -566,6 +588,64 @@ impl Device for CudaDevice {
         self.vmm.free(ptr)
     }
 
+    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // Module loading is not captured: load the kernels before the capture starts.
+        self.kernels()?;
+        self.graphs.begin_capture(stream.0 as usize, s)
+    }
+
+    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.end_capture(stream.0 as usize, s)
+    }
+
+    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.malloc(stream.0 as usize, s, bytes)
+    }
+
+    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.free(stream.0 as usize, s, ptr)
+    }
+
+    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()> {
+        self.bind()?;
+        self.graphs.instantiate(graph, auto_free_on_launch)
+    }
+
+    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.upload(graph, s)
+    }
+
+    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.launch(graph, s)
+    }
+
+    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()> {
+        self.bind()?;
+        self.graphs.destroy(graph)
+    }
+
+    fn graph_mem_trim(&mut self) -> DevResult<()> {
+        self.bind()?;
+        graphs::CudaGraphs::trim(self.info.index as i32)
+    }
+
+    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage> {
+        self.bind()?;
+        graphs::CudaGraphs::usage(self.info.index as i32)
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.bind()?;
         let mut first_err = None;
@@ -574,6 +654,11 @@ impl Device for CudaDevice {
                 first_err.get_or_insert(e);
             }
         };
+        let handles: Vec<sys::CUstream> = self.streams.iter().map(|s| s.0).collect();
+        note(
+            self.graphs
+                .release_all(&handles, handles[0], self.info.index as i32),
+        );
         note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
         let main = self.streams[0].0;
         for (ptr, _) in self.pooled.drain() {

@@ -8,6 +8,7 @@
 
 mod content;
 mod events;
+mod graphs;
 mod pages;
 mod pool;
 mod vmm;
@@ -17,14 +18,16 @@ use std::sync::Arc;
 
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, Kernel, KernelOutcome, MemInfo,
-    NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
+    GraphShape, Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage,
+    StreamId,
 };
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, VirtualSampler};
 
 use content::ContentModel;
 use events::SimEvents;
+use graphs::SimGraphs;
 use pages::SmallHeap;
 use pool::{Reuse, SimPool, Take};
 use vmm::SimVmm;
@@ -73,6 +76,8 @@ pub struct SimDevice {
     events: SimEvents,
     /// Reserved ranges and mapped physical pages (`cuMemMap`), counted in device memory.
     vmm: SimVmm,
+    /// Captures, graphs and the graph allocator's memory.
+    graphs: SimGraphs,
 }
 
 impl SimDevice {
@@ -121,6 +126,10 @@ impl SimDevice {
             sampler: None,
             events: SimEvents::default(),
             vmm: SimVmm::new(m.pool_granularity_bytes.0),
+            graphs: SimGraphs::new(
+                profile.graphs.alloc_granularity_bytes.0,
+                profile.graphs.exec_bytes_per_node.0,
+            ),
             before_context: NvmlMemory {
                 total_bytes: 0,
                 reserved_bytes: 0,
@@ -169,6 +178,7 @@ impl SimDevice {
             + self.small.bytes_held()
             + self.pool.reserved_bytes()
             + self.vmm.mapped_bytes()
+            + self.graphs.device_bytes()
             + others
     }
 
@@ -240,6 +250,21 @@ impl SimDevice {
             Kernel::Spin { duration_ns } => duration_ns,
             Kernel::Stack { .. } => 1_000,
         }
+    }
+
+    /// Calls the driver refuses on a capturing stream (`stream`), or while any stream captures
+    /// (`None`: a device-wide call), with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
+    fn refuse_while_capturing(&self, call: &str, stream: Option<StreamId>) -> DevResult<()> {
+        let capturing = match stream {
+            Some(s) => self.graphs.is_capturing(s),
+            None => self.graphs.any_capturing(),
+        };
+        if capturing {
+            return Err(DeviceError::Invalid(format!(
+                "{call} while a stream is capturing (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)"
+            )));
+        }
+        Ok(())
     }
 
     /// The live allocation containing `[ptr, ptr + bytes)`, if there is one.
@@ -339,7 +364,8 @@ impl Device for SimDevice {
             + self.large_bytes
             + self.small.bytes_held()
             + self.pool.reserved_bytes()
-            + self.vmm.mapped_bytes();
+            + self.vmm.mapped_bytes()
+            + self.graphs.device_bytes();
         let mut v = vec![ProcessUsage {
             pid: std::process::id(),
             used_bytes: Some(mine),
@@ -426,12 +452,14 @@ impl Device for SimDevice {
 
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
         let i = self.stream_index(stream)?;
+        self.refuse_while_capturing("cuStreamSynchronize", Some(stream))?;
         self.host_ns = self.host_ns.max(self.streams[i]) + self.profile.latency.synchronize.0;
         self.pool.synchronized(Some(stream), self.host_ns);
         Ok(())
     }
 
     fn synchronize(&mut self) -> DevResult<()> {
+        self.refuse_while_capturing("cuCtxSynchronize", None)?;
         let busy = self.streams.iter().copied().max().unwrap_or(0);
         self.host_ns = self.host_ns.max(busy) + self.profile.latency.synchronize.0;
         self.pool.synchronized(None, self.host_ns);
@@ -448,6 +476,7 @@ impl Device for SimDevice {
             return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
         }
         let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
         self.host_ns += self.profile.latency.malloc_async.0;
         let ptr = match self.pool.take(bytes, stream, self.host_ns) {
             Take::Reused { ptr, reuse } => {
@@ -473,6 +502,7 @@ impl Device for SimDevice {
 
     fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
         let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
         self.host_ns += self.profile.latency.free_async.0;
         let completes_at = self.streams[si].max(self.host_ns);
         if self.pool.free_async(ptr, stream, completes_at).is_none() {
@@ -498,6 +528,10 @@ impl Device for SimDevice {
 
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let si = self.stream_index(stream)?;
+        if self.graphs.is_capturing(stream) {
+            self.sim_graph_capture_kernel(kernel, stream)?;
+            return Ok(KernelOutcome::default());
+        }
         let mismatch = self.apply_kernel(&kernel)?;
         let gpu_ns = self.enqueue(si, self.kernel_ns(&kernel));
         if matches!(kernel, Kernel::Verify { .. }) {
@@ -512,6 +546,7 @@ impl Device for SimDevice {
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
         let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("a timed launch", Some(stream))?;
         let mut total = 0;
         for _ in 0..repeats {
             self.apply_kernel(&kernel)?;
@@ -603,6 +638,46 @@ impl Device for SimDevice {
         self.sim_vmm_free(ptr)
     }
 
+    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
+        self.sim_graph_begin_capture(stream)
+    }
+
+    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)> {
+        self.sim_graph_end_capture(stream)
+    }
+
+    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        self.sim_graph_malloc(bytes, stream)
+    }
+
+    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        self.sim_graph_free(ptr, stream)
+    }
+
+    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()> {
+        self.sim_graph_instantiate(graph, auto_free_on_launch)
+    }
+
+    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        self.sim_graph_upload(graph, stream)
+    }
+
+    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        self.sim_graph_launch(graph, stream)
+    }
+
+    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()> {
+        self.sim_graph_destroy(graph)
+    }
+
+    fn graph_mem_trim(&mut self) -> DevResult<()> {
+        self.sim_graph_mem_trim()
+    }
+
+    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage> {
+        Ok(self.graphs.usage())
+    }
+
     fn release_all(&mut self) -> DevResult<()> {
         self.host_ns = self
             .host_ns
@@ -615,6 +690,7 @@ impl Device for SimDevice {
         }
 
         self.vmm.clear();
+        self.graphs.clear();
         self.events.clear();
         self.large.clear();
         self.large_bytes = 0;

@@ -1,0 +1,1006 @@
+//! CUDA graph steps (`capture`, `instantiate`, `upload`, `replay`, `destroy_graph`,
+//! `trim_graph_memory`) and the `graphs` pattern, with the driver's rules checked before a run.
+//!
+//! The checks follow what the driver would refuse, so a bad workload stops here with its file,
+//! phase and step instead of failing on the GPU: a capture on the legacy default stream, work
+//! inside a capture on another stream or that the host must wait for, a free node for memory
+//! no graph allocated, a replay of a graph never instantiated or already destroyed, a relaunch
+//! without auto-free while the last launch's allocations are live, and a replay of a graph
+//! whose captured kernels use memory freed since the capture.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::{Action, Emitter, LiveName, check_name};
+use crate::units::{Size, SizeSpec};
+use crate::workload::parse::{WorkloadError, parse_step};
+use crate::workload::step::{Count, GraphOrder, OnOom, Step, ViaSpec};
+
+/// Marks a graph captured by a `graphs` pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphTag {
+    pub pattern: String,
+    pub batch_size: u32,
+    /// Captured alone (then destroyed and trimmed) as one of the extrapolation's two samples.
+    pub sample: bool,
+}
+
+/// A `graphs` pattern, as its report needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphsSpec {
+    pub name: String,
+    pub stream: String,
+    /// In capture order.
+    pub batch_sizes: Vec<u32>,
+    pub samples: [u32; 2],
+    pub order: GraphOrder,
+    pub layers: u32,
+    pub workspace_per_batch_bytes: u64,
+    pub output_per_batch_bytes: u64,
+    pub replays: u32,
+    pub auto_free: bool,
+}
+
+/// Stream names that would mean the legacy default stream, which cannot be captured.
+const LEGACY_STREAMS: &[&str] = &["default", "legacy", "null", "0"];
+
+/// Ops whose `stream` a capture fills in when a step names none.
+const STREAM_OPS: &[&str] = &["allocate", "touch", "fill", "copy", "triad", "spin"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Captured,
+    Instantiated { auto_free: bool },
+}
+
+#[derive(Debug, Clone)]
+struct GraphInfo {
+    stream: String,
+    state: State,
+    /// Names it allocates and does not free: live after each launch.
+    unfreed: Vec<(String, LiveName)>,
+    /// Names allocated outside the graph that its kernels use.
+    uses: BTreeSet<String>,
+    /// Allocations of other graphs its free nodes free.
+    frees: Vec<String>,
+    /// A name it uses that was freed after the capture.
+    stale: Option<String>,
+    /// Launched since it was instantiated.
+    launched: bool,
+    last_stream: String,
+}
+
+#[derive(Debug, Clone)]
+struct OpenCapture {
+    graph: String,
+    stream: String,
+    allocated: Vec<String>,
+    uses: BTreeSet<String>,
+    frees: Vec<String>,
+}
+
+/// Graphs and graph-allocated names, walked in program order.
+#[derive(Debug, Clone, Default)]
+pub(super) struct GraphBook {
+    graphs: BTreeMap<String, GraphInfo>,
+    destroyed: BTreeSet<String>,
+    capture: Option<OpenCapture>,
+    /// Allocated by a graph that has not been launched since: name → (graph, the name).
+    pending: BTreeMap<String, (String, LiveName)>,
+    /// Live names a graph allocated: name → (graph, the stream its free is ordered on).
+    owners: BTreeMap<String, (String, String)>,
+}
+
+impl GraphBook {
+    pub(super) fn capturing(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Why `name` is not usable although a graph allocates it.
+    pub(super) fn why_not_live(&self, name: &str) -> Option<String> {
+        self.pending.get(name).map(|(g, _)| {
+            format!(
+                "it is allocated by graph {g:?}, which has not been launched since it was captured (an allocation node takes memory only when the graph runs); replay the graph first"
+            )
+        })
+    }
+
+    /// `name` was freed: graphs whose kernels use it may not be replayed any more.
+    pub(super) fn freed_outside(&mut self, name: &str) {
+        for g in self.graphs.values_mut() {
+            if g.uses.contains(name) && g.stale.is_none() {
+                g.stale = Some(name.to_string());
+            }
+        }
+    }
+
+    /// Notes the names a kernel inside the capture in progress uses.
+    pub(super) fn note_use(&mut self, action: &Action) {
+        let Some(c) = self.capture.as_mut() else {
+            return;
+        };
+        let names: Vec<&String> = match action {
+            Action::Touch { name, .. } | Action::Fill { name, .. } => vec![name],
+            Action::Copy { src, dst, .. } => vec![src, dst],
+            Action::Triad { a, b, c, .. } => vec![a, b, c],
+            _ => return,
+        };
+        for n in names {
+            if !c.allocated.contains(n) {
+                c.uses.insert(n.clone());
+            }
+        }
+    }
+}
+
+/// Fills in the capture stream for steps that name none, inside `repeat`s too.
+fn patch_stream(v: &mut toml::Value, stream: &str) {
+    let Some(t) = v.as_table_mut() else {
+        return;
+    };
+    let op = t
+        .get("op")
+        .and_then(|o| o.as_str())
+        .unwrap_or("")
+        .to_string();
+    if STREAM_OPS.contains(&op.as_str()) && !t.contains_key("stream") {
+        t.insert("stream".into(), toml::Value::String(stream.into()));
+    }
+    if op == "repeat"
+        && let Some(toml::Value::Array(inner)) = t.get_mut("steps")
+    {
+        for s in inner {
+            patch_stream(s, stream);
+        }
+    }
+}
+
+/// `g[b]` for a group `g`: the members of a graph group, by index.
+fn members(graphs: &BTreeMap<String, GraphInfo>, group: &str) -> Vec<String> {
+    let prefix = format!("{group}[");
+    let mut m: Vec<(u64, String)> = graphs
+        .keys()
+        .filter_map(|k| {
+            let idx = k.strip_prefix(&prefix)?.strip_suffix(']')?.parse().ok()?;
+            Some((idx, k.clone()))
+        })
+        .collect();
+    m.sort();
+    m.into_iter().map(|(_, k)| k).collect()
+}
+
+impl Emitter<'_, '_> {
+    fn book(&mut self) -> &mut GraphBook {
+        &mut self.names.graphs
+    }
+
+    /// Refuses, inside a capture, what the driver would not record into a graph.
+    pub(super) fn capturable(&self, step: &Step) -> Result<(), WorkloadError> {
+        let Some(c) = self.names.graphs.capture.as_ref() else {
+            return Ok(());
+        };
+        let other_stream = |s: &str| {
+            self.err(format!(
+                "inside the capture of graph {:?} every step runs on its stream {:?}; this step names stream {s:?} (work on another stream is not part of the graph and not ordered with it)",
+                c.graph, c.stream
+            ))
+        };
+        match step {
+            Step::Allocate {
+                via: ViaSpec::Driver,
+                ..
+            } => Err(self.err(
+                "inside a capture, allocate records an allocation node (cuMemAllocAsync); via = \"driver\" (cuMemAlloc) cannot be captured",
+            )),
+            Step::Allocate { stream, .. }
+            | Step::Touch { stream, .. }
+            | Step::Fill { stream, .. }
+            | Step::Copy { stream, .. }
+            | Step::Triad { stream, .. }
+            | Step::Spin { stream, .. }
+                if *stream != c.stream =>
+            {
+                Err(other_stream(stream))
+            }
+            Step::Allocate { .. }
+            | Step::Free { .. }
+            | Step::Touch { .. }
+            | Step::Fill { .. }
+            | Step::Copy { .. }
+            | Step::Triad { .. }
+            | Step::Spin { .. }
+            | Step::Repeat { .. } => Ok(()),
+            Step::Verify { .. } => Err(self.err(
+                "verify reads its result back to the host, which a capture cannot record; verify after a replay",
+            )),
+            Step::Corrupt { .. } => Err(self.err(
+                "corrupt writes a word from the host through the driver; it cannot be captured",
+            )),
+            Step::Sleep { .. } => {
+                Err(self.err("sleep is host time; a capture records GPU work only"))
+            }
+            Step::Synchronize { .. } => Err(self.err(
+                "synchronizing while a stream captures is refused by the driver (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates the capture",
+            )),
+            Step::Capture { .. } | Step::Graphs { .. } => {
+                Err(self.err("a capture cannot contain another capture"))
+            }
+            other => Err(self.err(format!("{} cannot be captured into a graph", other.op()))),
+        }
+    }
+
+    /// `allocate` inside a capture: allocation nodes.
+    pub(super) fn graph_allocate(
+        &mut self,
+        name: &str,
+        size: &SizeSpec,
+        count: u32,
+    ) -> Result<(), WorkloadError> {
+        let Some(c) = self.names.graphs.capture.clone() else {
+            return Err(self.err("an allocation node needs a capture"));
+        };
+        if count == 0 {
+            return Err(self.err("count must be at least 1"));
+        }
+        if count > 1 {
+            self.multi = true;
+        }
+        for i in 0..count {
+            let n = if count == 1 {
+                name.to_string()
+            } else {
+                format!("{name}[{i}]")
+            };
+            let bytes = size.resolve(self.names.total_bytes);
+            // The same checks (and live set) as a plain allocation.
+            self.names.check(
+                &self.place,
+                &Action::Allocate {
+                    name: n.clone(),
+                    bytes,
+                    via: ViaSpec::Allocator,
+                    stream: c.stream.clone(),
+                },
+            )?;
+            if let Some(open) = self.book().capture.as_mut() {
+                open.allocated.push(n.clone());
+            }
+            self.push(Action::GraphAllocate {
+                name: n,
+                bytes,
+                graph: c.graph.clone(),
+                stream: c.stream.clone(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `free`: a plain free, the free of a graph allocation a launch left live, or (inside a
+    /// capture) a free node.
+    pub(super) fn free_resolved(&mut self, targets: Vec<String>) -> Result<(), WorkloadError> {
+        if targets.len() > 1 {
+            self.multi = true;
+        }
+        for t in targets {
+            if let Some(c) = self.names.graphs.capture.clone() {
+                if c.allocated.contains(&t) {
+                    self.names.live.remove(&t);
+                } else if self.names.graphs.owners.contains_key(&t) {
+                    // Freed by this graph's free node each time it runs.
+                    if let Some(open) = self.book().capture.as_mut() {
+                        open.frees.push(t.clone());
+                    }
+                } else {
+                    return Err(self.err(format!(
+                        "free of {t:?} inside the capture of graph {:?}: {t:?} was not allocated by a graph, and a free node can only free graph allocations (free it outside the capture, or allocate it inside)",
+                        c.graph
+                    )));
+                }
+                self.push(Action::GraphFree {
+                    name: t,
+                    stream: c.stream,
+                })?;
+            } else if let Some((_, stream)) = self.book().owners.remove(&t) {
+                self.names.live.remove(&t);
+                self.book().freed_outside(&t);
+                self.push(Action::GraphFree { name: t, stream })?;
+            } else {
+                self.push(Action::Free { name: t })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A `capture` step as written: inner steps parsed with the capture stream filled in.
+    pub(super) fn capture_written(
+        &mut self,
+        graph: &str,
+        stream: &str,
+        steps: &[toml::Value],
+    ) -> Result<(), WorkloadError> {
+        let outer = self.place.clone();
+        let mut parsed = Vec::new();
+        for (k, v) in steps.iter().enumerate() {
+            let mut v = v.clone();
+            patch_stream(&mut v, stream);
+            let place = format!("{outer}, inner step {}", k + 1);
+            let s = parse_step(self.names.file, &place, &v)?;
+            parsed.push((format!("{place} ({})", s.op()), s));
+        }
+        self.capture(graph, stream, None, parsed)
+    }
+
+    fn capture(
+        &mut self,
+        graph: &str,
+        stream: &str,
+        tag: Option<GraphTag>,
+        steps: Vec<(String, Step)>,
+    ) -> Result<(), WorkloadError> {
+        check_name(self.names, &self.place, graph)?;
+        if LEGACY_STREAMS.contains(&stream) {
+            return Err(self.err(format!(
+                "stream {stream:?} would be the legacy default stream, which cannot be captured (cuStreamBeginCapture refuses it); name a stream of your own (every named stream is non-blocking)"
+            )));
+        }
+        if self.names.graphs.capturing() {
+            return Err(self.err("a capture cannot contain another capture"));
+        }
+        if self.names.graphs.graphs.contains_key(graph) {
+            return Err(self.err(format!(
+                "graph {graph:?} already exists; destroy_graph it before capturing it again"
+            )));
+        }
+        if steps.is_empty() {
+            return Err(self.err("the capture has no steps"));
+        }
+        self.multi = true;
+        self.push(Action::BeginCapture {
+            graph: graph.into(),
+            stream: stream.into(),
+            tag,
+        })?;
+        self.book().capture = Some(OpenCapture {
+            graph: graph.into(),
+            stream: stream.into(),
+            allocated: Vec::new(),
+            uses: BTreeSet::new(),
+            frees: Vec::new(),
+        });
+        let outer = self.place.clone();
+        for (place, s) in steps {
+            self.place = place;
+            let r = self.step(&s);
+            if r.is_err() {
+                self.book().capture = None;
+                return r;
+            }
+        }
+        self.place = outer;
+        let c = self.book().capture.take().expect("opened above");
+        self.push(Action::EndCapture {
+            graph: graph.into(),
+            stream: stream.into(),
+        })?;
+        // What the graph allocates and does not free exists only once it runs.
+        let mut unfreed = Vec::new();
+        for n in &c.allocated {
+            if let Some(l) = self.names.live.remove(n) {
+                unfreed.push((n.clone(), l.clone()));
+                self.book().pending.insert(n.clone(), (graph.into(), l));
+            }
+        }
+        let book = self.book();
+        book.destroyed.remove(graph);
+        book.graphs.insert(
+            graph.into(),
+            GraphInfo {
+                stream: stream.into(),
+                state: State::Captured,
+                unfreed,
+                uses: c.uses,
+                frees: c.frees,
+                stale: None,
+                launched: false,
+                last_stream: stream.into(),
+            },
+        );
+        Ok(())
+    }
+
+    fn no_graph(&self, graph: &str, op: &str) -> WorkloadError {
+        if self.names.graphs.destroyed.contains(graph) {
+            self.err(format!(
+                "{op} of graph {graph:?}, which was destroyed; capture it again first"
+            ))
+        } else {
+            self.err(format!(
+                "{op} of graph {graph:?}, which has not been captured at this point"
+            ))
+        }
+    }
+
+    pub(super) fn instantiate(
+        &mut self,
+        graph: &str,
+        auto_free: bool,
+    ) -> Result<(), WorkloadError> {
+        let Some(info) = self.names.graphs.graphs.get(graph) else {
+            return Err(self.no_graph(graph, "instantiate"));
+        };
+        if info.state != State::Captured {
+            return Err(self.err(format!(
+                "graph {graph:?} is already instantiated; a graph with memory nodes has one executable at a time (destroy_graph it and capture it again)"
+            )));
+        }
+        if let Some(info) = self.book().graphs.get_mut(graph) {
+            info.state = State::Instantiated { auto_free };
+            info.launched = false;
+        }
+        self.push(Action::Instantiate {
+            graph: graph.into(),
+            auto_free,
+        })
+    }
+
+    /// The graph's capture stream, once it is instantiated.
+    fn instantiated(&self, graph: &str, op: &str) -> Result<(String, bool), WorkloadError> {
+        let Some(info) = self.names.graphs.graphs.get(graph) else {
+            return Err(self.no_graph(graph, op));
+        };
+        match info.state {
+            State::Captured => Err(self.err(format!(
+                "{op} of graph {graph:?}, which is not instantiated; add an instantiate step before it"
+            ))),
+            State::Instantiated { auto_free } => Ok((info.stream.clone(), auto_free)),
+        }
+    }
+
+    pub(super) fn upload(
+        &mut self,
+        graph: &str,
+        stream: Option<&str>,
+    ) -> Result<(), WorkloadError> {
+        let (own, _) = self.instantiated(graph, "upload")?;
+        self.push(Action::Upload {
+            graph: graph.into(),
+            stream: stream.unwrap_or(&own).into(),
+        })
+    }
+
+    pub(super) fn replay(
+        &mut self,
+        graph: &str,
+        times: u32,
+        stream: Option<&str>,
+    ) -> Result<(), WorkloadError> {
+        let (own, auto_free) = self.instantiated(graph, "replay")?;
+        if times == 0 {
+            return Err(self.err("times must be at least 1"));
+        }
+        let info = self.names.graphs.graphs[graph].clone();
+        if let Some(n) = &info.stale {
+            return Err(self.err(format!(
+                "graph {graph:?} uses {n:?}, which was freed after the capture: the graph still holds its old address, and a replay would touch freed memory"
+            )));
+        }
+        for f in &info.frees {
+            if !self.names.graphs.owners.contains_key(f) {
+                return Err(self.err(format!(
+                    "graph {graph:?} frees {f:?}, which is not a live graph allocation at this point"
+                )));
+            }
+            if times > 1 {
+                return Err(self.err(format!(
+                    "graph {graph:?} frees {f:?} on every launch; replaying it {times} times would free it twice"
+                )));
+            }
+        }
+        let still_live: Vec<&str> = info
+            .unfreed
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| {
+                self.names
+                    .graphs
+                    .owners
+                    .get(*n)
+                    .is_some_and(|(g, _)| g == graph)
+            })
+            .collect();
+        if !auto_free {
+            if !still_live.is_empty() {
+                return Err(self.err(format!(
+                    "replay of graph {graph:?}: {} from its previous launch still live and it was instantiated without auto_free, so cuGraphLaunch would fail (CUDA_ERROR_INVALID_VALUE); free them first, or instantiate with auto_free = true",
+                    if still_live.len() == 1 {
+                        format!("{:?} is", still_live[0])
+                    } else {
+                        format!("{still_live:?} are")
+                    }
+                )));
+            }
+            if times > 1 && !info.unfreed.is_empty() {
+                return Err(self.err(format!(
+                    "replay of graph {graph:?} {times} times: it leaves {:?} live after each launch and was instantiated without auto_free, so the second launch would fail (CUDA_ERROR_INVALID_VALUE); instantiate with auto_free = true",
+                    info.unfreed[0].0
+                )));
+            }
+        }
+        let stream = stream.unwrap_or(&own).to_string();
+        for (n, l) in &info.unfreed {
+            let ours = self
+                .names
+                .graphs
+                .owners
+                .get(n)
+                .is_some_and(|(g, _)| g == graph);
+            if self.names.live.contains_key(n) && !ours {
+                return Err(self.err(format!(
+                    "replay of graph {graph:?} would allocate {n:?} again, but that name is now another allocation; free it first"
+                )));
+            }
+            let book = self.book();
+            book.pending.remove(n);
+            book.owners
+                .insert(n.clone(), (graph.into(), stream.clone()));
+            self.names.live.insert(n.clone(), l.clone());
+        }
+        for f in &info.frees {
+            self.names.live.remove(f);
+            let book = self.book();
+            book.owners.remove(f);
+            book.freed_outside(f);
+        }
+        let first = !info.launched;
+        if let Some(g) = self.book().graphs.get_mut(graph) {
+            g.launched = true;
+            g.last_stream = stream.clone();
+        }
+        let replay = |times: u32, first: bool| Action::Replay {
+            graph: graph.into(),
+            stream: stream.clone(),
+            times,
+            first,
+        };
+        if first && times > 1 {
+            self.multi = true;
+            self.push(replay(1, true))?;
+            self.push(replay(times - 1, false))
+        } else {
+            self.push(replay(times, first))
+        }
+    }
+
+    pub(super) fn destroy_graph(&mut self, graph: &str) -> Result<(), WorkloadError> {
+        let targets = if self.names.graphs.graphs.contains_key(graph) {
+            vec![graph.to_string()]
+        } else {
+            members(&self.names.graphs.graphs, graph)
+        };
+        if targets.is_empty() {
+            return Err(self.no_graph(graph, "destroy_graph"));
+        }
+        if targets.len() > 1 {
+            self.multi = true;
+        }
+        for t in targets {
+            let book = self.book();
+            book.graphs.remove(&t);
+            book.destroyed.insert(t.clone());
+            // Allocations of a graph that never ran never existed; live ones stay live.
+            book.pending.retain(|_, (g, _)| *g != t);
+            self.push(Action::DestroyGraph { graph: t })?;
+        }
+        Ok(())
+    }
+
+    /// The `graphs` pattern: samples captured alone (then destroyed and trimmed), then one
+    /// graph per batch size in capture order, then the report.
+    pub(super) fn graphs_pattern(&mut self, step: &Step) -> Result<(), WorkloadError> {
+        let Step::Graphs {
+            name,
+            stream,
+            batch_sizes,
+            layers,
+            workspace_per_batch,
+            output_per_batch,
+            order,
+            samples,
+            replays,
+            auto_free,
+        } = step
+        else {
+            return Err(self.err("not a graphs step"));
+        };
+        if batch_sizes.is_empty() {
+            return Err(self.err("batch_sizes is empty"));
+        }
+        let mut seen = BTreeSet::new();
+        for b in batch_sizes {
+            if *b == 0 {
+                return Err(self.err("batch sizes must be at least 1"));
+            }
+            if !seen.insert(*b) {
+                return Err(self.err(format!("batch size {b} appears twice in batch_sizes")));
+            }
+        }
+        if *layers == 0 || *replays == 0 {
+            return Err(self.err("layers and replays must be at least 1"));
+        }
+        if workspace_per_batch.0 == 0 {
+            return Err(self.err("workspace_per_batch must be above zero"));
+        }
+        if output_per_batch.0 > 0 && *replays > 1 && !auto_free {
+            return Err(self.err(
+                "each graph leaves its output live after a launch: replays > 1 needs auto_free = true (a relaunch without it fails while the output is live)",
+            ));
+        }
+        let smallest = *seen.first().expect("not empty");
+        let largest = *seen.last().expect("not empty");
+        let samples: [u32; 2] = match samples.as_deref() {
+            None => [smallest, largest],
+            Some([a, b]) => [*a, *b],
+            Some(_) => return Err(self.err("samples needs exactly two batch sizes, e.g. [1, 512]")),
+        };
+        if samples[0] == samples[1] || samples.contains(&0) {
+            return Err(self.err(format!(
+                "a linear extrapolation needs two distinct sample batch sizes above zero, not {samples:?}; set samples = [a, b]"
+            )));
+        }
+        let mut sizes = batch_sizes.clone();
+        match order {
+            GraphOrder::Descending => sizes.sort_by(|a, b| b.cmp(a)),
+            GraphOrder::Ascending => sizes.sort(),
+        }
+        self.multi = true;
+        let outer = self.place.clone();
+        let spec = GraphsSpec {
+            name: name.clone(),
+            stream: stream.clone(),
+            batch_sizes: sizes.clone(),
+            samples,
+            order: *order,
+            layers: *layers,
+            workspace_per_batch_bytes: workspace_per_batch.0,
+            output_per_batch_bytes: output_per_batch.0,
+            replays: *replays,
+            auto_free: *auto_free,
+        };
+        for b in samples {
+            self.place = format!("{outer}, sample batch size {b}");
+            let prefix = format!("{name}.sample");
+            let (graph, out) = self.pattern_graph(&spec, &prefix, b, true)?;
+            if let Some(out) = out {
+                self.free(&out, None)?;
+            }
+            self.destroy_graph(&graph)?;
+            self.push(Action::TrimGraphMemory)?;
+        }
+        for b in sizes {
+            self.place = format!("{outer}, batch size {b}");
+            self.pattern_graph(&spec, name, b, false)?;
+        }
+        self.place = outer;
+        self.push(Action::GraphsReport(Box::new(spec)))
+    }
+
+    /// Captures, instantiates, replays and synchronizes the graph `PREFIX[b]`; returns its
+    /// name and its output's name.
+    fn pattern_graph(
+        &mut self,
+        spec: &GraphsSpec,
+        prefix: &str,
+        b: u32,
+        sample: bool,
+    ) -> Result<(String, Option<String>), WorkloadError> {
+        let s = spec.stream.clone();
+        let graph = format!("{prefix}[{b}]");
+        let ws = format!("{prefix}.ws[{b}]");
+        let out = (spec.output_per_batch_bytes > 0).then(|| format!("{prefix}.out[{b}]"));
+        let alloc = |n: &str, per_batch: u64| Step::Allocate {
+            name: n.into(),
+            size: SizeSpec::Bytes(per_batch * b as u64),
+            count: Count::N(1),
+            via: ViaSpec::Allocator,
+            stream: s.clone(),
+            on_oom: OnOom::Stop,
+        };
+        let touch = |n: &str| Step::Touch {
+            name: n.into(),
+            stride: Size(64 << 10),
+            stream: s.clone(),
+        };
+        let mut body = Vec::new();
+        if let Some(o) = &out {
+            body.push(alloc(o, spec.output_per_batch_bytes));
+        }
+        for _ in 0..spec.layers {
+            body.push(alloc(&ws, spec.workspace_per_batch_bytes));
+            body.push(touch(&ws));
+            body.push(Step::Fill {
+                name: ws.clone(),
+                seed: 1,
+                stream: s.clone(),
+            });
+            body.push(Step::Free {
+                name: ws.clone(),
+                keep_every: None,
+            });
+        }
+        if let Some(o) = &out {
+            body.push(touch(o));
+        }
+        let place = self.place.clone();
+        let body = body.into_iter().map(|st| (place.clone(), st)).collect();
+        let tag = GraphTag {
+            pattern: spec.name.clone(),
+            batch_size: b,
+            sample,
+        };
+        self.capture(&graph, &s, Some(tag), body)?;
+        self.instantiate(&graph, spec.auto_free)?;
+        self.replay(&graph, spec.replays, None)?;
+        self.push(Action::Synchronize {
+            stream: Some(s.clone()),
+        })?;
+        Ok((graph, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::workload::Workload;
+    use crate::workload::expand::Action;
+
+    const GIB: u64 = 1 << 30;
+    const HEAD: &str = "[workload]\nname = \"t\"\n";
+
+    fn load(steps: &str) -> Result<Workload, String> {
+        let text = format!("{HEAD}[[phase]]\nname = \"p\"\nsteps = [\n{steps}\n]\n");
+        Workload::from_toml(&text, Path::new("w.toml"), 4 * GIB).map_err(|e| e.to_string())
+    }
+
+    fn ops(w: &Workload) -> Vec<String> {
+        w.phases[0]
+            .actions
+            .iter()
+            .map(|p| {
+                let a = &p.action;
+                let s = a.stream().map(|s| format!("@{s}")).unwrap_or_default();
+                match a {
+                    Action::Replay { times, first, .. } => {
+                        format!(
+                            "{}:replay{times}{}{s}",
+                            p.label,
+                            if *first { "!" } else { "" }
+                        )
+                    }
+                    _ => format!("{}:{} {}{s}", p.label, a.op(), a.name().unwrap_or("")),
+                }
+            })
+            .collect()
+    }
+
+    const CAPTURE: &str = r#"{ op = "capture", graph = "g", stream = "s", steps = [
+    { op = "allocate", name = "ws", size = "8MiB" },
+    { op = "touch", name = "ws" },
+    { op = "free", name = "ws" },
+    { op = "allocate", name = "out", size = "1MiB" },
+    { op = "fill", name = "out" },
+  ] },"#;
+
+    #[test]
+    fn a_capture_records_nodes_on_its_stream_and_outputs_live_only_after_a_launch() {
+        let w = load(&format!(
+            r#"{CAPTURE}
+  {{ op = "instantiate", graph = "g", auto_free = true }},
+  {{ op = "replay", graph = "g", times = 3 }},
+  {{ op = "verify", name = "out" }},
+  {{ op = "replay", graph = "g" }},
+  {{ op = "free", name = "out" }},
+  {{ op = "destroy_graph", graph = "g" }},
+  {{ op = "trim_graph_memory" }},"#
+        ))
+        .unwrap();
+        assert_eq!(
+            ops(&w),
+            [
+                "1.1:capture g@s",
+                "1.2:allocate ws@s",
+                "1.3:touch ws@s",
+                "1.4:free ws@s",
+                "1.5:allocate out@s",
+                "1.6:fill out@s",
+                "1.7:end_capture g@s",
+                "2:instantiate g",
+                "3.1:replay1!@s",
+                "3.2:replay2@s",
+                "4:verify out@main",
+                "5:replay1@s",
+                "6:free out@s",
+                "7:destroy_graph g",
+                "8:trim_graph_memory ",
+            ]
+        );
+        assert!(matches!(
+            w.phases[0].actions[1].action,
+            Action::GraphAllocate { bytes: 8388608, .. }
+        ));
+        assert!(matches!(
+            w.phases[0].actions[12].action,
+            Action::GraphFree { .. }
+        ));
+    }
+
+    fn error(steps: &str) -> String {
+        load(steps).unwrap_err()
+    }
+
+    #[test]
+    fn capture_refusals_name_the_place() {
+        let e = error(
+            r#"{ op = "capture", graph = "g", stream = "default", steps = [{ op = "spin", for = "1ms" }] },"#,
+        );
+        assert!(
+            e.starts_with("w.toml: phase 1 (\"p\"), step 1 (capture): ")
+                && e.contains("legacy default stream"),
+            "{e}"
+        );
+        let e = error(
+            r#"{ op = "capture", graph = "g", stream = "s", steps = [{ op = "spin", for = "1ms", stream = "t" }] },"#,
+        );
+        assert!(
+            e.contains("inner step 1 (spin)") && e.contains("every step runs on its stream \"s\""),
+            "{e}"
+        );
+        let e = error(
+            r#"{ op = "capture", graph = "g", stream = "s", steps = [{ op = "repeat", times = 2, steps = [{ op = "spin", for = "1ms", stream = "main" }] }] },"#,
+        );
+        assert!(e.contains("names stream \"main\""), "{e}");
+        for (inner, why) in [
+            (r#"{ op = "sleep", for = "1ms" }"#, "host time"),
+            (
+                r#"{ op = "synchronize" }"#,
+                "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+            ),
+            (
+                r#"{ op = "allocate", name = "x", size = "1MiB", via = "driver" }"#,
+                "cannot be captured",
+            ),
+            (
+                r#"{ op = "stack", frame = "4KiB" }"#,
+                "stack cannot be captured",
+            ),
+            (
+                r#"{ op = "capture", graph = "h", stream = "s", steps = [] }"#,
+                "cannot contain another capture",
+            ),
+        ] {
+            let e = error(&format!(
+                r#"{{ op = "capture", graph = "g", stream = "s", steps = [{inner}] }},"#
+            ));
+            assert!(e.contains(why), "{inner}: {e}");
+        }
+        let e = error(
+            r#"{ op = "allocate", name = "w", size = "1MiB" },
+  { op = "capture", graph = "g", stream = "s", steps = [{ op = "free", name = "w" }] },"#,
+        );
+        assert!(
+            e.contains("free node can only free graph allocations"),
+            "{e}"
+        );
+        let e = error(
+            r#"{ op = "allocate", name = "w", size = "1MiB" },
+  { op = "fill", name = "w" },
+  { op = "capture", graph = "g", stream = "s", steps = [{ op = "verify", name = "w" }] },"#,
+        );
+        assert!(e.contains("verify reads its result back"), "{e}");
+    }
+
+    #[test]
+    fn replay_refusals() {
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"replay\", graph = \"g\" }},"
+        ));
+        assert!(
+            e.contains("step 2 (replay)") && e.contains("not instantiated"),
+            "{e}"
+        );
+        let e = error(r#"{ op = "replay", graph = "nope" }"#);
+        assert!(e.contains("has not been captured"), "{e}");
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"destroy_graph\", graph = \"g\" }},\n  {{ op = \"replay\", graph = \"g\" }},"
+        ));
+        assert!(
+            e.contains("step 4 (replay)") && e.contains("was destroyed"),
+            "{e}"
+        );
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"instantiate\", graph = \"g\" }},"
+        ));
+        assert!(e.contains("already instantiated"), "{e}");
+        // Without auto-free: the output of the first launch blocks the second.
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"replay\", graph = \"g\" }},\n  {{ op = \"replay\", graph = \"g\" }},"
+        ));
+        assert!(
+            e.contains("step 4 (replay)")
+                && e.contains("\"out\" is")
+                && e.contains("CUDA_ERROR_INVALID_VALUE"),
+            "{e}"
+        );
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"replay\", graph = \"g\", times = 2 }},"
+        ));
+        assert!(e.contains("the second launch would fail"), "{e}");
+        // Freeing the output first makes the relaunch legal.
+        load(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"replay\", graph = \"g\" }},\n  {{ op = \"free\", name = \"out\" }},\n  {{ op = \"replay\", graph = \"g\" }},"
+        ))
+        .unwrap();
+        // The output does not exist before the first launch.
+        let e = error(&format!(
+            "{CAPTURE}\n  {{ op = \"instantiate\", graph = \"g\" }},\n  {{ op = \"touch\", name = \"out\" }},"
+        ));
+        assert!(e.contains("replay the graph first"), "{e}");
+        // A captured kernel's buffer freed after the capture: the graph holds a stale address.
+        let e = error(
+            r#"{ op = "allocate", name = "w", size = "1MiB" },
+  { op = "capture", graph = "g", stream = "s", steps = [{ op = "touch", name = "w" }] },
+  { op = "instantiate", graph = "g" },
+  { op = "free", name = "w" },
+  { op = "replay", graph = "g" },"#,
+        );
+        assert!(
+            e.contains("\"w\", which was freed after the capture"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_graphs_pattern_captures_samples_alone_then_each_batch_size() {
+        let w = load(
+            r#"{ op = "graphs", name = "cg", stream = "s", batch_sizes = [1, 4, 2], layers = 1, workspace_per_batch = "1MiB", output_per_batch = "64KiB", replays = 2 },"#,
+        )
+        .unwrap();
+        let o = ops(&w);
+        let captures: Vec<&String> = o.iter().filter(|s| s.contains(":capture ")).collect();
+        assert_eq!(
+            captures
+                .iter()
+                .map(|s| s.split(' ').nth(1).unwrap())
+                .collect::<Vec<_>>(),
+            [
+                "cg.sample[1]@s",
+                "cg.sample[4]@s",
+                "cg[4]@s",
+                "cg[2]@s",
+                "cg[1]@s"
+            ]
+        );
+        assert!(o.iter().filter(|s| s.contains("trim_graph_memory")).count() == 2);
+        assert!(o.last().unwrap().contains("graphs_report cg"), "{o:?}");
+        let e = error(
+            r#"{ op = "graphs", name = "cg", stream = "s", batch_sizes = [1, 2], workspace_per_batch = "1MiB", output_per_batch = "64KiB", auto_free = false },"#,
+        );
+        assert!(e.contains("replays > 1 needs auto_free = true"), "{e}");
+        let e = error(
+            r#"{ op = "graphs", name = "cg", stream = "s", batch_sizes = [1, 1], workspace_per_batch = "1MiB" },"#,
+        );
+        assert!(e.contains("appears twice"), "{e}");
+        let e = error(
+            r#"{ op = "graphs", name = "cg", stream = "s", batch_sizes = [8], workspace_per_batch = "1MiB" },"#,
+        );
+        assert!(e.contains("two distinct sample batch sizes"), "{e}");
+        let e = error(
+            r#"{ op = "graphs", name = "cg", stream = "s", batch_sizes = [1, 2], workspace_per_batch = "1GiB", layers = 1, samples = [1, 8] },"#,
+        );
+        assert!(
+            e.contains("sample batch size 8") && e.contains("exceeds"),
+            "{e}"
+        );
+    }
+}
