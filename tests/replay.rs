@@ -53,9 +53,14 @@ fn an_rmm_log_replays_with_exact_peaks() {
     let r = replay(RMM_LOG, &caching(""), BadRowPolicy::Stop).unwrap();
     assert_eq!(r.format, LogFormat::Rmm);
     assert!(r.fits);
+    // The logged failure (a 93 GiB request) is tried again and refused again.
     assert_eq!(
         (r.events, r.allocations, r.frees, r.logged_failures),
-        (5, 3, 2, 1)
+        (6, 3, 2, 1)
+    );
+    assert_eq!(
+        (r.failures_still_refused, r.failures_now_served.len()),
+        (1, 0)
     );
     // Two 3 MiB blocks share one 20 MiB segment; the 1 KiB one is on another stream, small pool.
     assert_eq!(
@@ -369,4 +374,75 @@ fn the_replay_command_exits_by_whether_the_log_fits() {
         "x:1",
     ]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_runs_allocation_log_replays_and_a_refused_request_can_be_served_elsewhere() {
+    // A run on tiny-4g where a 3 GiB request is refused after 2 GiB are taken; its log replays
+    // against the same device (refused again) and against a larger one (served now).
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("w.toml");
+    std::fs::write(
+        &wl,
+        "[workload]\nname = \"w\"\n[settings]\nallow_oom = true\n[allocator]\nkind = \"caching\"\n\
+         [[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"a\", size = \"2GiB\" }, { op = \"allocate\", name = \"b\", size = \"3GiB\", on_oom = \"continue\" }]\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_headroom");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = run(&[
+        "run",
+        wl.to_str().unwrap(),
+        "--profile",
+        "tiny-4g",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the OOM was not expected: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = out_dir.join("alloc-log.csv");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.starts_with("t_ns,action,ptr,bytes,stream,detail\n"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.contains(",failure,")).count(),
+        1,
+        "{text}"
+    );
+    let v =
+        |args: &[&str]| -> serde_json::Value { serde_json::from_slice(&run(args).stdout).unwrap() };
+    let same = v(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--profile",
+        "tiny-4g",
+        "--json",
+    ]);
+    assert_eq!(
+        (
+            same["failures_still_refused"].as_u64(),
+            same["failures_now_served"].as_array().unwrap().len()
+        ),
+        (Some(1), 0)
+    );
+    let bigger = v(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--profile",
+        "h100-80g",
+        "--json",
+    ]);
+    assert_eq!(bigger["failures_now_served"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        bigger["peaks"]["alloc_reserved"]["bytes"].as_u64(),
+        Some(5 << 30)
+    );
 }

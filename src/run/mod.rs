@@ -20,6 +20,7 @@ use std::time::SystemTime;
 use anyhow::Context;
 
 use crate::alloc::Allocator;
+use crate::alloc::adaptors::logging::LoggingAdaptor;
 use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory, StreamId};
 use crate::oom::OomRecord;
@@ -75,6 +76,9 @@ impl Default for RunOptions {
         }
     }
 }
+
+/// The allocator's call log in a run folder (headroom's log format, read by `headroom replay`).
+pub const ALLOC_LOG: &str = "alloc-log.csv";
 
 /// The command that starts a tenant process: this executable and the device arguments that
 /// select the same GPU.
@@ -212,6 +216,13 @@ pub fn run_on(
             wl.allocator.kind()
         )
     })?;
+    // Every allocator call is logged, so `headroom replay` can try the run's allocations
+    // against another allocator or other settings.
+    let log_path = dir.join(ALLOC_LOG);
+    let alloc: Box<dyn Allocator> = Box::new(
+        LoggingAdaptor::create(alloc, &log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?,
+    );
     let phase_names: Vec<String> = wl.phases.iter().map(|p| p.name.clone()).collect();
     let start_ns = device.now_ns();
     let mut recorder = Recorder::create(&dir, phase_names, info.total_bytes, start_ns)

@@ -67,6 +67,8 @@ impl<'a> Replay<'a> {
                 allocations: 0,
                 frees: 0,
                 logged_failures: 0,
+                failures_still_refused: 0,
+                failures_now_served: Vec::new(),
                 device_used_idle_bytes: used,
                 peaks,
                 first_failure: None,
@@ -216,6 +218,23 @@ impl<'a> Replay<'a> {
             Event::LoggedFailure => {
                 self.report.logged_failures += 1;
                 return Ok(true);
+            }
+            Event::FailedAllocate { bytes, stream } => {
+                self.report.logged_failures += 1;
+                let s = self
+                    .stream(stream)
+                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
+                match self.alloc.allocate(self.dev, bytes, s) {
+                    Ok(b) => {
+                        self.observe(line)?;
+                        self.alloc
+                            .free(self.dev, b.ptr)
+                            .map_err(|e| self.alloc_error(line, e))?;
+                        self.report.failures_now_served.push(line);
+                    }
+                    Err(e) if e.is_oom() => self.report.failures_still_refused += 1,
+                    Err(e) => return Err(self.alloc_error(line, e)),
+                }
             }
             Event::Allocate { ptr, bytes, stream } => {
                 if let Some((_, since)) = self.live.get(&ptr) {

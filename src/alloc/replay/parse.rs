@@ -4,11 +4,26 @@
 /// One event of a log, with the log's own names for addresses and streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Event {
-    Allocate { ptr: u64, bytes: u64, stream: u64 },
-    Free { ptr: u64 },
-    RecordStream { ptr: u64, stream: u64 },
+    Allocate {
+        ptr: u64,
+        bytes: u64,
+        stream: u64,
+    },
+    Free {
+        ptr: u64,
+    },
+    RecordStream {
+        ptr: u64,
+        stream: u64,
+    },
     EmptyCache,
+    /// A failure line for anything but an allocation (skipped).
     LoggedFailure,
+    /// An allocation the log says was refused: tried again, and freed at once if it fits.
+    FailedAllocate {
+        bytes: u64,
+        stream: u64,
+    },
 }
 
 fn field<'r>(r: &'r csv::ByteRecord, i: usize, name: &str) -> Result<&'r str, String> {
@@ -86,7 +101,13 @@ pub(super) fn parse_headroom(
             stream: parse_stream(field(r, 4, "stream")?, "stream")?,
         },
         "empty_cache" => Event::EmptyCache,
-        "failure" => Event::LoggedFailure,
+        "failure" => match (field(r, 2, "ptr")?, field(r, 3, "bytes")?) {
+            ("", bytes) if !bytes.is_empty() => Event::FailedAllocate {
+                bytes: nonzero(parse_u64(bytes, "bytes")?)?,
+                stream: parse_stream(field(r, 4, "stream")?, "stream")?,
+            },
+            _ => Event::LoggedFailure,
+        },
         other => {
             return Err(format!(
                 "action {other:?} is not one of allocate, free, record_stream, empty_cache, failure"
@@ -114,7 +135,10 @@ pub(super) fn parse_rmm(r: &csv::ByteRecord, pace: bool) -> Result<(Option<u64>,
         "free" | "deallocate" => Event::Free {
             ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
         },
-        "allocate failure" => Event::LoggedFailure,
+        "allocate failure" => Event::FailedAllocate {
+            bytes: nonzero(parse_u64(field(r, 4, "Size")?, "Size")?)?,
+            stream: parse_stream(field(r, 5, "Stream")?, "Stream")?,
+        },
         other => {
             return Err(format!(
                 "Action {other:?} is not one of allocate, free, deallocate, allocate failure"

@@ -86,8 +86,13 @@ pub struct ReplayReport {
     pub events: u64,
     pub allocations: u64,
     pub frees: u64,
-    /// Failure lines in the log itself (skipped).
+    /// Failure lines in the log itself.
     pub logged_failures: u64,
+    /// Allocations the log says were refused and that were refused again.
+    pub failures_still_refused: u64,
+    /// Lines of allocations the log says were refused that this replay could serve (each is
+    /// freed at once: the logged program never had it).
+    pub failures_now_served: Vec<u64>,
     /// Device used before the first event (context and other processes included).
     pub device_used_idle_bytes: u64,
     pub peaks: ReplayPeaks,
@@ -111,9 +116,28 @@ impl fmt::Display for ReplayReport {
         )?;
         writeln!(
             f,
-            "{} events replayed: {} allocations, {} frees; {} failure lines in the log skipped",
+            "{} events replayed: {} allocations, {} frees; {} failure lines in the log",
             self.events, self.allocations, self.frees, self.logged_failures
         )?;
+        let retried = self.failures_still_refused + self.failures_now_served.len() as u64;
+        if retried > 0 {
+            writeln!(
+                f,
+                "the log's {retried} refused allocations, tried again: {} refused again, {} served now{}",
+                self.failures_still_refused,
+                self.failures_now_served.len(),
+                if self.failures_now_served.is_empty() {
+                    String::new()
+                } else {
+                    let lines: Vec<String> = self
+                        .failures_now_served
+                        .iter()
+                        .map(|l| l.to_string())
+                        .collect();
+                    format!(" (lines {})", lines.join(", "))
+                }
+            )?;
+        }
         match &self.first_failure {
             None => writeln!(f, "result: fits")?,
             Some(x) => writeln!(
