@@ -6,15 +6,11 @@ use anyhow::{Context, bail};
 
 use crate::alloc::AllocError;
 use crate::device::{DevPtr, DeviceError, Kernel, StreamId};
-use crate::oom::{Diagnosis, OomRecord};
 use crate::record::timeline::EventRow;
-use crate::record::{Reading, View};
 use crate::report::summary::MismatchRecord;
 use crate::run::{LiveAlloc, Runner, Stop};
-use crate::tenant::TenantProcess;
-use std::time::Duration;
 
-use crate::units::{Bytes, MIB, round_up, utc_timestamp};
+use crate::units::{Bytes, MIB, round_up};
 use crate::workload::{Action, Planned, Via};
 
 /// What one action did, for its row in `events.csv`.
@@ -54,7 +50,7 @@ impl From<DeviceError> for Failure {
 }
 
 impl Runner<'_, '_> {
-    fn stream(&mut self, name: &str) -> anyhow::Result<StreamId> {
+    pub(super) fn stream(&mut self, name: &str) -> anyhow::Result<StreamId> {
         if let Some(s) = self.streams.get(name) {
             return Ok(*s);
         }
@@ -76,133 +72,6 @@ impl Runner<'_, '_> {
 
     /// Allocates `name[0]`, `name[1]`, … until the allocator or the device refuses (or the
     /// free-memory floor is reached, unless OOM is allowed). The refusal ends the fill; it is
-    /// the point of the step, not an OOM result.
-    fn fill_device(
-        &mut self,
-        phase: &str,
-        p: &Planned,
-        name: &str,
-        bytes: u64,
-        via: Via,
-        stream_name: &str,
-    ) -> anyhow::Result<Option<Stop>> {
-        let stream = self.stream(stream_name)?;
-        for i in 0u64.. {
-            if self.interrupted.load(Ordering::Relaxed) {
-                return Ok(Some(Stop::Interrupted));
-            }
-            let one = Planned {
-                label: format!("{}.{}", p.label, i + 1),
-                origin: p.origin,
-                action: Action::Allocate {
-                    name: format!("{name}[{i}]"),
-                    bytes,
-                    via,
-                    stream: stream_name.to_string(),
-                },
-                continue_on_oom: false,
-            };
-            self.pump();
-            let member = format!("{name}[{i}]");
-            match self.act(&one, stream) {
-                Ok(done) => {
-                    let r = self.event_reading()?;
-                    self.row(
-                        phase,
-                        &one,
-                        &member,
-                        stream_name,
-                        &done,
-                        "ok",
-                        Some(r.device_free_bytes),
-                    )?;
-                }
-                Err(Failure::Oom {
-                    request,
-                    latency_ns,
-                }) => {
-                    let r = self.event_reading()?;
-                    let done = Done {
-                        requested_bytes: Some(request.requested_bytes),
-                        size_bytes: Some(request.rounded_bytes),
-                        latency_ns,
-                        detail: format!(
-                            "full after {i} allocations: the {} allocator refused the next",
-                            request.pool
-                        ),
-                    };
-                    self.row(
-                        phase,
-                        &one,
-                        &member,
-                        stream_name,
-                        &done,
-                        "full",
-                        Some(r.device_free_bytes),
-                    )?;
-                    return Ok(None);
-                }
-                Err(Failure::Floor(msg)) => {
-                    let done = Done {
-                        detail: format!("full after {i} allocations: {msg}"),
-                        ..Done::timed(0)
-                    };
-                    self.row(phase, &one, &member, stream_name, &done, "full", None)?;
-                    return Ok(None);
-                }
-                Err(Failure::Error(msg)) => {
-                    let done = Done {
-                        detail: msg.clone(),
-                        ..Done::timed(0)
-                    };
-                    self.row(phase, &one, &member, stream_name, &done, "error", None)?;
-                    bail!("allocate {member}: {msg}");
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// Frees the live members of a filled group, keeping every `keep_every`-th by index.
-    fn free_group(
-        &mut self,
-        phase: &str,
-        p: &Planned,
-        name: &str,
-        keep_every: Option<u32>,
-    ) -> anyhow::Result<Option<Stop>> {
-        let prefix = format!("{name}[");
-        let mut members: Vec<(u64, String)> = self
-            .live
-            .keys()
-            .filter_map(|k| {
-                Some((
-                    k.strip_prefix(&prefix)?
-                        .strip_suffix(']')?
-                        .parse::<u64>()
-                        .ok()?,
-                    k.clone(),
-                ))
-            })
-            .collect();
-        members.sort();
-        for (n, (idx, member)) in members.into_iter().enumerate() {
-            if keep_every.is_some_and(|k| idx % k as u64 == 0) {
-                continue;
-            }
-            let one = Planned {
-                label: format!("{}.{}", p.label, n + 1),
-                origin: p.origin,
-                action: Action::Free { name: member },
-                continue_on_oom: false,
-            };
-            if let Some(stop) = self.exec(phase, &one)? {
-                return Ok(Some(stop));
-            }
-        }
-        Ok(None)
-    }
-
     /// Runs one action. `Ok(Some(stop))` ends the run early; `Err` is a failure to run.
     pub(crate) fn exec(&mut self, phase: &str, p: &Planned) -> anyhow::Result<Option<Stop>> {
         match &p.action {
@@ -306,7 +175,7 @@ impl Runner<'_, '_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn row(
+    pub(super) fn row(
         &mut self,
         phase: &str,
         p: &Planned,
@@ -376,7 +245,7 @@ impl Runner<'_, '_> {
         }
     }
 
-    fn act(&mut self, p: &Planned, stream: StreamId) -> Result<Done, Failure> {
+    pub(super) fn act(&mut self, p: &Planned, stream: StreamId) -> Result<Done, Failure> {
         let lookup = |s: &Self, n: &str| s.ptr_of(n).map_err(|e| Failure::Error(e.to_string()));
         match &p.action {
             Action::Allocate {
@@ -668,48 +537,6 @@ impl Runner<'_, '_> {
     }
 
     /// Starts another tenant: a `headroom hold` child where processes are launched, and the
-    /// simulator's accounting of it on sim.
-    fn tenant(&mut self, bytes: u64, duration_ns: u64) -> Result<Done, Failure> {
-        let mut detail = String::new();
-        let mut pid = 4_000_000 + self.tenants.len() as u32;
-        if let Some(launch) = &self.tenant_launch {
-            let t = TenantProcess::spawn(
-                &launch.exe,
-                &launch.device_args,
-                bytes,
-                duration_ns,
-                Duration::from_secs(60),
-            )
-            .map_err(|e| Failure::Error(format!("{e:#}")))?;
-            pid = t.pid;
-            detail = t.ready_line.clone();
-            self.tenants.push(t);
-        }
-        if self.dev.info().backend == "sim" {
-            match self.dev.add_simulated_tenant(pid, bytes, duration_ns) {
-                Ok(()) => {}
-                Err(DeviceError::OutOfMemory { .. }) => {
-                    let free = self.dev.mem_info()?.free_bytes;
-                    return Err(Failure::Error(format!(
-                        "the tenant could not take {}: only {} is free",
-                        Bytes(bytes),
-                        Bytes(free)
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            }
-            if detail.is_empty() {
-                detail =
-                    format!("simulated tenant pid {pid} holds {bytes} bytes for {duration_ns} ns");
-            }
-        }
-        Ok(Done {
-            requested_bytes: Some(bytes),
-            detail,
-            ..Done::timed(0)
-        })
-    }
-
     /// The host waits, in slices on a real GPU so the sampler is drained and Ctrl-C is heard.
     fn sleep(&mut self, duration_ns: u64) -> Result<(), Failure> {
         if self.dev.info().backend == "sim" {
@@ -729,92 +556,5 @@ impl Runner<'_, '_> {
             self.dev.sleep((end - now).min(SLICE_NS));
             self.pump();
         }
-    }
-
-    /// Collects the evidence at the instant of an OOM.
-    fn oom_record(
-        &mut self,
-        phase: &str,
-        p: &Planned,
-        name: &str,
-        stream: &str,
-        req: &crate::alloc::OomRequest,
-        at: Reading,
-    ) -> anyhow::Result<OomRecord> {
-        let stats = self.alloc.stats();
-        let total = self.dev.info().total_bytes;
-        let used = total.saturating_sub(at.device_free_bytes);
-        let processes = self.dev.processes();
-        let nvml = self.dev.nvml_memory();
-        let own = at.views.get(View::OwnBytes).unwrap_or(0);
-        let others: u64 = processes
-            .iter()
-            .flatten()
-            .filter(|p| !p.is_self)
-            .filter_map(|p| p.used_bytes)
-            .sum();
-        let via = match &p.action {
-            Action::Allocate {
-                via: Via::Driver, ..
-            } => "driver".to_string(),
-            Action::Allocate { .. } => self.alloc.kind().to_string(),
-            a if a.is_graph() => "graph".to_string(),
-            _ => "driver".to_string(),
-        };
-        let graph_usage = if self.graphs.enabled() {
-            self.dev.graph_mem_usage().ok()
-        } else {
-            None
-        };
-        let graph_exec = self.graphs.enabled().then(|| self.graphs.live_exec_bytes());
-        let graph_bytes =
-            graph_usage.map_or(0, |u| u.reserved_current_bytes) + graph_exec.unwrap_or(0);
-        let mut rec = OomRecord {
-            utc: utc_timestamp(std::time::SystemTime::now()),
-            t_ns: at.t_ns,
-            phase: phase.to_string(),
-            step: p.label.clone(),
-            op: p.action.op().to_string(),
-            name: name.to_string(),
-            via,
-            requested_bytes: req.requested_bytes,
-            rounded_bytes: req.rounded_bytes,
-            driver_request_bytes: req.driver_request_bytes,
-            pool: req.pool.clone(),
-            stream: stream.to_string(),
-            retries: req.retries.clone(),
-            device_total_bytes: total,
-            device_free_bytes: at.device_free_bytes,
-            device_used_bytes: used,
-            idle_device_free_bytes: self.idle_free_bytes,
-            own_bytes: own,
-            outside_allocator_bytes: self.driver_bytes,
-            alloc_allocated_bytes: stats.allocated_bytes,
-            alloc_reserved_bytes: stats.reserved_bytes,
-            reserved_but_unallocated_bytes: stats
-                .reserved_bytes
-                .saturating_sub(stats.allocated_bytes),
-            largest_free_block_bytes: self.alloc.largest_free_for(req.requested_bytes),
-            inactive_split_count: stats.inactive_split_count,
-            inactive_split_bytes: stats.inactive_split_bytes,
-            unexplained_used_bytes: used as i64
-                - (self.idle_used_bytes - self.idle_others_bytes) as i64
-                - own as i64
-                - others as i64
-                - graph_bytes as i64,
-            graph_used_bytes: graph_usage.map(|u| u.used_current_bytes),
-            graph_reserved_bytes: graph_usage.map(|u| u.reserved_current_bytes),
-            graph_exec_bytes: graph_exec,
-            nvml,
-            processes,
-            diagnosis: Diagnosis {
-                observation: String::new(),
-                causes: vec![],
-                findings: vec![],
-                check_next: vec![],
-            },
-        };
-        rec.diagnose();
-        Ok(rec)
     }
 }

@@ -6,8 +6,10 @@
 //! Ctrl-C never loses what came before. Whatever happens, the run then releases everything it
 //! took and checks that device free memory is back at the idle reading.
 
+mod evidence;
 mod exec;
 mod graphs;
+mod groups;
 pub mod outdir;
 mod progress;
 

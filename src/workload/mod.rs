@@ -5,6 +5,7 @@
 //! phase, then each step (`parse`); patterns expand into primitive actions and every name's
 //! lifetime is checked (`expand`). Nothing is allocated until all of it has passed.
 
+pub mod action;
 pub mod expand;
 pub mod parse;
 pub mod step;

@@ -1,0 +1,232 @@
+//! The shorthand patterns of a workload — weights, activations, workspace, KV cache — as the
+//! plain allocate, touch, sleep and free actions they stand for.
+
+use crate::workload::expand::{Action, Emitter};
+use crate::workload::parse::WorkloadError;
+use crate::workload::step::{ActivationMode, Step, ViaSpec};
+
+impl Emitter<'_, '_> {
+    /// Expands one pattern step.
+    pub(super) fn pattern(&mut self, step: &Step) -> Result<(), WorkloadError> {
+        match step {
+            Step::Weights {
+                name,
+                total,
+                tensors,
+                touch,
+            } => {
+                if *tensors == 0 || total.resolve(self.names.total_bytes) < *tensors as u64 {
+                    return Err(self.err(
+                        "weights needs tensors ≥ 1 and a total of at least one byte per tensor",
+                    ));
+                }
+                self.multi = true;
+                let each = total.resolve(self.names.total_bytes) / *tensors as u64;
+                let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
+                for i in 0..*tensors {
+                    let n = format!("{name}[{i}]");
+                    let bytes = if i + 1 == *tensors { last } else { each };
+                    self.push(Action::Allocate {
+                        name: n.clone(),
+                        bytes,
+                        via: ViaSpec::Allocator,
+                        stream: "main".into(),
+                    })?;
+                    if *touch {
+                        self.push(Action::Touch {
+                            name: n,
+                            stride_bytes: 64 << 10,
+                            stream: "main".into(),
+                        })?;
+                    }
+                }
+            }
+            Step::Activations {
+                name,
+                layers,
+                size,
+                scratch,
+                mode,
+                layer_time,
+            } => {
+                if *layers == 0 {
+                    return Err(self.err("layers must be at least 1"));
+                }
+                self.multi = true;
+                let total = self.names.total_bytes;
+                let alloc = |n: String, bytes: u64| Action::Allocate {
+                    name: n,
+                    bytes,
+                    via: ViaSpec::Allocator,
+                    stream: "main".into(),
+                };
+                let layer_n = |i: u32| format!("{name}[{i}]");
+                let scratch_n = format!("{name}.scratch");
+                let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
+                    if let Some(s) = scratch {
+                        e.push(alloc(scratch_n.clone(), s.resolve(total)))?;
+                    }
+                    if layer_time.0 > 0 {
+                        e.push(Action::Sleep {
+                            duration_ns: layer_time.0,
+                        })?;
+                    }
+                    if scratch.is_some() {
+                        e.push(Action::Free {
+                            name: scratch_n.clone(),
+                        })?;
+                    }
+                    Ok(())
+                };
+                for i in 0..*layers {
+                    self.push(alloc(layer_n(i), size.resolve(total)))?;
+                    layer_body(self)?;
+                    if *mode == ActivationMode::Inference && i > 0 {
+                        self.push(Action::Free {
+                            name: layer_n(i - 1),
+                        })?;
+                    }
+                }
+                match mode {
+                    ActivationMode::Train => {
+                        for i in (0..*layers).rev() {
+                            layer_body(self)?;
+                            self.push(Action::Free { name: layer_n(i) })?;
+                        }
+                    }
+                    ActivationMode::Inference => self.push(Action::Free {
+                        name: layer_n(*layers - 1),
+                    })?,
+                }
+            }
+            Step::Workspace {
+                name,
+                size,
+                repeats,
+                hold,
+                gap,
+                via,
+            } => {
+                if *repeats == 0 {
+                    return Err(self.err("repeats must be at least 1"));
+                }
+                self.multi = true;
+                for r in 0..*repeats {
+                    self.push(Action::Allocate {
+                        name: name.clone(),
+                        bytes: size.resolve(self.names.total_bytes),
+                        via: *via,
+                        stream: "main".into(),
+                    })?;
+                    self.push(Action::Touch {
+                        name: name.clone(),
+                        stride_bytes: 64 << 10,
+                        stream: "main".into(),
+                    })?;
+                    if hold.0 > 0 {
+                        self.push(Action::Sleep {
+                            duration_ns: hold.0,
+                        })?;
+                    }
+                    self.push(Action::Free { name: name.clone() })?;
+                    if gap.0 > 0 && r + 1 < *repeats {
+                        self.push(Action::Sleep { duration_ns: gap.0 })?;
+                    }
+                }
+            }
+            Step::Kv {
+                name,
+                requests,
+                block,
+                blocks_per_request,
+                prefill_blocks,
+                arrive_every,
+                tick,
+            } => {
+                if *requests == 0 || *blocks_per_request == 0 || *arrive_every == 0 {
+                    return Err(self
+                        .err("requests, blocks_per_request and arrive_every must be at least 1"));
+                }
+                if *prefill_blocks == 0 || prefill_blocks > blocks_per_request {
+                    return Err(self.err("prefill_blocks must be between 1 and blocks_per_request"));
+                }
+                self.multi = true;
+                self.kv(
+                    name,
+                    *requests,
+                    block.0,
+                    *blocks_per_request,
+                    *prefill_blocks,
+                    *arrive_every,
+                    tick.0,
+                )?;
+            }
+            other => unreachable!("{} is not a pattern", other.op()),
+        }
+        Ok(())
+    }
+
+    /// Requests arrive every `arrive_every` ticks, take `prefill` blocks, grow one block a tick
+    /// to `per_request`, then free all their blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn kv(
+        &mut self,
+        name: &str,
+        requests: u32,
+        block: u64,
+        per_request: u32,
+        prefill: u32,
+        arrive_every: u32,
+        tick_ns: u64,
+    ) -> Result<(), WorkloadError> {
+        // held[r] = blocks request r holds (None before arrival and after it finished).
+        let mut held: Vec<Option<u32>> = vec![None; requests as usize];
+        let mut arrived = 0u32;
+        let mut finished = 0u32;
+        let mut tick = 0u32;
+        let block_name = |r: u32, b: u32| format!("{name}.r{r}[{b}]");
+        while finished < requests {
+            for r in 0..arrived {
+                if let Some(h) = held[r as usize] {
+                    if h >= per_request {
+                        for b in 0..h {
+                            self.push(Action::Free {
+                                name: block_name(r, b),
+                            })?;
+                        }
+                        held[r as usize] = None;
+                        finished += 1;
+                    } else {
+                        self.push(Action::Allocate {
+                            name: block_name(r, h),
+                            bytes: block,
+                            via: ViaSpec::Allocator,
+                            stream: "main".into(),
+                        })?;
+                        held[r as usize] = Some(h + 1);
+                    }
+                }
+            }
+            if arrived < requests && tick % arrive_every == 0 {
+                let r = arrived;
+                for b in 0..prefill {
+                    self.push(Action::Allocate {
+                        name: block_name(r, b),
+                        bytes: block,
+                        via: ViaSpec::Allocator,
+                        stream: "main".into(),
+                    })?;
+                }
+                held[r as usize] = Some(prefill);
+                arrived += 1;
+            }
+            if finished < requests && tick_ns > 0 {
+                self.push(Action::Sleep {
+                    duration_ns: tick_ns,
+                })?;
+            }
+            tick += 1;
+        }
+        Ok(())
+    }
+}
