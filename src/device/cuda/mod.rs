@@ -9,7 +9,11 @@
 mod events;
 mod graphs;
 mod launch;
+mod probe;
 mod vmm;
+
+use probe::cuda_driver_version;
+pub use probe::{DeviceFacts, device_facts, probe};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,90 +64,6 @@ pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> Devi
         call,
         detail: format!("{name} ({text})"),
     }
-}
-
-/// Why there is no usable CUDA device, in one line for people.
-pub fn probe() -> Result<u32, String> {
-    // SAFETY: only tries to dlopen libcuda; no driver call is made.
-    if !unsafe { sys::is_culib_present() } {
-        return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
-    }
-    result::init().map_err(|e| {
-        format!(
-            "the NVIDIA driver did not initialize: {}",
-            driver_err("cuInit", 0, e)
-        )
-    })?;
-    let n = result::device::get_count().map_err(|e| {
-        format!(
-            "cannot count CUDA devices: {}",
-            driver_err("cuDeviceGetCount", 0, e)
-        )
-    })?;
-    if n <= 0 {
-        return Err("the NVIDIA driver is present but sees no CUDA device".into());
-    }
-    Ok(n as u32)
-}
-
-/// The driver's version as `major.minor` (e.g. `12.4`).
-fn cuda_driver_version() -> String {
-    let mut v: std::ffi::c_int = 0;
-    // SAFETY: writes one int through a valid pointer; the library is loaded (probe ran).
-    let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
-    if ok {
-        format!("{}.{}", v / 1000, (v % 1000) / 10)
-    } else {
-        "unknown".into()
-    }
-}
-
-fn uuid_string(u: &sys::CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|c| *c as u8).collect();
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    )
-}
-
-/// Static facts about a device, read without creating a context.
-pub struct DeviceFacts {
-    pub name: String,
-    pub uuid: String,
-    pub total_bytes: u64,
-    pub compute_capability: String,
-    pub multiprocessors: u32,
-}
-
-pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
-    let dev = result::device::get(index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
-    let name = result::device::get_name(dev).map_err(|e| driver_err("cuDeviceGetName", 0, e))?;
-    let uuid = result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?;
-    use sys::CUdevice_attribute as A;
-    let attr = |a: A| {
-        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-        unsafe { result::device::get_attribute(dev, a) }
-            .map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))
-    };
-    let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-    let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-    let total = unsafe { result::device::total_mem(dev) }
-        .map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
-    Ok(DeviceFacts {
-        name,
-        uuid: uuid_string(&uuid),
-        total_bytes: total as u64,
-        compute_capability: format!("{major}.{minor}"),
-        multiprocessors: sms.max(0) as u32,
-    })
 }
 
 pub struct CudaDevice {
