@@ -298,18 +298,13 @@ pub fn calibrate(
     dev.free(t)?;
     let touch_rate = pages as f64 * 5.0 / (touch_ns.max(1) as f64 / 1e9);
     for k in [
-        "copy_bytes_per_s",
-        "fill_bytes_per_s",
-        "verify_bytes_per_s",
-        "memset_bytes_per_s",
+        "bandwidth.copy_bytes_per_s",
+        "bandwidth.fill_bytes_per_s",
+        "bandwidth.verify_bytes_per_s",
+        "bandwidth.memset_bytes_per_s",
     ] {
         notes.insert(
-            match k {
-                "copy_bytes_per_s" => "bandwidth.copy_bytes_per_s",
-                "fill_bytes_per_s" => "bandwidth.fill_bytes_per_s",
-                "verify_bytes_per_s" => "bandwidth.verify_bytes_per_s",
-                _ => "bandwidth.memset_bytes_per_s",
-            },
+            k,
             format!(
                 "headroom bandwidth on {} buffers, 5 launches each",
                 Bytes(size)

@@ -464,9 +464,10 @@ impl Runner<'_, '_> {
                 })
             }
             Action::Tenant { bytes, duration_ns } => self.tenant(*bytes, *duration_ns),
-            Action::FillDevice { .. } | Action::FreeGroup { .. } => {
-                Err(Failure::Error("handled by exec".into()))
-            }
+            Action::FillDevice { .. } | Action::FreeGroup { .. } => Err(Failure::Error(
+                "internal: a fill or group free must go through Runner::exec, which expands it"
+                    .into(),
+            )),
             Action::BeginCapture { .. }
             | Action::EndCapture { .. }
             | Action::GraphAllocate { .. }
