@@ -13,7 +13,7 @@ use anyhow::Context;
 
 use crate::bandwidth;
 use crate::device::profile::{
-    BandwidthModel, GraphModel, LatencyModel, MemoryModel, SimProfile, StackModel,
+    BandwidthModel, GraphModel, KernelModel, LatencyModel, MemoryModel, SimProfile, StackModel,
 };
 use crate::device::{Device, Kernel, NvmlMemory, PoolConfig, StreamId};
 use crate::kernels;
@@ -158,6 +158,23 @@ pub fn calibrate(
     notes.insert(
         "memory.small_alloc_limit_bytes",
         "largest of 64 KiB…2 MiB whose second allocation took no new page".into(),
+    );
+
+    // Kernel modules: what loading headroom's kernels (all but the stack kernels) took, less
+    // the page verify's 16-byte result buffer opens.
+    let all_but_stack: Vec<_> = kernels::Module::ALL
+        .into_iter()
+        .filter(|m| *m != kernels::Module::Stack)
+        .collect();
+    let (kernels_drop, modules) = drop_of(dev, |d| Ok(d.load_kernels(&all_but_stack)?))?;
+    let module_bytes =
+        (kernels_drop.max(0) as u64).saturating_sub(page_bytes) / modules.max(1) as u64;
+    notes.insert(
+        "kernels.module_bytes",
+        format!(
+            "free memory dropped {kernels_drop} bytes when {modules} modules and verify's result \
+             buffer (one page) were loaded"
+        ),
     );
 
     // Latencies.
@@ -319,7 +336,9 @@ pub fn calibrate(
         ),
     );
 
-    // Stack reservation: two deep-stack kernels, 4 KiB then 16 KiB frames.
+    // Stack reservation: two deep-stack kernels, 4 KiB then 16 KiB frames (their module loaded
+    // first, so that its memory is not counted as stack).
+    dev.load_kernels(&[kernels::Module::Stack])?;
     let (d4, _) = drop_of(dev, |d| {
         Ok(d.launch(Kernel::Stack { frame_bytes: 4096 }, StreamId::MAIN)?)
     })?;
@@ -385,6 +404,9 @@ pub fn calibrate(
             default_per_thread_bytes: Size(default_stack),
         },
         graphs: GraphModel::default(),
+        kernels: KernelModel {
+            module_bytes: Size(module_bytes),
+        },
         other_processes: Vec::new(),
     };
     notes.insert(
@@ -485,6 +507,13 @@ pub fn to_toml(c: &Calibration, header: &str) -> String {
         g.alloc_granularity_bytes.0,
         note("graphs.alloc_granularity_bytes")
     );
+    let _ = writeln!(o, "\n[kernels]");
+    let _ = writeln!(
+        o,
+        "module_bytes = {}{}",
+        p.kernels.module_bytes.0,
+        note("kernels.module_bytes")
+    );
     o
 }
 
@@ -496,14 +525,25 @@ mod tests {
     /// Calibrating the simulator measures the simulator: its own profile must come back.
     #[test]
     fn calibrating_the_simulator_gives_its_profile_back() {
-        for name in ["tiny-4g", "h200"] {
-            let p = SimProfile::resolve(name).unwrap();
+        let with_modules = {
+            let mut p = SimProfile::resolve("tiny-4g").unwrap();
+            p.kernels.module_bytes = Size(3 * MIB);
+            p.name = "tiny-4g with 3 MiB modules".into();
+            p
+        };
+        for p in [
+            SimProfile::resolve("tiny-4g").unwrap(),
+            SimProfile::resolve("h200").unwrap(),
+            with_modules,
+        ] {
+            let name = p.name.clone();
             let mut dev = SimDevice::open(p.clone(), 0);
             let before = Some(dev.before_context());
             let c = calibrate(&mut dev, before, p.latency.context_create.0, "measured").unwrap();
             let q = &c.profile;
             assert_eq!(q.memory, p.memory, "{name}");
             assert_eq!(q.stack, p.stack, "{name}");
+            assert_eq!(q.kernels, p.kernels, "{name}");
             assert_eq!(q.multiprocessors, p.multiprocessors);
             let (pl, ql) = (&p.latency, &q.latency);
             assert_eq!(ql.mem_get_info, pl.mem_get_info);

@@ -303,8 +303,15 @@ pub trait Device: Send {
     /// (device events on cuda, the model on sim).
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64>;
 
-    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`).
-    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()>;
+    /// Loads these modules of headroom's kernels (`verify`'s with its 16-byte result buffer),
+    /// so that the memory they take is taken before a run's idle reading instead of inside its
+    /// first kernel step. Returns how many modules this call loaded (0 when they already
+    /// were). Driver operations (memset, memcpy) need none.
+    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32>;
+
+    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`),
+    /// ordered on `stream` after the work queued there, and waits until it has landed.
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()>;
 
     /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
     fn sleep(&mut self, duration_ns: u64);

@@ -36,6 +36,8 @@ pub struct SimProfile {
     pub stack: StackModel,
     #[serde(default)]
     pub graphs: GraphModel,
+    #[serde(default)]
+    pub kernels: KernelModel,
     /// Processes other than the harness that hold memory on the device from the start.
     #[serde(default)]
     pub other_processes: Vec<OtherProcess>,
@@ -117,6 +119,14 @@ impl Default for GraphModel {
             alloc_granularity_bytes: Size(2 << 20),
         }
     }
+}
+
+/// What loading headroom's kernels costs the device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelModel {
+    /// Device memory one loaded PTX module takes (code, constants, its share of the context).
+    pub module_bytes: Size,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

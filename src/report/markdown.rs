@@ -223,6 +223,14 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(c) = s.idle.context_overhead_bytes {
         let _ = write!(o, "; creating the context took {}", Bytes(c));
     }
+    if let Some(k) = s.idle.kernels {
+        let _ = write!(
+            o,
+            "; loading headroom's {} kernel modules before it took {}",
+            k.modules,
+            crate::units::SignedBytes(k.device_bytes as i128)
+        );
+    }
     let others: Vec<String> = s
         .idle
         .processes

@@ -49,6 +49,15 @@ pub struct IdleReading {
     pub nvml: Option<NvmlMemory>,
 }
 
+/// What loading headroom's kernel modules took, measured as a drop in device free memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelLoad {
+    /// PTX modules loaded (JIT-compiled by the driver).
+    pub modules: u32,
+    /// Device free before the load minus after it (modules and `verify`'s result buffer).
+    pub device_bytes: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Idle {
     /// NVML before this process created its context (None without NVML).
@@ -57,6 +66,10 @@ pub struct Idle {
     pub after_context: IdleReading,
     /// NVML used after − before: what creating the context took.
     pub context_overhead_bytes: Option<u64>,
+    /// headroom's kernels, loaded before the idle reading (absent when the workload launches
+    /// none): their memory is the context's from then on, not the first kernel step's.
+    #[serde(default)]
+    pub kernels: Option<KernelLoad>,
     pub processes: Option<Vec<ProcessUsage>>,
 }
 

@@ -35,6 +35,14 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         let _ = write!(o, " (creating the context took {})", Bytes(c));
     }
     let _ = writeln!(o);
+    if let Some(k) = s.idle.kernels {
+        let _ = writeln!(
+            o,
+            "kernels: loading {} modules before the idle reading took {}",
+            k.modules,
+            crate::units::SignedBytes(k.device_bytes as i128)
+        );
+    }
     let _ = writeln!(o);
     let _ = writeln!(
         o,

@@ -225,7 +225,7 @@ impl Runner<'_, '_> {
         kernel: Kernel,
         stream: StreamId,
     ) -> Result<crate::device::KernelOutcome, Failure> {
-        if self.dev.info().backend != "sim" || matches!(kernel, Kernel::Stack { .. }) {
+        if matches!(kernel, Kernel::Stack { .. }) {
             self.context_grew = true;
         }
         match self.dev.launch(kernel, stream) {
@@ -416,9 +416,10 @@ impl Runner<'_, '_> {
                 name,
                 offset_bytes,
                 value,
+                ..
             } => {
                 let (ptr, _) = lookup(self, name)?;
-                self.dev.write_word(ptr + offset_bytes, *value)?;
+                self.dev.write_word(ptr + offset_bytes, *value, stream)?;
                 Ok(Done {
                     detail: format!("{:#x} = {value:#010x}", ptr + offset_bytes),
                     ..Done::timed(0)

@@ -258,9 +258,6 @@ impl Runner<'_, '_> {
         let elapsed = |s: &Self| s.dev.now_ns() - t0;
         match &p.action {
             Action::BeginCapture { .. } => {
-                if self.dev.info().backend != "sim" {
-                    self.context_grew = true;
-                }
                 self.dev.graph_begin_capture(stream)?;
                 self.graphs.capture = Some((stream, 0, 0));
                 Ok(Done::timed(0))

@@ -191,6 +191,9 @@ pub fn run_on(
         .sample_interval_ns
         .unwrap_or(wl.settings.sample_interval_ns);
 
+    // The kernels the workload launches are loaded first: their modules are the context's
+    // memory from then on, not a drop in the middle of the first kernel step.
+    let kernels = load_kernels(wl, device)?;
     // Idle, after the context: one reading before anything of the workload exists.
     let idle_mem = device
         .mem_info()
@@ -208,6 +211,7 @@ pub fn run_on(
             nvml: idle_nvml,
         },
         context_overhead_bytes: context_overhead(before_context, idle_nvml),
+        kernels,
         processes: idle_processes,
     };
 
@@ -356,6 +360,31 @@ pub fn run_on(
         summary,
         exit_code,
     })
+}
+
+/// Loads the kernel modules `wl` needs, if any, and measures what they took.
+fn load_kernels(
+    wl: &Workload,
+    device: &mut dyn Device,
+) -> anyhow::Result<Option<crate::report::summary::KernelLoad>> {
+    let mut needed: Vec<_> = wl
+        .actions()
+        .filter_map(|(_, p)| p.action.kernel_module())
+        .collect();
+    if needed.is_empty() {
+        return Ok(None);
+    }
+    needed.sort_by_key(|m| m.index());
+    needed.dedup();
+    let before = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
+    let modules = device
+        .load_kernels(&needed)
+        .context("loading headroom's kernels failed")?;
+    let after = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
+    Ok(Some(crate::report::summary::KernelLoad {
+        modules,
+        device_bytes: before as i64 - after as i64,
+    }))
 }
 
 fn others_bytes(processes: &Option<Vec<crate::device::ProcessUsage>>) -> u64 {

@@ -38,6 +38,7 @@ pub enum Action {
         name: String,
         offset_bytes: u64,
         value: u32,
+        stream: String,
     },
     Copy {
         src: String,
@@ -172,6 +173,20 @@ impl Action {
     }
 
     /// Whether this is a CUDA graph action (the run then reads the graph memory views).
+    /// The module of headroom's kernels the action launches, if it launches one.
+    pub fn kernel_module(&self) -> Option<crate::kernels::Module> {
+        use crate::kernels::Module;
+        match self {
+            Action::Touch { .. } => Some(Module::Touch),
+            Action::Fill { .. } => Some(Module::Fill),
+            Action::Verify { .. } => Some(Module::Verify),
+            Action::Copy { .. } | Action::Triad { .. } => Some(Module::Stream),
+            Action::Spin { .. } => Some(Module::Spin),
+            Action::Stack { .. } => Some(Module::Stack),
+            _ => None,
+        }
+    }
+
     pub fn is_graph(&self) -> bool {
         matches!(
             self,
@@ -222,6 +237,7 @@ impl Action {
             | Action::Touch { stream, .. }
             | Action::Fill { stream, .. }
             | Action::Verify { stream, .. }
+            | Action::Corrupt { stream, .. }
             | Action::Spin { stream, .. }
             | Action::Copy { stream, .. }
             | Action::Triad { stream, .. }

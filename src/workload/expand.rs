@@ -385,6 +385,7 @@ impl Emitter<'_, '_> {
                 name,
                 offset,
                 value,
+                stream,
             } => {
                 let targets = self.names.resolve(&self.place, "corrupt", name)?;
                 if targets.len() != 1 {
@@ -397,6 +398,7 @@ impl Emitter<'_, '_> {
                     name: targets[0].clone(),
                     offset_bytes: offset.0,
                     value: *value,
+                    stream: stream.clone(),
                 })?;
             }
             Step::Tenant { size, duration } => {

@@ -194,6 +194,9 @@ pub enum Step {
         name: String,
         offset: Size,
         value: u32,
+        /// The write is ordered after the work queued on this stream.
+        #[serde(default = "main_stream")]
+        stream: String,
     },
     /// Keeps a stream busy on the GPU for a while (frees queued behind it stay pending).
     Spin {

@@ -1,13 +1,14 @@
 //! Kernel launches on the real GPU: the embedded PTX of `crate::kernels`, loaded once per context.
 //!
-//! `load` JIT-loads every module but `stack` and allocates `verify`'s 16-byte result buffer.
-//! `stack` is loaded on the first `Kernel::Stack`, so that nothing about the stack kernels can
-//! touch the context before a workload asks for them. What to launch (function, arguments, grid)
+//! Modules are JIT-loaded one at a time, when `load_module` asks for one (a run loads the ones
+//! its workload needs before its idle reading) or at a function's first launch; loading
+//! `verify`'s module also allocates its 16-byte result buffer. Driver operations (memset,
+//! memcpy) need no module and never load one. What to launch (function, arguments, grid)
 //! comes from `crate::kernels`; this file only talks to the driver. The context must be current
 //! on the calling thread for every method and for `Drop`: `CudaDevice` binds it first.
 
 use std::cell::Cell;
-use std::ffi::{CString, c_void};
+use std::ffi::{CStr, CString, c_void};
 
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
@@ -32,8 +33,9 @@ struct Loaded {
 pub(crate) struct KernelSet {
     modules: [Cell<Option<sys::CUmodule>>; Module::COUNT],
     functions: [Cell<Option<Loaded>>; Function::COUNT],
-    /// `verify`'s result: mismatch count and lowest differing address (two u64).
-    verify_result: sys::CUdeviceptr,
+    /// `verify`'s result: mismatch count and lowest differing address (two u64); 0 until
+    /// `verify`'s module is loaded.
+    verify_result: Cell<sys::CUdeviceptr>,
     multiprocessors: u32,
     threads_per_multiprocessor: u32,
     /// For error messages: "550.54.15 (CUDA 12.4)".
@@ -45,7 +47,8 @@ pub(crate) struct KernelSet {
 unsafe impl Send for KernelSet {}
 
 impl KernelSet {
-    pub(crate) fn load(info: &DeviceInfo) -> DevResult<KernelSet> {
+    /// A set with nothing loaded yet.
+    pub(crate) fn new(info: &DeviceInfo) -> DevResult<KernelSet> {
         let device =
             result::device::get(info.index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
         // SAFETY: `device` is a valid device handle from cuDeviceGet.
@@ -56,24 +59,35 @@ impl KernelSet {
             )
         }
         .map_err(|e| driver_err("cuDeviceGetAttribute", 0, e))?;
-        let mut set = KernelSet {
+        Ok(KernelSet {
             modules: std::array::from_fn(|_| Cell::new(None)),
             functions: std::array::from_fn(|_| Cell::new(None)),
-            verify_result: 0,
+            verify_result: Cell::new(0),
             multiprocessors: info.multiprocessors,
             threads_per_multiprocessor: threads_per_multiprocessor.max(0) as u32,
             driver_version: info.driver_version.clone(),
-        };
-        // SAFETY: the context is current; the buffer is only written by memsets and `verify`.
-        set.verify_result = unsafe { result::malloc_sync(VERIFY_RESULT_BYTES as usize) }
-            .map_err(|e| driver_err("cuMemAlloc", VERIFY_RESULT_BYTES, e))?;
-        // On an error below, dropping `set` unloads what was loaded and frees the buffer.
-        for f in Function::ALL {
-            if f.module() != Module::Stack {
-                set.function(f)?;
-            }
+        })
+    }
+
+    /// Loads module `m` and looks up each of its functions.
+    pub(crate) fn load_module(&self, m: Module) -> DevResult<()> {
+        for f in Function::ALL.into_iter().filter(|f| f.module() == m) {
+            self.function(f)?;
         }
-        Ok(set)
+        Ok(())
+    }
+
+    /// How many modules are loaded.
+    pub(crate) fn modules_loaded(&self) -> u32 {
+        self.modules.iter().filter(|m| m.get().is_some()).count() as u32
+    }
+
+    /// The plan of `kernel`, with `verify`'s module (and so its result buffer) loaded first.
+    fn plan(&self, kernel: &Kernel) -> DevResult<Option<Call>> {
+        if matches!(kernel, Kernel::Verify { .. }) {
+            self.function(Function::Verify)?;
+        }
+        kernels::plan(kernel, self.verify_result.get())
     }
 
     /// Queues `kernel` on `stream`; a `Verify` waits and returns what it found.
@@ -82,8 +96,8 @@ impl KernelSet {
         kernel: Kernel,
         stream: sys::CUstream,
     ) -> DevResult<Option<Mismatch>> {
-        let Some(call) = kernels::plan(&kernel, self.verify_result)? else {
-            self.driver_operation(kernel, stream)?;
+        let Some(call) = self.plan(&kernel)? else {
+            driver_operation(kernel, stream)?;
             return Ok(None);
         };
         match kernel {
@@ -99,7 +113,7 @@ impl KernelSet {
         }
     }
 
-    /// GPU time of `repeats` launches of `kernel` back to back, between two events on `stream`.
+    /// GPU time of `repeats` launches of the kernel `call` plans, back to back (see `timed`).
     ///
     /// Module loading, argument checks and `verify`'s buffer reset happen before the first
     /// event, so only the launches are timed. `verify` is not read back here.
@@ -109,74 +123,15 @@ impl KernelSet {
         stream: sys::CUstream,
         repeats: u32,
     ) -> DevResult<u64> {
-        let call = kernels::plan(&kernel, self.verify_result)?;
-        if let Some(call) = &call {
-            self.function(call.function)?;
-            if call.function == Function::Verify {
-                self.reset_verify_result(stream)?;
-            }
-        }
-        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
-        let start = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
-        let end = match result::event::create(flags) {
-            Ok(end) => end,
-            Err(e) => {
-                // SAFETY: `start` was created above and is destroyed once.
-                let _ = unsafe { result::event::destroy(start) };
-                return Err(driver_err("cuEventCreate", 0, e));
-            }
+        let Some(call) = self.plan(&kernel)? else {
+            return timed(stream, repeats, || driver_operation(kernel, stream));
         };
-        let run = || -> DevResult<u64> {
-            // SAFETY: `start` and `stream` are live handles of the current context.
-            unsafe { result::event::record(start, stream) }
-                .map_err(|e| driver_err("cuEventRecord", 0, e))?;
-            for _ in 0..repeats {
-                match &call {
-                    Some(call) => self.enqueue(call, stream)?,
-                    None => self.driver_operation(kernel, stream)?,
-                }
-            }
-            // SAFETY: `end` and `stream` are live handles of the current context.
-            unsafe { result::event::record(end, stream) }
-                .map_err(|e| driver_err("cuEventRecord", 0, e))?;
-            // SAFETY: `end` was recorded on a live stream just above.
-            unsafe { result::event::synchronize(end) }.map_err(|e| match &call {
-                Some(call) => self.kernel_err("cuEventSynchronize", call.function, 0, e),
-                None => driver_err("cuEventSynchronize", 0, e),
-            })?;
-            // SAFETY: both events were recorded on the same stream and `end` has completed.
-            let ms = unsafe { result::event::elapsed(start, end) }
-                .map_err(|e| driver_err("cuEventElapsedTime", 0, e))?;
-            Ok((ms as f64 * 1e6) as u64)
-        };
-        let out = run();
-        // SAFETY: the events were created above and are destroyed once.
-        unsafe {
-            let _ = result::event::destroy(start);
-            let _ = result::event::destroy(end);
+        self.function(call.function)?;
+        if call.function == Function::Verify {
+            self.reset_verify_result(stream)?;
         }
-        out
-    }
-
-    /// `Memset` and `DriverCopy`: driver operations, the peers the kernels are measured against.
-    fn driver_operation(&self, kernel: Kernel, stream: sys::CUstream) -> DevResult<()> {
-        match kernel {
-            Kernel::Memset { ptr, bytes, value } => {
-                // SAFETY: the caller passes a range inside a live allocation of this context.
-                unsafe { sys::cuMemsetD32Async(ptr, value, (bytes / 4) as usize, stream) }
-                    .result()
-                    .map_err(|e| driver_err("cuMemsetD32Async", 0, e))
-            }
-            Kernel::DriverCopy { dst, src, bytes } => {
-                // SAFETY: the caller passes two ranges inside live allocations of this context.
-                unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, stream) }
-                    .map_err(|e| driver_err("cuMemcpyDtoDAsync", 0, e))
-            }
-            other => Err(DeviceError::Invalid(format!(
-                "{} is a kernel, not a driver operation",
-                other.name()
-            ))),
-        }
+        timed(stream, repeats, || self.enqueue(&call, stream))
+            .map_err(|e| self.name_kernel(call.function, e))
     }
 
     /// Launches `call` on `stream` with the grid `kernels::geometry` gives for this device.
@@ -225,10 +180,10 @@ impl KernelSet {
     /// Sets `verify`'s result to no mismatch (count 0, address all ones), in stream order.
     fn reset_verify_result(&self, stream: sys::CUstream) -> DevResult<()> {
         // SAFETY: `verify_result` is a live 16-byte allocation of this context.
-        unsafe { result::memset_d8_async(self.verify_result, 0x00, 8, stream) }
+        unsafe { result::memset_d8_async(self.verify_result.get(), 0x00, 8, stream) }
             .map_err(|e| driver_err("cuMemsetD8Async", 0, e))?;
         // SAFETY: as above; bytes 8..16 are the address word.
-        unsafe { result::memset_d8_async(self.verify_result + 8, 0xFF, 8, stream) }
+        unsafe { result::memset_d8_async(self.verify_result.get() + 8, 0xFF, 8, stream) }
             .map_err(|e| driver_err("cuMemsetD8Async", 0, e))
     }
 
@@ -243,7 +198,7 @@ impl KernelSet {
         let mut raw = [0u64; 2];
         // `raw` is not read before the stream is synchronized below.
         // SAFETY: `verify_result` holds two u64; the copy is ordered after `verify` on `stream`.
-        unsafe { result::memcpy_dtoh_async(&mut raw, self.verify_result, stream) }
+        unsafe { result::memcpy_dtoh_async(&mut raw, self.verify_result.get(), stream) }
             .map_err(|e| self.kernel_err("cuMemcpyDtoHAsync", Function::Verify, 0, e))?;
         self.synchronize(stream, Function::Verify)?;
         let Some((count, first_address)) = kernels::decode_verify(raw, ptr, bytes)? else {
@@ -308,12 +263,39 @@ impl KernelSet {
         if let Some(module) = self.modules[m.index()].get() {
             return Ok(module);
         }
-        let image = m.ptx();
-        // SAFETY: `image` is a NUL-terminated 'static PTX string; the context is current.
-        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
-            .map_err(|e| self.kernel_err("cuModuleLoadData", f, 0, e))?;
+        let module = load_ptx(m.ptx()).map_err(|(e, log)| {
+            match self.kernel_err("cuModuleLoadDataEx", f, 0, e) {
+                DeviceError::Driver { call, detail } if !log.is_empty() => DeviceError::Driver {
+                    call,
+                    detail: format!("{detail}; JIT log: {log}"),
+                },
+                other => other,
+            }
+        })?;
         self.modules[m.index()].set(Some(module));
+        if m == Module::Verify && self.verify_result.get() == 0 {
+            // SAFETY: the context is current; the buffer is only written by memsets and `verify`.
+            let buf = unsafe { result::malloc_sync(VERIFY_RESULT_BYTES as usize) }
+                .map_err(|e| driver_err("cuMemAlloc", VERIFY_RESULT_BYTES, e))?;
+            self.verify_result.set(buf);
+        }
         Ok(module)
+    }
+
+    /// Adds the kernel's name to a driver error raised while timing it.
+    fn name_kernel(&self, f: Function, e: DeviceError) -> DeviceError {
+        match e {
+            DeviceError::Driver { call, detail } => DeviceError::Driver {
+                call,
+                detail: format!(
+                    "kernel {} (kernels/{}.ptx): {detail}; driver {}",
+                    f.name(),
+                    f.module().name(),
+                    self.driver_version
+                ),
+            },
+            other => other,
+        }
     }
 
     /// A driver error that names the kernel, the driver's error and the driver version.
@@ -350,16 +332,133 @@ impl KernelSet {
 impl Drop for KernelSet {
     fn drop(&mut self) {
         // Errors cannot be returned from here; the context is being torn down anyway.
-        if self.verify_result != 0 {
+        if self.verify_result.get() != 0 {
             // cuMemFree waits for work still using the buffer.
-            // SAFETY: allocated by `load` with cuMemAlloc in this context and freed once here.
-            let _ = unsafe { result::free_sync(self.verify_result) };
+            // SAFETY: allocated by `module` with cuMemAlloc in this context and freed once here.
+            let _ = unsafe { result::free_sync(self.verify_result.get()) };
         }
         for module in &self.modules {
             if let Some(module) = module.take() {
                 // SAFETY: loaded by this set and unloaded once here.
                 let _ = unsafe { result::module::unload(module) };
             }
+        }
+    }
+}
+
+/// `Memset` and `DriverCopy`: driver operations, the peers the kernels are measured against.
+/// They need no module, so they never load one.
+pub(crate) fn driver_operation(kernel: Kernel, stream: sys::CUstream) -> DevResult<()> {
+    match kernel {
+        Kernel::Memset { ptr, bytes, value } => {
+            // SAFETY: the caller passes a range inside a live allocation of this context.
+            unsafe { sys::cuMemsetD32Async(ptr, value, (bytes / 4) as usize, stream) }
+                .result()
+                .map_err(|e| driver_err("cuMemsetD32Async", 0, e))
+        }
+        Kernel::DriverCopy { dst, src, bytes } => {
+            // SAFETY: the caller passes two ranges inside live allocations of this context.
+            unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, stream) }
+                .map_err(|e| driver_err("cuMemcpyDtoDAsync", 0, e))
+        }
+        other => Err(DeviceError::Invalid(format!(
+            "{} is a kernel, not a driver operation",
+            other.name()
+        ))),
+    }
+}
+
+/// GPU time of `repeats` calls of `enqueue` back to back, between two events on `stream`.
+pub(crate) fn timed(
+    stream: sys::CUstream,
+    repeats: u32,
+    mut enqueue: impl FnMut() -> DevResult<()>,
+) -> DevResult<u64> {
+    let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
+    let start = result::event::create(flags).map_err(|e| driver_err("cuEventCreate", 0, e))?;
+    let end = match result::event::create(flags) {
+        Ok(end) => end,
+        Err(e) => {
+            // SAFETY: `start` was created above and is destroyed once.
+            let _ = unsafe { result::event::destroy(start) };
+            return Err(driver_err("cuEventCreate", 0, e));
+        }
+    };
+    let mut run = || -> DevResult<u64> {
+        // SAFETY: `start` and `stream` are live handles of the current context.
+        unsafe { result::event::record(start, stream) }
+            .map_err(|e| driver_err("cuEventRecord", 0, e))?;
+        for _ in 0..repeats {
+            enqueue()?;
+        }
+        // SAFETY: `end` and `stream` are live handles of the current context.
+        unsafe { result::event::record(end, stream) }
+            .map_err(|e| driver_err("cuEventRecord", 0, e))?;
+        // SAFETY: `end` was recorded on a live stream just above.
+        unsafe { result::event::synchronize(end) }
+            .map_err(|e| driver_err("cuEventSynchronize", 0, e))?;
+        // SAFETY: both events were recorded on the same stream and `end` has completed.
+        let ms = unsafe { result::event::elapsed(start, end) }
+            .map_err(|e| driver_err("cuEventElapsedTime", 0, e))?;
+        Ok((ms as f64 * 1e6) as u64)
+    };
+    let out = run();
+    // SAFETY: the events were created above and are destroyed once.
+    unsafe {
+        let _ = result::event::destroy(start);
+        let _ = result::event::destroy(end);
+    }
+    out
+}
+
+/// Bytes of each JIT log buffer handed to the driver.
+const JIT_LOG_BYTES: usize = 8192;
+
+/// JIT-compiles `image` with the driver, keeping its error log: on failure, the error and
+/// what the JIT compiler said (the PTX line it refused, the ISA version it wanted).
+fn load_ptx(image: &CStr) -> Result<sys::CUmodule, (DriverError, String)> {
+    use sys::CUjit_option as O;
+    let mut error_log = vec![0u8; JIT_LOG_BYTES];
+    let mut info_log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        O::CU_JIT_ERROR_LOG_BUFFER,
+        O::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        O::CU_JIT_INFO_LOG_BUFFER,
+        O::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // Sizes travel in the pointer-sized value slots, as the driver API documents.
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+    ];
+    let mut module = std::mem::MaybeUninit::uninit();
+    // SAFETY: `image` is NUL-terminated PTX; each option has its documented value type (a
+    // buffer that outlives the call, or its size); the context is current.
+    let rc = unsafe {
+        sys::cuModuleLoadDataEx(
+            module.as_mut_ptr(),
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    match rc.result() {
+        // SAFETY: the driver wrote a module handle on success.
+        Ok(()) => Ok(unsafe { module.assume_init() }),
+        Err(e) => {
+            let text = |b: &[u8]| {
+                let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+                String::from_utf8_lossy(&b[..end]).trim().to_string()
+            };
+            let log = [text(&error_log), text(&info_log)]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" / ");
+            Err((e, log))
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::device::{
     GraphShape, Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage,
     StreamId,
 };
+use crate::kernels::Module;
 use crate::record::Reading;
 use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
 
@@ -255,7 +256,7 @@ impl CudaDevice {
     fn kernels(&mut self) -> DevResult<&KernelSet> {
         if self.kernels.is_none() {
             self.bind()?;
-            let set = KernelSet::load(&self.info)?;
+            let set = KernelSet::new(&self.info)?;
             self.kernels = Some(set);
         }
         Ok(self.kernels.as_ref().expect("just loaded"))
@@ -397,7 +398,14 @@ impl Device for CudaDevice {
         }
         self.check_kernel_ranges(&kernel)?;
         self.bind()?;
-        let mismatch = self.kernels()?.launch(kernel, s)?;
+        let mismatch = match kernel {
+            // Driver operations need no module: a `hold` child or a memset never JIT-compiles.
+            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
+                launch::driver_operation(kernel, s)?;
+                None
+            }
+            _ => self.kernels()?.launch(kernel, s)?,
+        };
         if capturing {
             self.graphs.note_kernel(stream.0 as usize);
         }
@@ -416,15 +424,38 @@ impl Device for CudaDevice {
         }
         self.check_kernel_ranges(&kernel)?;
         self.bind()?;
-        self.kernels()?.timed(kernel, s, repeats)
+        match kernel {
+            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
+                launch::timed(s, repeats, || launch::driver_operation(kernel, s))
+            }
+            _ => self.kernels()?.timed(kernel, s, repeats),
+        }
     }
 
-    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+    fn load_kernels(&mut self, modules: &[Module]) -> DevResult<u32> {
+        self.bind()?;
+        let set = self.kernels()?;
+        let before = set.modules_loaded();
+        for m in modules {
+            set.load_module(*m)?;
+        }
+        Ok(set.modules_loaded() - before)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
         self.check_range("write_word", addr, 4)?;
         self.bind()?;
-        // SAFETY: the caller checked `addr` lies inside a live allocation of this context.
-        unsafe { result::memcpy_htod_sync(addr, &[value]) }
-            .map_err(|e| driver_err("cuMemcpyHtoD", 4, e))
+        // A synchronous copy would run on the legacy stream, which is not ordered with the
+        // harness's non-blocking streams: a `fill` still running there could overwrite it.
+        let word = [value];
+        // SAFETY: `addr` lies inside a live allocation (checked above); `word` outlives the
+        // copy because the stream is synchronized before it goes out of scope.
+        unsafe { result::memcpy_htod_async(addr, &word, s) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync", 4, e))?;
+        // SAFETY: `s` is a live stream created by this device.
+        unsafe { result::stream::synchronize(s) }
+            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
     }
 
     fn sleep(&mut self, duration_ns: u64) {
@@ -511,8 +542,7 @@ impl Device for CudaDevice {
     fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
         let s = self.stream(stream)?;
         self.bind()?;
-        // Module loading is not captured: load the kernels before the capture starts.
-        self.kernels()?;
+        // Module loading is not captured: a run loads its kernels before its idle reading.
         self.graphs.begin_capture(stream.0 as usize, s)
     }
 

@@ -1,5 +1,7 @@
 //! Finding the driver and the devices without creating a context: whether libcuda loads at all
-//! (cudarc panics if it does not and is asked anyway), how many GPUs it sees, and their facts.
+//! (cudarc panics if it does not and is asked anyway), whether it has every function headroom
+//! calls (cudarc resolves each at its first call and panics on a missing one, so a driver too
+//! old for one is refused here, by name), how many GPUs it sees, and their facts.
 
 use cudarc::driver::result;
 use cudarc::driver::sys;
@@ -12,6 +14,15 @@ pub fn probe() -> Result<u32, String> {
     // SAFETY: only tries to dlopen libcuda; no driver call is made.
     if !unsafe { sys::is_culib_present() } {
         return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
+    }
+    let missing = missing_symbols();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the NVIDIA driver lacks {} function(s) headroom calls: {} (a driver of R550 or newer \
+             has them)",
+            missing.len(),
+            missing.join(", ")
+        ));
     }
     result::init().map_err(|e| {
         format!(
@@ -29,6 +40,93 @@ pub fn probe() -> Result<u32, String> {
         return Err("the NVIDIA driver is present but sees no CUDA device".into());
     }
     Ok(n as u32)
+}
+
+/// Every driver function headroom calls through cudarc, by the symbol name cudarc loads.
+pub const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetUuid",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuCtxGetLimit",
+    "cuMemGetInfo_v2",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolTrimTo",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    "cuModuleLoadDataEx",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuFuncGetAttribute",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuLaunchKernel",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphUpload",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+    "cuDeviceGraphMemTrim",
+    "cuDeviceGetGraphMemAttribute",
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+];
+
+/// The names in `REQUIRED_SYMBOLS` that the library cudarc loads does not export.
+fn missing_symbols() -> Vec<&'static str> {
+    // The same search cudarc's loader makes: the first candidate name that loads is the driver.
+    let lib = ["cuda", "nvcuda"]
+        .iter()
+        .flat_map(|n| cudarc::get_lib_name_candidates(n))
+        // SAFETY: loading the driver library runs its initializers, as cudarc's own loader does.
+        .find_map(|name| unsafe { libloading::Library::new(name) }.ok());
+    let Some(lib) = lib else {
+        return Vec::new();
+    };
+    REQUIRED_SYMBOLS
+        .iter()
+        .copied()
+        // SAFETY: the symbol is only looked up, never called through this pointer.
+        .filter(|name| unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_err())
+        .collect()
 }
 
 /// The driver's version as `major.minor` (e.g. `12.4`).

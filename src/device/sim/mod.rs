@@ -78,6 +78,11 @@ pub struct SimDevice {
     vmm: SimVmm,
     /// Captures, graphs and the graph allocator's memory.
     graphs: SimGraphs,
+    /// Modules loaded (`load_kernels`), by `crate::kernels::Module` index.
+    modules_loaded: [bool; crate::kernels::Module::COUNT],
+    /// Device memory the loaded kernels hold: their modules and `verify`'s result buffer (a
+    /// small allocation, modeled as the shared page it opens). Kept until the device closes.
+    kernel_bytes: u64,
 }
 
 impl SimDevice {
@@ -136,6 +141,8 @@ impl SimDevice {
                 used_bytes: 0,
                 free_bytes: 0,
             },
+            modules_loaded: [false; crate::kernels::Module::COUNT],
+            kernel_bytes: 0,
             profile,
         };
         dev.before_context = dev.nvml_at(0);
@@ -173,6 +180,7 @@ impl SimDevice {
             .map(|x| x.bytes)
             .sum();
         self.context_bytes
+            + self.kernel_bytes
             + self.stack_extra_bytes
             + self.large_bytes
             + self.small.bytes_held()
@@ -556,9 +564,42 @@ impl Device for SimDevice {
         Ok(total)
     }
 
-    fn write_word(&mut self, addr: DevPtr, value: u32) -> DevResult<()> {
+    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32> {
+        use crate::kernels::Module;
+        let mut wanted = modules
+            .iter()
+            .copied()
+            .filter(|m| !self.modules_loaded[m.index()])
+            .collect::<Vec<_>>();
+        wanted.sort_by_key(|m| m.index());
+        wanted.dedup();
+        // `verify`'s result buffer, a small allocation, opens a shared page.
+        let buffer = if wanted.contains(&Module::Verify) {
+            self.profile.memory.page_bytes.0
+        } else {
+            0
+        };
+        let need = wanted.len() as u64 * self.profile.kernels.module_bytes.0 + buffer;
+        if need > self.free_at(self.host_ns) {
+            return Err(DeviceError::OutOfMemory {
+                requested_bytes: need,
+            });
+        }
+        for m in &wanted {
+            self.modules_loaded[m.index()] = true;
+        }
+        self.kernel_bytes += need;
+        Ok(wanted.len() as u32)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("a word written from the host", Some(stream))?;
         self.check_range("write_word", addr, 4)?;
         self.host_ns += self.profile.latency.launch.0;
+        // The copy lands when the stream reaches it, and the host waits for that.
+        self.host_ns = self.host_ns.max(self.streams[si]);
+        self.streams[si] = self.host_ns;
         self.content.write_word(addr, value);
         Ok(())
     }
