@@ -18,9 +18,10 @@ pub const UNROLL: u64 = 4;
 pub const VECTOR_BYTES: u64 = 16;
 /// Bytes of one word: every kernel works on 4-byte words.
 pub const WORD_BYTES: u64 = 4;
-/// Threads of a `stack_*` launch (one warp): the driver reserves the stack for every thread
-/// the device can hold whatever the grid, so one warp is enough.
-pub const STACK_THREADS: u32 = 32;
+/// Threads per block of a `stack_*` launch. Its grid is one full wave (every SM holding as
+/// many blocks as it can), so the launch itself reaches the occupancy the driver sizes the
+/// stack reservation for: small blocks would hit the limit on blocks per SM first.
+pub const STACK_BLOCK_THREADS: u32 = 256;
 /// `verify`'s result buffer: the mismatch count and the lowest differing address, two u64.
 pub const VERIFY_RESULT_BYTES: u64 = 16;
 /// What the result buffer holds before `verify` runs: no mismatch, no address.
@@ -179,6 +180,18 @@ impl Function {
         }
     }
 
+    /// Threads per block of a launch, where the occupancy query needs one: the grid-stride
+    /// kernels' and the `stack_*` kernels' (their grids are sized from it), `None` otherwise.
+    pub fn block_threads(self) -> Option<u32> {
+        if self.grid_stride() {
+            Some(BLOCK_THREADS)
+        } else if self.frame_bytes().is_some() {
+            Some(STACK_BLOCK_THREADS)
+        } else {
+            None
+        }
+    }
+
     /// True for the grid-stride kernels, whose grid is sized by `geometry`.
     pub fn grid_stride(self) -> bool {
         matches!(
@@ -266,6 +279,8 @@ pub enum Work {
     GridStride { threads: u64 },
     /// One block of exactly `threads` threads.
     OneBlock { threads: u32 },
+    /// One full wave of `block_threads`-thread blocks: every SM as full as it can be.
+    FullWave { block_threads: u32 },
 }
 
 /// Grid and block of a launch (one-dimensional).
@@ -297,6 +312,11 @@ pub fn geometry(work: Work, multiprocessors: u32, resident_blocks_per_sm: u32) -
                 block_threads: BLOCK_THREADS,
             }
         }
+        Work::FullWave { block_threads } => Geometry {
+            grid_blocks: (multiprocessors.max(1) as u64 * resident_blocks_per_sm.max(1) as u64)
+                .min(i32::MAX as u64) as u32,
+            block_threads,
+        },
         Work::OneBlock { threads } => Geometry {
             grid_blocks: 1,
             block_threads: threads,
@@ -446,8 +466,8 @@ pub fn plan(kernel: &Kernel, verify_result: DevPtr) -> DevResult<Option<Call>> {
             function: stack_function(frame_bytes)?,
             // `store` = 0: nothing is written, so `out` may be null.
             args: vec![Arg::U64(0), Arg::U32(frame_bytes), Arg::U32(0)],
-            work: Work::OneBlock {
-                threads: STACK_THREADS,
+            work: Work::FullWave {
+                block_threads: STACK_BLOCK_THREADS,
             },
         },
         Kernel::Memset { .. } | Kernel::DriverCopy { .. } => return Ok(None),

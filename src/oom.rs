@@ -63,6 +63,10 @@ pub struct OomRecord {
     pub graph_exec_bytes: Option<u64>,
     pub nvml: Option<NvmlMemory>,
     pub processes: Option<Vec<ProcessUsage>>,
+    /// Why the process list cannot be believed (`device::process_list_doubt`): then no other
+    /// process is blamed on it.
+    #[serde(default)]
+    pub processes_doubt: Option<String>,
     pub diagnosis: Diagnosis,
 }
 
@@ -121,10 +125,16 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         ));
     }
 
+    if let Some(why) = &r.processes_doubt {
+        findings.push(format!(
+            "The driver's process list cannot be trusted here ({why}); no other process is blamed on it."
+        ));
+    }
     let others: Vec<&ProcessUsage> = r
         .processes
         .iter()
         .flatten()
+        .filter(|_| r.processes_doubt.is_none())
         .filter(|p| !p.is_self && p.used_bytes.unwrap_or(0) > 0)
         .collect();
     let others_bytes: u64 = others.iter().filter_map(|p| p.used_bytes).sum();
@@ -335,6 +345,7 @@ mod tests {
             graph_exec_bytes: None,
             nvml: None,
             processes: None,
+            processes_doubt: None,
             diagnosis: Diagnosis {
                 observation: String::new(),
                 causes: vec![],
@@ -375,6 +386,33 @@ mod tests {
             d.findings
                 .iter()
                 .any(|f| f.contains("pid 77 holds 2.00 GiB")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_doubted_process_list_blames_no_other_process() {
+        let mut r = record();
+        r.reserved_but_unallocated_bytes = 0;
+        r.largest_free_block_bytes = 0;
+        // Inside a PID namespace this run is listed under its host PID: "pid 4242" is itself.
+        r.processes = Some(vec![ProcessUsage {
+            pid: 4242,
+            used_bytes: Some(3 * GIB),
+            is_self: false,
+        }]);
+        r.processes_doubt = crate::device::process_list_doubt(r.processes.as_ref().unwrap(), None);
+        assert!(r.processes_doubt.is_some());
+        let d = diagnose(&r);
+        assert!(!d.causes.iter().any(|c| c == "other-process"), "{d:?}");
+        assert!(
+            !d.findings.iter().any(|f| f.contains("pid 4242 holds")),
+            "{d:?}"
+        );
+        assert!(
+            d.findings
+                .iter()
+                .any(|f| f.contains("cannot be trusted") && f.contains("PID namespace")),
             "{d:?}"
         );
     }

@@ -49,6 +49,14 @@ fn refuse_shared(opened: &mut Opened) -> anyhow::Result<()> {
     let Some(ps) = opened.device.processes() else {
         return Ok(());
     };
+    let nvml_used = opened.device.nvml_memory().map(|m| m.used_bytes);
+    if let Some(why) = crate::device::process_list_doubt(&ps, nvml_used) {
+        eprintln!(
+            "note: the driver's process list cannot be trusted here ({why}); whether other \
+             processes use this GPU is not known, and it is not refused on that evidence"
+        );
+        return Ok(());
+    }
     let others: Vec<String> = ps
         .iter()
         .filter(|p| !p.is_self && p.used_bytes != Some(0))

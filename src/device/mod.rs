@@ -61,6 +61,36 @@ pub struct ProcessUsage {
     pub is_self: bool,
 }
 
+/// Why the driver's process list cannot be believed, if it cannot.
+///
+/// NVML reports processes by their PID in the host's namespace: inside a container this
+/// process is listed under another PID (or not at all), so "another process holds memory" may
+/// be this process itself. The list is also doubted when the memory of the processes it names
+/// is far from NVML's whole-device `used` (more than 64 MiB either way). A doubted list is
+/// reported, never acted on: no GPU is refused and no tenant blamed on it.
+pub fn process_list_doubt(
+    processes: &[ProcessUsage],
+    nvml_used_bytes: Option<u64>,
+) -> Option<String> {
+    const TOLERANCE_BYTES: u64 = 64 << 20;
+    if !processes.iter().any(|p| p.is_self) {
+        return Some(format!(
+            "this process (pid {}) is not in the driver's process list, as inside a PID \
+             namespace, so the other PIDs in it cannot be told apart from this one",
+            std::process::id()
+        ));
+    }
+    let listed: u64 = processes.iter().filter_map(|p| p.used_bytes).sum();
+    let used = nvml_used_bytes?;
+    if listed.abs_diff(used) > TOLERANCE_BYTES {
+        return Some(format!(
+            "the listed processes hold {listed} bytes but NVML counts {used} bytes used on the \
+             device"
+        ));
+    }
+    None
+}
+
 /// The stream-ordered pool's own counters (`CU_MEMPOOL_ATTR_{USED,RESERVED}_MEM_{CURRENT,HIGH}`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolUsage {
@@ -194,6 +224,17 @@ pub struct Mismatch {
     pub actual: u32,
 }
 
+/// What a `stack_*` launch did to the context's per-thread stack, as the driver reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackChange {
+    /// The kernel's local memory per thread (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`).
+    pub local_bytes_per_thread: u64,
+    /// `cuCtxGetLimit(CU_LIMIT_STACK_SIZE)` before the launch.
+    pub limit_before_bytes: u64,
+    /// The same after it: the driver raised it if the kernel needed more, and never lowers it.
+    pub limit_after_bytes: u64,
+}
+
 /// What a launch reports beyond success.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelOutcome {
@@ -201,6 +242,8 @@ pub struct KernelOutcome {
     pub gpu_ns: Option<u64>,
     /// Only for `Verify`: `None` when every word matched.
     pub mismatch: Option<Mismatch>,
+    /// Only for `Stack`.
+    pub stack: Option<StackChange>,
 }
 
 /// Errors from a device call. Out-of-memory is its own variant so callers can record it.
@@ -385,4 +428,42 @@ pub trait Device: Send {
     /// Frees every allocation and pool block this device still holds for the harness.
     /// Called at the end of every run, also after an OOM or an interrupt.
     fn release_all(&mut self) -> DevResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn process(pid: u32, mib: u64, is_self: bool) -> ProcessUsage {
+        ProcessUsage {
+            pid,
+            used_bytes: Some(mib * MIB),
+            is_self,
+        }
+    }
+
+    #[test]
+    fn a_process_list_is_doubted_without_this_process_or_when_it_disagrees_with_nvml() {
+        let me = process(std::process::id(), 512, true);
+        let other = process(7, 1024, false);
+        assert_eq!(process_list_doubt(&[me.clone(), other.clone()], None), None);
+        assert_eq!(
+            process_list_doubt(&[me.clone(), other.clone()], Some(1536 * MIB + 64 * MIB)),
+            None
+        );
+        let missing = process_list_doubt(std::slice::from_ref(&other), Some(1024 * MIB)).unwrap();
+        assert!(
+            missing.contains("not in the driver's process list"),
+            "{missing}"
+        );
+        let more = process_list_doubt(&[me.clone(), other.clone()], Some(512 * MIB)).unwrap();
+        assert!(
+            more.contains("1610612736 bytes") && more.contains("536870912 bytes"),
+            "{more}"
+        );
+        let less = process_list_doubt(&[me, other], Some(1536 * MIB + 65 * MIB));
+        assert!(less.is_some());
+    }
 }

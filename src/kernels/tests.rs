@@ -429,6 +429,14 @@ fn geometry_is_one_wave_at_most_and_never_empty() {
             block_threads: 32
         }
     );
+    // A full wave: 132 SMs × 8 resident blocks of 256 threads = 2048 threads on each SM.
+    assert_eq!(
+        geometry(Work::FullWave { block_threads: 256 }, h200, 8),
+        Geometry {
+            grid_blocks: 1056,
+            block_threads: 256
+        }
+    );
 }
 
 #[test]
@@ -504,7 +512,12 @@ fn plan_packs_each_kernel_s_arguments_in_order() {
     let c = p(Kernel::Stack { frame_bytes: 5000 });
     assert_eq!(c.function, Function::Stack16K);
     assert_eq!(c.args, vec![Arg::U64(0), Arg::U32(5000), Arg::U32(0)]);
-    assert_eq!(c.work, Work::OneBlock { threads: 32 });
+    assert_eq!(
+        c.work,
+        Work::FullWave {
+            block_threads: STACK_BLOCK_THREADS
+        }
+    );
     assert_eq!(
         plan(
             &Kernel::Memset {

@@ -406,4 +406,7 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
             .collect();
         let _ = writeln!(o, "\nProcesses on the device: {}.", list.join(", "));
     }
+    if let Some(why) = &r.processes_doubt {
+        let _ = writeln!(o, "\nThe process list cannot be trusted here: {}.", why);
+    }
 }

@@ -71,6 +71,9 @@ pub struct Idle {
     #[serde(default)]
     pub kernels: Option<KernelLoad>,
     pub processes: Option<Vec<ProcessUsage>>,
+    /// Why the process list cannot be believed, if it cannot (`device::process_list_doubt`).
+    #[serde(default)]
+    pub processes_doubt: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,6 +139,10 @@ pub struct Release {
     pub within_one_page: bool,
     /// Why memory may legitimately stay held (a raised stack reservation, loaded kernels).
     pub note: Option<String>,
+    /// How long device free took to come back after tenant processes were stopped (the
+    /// driver frees a killed process's memory late); absent when no process was stopped.
+    #[serde(default)]
+    pub tenant_settle_ns: Option<u64>,
 }
 
 /// One expectation from the workload's `[expect]` and whether the run met it.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::device::DeviceError;
+use crate::device::{DeviceError, process_list_doubt};
 use crate::oom::{Diagnosis, OomRecord};
 use crate::record::{Reading, View};
 use crate::run::Runner;
@@ -70,11 +70,15 @@ impl Runner<'_, '_> {
         let used = total.saturating_sub(at.device_free_bytes);
         let processes = self.dev.processes();
         let nvml = self.dev.nvml_memory();
+        let processes_doubt = processes
+            .as_deref()
+            .and_then(|ps| process_list_doubt(ps, nvml.map(|n| n.used_bytes)));
         let own = at.views.get(View::OwnBytes).unwrap_or(0);
+        // A doubted list may name this very process as another: nothing is subtracted for it.
         let others: u64 = processes
             .iter()
             .flatten()
-            .filter(|p| !p.is_self)
+            .filter(|p| !p.is_self && processes_doubt.is_none())
             .filter_map(|p| p.used_bytes)
             .sum();
         let via = match &p.action {
@@ -131,6 +135,7 @@ impl Runner<'_, '_> {
             graph_exec_bytes: graph_exec,
             nvml,
             processes,
+            processes_doubt,
             diagnosis: Diagnosis {
                 observation: String::new(),
                 causes: vec![],

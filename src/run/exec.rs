@@ -504,6 +504,8 @@ impl Runner<'_, '_> {
                 Ok(Done::timed(self.dev.now_ns() - t0))
             }
             Action::Trim { keep_bytes } => {
+                // A trim cannot release blocks whose frees are still queued: let them land.
+                self.dev.synchronize()?;
                 self.dev.pool_trim(*keep_bytes)?;
                 self.alloc
                     .refresh(&mut *self.dev)
@@ -532,8 +534,19 @@ impl Runner<'_, '_> {
                 let frame_bytes = u32::try_from(*frame_bytes).map_err(|_| {
                     Failure::Error(format!("stack frame {frame_bytes} is too large"))
                 })?;
-                self.launch(Kernel::Stack { frame_bytes }, stream)?;
-                Ok(Done::timed(0))
+                let out = self.launch(Kernel::Stack { frame_bytes }, stream)?;
+                let detail = out.stack.map_or_else(String::new, |s| {
+                    format!(
+                        "per-thread stack limit {} -> {} (the kernel uses {} of local memory per thread)",
+                        Bytes(s.limit_before_bytes),
+                        Bytes(s.limit_after_bytes),
+                        Bytes(s.local_bytes_per_thread)
+                    )
+                });
+                Ok(Done {
+                    detail,
+                    ..Done::timed(0)
+                })
             }
         }
     }

@@ -143,6 +143,11 @@ impl Runner<'_, '_> {
         let t0 = self.dev.now_ns();
         let out = self.graph_call(p, stream, t0);
         let latency_ns = self.dev.now_ns() - t0;
+        // The "after" reading is of the work done, not of work still queued: launches, uploads
+        // and frees of graph memory are stream-ordered.
+        if out.is_ok() {
+            self.settle_graph_work(&p.action, stream)?;
+        }
         if let Ok(u) = self.dev.graph_mem_usage() {
             self.graphs.usage = Some(u);
         }
@@ -253,6 +258,17 @@ impl Runner<'_, '_> {
         Ok(done)
     }
 
+    /// Waits for the stream-ordered work of a graph action before its "after" reading.
+    fn settle_graph_work(&mut self, action: &Action, stream: StreamId) -> Result<(), Failure> {
+        let capturing = self.graphs.capture.is_some();
+        match action {
+            Action::Upload { .. } | Action::Replay { .. } => self.dev.stream_synchronize(stream)?,
+            Action::GraphFree { .. } if !capturing => self.dev.stream_synchronize(stream)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// The device call behind one graph action.
     fn graph_call(&mut self, p: &Planned, stream: StreamId, t0: u64) -> Result<Done, Failure> {
         let elapsed = |s: &Self| s.dev.now_ns() - t0;
@@ -347,10 +363,14 @@ impl Runner<'_, '_> {
             }
             Action::DestroyGraph { graph } => {
                 let id = self.graph_id(graph)?;
+                // Launches still running keep the executable alive: destroy after them.
+                self.dev.synchronize()?;
                 self.dev.graph_destroy(id)?;
                 Ok(Done::timed(0))
             }
             Action::TrimGraphMemory => {
+                // A trim returns only memory no graph uses now: frees still queued must land.
+                self.dev.synchronize()?;
                 self.dev.graph_mem_trim()?;
                 Ok(Done::timed(0))
             }

@@ -24,7 +24,7 @@ use anyhow::Context;
 use crate::alloc::Allocator;
 use crate::alloc::adaptors::logging::LoggingAdaptor;
 use crate::device::select::Opened;
-use crate::device::{Device, NvmlMemory, StreamId};
+use crate::device::{Device, NvmlMemory, StreamId, process_list_doubt};
 use crate::oom::OomRecord;
 use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
@@ -212,6 +212,9 @@ pub fn run_on(
         },
         context_overhead_bytes: context_overhead(before_context, idle_nvml),
         kernels,
+        processes_doubt: idle_processes
+            .as_deref()
+            .and_then(|ps| process_list_doubt(ps, idle_nvml.map(|n| n.used_bytes))),
         processes: idle_processes,
     };
 
@@ -270,7 +273,11 @@ pub fn run_on(
         allow_oom,
         idle_free_bytes: idle_mem.free_bytes,
         idle_used_bytes: idle_mem.used_bytes(),
-        idle_others_bytes: others_bytes(&idle.processes).min(idle_mem.used_bytes()),
+        idle_others_bytes: if idle.processes_doubt.is_none() {
+            others_bytes(&idle.processes).min(idle_mem.used_bytes())
+        } else {
+            0
+        },
         watermark_slack_ns,
         interrupted: opts.interrupted.clone(),
         context_grew: false,
@@ -579,6 +586,7 @@ impl Runner<'_, '_> {
         }
         self.live.clear();
         self.driver_bytes = 0;
+        let stopped_tenants = !self.tenants.is_empty();
         for t in self.tenants.drain(..) {
             let pid = t.pid;
             if let Err(e) = t.stop() {
@@ -593,6 +601,7 @@ impl Runner<'_, '_> {
             release_errors.push(format!("device: {e}"));
         }
         self.live_views.set_phase(NO_PHASE);
+        let tenant_settle_ns = stopped_tenants.then(|| self.settle_after_tenants());
         let fin = self.dev.mem_info();
         if let Ok(mem) = fin {
             self.recorder.push(Reading {
@@ -618,6 +627,7 @@ impl Runner<'_, '_> {
                 } else {
                     None
                 },
+                tenant_settle_ns,
             });
         }
         // Pollers see the run up to its end.
@@ -654,6 +664,28 @@ impl Runner<'_, '_> {
             );
         }
         Ok(())
+    }
+}
+
+impl Runner<'_, '_> {
+    /// After tenant processes were stopped, waits (at most `TENANT_SETTLE_NS`) until device
+    /// free is back within a page of the idle reading: the driver gives a killed process's
+    /// memory back some time after it exits. Returns how long that took.
+    fn settle_after_tenants(&mut self) -> u64 {
+        const TENANT_SETTLE_NS: u64 = 2_000_000_000;
+        const POLL_NS: u64 = 20_000_000;
+        let start = self.dev.now_ns();
+        loop {
+            let back = self
+                .dev
+                .mem_info()
+                .is_ok_and(|m| m.free_bytes + 2 * MIB >= self.idle_free_bytes);
+            let waited = self.dev.now_ns() - start;
+            if back || waited >= TENANT_SETTLE_NS {
+                return waited;
+            }
+            self.dev.sleep(POLL_NS);
+        }
     }
 }
 

@@ -14,10 +14,10 @@ use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
 
 use super::driver_err;
-use crate::device::{DevResult, DeviceError, DeviceInfo, Kernel, Mismatch, fill_pattern};
-use crate::kernels::{
-    self, Arg, BLOCK_THREADS, Call, Function, Module, VERIFY_RESULT_BYTES, VERIFY_RESULT_INIT,
+use crate::device::{
+    DevResult, DeviceError, DeviceInfo, Kernel, KernelOutcome, Mismatch, StackChange, fill_pattern,
 };
+use crate::kernels::{self, Arg, Call, Function, Module, VERIFY_RESULT_BYTES, VERIFY_RESULT_INIT};
 
 // The two memsets of `reset_verify_result` write exactly this.
 const _: () = assert!(VERIFY_RESULT_INIT[0] == 0 && VERIFY_RESULT_INIT[1] == u64::MAX);
@@ -90,27 +90,41 @@ impl KernelSet {
         kernels::plan(kernel, self.verify_result.get())
     }
 
-    /// Queues `kernel` on `stream`; a `Verify` waits and returns what it found.
-    pub(crate) fn launch(
-        &self,
-        kernel: Kernel,
-        stream: sys::CUstream,
-    ) -> DevResult<Option<Mismatch>> {
+    /// Queues `kernel` on `stream`; a `Verify` waits and returns what it found, a `Stack`
+    /// what the driver did to the stack limit.
+    pub(crate) fn launch(&self, kernel: Kernel, stream: sys::CUstream) -> DevResult<KernelOutcome> {
         let Some(call) = self.plan(&kernel)? else {
             driver_operation(kernel, stream)?;
-            return Ok(None);
+            return Ok(KernelOutcome::default());
         };
+        let mut outcome = KernelOutcome::default();
         match kernel {
             Kernel::Verify { ptr, bytes, seed } => {
                 self.reset_verify_result(stream)?;
                 self.enqueue(&call, stream)?;
-                self.read_verify_result(stream, ptr, bytes, seed)
+                outcome.mismatch = self.read_verify_result(stream, ptr, bytes, seed)?;
             }
-            _ => {
+            Kernel::Stack { .. } => {
+                let loaded = self.function(call.function)?;
+                // SAFETY: `handle` is a live function of the current context.
+                let local = unsafe {
+                    result::function::get_function_attribute(
+                        loaded.handle,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                    )
+                }
+                .map_err(|e| self.kernel_err("cuFuncGetAttribute", call.function, 0, e))?;
+                let limit_before = stack_limit()?;
                 self.enqueue(&call, stream)?;
-                Ok(None)
+                outcome.stack = Some(StackChange {
+                    local_bytes_per_thread: local.max(0) as u64,
+                    limit_before_bytes: limit_before,
+                    limit_after_bytes: stack_limit()?,
+                });
             }
+            _ => self.enqueue(&call, stream)?,
         }
+        Ok(outcome)
     }
 
     /// GPU time of `repeats` launches of the kernel `call` plans, back to back (see `timed`).
@@ -164,8 +178,8 @@ impl KernelSet {
         }
         .map_err(|e| {
             let bytes = match f.frame_bytes() {
-                Some(frame) => kernels::stack_reservation_bytes(
-                    frame,
+                Some(_) => kernels::stack_reservation_bytes(
+                    self.local_bytes(loaded.handle).unwrap_or(0),
                     self.multiprocessors,
                     self.threads_per_multiprocessor,
                 ),
@@ -175,6 +189,19 @@ impl KernelSet {
         })?;
         drop(args);
         Ok(())
+    }
+
+    /// A function's local memory per thread, as the driver compiled it.
+    fn local_bytes(&self, handle: sys::CUfunction) -> Option<u32> {
+        // SAFETY: `handle` is a live function of the current context.
+        unsafe {
+            result::function::get_function_attribute(
+                handle,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+            )
+        }
+        .ok()
+        .map(|v| v.max(0) as u32)
     }
 
     /// Sets `verify`'s result to no mismatch (count 0, address all ones), in stream order.
@@ -235,19 +262,14 @@ impl KernelSet {
         // SAFETY: `module` is a live module of the current context.
         let handle = unsafe { result::module::get_function(module, name) }
             .map_err(|e| self.kernel_err("cuModuleGetFunction", f, 0, e))?;
-        let resident_blocks_per_sm = if f.grid_stride() {
+        let resident_blocks_per_sm = match f.block_threads() {
             // SAFETY: `handle` is a function the driver just returned from a loaded module.
-            unsafe {
-                result::occupancy::max_active_block_per_multiprocessor(
-                    handle,
-                    BLOCK_THREADS as i32,
-                    0,
-                )
+            Some(block) => unsafe {
+                result::occupancy::max_active_block_per_multiprocessor(handle, block as i32, 0)
             }
             .map_err(|e| self.kernel_err("cuOccupancyMaxActiveBlocksPerMultiprocessor", f, 0, e))?
-            .max(0) as u32
-        } else {
-            1
+            .max(0) as u32,
+            None => 1,
         };
         let loaded = Loaded {
             handle,
@@ -461,4 +483,11 @@ fn load_ptx(image: &CStr) -> Result<sys::CUmodule, (DriverError, String)> {
             Err((e, log))
         }
     }
+}
+
+/// The context's per-thread stack limit (`cuCtxGetLimit(CU_LIMIT_STACK_SIZE)`).
+fn stack_limit() -> DevResult<u64> {
+    result::ctx::get_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE)
+        .map(|v| v as u64)
+        .map_err(|e| driver_err("cuCtxGetLimit", 0, e))
 }

@@ -398,21 +398,18 @@ impl Device for CudaDevice {
         }
         self.check_kernel_ranges(&kernel)?;
         self.bind()?;
-        let mismatch = match kernel {
+        let outcome = match kernel {
             // Driver operations need no module: a `hold` child or a memset never JIT-compiles.
             Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
                 launch::driver_operation(kernel, s)?;
-                None
+                KernelOutcome::default()
             }
             _ => self.kernels()?.launch(kernel, s)?,
         };
         if capturing {
             self.graphs.note_kernel(stream.0 as usize);
         }
-        Ok(KernelOutcome {
-            gpu_ns: None,
-            mismatch,
-        })
+        Ok(outcome)
     }
 
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {

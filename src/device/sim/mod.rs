@@ -171,14 +171,8 @@ impl SimDevice {
         });
     }
 
-    /// Bytes in use at virtual time `t`, as `cuMemGetInfo` would count them.
-    fn used_at(&self, t: u64) -> u64 {
-        let others: u64 = self
-            .tenants
-            .iter()
-            .filter(|x| x.present_at(t))
-            .map(|x| x.bytes)
-            .sum();
+    /// Bytes this process holds on the device, its context included.
+    fn own_used_bytes(&self) -> u64 {
         self.context_bytes
             + self.kernel_bytes
             + self.stack_extra_bytes
@@ -187,7 +181,17 @@ impl SimDevice {
             + self.pool.reserved_bytes()
             + self.vmm.mapped_bytes()
             + self.graphs.device_bytes()
-            + others
+    }
+
+    /// Bytes in use at virtual time `t`, as `cuMemGetInfo` would count them.
+    fn used_at(&self, t: u64) -> u64 {
+        let others: u64 = self
+            .tenants
+            .iter()
+            .filter(|x| x.present_at(t))
+            .map(|x| x.bytes)
+            .sum();
+        self.own_used_bytes() + others
     }
 
     fn free_at(&self, t: u64) -> u64 {
@@ -367,13 +371,7 @@ impl Device for SimDevice {
 
     fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
         let t = self.host_ns;
-        let mine = self.context_bytes
-            + self.stack_extra_bytes
-            + self.large_bytes
-            + self.small.bytes_held()
-            + self.pool.reserved_bytes()
-            + self.vmm.mapped_bytes()
-            + self.graphs.device_bytes();
+        let mine = self.own_used_bytes();
         let mut v = vec![ProcessUsage {
             pid: std::process::id(),
             used_bytes: Some(mine),
@@ -540,15 +538,27 @@ impl Device for SimDevice {
             self.sim_graph_capture_kernel(kernel, stream)?;
             return Ok(KernelOutcome::default());
         }
+        let limit_before_bytes = self.stack_per_thread_bytes;
         let mismatch = self.apply_kernel(&kernel)?;
         let gpu_ns = self.enqueue(si, self.kernel_ns(&kernel));
         if matches!(kernel, Kernel::Verify { .. }) {
             // The mismatch count is read back: the host waits for the kernel.
             self.host_ns = self.host_ns.max(self.streams[si]);
         }
+        let stack = match kernel {
+            Kernel::Stack { frame_bytes } => Some(crate::device::StackChange {
+                local_bytes_per_thread: crate::kernels::stack_function(frame_bytes)?
+                    .frame_bytes()
+                    .unwrap_or(frame_bytes) as u64,
+                limit_before_bytes,
+                limit_after_bytes: self.stack_per_thread_bytes,
+            }),
+            _ => None,
+        };
         Ok(KernelOutcome {
             gpu_ns: Some(gpu_ns),
             mismatch,
+            stack,
         })
     }
 
