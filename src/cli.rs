@@ -216,6 +216,10 @@ pub struct RunArgs {
     /// Background sampler interval, e.g. 1ms, 100us; 0ns reads as fast as the query allows.
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub sample_interval: Option<u64>,
+    /// How long a step may wait for the driver, beyond its own sleeps and spins, before the
+    /// run is declared wedged and ends with exit 2 (default 120s on a GPU; 0s turns it off).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub watchdog: Option<u64>,
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,

@@ -17,6 +17,7 @@ struct GpuRow {
     uuid: String,
     compute_capability: String,
     multiprocessors: u32,
+    compute_mode: String,
     total_bytes: u64,
     free_bytes: Option<u64>,
     driver_version: Option<String>,
@@ -93,8 +94,8 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
     }
     for g in &listing.gpus {
         println!(
-            "GPU {}: {} · compute {} · {} SMs · {}",
-            g.index, g.name, g.compute_capability, g.multiprocessors, g.uuid
+            "GPU {}: {} · compute {} · {} SMs · compute mode {} · {}",
+            g.index, g.name, g.compute_capability, g.multiprocessors, g.compute_mode, g.uuid
         );
         println!(
             "  CUDA-visible: {} total, {} free · driver {}",
@@ -150,6 +151,7 @@ fn gpus(count: u32) -> anyhow::Result<Vec<GpuRow>> {
             uuid: f.uuid,
             compute_capability: f.compute_capability,
             multiprocessors: f.multiprocessors,
+            compute_mode: f.compute_mode,
             total_bytes: f.total_bytes,
             free_bytes,
             driver_version: nvml.as_ref().and_then(|n| n.driver_version()),

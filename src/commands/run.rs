@@ -34,6 +34,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         interrupted,
         progress: !args.quiet,
         plan: None,
+        watchdog_ns: args.watchdog,
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {

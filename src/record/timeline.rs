@@ -215,6 +215,8 @@ pub struct EventRow<'a> {
 pub struct EventLog {
     csv: csv::Writer<BufWriter<File>>,
     pub rows_written: u64,
+    /// Write each row through to the file as it comes (see `set_flush_each_row`).
+    flush_each_row: bool,
 }
 
 impl EventLog {
@@ -225,11 +227,22 @@ impl EventLog {
                 .has_headers(true)
                 .from_writer(BufWriter::new(file)),
             rows_written: 0,
+            flush_each_row: false,
         })
     }
 
+    /// Hands every row to the file as soon as it is written (not synced to disk): the file
+    /// then always ends with a whole row, which the watchdog may append to.
+    pub fn set_flush_each_row(&mut self, on: bool) {
+        self.flush_each_row = on;
+    }
+
     pub fn write(&mut self, row: &EventRow) -> std::io::Result<()> {
+        let _io = crate::run::watchdog::events_io();
         self.csv.serialize(row).map_err(std::io::Error::other)?;
+        if self.flush_each_row {
+            self.csv.flush()?;
+        }
         self.rows_written += 1;
         Ok(())
     }

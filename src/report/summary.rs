@@ -49,6 +49,15 @@ pub struct IdleReading {
     pub nvml: Option<NvmlMemory>,
 }
 
+/// A 2 MiB `cuMemAlloc` + `cuMemFree` pair timed without and with the sampler at full rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SamplerPerturbation {
+    /// Pairs timed each way.
+    pub pairs: u32,
+    pub alloc_free_p50_without_sampler_ns: u64,
+    pub alloc_free_p50_with_sampler_ns: u64,
+}
+
 /// What loading headroom's kernel modules took, measured as a drop in device free memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelLoad {
@@ -204,6 +213,10 @@ pub struct Summary {
     pub phases: Vec<PhaseSummary>,
     pub peaks: Peaks,
     pub sampler: SamplerStats,
+    /// A sampler reading back to back competes with the run for the driver: what it did to a
+    /// plain allocation's latency, measured before the idle reading (real drivers, 0 ns only).
+    #[serde(default)]
+    pub sampler_perturbation: Option<SamplerPerturbation>,
     /// Latency of the harness's own calls: `allocate`, `free`, `mem_get_info`.
     pub latency: BTreeMap<String, Percentiles>,
     pub ooms: Vec<OomRecord>,

@@ -103,6 +103,16 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         Nanos(sm.query_latency.p50_ns),
         Nanos(sm.query_latency.p99_ns)
     );
+    if let Some(p) = s.sampler_perturbation {
+        let _ = writeln!(
+            o,
+            "sampler at full rate: a 2 MiB cuMemAlloc + cuMemFree took {} (p50) with it running, {} without (x{:.2})",
+            Nanos(p.alloc_free_p50_with_sampler_ns),
+            Nanos(p.alloc_free_p50_without_sampler_ns),
+            p.alloc_free_p50_with_sampler_ns as f64
+                / p.alloc_free_p50_without_sampler_ns.max(1) as f64
+        );
+    }
     if let Some(a) = s.latency.get("allocate").filter(|a| a.count > 0) {
         let _ = writeln!(
             o,

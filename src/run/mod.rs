@@ -12,6 +12,7 @@ mod graphs;
 mod groups;
 pub mod outdir;
 mod progress;
+pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,10 @@ pub struct RunOptions {
     pub progress: bool,
     /// The capacity plan this run validates (`headroom validate`), copied into the summary.
     pub plan: Option<crate::report::summary::PlanMarks>,
+    /// How long a step may wait for the driver beyond its own sleeps and spins before the
+    /// run is declared wedged (exit 2). `None`: `watchdog::DEFAULT_WATCHDOG_NS` on a real
+    /// driver, none on the simulator (whose calls cannot hang).
+    pub watchdog_ns: Option<u64>,
 }
 
 impl Default for RunOptions {
@@ -75,6 +80,7 @@ impl Default for RunOptions {
             interrupted: Arc::new(AtomicBool::new(false)),
             progress: false,
             plan: None,
+            watchdog_ns: None,
         }
     }
 }
@@ -156,6 +162,10 @@ pub(crate) struct Runner<'w, 'd> {
     pub failed_names: std::collections::HashSet<String>,
     /// CUDA graphs: handles, graph allocations, and what was measured.
     pub graphs: graphs::GraphRun,
+    /// Ends the process if a driver call never returns (real drivers only).
+    pub watchdog: Option<watchdog::Watchdog>,
+    /// The longest `spin` of the workload: what a synchronize may legitimately wait for.
+    pub longest_spin_ns: u64,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -194,6 +204,11 @@ pub fn run_on(
     // The kernels the workload launches are loaded first: their modules are the context's
     // memory from then on, not a drop in the middle of the first kernel step.
     let kernels = load_kernels(wl, device)?;
+    let sampler_perturbation = if sample_interval_ns == 0 && info.backend != "sim" {
+        Some(sampler_perturbation(device).context("measuring the sampler's cost to allocations")?)
+    } else {
+        None
+    };
     // Idle, after the context: one reading before anything of the workload exists.
     let idle_mem = device
         .mem_info()
@@ -236,8 +251,29 @@ pub fn run_on(
     let start_ns = device.now_ns();
     let mut recorder = Recorder::create(&dir, phase_names, info.total_bytes, start_ns)
         .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
-    let events = EventLog::create(&dir)
+    let mut events = EventLog::create(&dir)
         .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let is_sim = info.backend == "sim";
+    // On a real driver every row reaches the file at once: a run that ends inside a wedged
+    // driver call keeps every step before it.
+    events.set_flush_each_row(!is_sim);
+    let watchdog = match opts
+        .watchdog_ns
+        .or((!is_sim).then_some(watchdog::DEFAULT_WATCHDOG_NS))
+    {
+        Some(ns) if ns > 0 => {
+            Some(watchdog::Watchdog::start(dir.clone(), ns).context("cannot start the watchdog")?)
+        }
+        _ => None,
+    };
+    let longest_spin_ns = wl
+        .actions()
+        .filter_map(|(_, p)| match p.action {
+            crate::workload::Action::Spin { duration_ns, .. } => Some(duration_ns),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
     recorder.push(Reading {
         t_ns: idle_t,
         phase: NO_PHASE,
@@ -289,6 +325,8 @@ pub fn run_on(
         tenants: Vec::new(),
         tenant_launch: opts.tenant_launch.clone(),
         graphs: Default::default(),
+        watchdog,
+        longest_spin_ns,
     };
     runner.graph_start()?;
     runner.live_views.publish(runner.harness_views());
@@ -334,6 +372,7 @@ pub fn run_on(
             pool_high_water: None,
         },
         sampler: Default::default(),
+        sampler_perturbation,
         latency: BTreeMap::new(),
         ooms: Vec::new(),
         mismatches: Vec::new(),
@@ -346,6 +385,8 @@ pub fn run_on(
         event_rows: 0,
     };
 
+    // The record exists from the start: a run that never finishes still has one.
+    write_summary(&dir, &summary).context("writing summary.json")?;
     let stop = runner.run_phases(&mut summary, &dir);
     let status = match &stop {
         None => RunStatus::Completed,
@@ -394,6 +435,35 @@ fn load_kernels(
     }))
 }
 
+/// Times 2 MiB allocate/free pairs without and with a full-rate sampler running (which is
+/// then stopped and its readings dropped).
+fn sampler_perturbation(
+    device: &mut dyn Device,
+) -> anyhow::Result<crate::report::summary::SamplerPerturbation> {
+    const PAIRS: u32 = 64;
+    let time_pairs = |device: &mut dyn Device| -> anyhow::Result<u64> {
+        let mut ns = Vec::with_capacity(PAIRS as usize);
+        for _ in 0..PAIRS {
+            let t0 = device.now_ns();
+            let p = device.malloc(2 * MIB)?;
+            device.free(p)?;
+            ns.push(device.now_ns() - t0);
+        }
+        ns.sort_unstable();
+        Ok(ns[ns.len() / 2])
+    };
+    let without = time_pairs(device)?;
+    device.start_sampler(0, Arc::new(LiveViews::default()))?;
+    let with = time_pairs(device);
+    device.stop_sampler();
+    device.drain_samples(&mut Vec::new());
+    Ok(crate::report::summary::SamplerPerturbation {
+        pairs: PAIRS,
+        alloc_free_p50_without_sampler_ns: without,
+        alloc_free_p50_with_sampler_ns: with?,
+    })
+}
+
 fn others_bytes(processes: &Option<Vec<crate::device::ProcessUsage>>) -> u64 {
     processes
         .iter()
@@ -426,7 +496,12 @@ impl Runner<'_, '_> {
                     stop = Some(Stop::Interrupted);
                     break;
                 }
-                match self.exec(&phase.name, planned) {
+                self.arm_watchdog(&phase.name, planned);
+                let outcome = self.exec(&phase.name, planned);
+                if let Some(w) = &self.watchdog {
+                    w.disarm();
+                }
+                match outcome {
                     Ok(None) => summary.phases[pi].actions_run += 1,
                     Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
                         summary.phases[pi].actions_run += 1;
@@ -555,6 +630,21 @@ impl Runner<'_, '_> {
         opts: &RunOptions,
     ) -> anyhow::Result<()> {
         self.progress.finish();
+        if let Some(w) = &self.watchdog {
+            let scope = watchdog::Scope {
+                phase: "release",
+                step: "",
+                op: "release",
+                name: "",
+                stream: "",
+            };
+            // Tenants may take a while to stop and their memory to come back.
+            w.arm(
+                scope,
+                self.dev.now_ns(),
+                10_000_000_000 + self.longest_spin_ns,
+            );
+        }
         self.pump();
         let end_ns = self.dev.now_ns();
         summary.end_ns = Some(end_ns);
@@ -668,6 +758,30 @@ impl Runner<'_, '_> {
 }
 
 impl Runner<'_, '_> {
+    /// Arms the watchdog for one action, with the waiting the action itself does.
+    fn arm_watchdog(&self, phase: &str, p: &crate::workload::Planned) {
+        use crate::workload::Action;
+        let Some(w) = &self.watchdog else {
+            return;
+        };
+        let expected_ns = match &p.action {
+            Action::Sleep { duration_ns } => *duration_ns,
+            Action::Spin { duration_ns, .. } => *duration_ns,
+            // A tenant process has a minute to start and report.
+            Action::Tenant { .. } => 60_000_000_000,
+            // Anything else may wait for a spin queued before it.
+            _ => self.longest_spin_ns,
+        };
+        let scope = watchdog::Scope {
+            phase,
+            step: &p.label,
+            op: p.action.op(),
+            name: p.action.name().unwrap_or(""),
+            stream: p.action.stream().unwrap_or("main"),
+        };
+        w.arm(scope, self.dev.now_ns(), expected_ns);
+    }
+
     /// After tenant processes were stopped, waits (at most `TENANT_SETTLE_NS`) until device
     /// free is back within a page of the idle reading: the driver gives a killed process's
     /// memory back some time after it exits. Returns how long that took.

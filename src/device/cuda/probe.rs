@@ -162,6 +162,9 @@ pub struct DeviceFacts {
     pub total_bytes: u64,
     pub compute_capability: String,
     pub multiprocessors: u32,
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_MODE`: `default`, `prohibited` or `exclusive_process`
+    /// (one context at a time on the device: a second process cannot open one).
+    pub compute_mode: String,
 }
 
 pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
@@ -177,6 +180,12 @@ pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
     let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let compute_mode = match attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)? {
+        0 => "default".to_string(),
+        2 => "prohibited".to_string(),
+        3 => "exclusive_process".to_string(),
+        other => format!("unknown ({other})"),
+    };
     // SAFETY: `dev` is a valid device handle from cuDeviceGet.
     let total = unsafe { result::device::total_mem(dev) }
         .map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
@@ -186,5 +195,6 @@ pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
         total_bytes: total as u64,
         compute_capability: format!("{major}.{minor}"),
         multiprocessors: sms.max(0) as u32,
+        compute_mode,
     })
 }
