@@ -228,7 +228,7 @@ fn peaks(o: &mut String, s: &Summary) {
             o,
             "; loading headroom's {} kernel modules before it took {}",
             k.modules,
-            crate::units::SignedBytes(k.device_bytes as i128)
+            crate::units::Bytes(k.device_bytes.max(0) as u64)
         );
     }
     let others: Vec<String> = s

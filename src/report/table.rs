@@ -40,7 +40,7 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
             o,
             "kernels: loading {} modules before the idle reading took {}",
             k.modules,
-            crate::units::SignedBytes(k.device_bytes as i128)
+            crate::units::Bytes(k.device_bytes.max(0) as u64)
         );
     }
     let _ = writeln!(o);

@@ -225,7 +225,9 @@ pub fn run_on(
             device_total_bytes: idle_mem.total_bytes,
             nvml: idle_nvml,
         },
-        context_overhead_bytes: context_overhead(before_context, idle_nvml),
+        // The kernels loaded since are not the context's creation cost.
+        context_overhead_bytes: context_overhead(before_context, idle_nvml)
+            .map(|b| b.saturating_sub(kernels.map_or(0, |k| k.device_bytes.max(0) as u64))),
         kernels,
         processes_doubt: idle_processes
             .as_deref()
