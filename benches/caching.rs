@@ -10,9 +10,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use headroom::alloc::caching::{CachingAllocator, CachingConfig};
 use headroom::alloc::replay::{ReplayOptions, replay_reader};
 use headroom::alloc::{Allocator, AllocatorSpec};
+use headroom::device::StreamId;
+use headroom::device::prelude::*;
 use headroom::device::profile::SimProfile;
 use headroom::device::sim::SimDevice;
-use headroom::device::{Device, StreamId};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

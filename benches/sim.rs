@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use headroom::device::Device;
+use headroom::device::prelude::*;
 use headroom::device::profile::SimProfile;
 use headroom::device::select::Opened;
 use headroom::device::sim::SimDevice;

@@ -6,7 +6,9 @@
 
 use serde::Serialize;
 
-use crate::device::{DevPtr, Device, DeviceInfo, Kernel, StreamId};
+use crate::device::prelude::*;
+
+use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
 use crate::units::{Bytes, round_up};
 
 #[derive(Debug, Clone, Serialize)]

@@ -12,10 +12,11 @@ use std::fmt::Write as _;
 use anyhow::Context;
 
 use crate::bandwidth;
+use crate::device::prelude::*;
 use crate::device::profile::{
     BandwidthModel, GraphModel, KernelModel, LatencyModel, MemoryModel, SimProfile, StackModel,
 };
-use crate::device::{Device, Kernel, NvmlMemory, PoolConfig, StreamId};
+use crate::device::{Kernel, NvmlMemory, PoolConfig, StreamId};
 use crate::kernels;
 use crate::units::{Bytes, DurationNs, GIB, MIB, Size};
 

@@ -266,6 +266,8 @@ where
 /// The simulator's sampler: readings at exact virtual ticks, produced on demand.
 #[derive(Debug, Clone)]
 pub struct VirtualSampler {
+    /// The interval asked for (the period is at least the query's modeled cost).
+    interval_ns: u64,
     period_ns: u64,
     query_ns: u64,
     next_tick_ns: u64,
@@ -279,6 +281,7 @@ impl VirtualSampler {
     /// `query_ns` is the modeled cost of one query: the sampler cannot go faster than that.
     pub fn new(interval_ns: u64, query_ns: u64, now_ns: u64, live: Arc<LiveViews>) -> Self {
         VirtualSampler {
+            interval_ns,
             period_ns: interval_ns.max(query_ns).max(1),
             query_ns,
             next_tick_ns: now_ns,
@@ -313,7 +316,8 @@ impl VirtualSampler {
         }
     }
 
-    pub fn stats(&self, interval_ns: u64) -> SamplerStats {
+    pub fn stats(&self) -> SamplerStats {
+        let interval_ns = self.interval_ns;
         let span = self
             .last_ns
             .saturating_sub(self.first_ns.unwrap_or(self.last_ns));
@@ -340,6 +344,36 @@ impl VirtualSampler {
     }
 }
 
+impl crate::device::Sampler for ThreadSampler {
+    fn drain(&mut self, _dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
+        ThreadSampler::drain(self, out);
+    }
+
+    fn stop(
+        self: Box<Self>,
+        _dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+    ) -> SamplerStats {
+        ThreadSampler::stop(*self, out)
+    }
+}
+
+impl crate::device::Sampler for VirtualSampler {
+    fn drain(&mut self, dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
+        self.poll(dev.now_ns(), |t| dev.free_at_ns(t).unwrap_or(0), out);
+    }
+
+    fn stop(
+        self: Box<Self>,
+        dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+    ) -> SamplerStats {
+        let mut s = *self;
+        crate::device::Sampler::drain(&mut s, dev, out);
+        s.stats()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,7 +393,7 @@ mod tests {
         assert_eq!(out[0].views.get(View::OwnBytes), Some(42));
         let fast = VirtualSampler::new(0, 8_000, 0, live);
         assert_eq!(fast.period_ns, 8_000);
-        let st = s.stats(1_000_000);
+        let st = s.stats();
         assert_eq!(st.readings, 6);
         assert!((st.achieved_rate_hz - 1000.0).abs() < 1e-9);
     }

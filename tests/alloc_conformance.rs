@@ -13,9 +13,10 @@ use headroom::alloc::adaptors::{
 };
 use headroom::alloc::caching::CachingConfig;
 use headroom::alloc::{Allocator, AllocatorSpec, Block};
+use headroom::device::prelude::*;
 use headroom::device::profile::SimProfile;
 use headroom::device::sim::SimDevice;
-use headroom::device::{Device, Kernel, PoolConfig, StreamId};
+use headroom::device::{Kernel, PoolConfig, StreamId};
 use headroom::record::peaks::PeakSet;
 use headroom::record::{NO_PHASE, Reading, Source, View};
 

@@ -10,9 +10,10 @@ use proptest::prelude::*;
 
 use headroom::alloc::Allocator;
 use headroom::alloc::caching::{BlockState, CachingAllocator, CachingConfig, SegmentSnapshot};
+use headroom::device::prelude::*;
 use headroom::device::profile::SimProfile;
 use headroom::device::sim::SimDevice;
-use headroom::device::{Device, Kernel, StreamId};
+use headroom::device::{Kernel, StreamId};
 
 const MIB: u64 = 1 << 20;
 

@@ -10,9 +10,10 @@ use headroom::alloc::replay::{
     BadRowPolicy, LogFormat, ReplayError, ReplayOptions, replay_file, replay_reader,
 };
 use headroom::alloc::{Allocator, AllocatorSpec};
+use headroom::device::StreamId;
+use headroom::device::prelude::*;
 use headroom::device::profile::SimProfile;
 use headroom::device::sim::SimDevice;
-use headroom::device::{Device, StreamId};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

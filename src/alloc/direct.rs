@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom, free_each};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 #[derive(Debug, Default)]
 pub struct DirectAllocator {

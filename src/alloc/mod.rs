@@ -15,7 +15,9 @@ pub mod replay;
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DevPtr, Device, DeviceError, PoolConfig, StreamId};
+use crate::device::prelude::*;
+
+use crate::device::{DevPtr, DeviceError, PoolConfig, StreamId};
 use crate::record::{View, ViewSet};
 
 /// A live allocation handed out by an allocator.

@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 
 use crate::alloc::{AllocError, AllocStats, Allocator, Block, device_oom, free_each};
-use crate::device::{DevPtr, Device, PoolUsage, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, PoolUsage, StreamId};
 
 #[derive(Debug, Default)]
 pub struct PoolAllocator {

@@ -5,9 +5,10 @@ use serde::Serialize;
 use crate::cli::DeviceArgs;
 use crate::device::cuda::{self, CudaDevice};
 use crate::device::nvml::NvmlDevice;
+use crate::device::prelude::*;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::Backend;
-use crate::device::{Device, NvmlMemory, ProcessUsage};
+use crate::device::{NvmlMemory, ProcessUsage};
 use crate::units::Bytes;
 
 #[derive(Debug, Serialize)]

@@ -5,18 +5,27 @@
 //! returns driver-level facts only (pointers, bytes, the driver's free/total); accounting by
 //! scope happens above.
 
+pub mod caps;
 pub mod cuda;
 pub mod nvml;
 pub mod profile;
 pub mod select;
 pub mod sim;
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
-use crate::record::Reading;
-use crate::sampler::{LiveViews, SamplerStats};
+pub use caps::{
+    DeviceCore, Graphs, Kernels, Memory, Sampler, StreamOrderedPool, Streams, VirtualMemory,
+};
+
+/// Every device capability trait, for `use crate::device::prelude::*` where a `dyn Device` is
+/// called.
+pub mod prelude {
+    pub use super::Device;
+    pub use super::caps::{
+        DeviceCore, Graphs, Kernels, Memory, Sampler, StreamOrderedPool, Streams, VirtualMemory,
+    };
+}
 
 /// A device virtual address, as `CUdeviceptr`.
 pub type DevPtr = u64;
@@ -304,130 +313,27 @@ pub struct GraphMemUsage {
     pub reserved_high_bytes: u64,
 }
 
-/// One GPU seen through one backend.
+/// One GPU seen through one backend: every capability of `caps` together.
 ///
-/// Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
-/// Both count nanoseconds since the device was opened.
-pub trait Device: Send {
-    fn info(&self) -> &DeviceInfo;
-    fn now_ns(&self) -> u64;
+/// Each capability is its own trait (`DeviceCore`, `Memory`, `Streams`, `Kernels`,
+/// `StreamOrderedPool`, `VirtualMemory`, `Graphs`); a backend implements each, and is a
+/// `Device` by that alone. Code above this module uses `dyn Device` and `use
+/// crate::device::prelude::*` for the methods.
+pub trait Device:
+    DeviceCore + Memory + Streams + Kernels + StreamOrderedPool + VirtualMemory + Graphs
+{
+}
 
-    /// `cuMemGetInfo` (an event-synchronous reading: costs the query's latency).
-    fn mem_info(&mut self) -> DevResult<MemInfo>;
-    /// NVML's device memory, where NVML is present.
-    fn nvml_memory(&mut self) -> Option<NvmlMemory>;
-    /// The processes the driver lists on this device, where NVML is present.
-    fn processes(&mut self) -> Option<Vec<ProcessUsage>>;
-
-    /// `cuMemAlloc`.
-    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr>;
-    /// `cuMemFree`.
-    fn free(&mut self, ptr: DevPtr) -> DevResult<()>;
-
-    fn create_stream(&mut self) -> DevResult<StreamId>;
-    fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()>;
-    /// `cuCtxSynchronize`: waits for every stream; the pool then trims to its release threshold.
-    fn synchronize(&mut self) -> DevResult<()>;
-
-    /// Configures the harness's stream-ordered pool.
-    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()>;
-    /// `cuMemAllocFromPoolAsync` on the harness's pool.
-    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr>;
-    /// `cuMemFreeAsync`: the block returns to the pool when `stream` reaches the free.
-    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()>;
-    /// `cuMemPoolTrimTo`.
-    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()>;
-    fn pool_usage(&mut self) -> DevResult<PoolUsage>;
-
-    /// Launches a kernel on a stream (asynchronous unless the kernel reports a result).
-    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome>;
-
-    /// Launches `kernel` `repeats` times back to back and returns the GPU time they took
-    /// (device events on cuda, the model on sim).
-    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64>;
-
-    /// Loads these modules of headroom's kernels (`verify`'s with its 16-byte result buffer),
-    /// so that the memory they take is taken before a run's idle reading instead of inside its
-    /// first kernel step. Returns how many modules this call loaded (0 when they already
-    /// were). Driver operations (memset, memcpy) need none.
-    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32>;
-
-    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`),
-    /// ordered on `stream` after the work queued there, and waits until it has landed.
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()>;
-
-    /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
-    fn sleep(&mut self, duration_ns: u64);
-
-    /// Starts background sampling of `cuMemGetInfo` every `interval_ns` (0: as fast as it goes).
-    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()>;
-    /// Moves readings taken since the last call into `out`, in time order.
-    fn drain_samples(&mut self, out: &mut Vec<Reading>);
-    /// Stops sampling; returns what the sampler achieved.
-    fn stop_sampler(&mut self) -> SamplerStats;
-
-    /// The simulator's stand-in for another process: `pid` holds `bytes` for `duration_ns`
-    /// from now. A real GPU gets a real process instead (`headroom hold`).
-    fn add_simulated_tenant(&mut self, _pid: u32, _bytes: u64, _duration_ns: u64) -> DevResult<()> {
-        Err(DeviceError::Unsupported("a simulated tenant", "cuda"))
-    }
-
-    /// `cuEventRecord` on a fresh event: completes when `stream` finishes the work queued so far.
-    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId>;
-    /// `cuEventQuery`: whether the event has completed (never blocks).
-    fn event_query(&mut self, event: EventId) -> DevResult<bool>;
-    /// `cuEventSynchronize`: the host waits until the event has completed.
-    fn event_synchronize(&mut self, event: EventId) -> DevResult<()>;
-    /// `cuEventDestroy`: the id is no longer valid (the backend may reuse the event).
-    fn event_destroy(&mut self, event: EventId) -> DevResult<()>;
-
-    /// `cuMemGetAllocationGranularity` (minimum) for device memory: virtual ranges and
-    /// physical pages are sized in multiples of it.
-    fn vmm_granularity(&mut self) -> DevResult<u64>;
-    /// `cuMemAddressReserve`: a virtual range of `bytes` (a granularity multiple) with no
-    /// physical memory behind it.
-    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr>;
-    /// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`: `bytes` of new physical memory (one
-    /// handle) mapped read-write at `ptr`, inside a reserved range. Out of memory is
-    /// `DeviceError::OutOfMemory` and leaves nothing mapped.
-    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()>;
-    /// `cuMemUnmap` + `cuMemRelease` of every mapping inside `[ptr, ptr + bytes)`; the range
-    /// must cover whole mappings.
-    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()>;
-    /// `cuMemAddressFree` of a range from `vmm_reserve`, unmapping what is still mapped in it.
-    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()>;
-
-    /// `cuStreamBeginCapture` (relaxed mode): work queued on `stream` from now on is recorded
-    /// into a graph instead of running. Kernels launched on it become kernel nodes.
-    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()>;
-    /// `cuStreamEndCapture`: the recorded graph and its shape.
-    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)>;
-    /// `cuMemAllocAsync` on a capturing stream: an allocation node. The address is fixed at
-    /// once; physical memory comes from the graph allocator when the graph is uploaded or
-    /// launched.
-    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr>;
-    /// `cuMemFreeAsync` of a graph allocation: a free node on a capturing stream, otherwise
-    /// the free of an allocation a launch left live (its memory returns to the graph pool).
-    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()>;
-    /// `cuGraphInstantiateWithFlags`, with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`
-    /// when `auto_free_on_launch`. A graph has at most one executable at a time.
-    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()>;
-    /// `cuGraphUpload`: maps the graph's memory from `stream`'s cache without running it.
-    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()>;
-    /// `cuGraphLaunch`. Fails (not out of memory) when allocations of the previous launch are
-    /// still live and the graph was instantiated without auto-free.
-    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()>;
-    /// `cuGraphExecDestroy` + `cuGraphDestroy`. Live graph allocations stay live, and the
-    /// graph's memory stays reserved by the graph allocator until trimmed.
-    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()>;
-    /// `cuDeviceGraphMemTrim`: returns graph memory not in use to the device.
-    fn graph_mem_trim(&mut self) -> DevResult<()>;
-    /// `cuDeviceGetGraphMemAttribute` for the four attributes.
-    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage>;
-
-    /// Frees every allocation and pool block this device still holds for the harness.
-    /// Called at the end of every run, also after an OOM or an interrupt.
-    fn release_all(&mut self) -> DevResult<()>;
+impl<T> Device for T where
+    T: DeviceCore
+        + Memory
+        + Streams
+        + Kernels
+        + StreamOrderedPool
+        + VirtualMemory
+        + Graphs
+        + ?Sized
+{
 }
 
 #[cfg(test)]

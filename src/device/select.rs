@@ -2,10 +2,11 @@
 
 use anyhow::{Context, bail};
 
+use crate::device::NvmlMemory;
 use crate::device::cuda::{self, CudaDevice};
+use crate::device::prelude::*;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::sim::SimDevice;
-use crate::device::{Device, NvmlMemory};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -16,7 +16,9 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::device::{Device, DeviceInfo, NvmlMemory};
+use crate::device::prelude::*;
+
+use crate::device::{DeviceInfo, NvmlMemory};
 use crate::plan::budget::Budget;
 use crate::plan::file::{CapacitySource, Plan, Shape};
 use crate::plan::probe::ProbeShape;

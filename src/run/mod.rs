@@ -24,8 +24,9 @@ use anyhow::Context;
 
 use crate::alloc::Allocator;
 use crate::alloc::adaptors::logging::LoggingAdaptor;
+use crate::device::prelude::*;
 use crate::device::select::Opened;
-use crate::device::{Device, NvmlMemory, StreamId, process_list_doubt};
+use crate::device::{NvmlMemory, StreamId, process_list_doubt};
 use crate::oom::OomRecord;
 use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
@@ -166,6 +167,8 @@ pub(crate) struct Runner<'w, 'd> {
     pub watchdog: Option<watchdog::Watchdog>,
     /// The longest `spin` of the workload: what a synchronize may legitimately wait for.
     pub longest_spin_ns: u64,
+    /// Background readings between events, until the run ends.
+    pub sampler: Option<Box<dyn crate::device::Sampler>>,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -286,7 +289,7 @@ pub fn run_on(
 
     let live_views = Arc::new(LiveViews::default());
     live_views.publish(alloc.stats().views().with(View::OwnBytes, 0));
-    device
+    let sampler = device
         .start_sampler(sample_interval_ns, live_views.clone())
         .context("cannot start the background sampler")?;
     let watermark_slack_ns = if info.backend == "sim" { 0 } else { 5_000_000 };
@@ -329,6 +332,7 @@ pub fn run_on(
         graphs: Default::default(),
         watchdog,
         longest_spin_ns,
+        sampler: Some(sampler),
     };
     runner.graph_start()?;
     runner.live_views.publish(runner.harness_views());
@@ -455,10 +459,9 @@ fn sampler_perturbation(
         Ok(ns[ns.len() / 2])
     };
     let without = time_pairs(device)?;
-    device.start_sampler(0, Arc::new(LiveViews::default()))?;
+    let sampler = device.start_sampler(0, Arc::new(LiveViews::default()))?;
     let with = time_pairs(device);
-    device.stop_sampler();
-    device.drain_samples(&mut Vec::new());
+    sampler.stop(&*device, &mut Vec::new());
     Ok(crate::report::summary::SamplerPerturbation {
         pairs: PAIRS,
         alloc_free_p50_without_sampler_ns: without,
@@ -545,7 +548,9 @@ impl Runner<'_, '_> {
     /// Drains the sampler into the recorder and writes readings past the watermark.
     pub(crate) fn pump(&mut self) {
         let mut buf = Vec::new();
-        self.dev.drain_samples(&mut buf);
+        if let Some(s) = &mut self.sampler {
+            s.drain(&*self.dev, &mut buf);
+        }
         for r in buf {
             self.recorder.push(r);
         }
@@ -650,7 +655,13 @@ impl Runner<'_, '_> {
         self.pump();
         let end_ns = self.dev.now_ns();
         summary.end_ns = Some(end_ns);
-        summary.sampler = self.dev.stop_sampler();
+        if let Some(s) = self.sampler.take() {
+            let mut buf = Vec::new();
+            summary.sampler = s.stop(&*self.dev, &mut buf);
+            for r in buf {
+                self.recorder.push(r);
+            }
+        }
         self.pump();
         if self.alloc.kind() == "pool" {
             summary.peaks.pool_high_water = self.dev.pool_usage().ok();

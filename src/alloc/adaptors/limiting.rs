@@ -9,7 +9,8 @@
 
 use crate::alloc::ptr_map::PtrMap;
 use crate::alloc::{AllocError, AllocStats, Allocator, Block, OomRequest};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 use super::forward_to_upstream;
 

@@ -22,7 +22,8 @@ use std::path::Path;
 
 use crate::alloc::ptr_map::PtrMap;
 use crate::alloc::{AllocError, AllocStats, Allocator, Block};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 /// The header line of headroom's allocation log.
 pub const LOG_HEADER: [&str; 6] = ["t_ns", "action", "ptr", "bytes", "stream", "detail"];

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use crate::alloc::ptr_map::PtrMap;
 use crate::alloc::{AllocError, AllocStats, Allocator, Block};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 use super::forward_to_upstream;
 

@@ -167,11 +167,11 @@ pub(crate) struct StreamPools {
 
 /// Per-stream pools, found by a short linear search (programs use a handful of streams).
 #[derive(Debug, Default)]
-pub(crate) struct Streams {
+pub(crate) struct StreamSlots {
     pub slots: Vec<StreamPools>,
 }
 
-impl Streams {
+impl StreamSlots {
     #[inline]
     pub fn find(&self, stream: StreamId) -> Option<usize> {
         self.slots.iter().position(|s| s.stream == stream)

@@ -9,7 +9,8 @@
 use std::collections::VecDeque;
 
 use crate::alloc::AllocError;
-use crate::device::{Device, EventId, StreamId};
+use crate::device::prelude::*;
+use crate::device::{EventId, StreamId};
 
 use super::CachingAllocator;
 use super::arena::NodeState;

@@ -8,7 +8,8 @@
 //! that holds no live block.
 
 use crate::alloc::AllocError;
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 use super::CachingAllocator;
 use super::arena::{NIL, Node, NodeState};

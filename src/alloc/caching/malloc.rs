@@ -2,7 +2,8 @@
 //! the cache, splitting, asking the driver, and the retry chain when the driver refuses.
 
 use crate::alloc::{AllocError, Block, OomRequest};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 use super::CachingAllocator;
 use super::arena::{NIL, Node, NodeState};
@@ -25,7 +26,7 @@ pub(super) struct Request {
     pub alloc_size: u64,
     pub pool: PoolKind,
     pub stream: StreamId,
-    /// Stream slot in `Streams`.
+    /// Stream slot in `StreamSlots`.
     pub slot: usize,
     /// What the last refused driver call asked for.
     pub driver_bytes: u64,

@@ -35,10 +35,11 @@ pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub use stats::{MemoryStats, Stat, StatArray};
 
 use crate::alloc::{AllocError, AllocStats, Allocator, Block};
-use crate::device::{DevPtr, Device, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, StreamId};
 
 use crate::alloc::ptr_map::PtrMap;
-use arena::{Arena, Streams};
+use arena::{Arena, StreamSlots};
 use events::PendingFrees;
 use expandable::ExpandableSegment;
 
@@ -51,7 +52,7 @@ pub struct CachingAllocator {
     /// `allowed_memory_maximum` when a memory fraction is set.
     allowed_bytes: Option<u64>,
     arena: Arena,
-    streams: Streams,
+    streams: StreamSlots,
     /// Live allocations by address (PyTorch's `allocated_blocks`).
     allocated: PtrMap<u32>,
     pending: PendingFrees,
@@ -93,7 +94,7 @@ impl CachingAllocator {
             allowed_bytes,
             config,
             arena: Arena::default(),
-            streams: Streams::default(),
+            streams: StreamSlots::default(),
             allocated: PtrMap::default(),
             pending: PendingFrees::default(),
             segments: Vec::new(),

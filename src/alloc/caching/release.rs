@@ -3,7 +3,7 @@
 //! `release_cached_blocks`, `garbage_collect_cached_blocks`), as in PyTorch.
 
 use crate::alloc::AllocError;
-use crate::device::Device;
+use crate::device::prelude::*;
 
 use super::CachingAllocator;
 use super::arena::{NIL, NodeState};

@@ -3,9 +3,10 @@
 
 use super::*;
 use crate::alloc::Allocator;
+use crate::device::Kernel;
+use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::sim::SimDevice;
-use crate::device::{Device, Kernel};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

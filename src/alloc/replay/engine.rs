@@ -6,7 +6,8 @@ use std::io::{self, Read};
 use crate::alloc::adaptors::LOG_HEADER;
 use crate::alloc::ptr_map::PtrMap;
 use crate::alloc::{AllocError, Allocator};
-use crate::device::{DevPtr, Device, DeviceError, StreamId};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, DeviceError, StreamId};
 
 use super::parse::{Event, parse_headroom, parse_rmm};
 use super::{

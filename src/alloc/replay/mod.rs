@@ -32,7 +32,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::alloc::{AllocError, Allocator, AllocatorSpec};
-use crate::device::{Device, DeviceError};
+use crate::device::DeviceError;
+use crate::device::prelude::*;
 
 /// RMM's header line.
 pub const RMM_HEADER: [&str; 6] = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"];

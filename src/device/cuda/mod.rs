@@ -24,14 +24,13 @@ use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
 
 use crate::device::nvml::NvmlDevice;
+use crate::device::prelude::*;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
-    GraphShape, Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage,
-    StreamId,
+    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
+    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::kernels::Module;
-use crate::record::Reading;
-use crate::sampler::{LiveViews, SamplerStats, ThreadSampler};
+use crate::sampler::{LiveViews, ThreadSampler};
 
 pub(crate) use launch::KernelSet;
 
@@ -77,9 +76,6 @@ pub struct CudaDevice {
     plain: HashMap<DevPtr, u64>,
     /// Live pool allocations: pointer → bytes.
     pooled: HashMap<DevPtr, u64>,
-    sampler: Option<ThreadSampler>,
-    sampler_stats: Option<SamplerStats>,
-    sampler_backlog: Vec<Reading>,
     nvml: Option<NvmlDevice>,
     kernels: Option<KernelSet>,
     events: events::CudaEvents,
@@ -130,9 +126,6 @@ impl CudaDevice {
             pool_config: PoolConfig::default(),
             plain: HashMap::new(),
             pooled: HashMap::new(),
-            sampler: None,
-            sampler_stats: None,
-            sampler_backlog: Vec::new(),
             nvml,
             kernels: None,
             events: events::CudaEvents::default(),
@@ -263,7 +256,7 @@ impl CudaDevice {
     }
 }
 
-impl Device for CudaDevice {
+impl DeviceCore for CudaDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -289,6 +282,73 @@ impl Device for CudaDevice {
         self.nvml.as_ref()?.processes()
     }
 
+    fn sleep(&mut self, duration_ns: u64) {
+        std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
+    }
+
+    fn start_sampler(
+        &mut self,
+        interval_ns: u64,
+        live: Arc<LiveViews>,
+    ) -> DevResult<Box<dyn Sampler>> {
+        let ctx = self.ctx.clone();
+        let setup = move || {
+            ctx.bind_to_thread()
+                .map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string())
+        };
+        let query = || {
+            result::mem_get_info()
+                .map(|(free, _)| free as u64)
+                .map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())
+        };
+        let s = ThreadSampler::spawn(interval_ns, live, self.origin, setup, query)
+            .map_err(|e| DeviceError::Invalid(format!("cannot start the sampler thread: {e}")))?;
+        Ok(Box::new(s))
+    }
+
+    fn release_all(&mut self) -> DevResult<()> {
+        self.bind()?;
+        let mut first_err = None;
+        let mut note = |r: DevResult<()>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        let handles: Vec<sys::CUstream> = self.streams.iter().map(|s| s.0).collect();
+        note(
+            self.graphs
+                .release_all(&handles, handles[0], self.info.index as i32),
+        );
+        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        let main = self.streams[0].0;
+        for (ptr, _) in self.pooled.drain() {
+            // SAFETY: `ptr` is a live pool allocation of this device, freed exactly once here.
+            note(
+                unsafe { result::free_async(ptr, main) }
+                    .map_err(|e| driver_err("cuMemFreeAsync", 0, e)),
+            );
+        }
+        for (ptr, _) in self.plain.drain() {
+            // SAFETY: `ptr` is a live cuMemAlloc allocation of this device, freed exactly once here.
+            note(unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e)));
+        }
+        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
+        note(self.vmm.release_all());
+        if let Some(Pool(pool)) = self.pool {
+            // SAFETY: the pool is live and now holds no outstanding allocation.
+            note(
+                unsafe { result::mem_pool::trim_to(pool, 0) }
+                    .map_err(|e| driver_err("cuMemPoolTrimTo", 0, e)),
+            );
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Memory for CudaDevice {
     fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
         if bytes == 0 {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
@@ -312,6 +372,24 @@ impl Device for CudaDevice {
         unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e))
     }
 
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.check_range("write_word", addr, 4)?;
+        self.bind()?;
+        // A synchronous copy would run on the legacy stream, which is not ordered with the
+        // harness's non-blocking streams: a `fill` still running there could overwrite it.
+        let word = [value];
+        // SAFETY: `addr` lies inside a live allocation (checked above); `word` outlives the
+        // copy because the stream is synchronized before it goes out of scope.
+        unsafe { result::memcpy_htod_async(addr, &word, s) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync", 4, e))?;
+        // SAFETY: `s` is a live stream created by this device.
+        unsafe { result::stream::synchronize(s) }
+            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
+    }
+}
+
+impl Streams for CudaDevice {
     fn create_stream(&mut self) -> DevResult<StreamId> {
         self.bind()?;
         let s = result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -333,6 +411,82 @@ impl Device for CudaDevice {
         result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e))
     }
 
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.events.record(s)
+    }
+
+    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
+        self.bind()?;
+        self.events.query(event)
+    }
+
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
+        self.bind()?;
+        self.events.synchronize(event)
+    }
+
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
+        self.events.destroy(event)
+    }
+}
+
+impl Kernels for CudaDevice {
+    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
+        let s = self.stream(stream)?;
+        let capturing = self.graphs.is_capturing(stream.0 as usize);
+        if capturing && matches!(kernel, Kernel::Verify { .. } | Kernel::Stack { .. }) {
+            return Err(DeviceError::Invalid(format!(
+                "{} cannot be captured into a graph",
+                kernel.name()
+            )));
+        }
+        self.check_kernel_ranges(&kernel)?;
+        self.bind()?;
+        let outcome = match kernel {
+            // Driver operations need no module: a `hold` child or a memset never JIT-compiles.
+            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
+                launch::driver_operation(kernel, s)?;
+                KernelOutcome::default()
+            }
+            _ => self.kernels()?.launch(kernel, s)?,
+        };
+        if capturing {
+            self.graphs.note_kernel(stream.0 as usize);
+        }
+        Ok(outcome)
+    }
+
+    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
+        let s = self.stream(stream)?;
+        if self.graphs.is_capturing(stream.0 as usize) {
+            return Err(DeviceError::Invalid(
+                "a timed launch cannot run on a capturing stream".into(),
+            ));
+        }
+        self.check_kernel_ranges(&kernel)?;
+        self.bind()?;
+        match kernel {
+            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
+                launch::timed(s, repeats, || launch::driver_operation(kernel, s))
+            }
+            _ => self.kernels()?.timed(kernel, s, repeats),
+        }
+    }
+
+    fn load_kernels(&mut self, modules: &[Module]) -> DevResult<u32> {
+        self.bind()?;
+        let set = self.kernels()?;
+        let before = set.modules_loaded();
+        for m in modules {
+            set.load_module(*m)?;
+        }
+        Ok(set.modules_loaded() - before)
+    }
+}
+
+impl StreamOrderedPool for CudaDevice {
     fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
         self.pool_config = config;
         self.apply_pool_config()
@@ -386,131 +540,9 @@ impl Device for CudaDevice {
             reserved_high_bytes: Self::pool_attr(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
         })
     }
+}
 
-    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
-        let s = self.stream(stream)?;
-        let capturing = self.graphs.is_capturing(stream.0 as usize);
-        if capturing && matches!(kernel, Kernel::Verify { .. } | Kernel::Stack { .. }) {
-            return Err(DeviceError::Invalid(format!(
-                "{} cannot be captured into a graph",
-                kernel.name()
-            )));
-        }
-        self.check_kernel_ranges(&kernel)?;
-        self.bind()?;
-        let outcome = match kernel {
-            // Driver operations need no module: a `hold` child or a memset never JIT-compiles.
-            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
-                launch::driver_operation(kernel, s)?;
-                KernelOutcome::default()
-            }
-            _ => self.kernels()?.launch(kernel, s)?,
-        };
-        if capturing {
-            self.graphs.note_kernel(stream.0 as usize);
-        }
-        Ok(outcome)
-    }
-
-    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
-        let s = self.stream(stream)?;
-        if self.graphs.is_capturing(stream.0 as usize) {
-            return Err(DeviceError::Invalid(
-                "a timed launch cannot run on a capturing stream".into(),
-            ));
-        }
-        self.check_kernel_ranges(&kernel)?;
-        self.bind()?;
-        match kernel {
-            Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
-                launch::timed(s, repeats, || launch::driver_operation(kernel, s))
-            }
-            _ => self.kernels()?.timed(kernel, s, repeats),
-        }
-    }
-
-    fn load_kernels(&mut self, modules: &[Module]) -> DevResult<u32> {
-        self.bind()?;
-        let set = self.kernels()?;
-        let before = set.modules_loaded();
-        for m in modules {
-            set.load_module(*m)?;
-        }
-        Ok(set.modules_loaded() - before)
-    }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let s = self.stream(stream)?;
-        self.check_range("write_word", addr, 4)?;
-        self.bind()?;
-        // A synchronous copy would run on the legacy stream, which is not ordered with the
-        // harness's non-blocking streams: a `fill` still running there could overwrite it.
-        let word = [value];
-        // SAFETY: `addr` lies inside a live allocation (checked above); `word` outlives the
-        // copy because the stream is synchronized before it goes out of scope.
-        unsafe { result::memcpy_htod_async(addr, &word, s) }
-            .map_err(|e| driver_err("cuMemcpyHtoDAsync", 4, e))?;
-        // SAFETY: `s` is a live stream created by this device.
-        unsafe { result::stream::synchronize(s) }
-            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
-    }
-
-    fn sleep(&mut self, duration_ns: u64) {
-        std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
-    }
-
-    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()> {
-        let ctx = self.ctx.clone();
-        let setup = move || {
-            ctx.bind_to_thread()
-                .map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string())
-        };
-        let query = || {
-            result::mem_get_info()
-                .map(|(free, _)| free as u64)
-                .map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())
-        };
-        let s = ThreadSampler::spawn(interval_ns, live, self.origin, setup, query)
-            .map_err(|e| DeviceError::Invalid(format!("cannot start the sampler thread: {e}")))?;
-        self.sampler = Some(s);
-        Ok(())
-    }
-
-    fn drain_samples(&mut self, out: &mut Vec<Reading>) {
-        out.append(&mut self.sampler_backlog);
-        if let Some(s) = &mut self.sampler {
-            s.drain(out);
-        }
-    }
-
-    fn stop_sampler(&mut self) -> SamplerStats {
-        if let Some(s) = self.sampler.take() {
-            let stats = s.stop(&mut self.sampler_backlog);
-            self.sampler_stats = Some(stats);
-        }
-        self.sampler_stats.unwrap_or_default()
-    }
-
-    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
-        let s = self.stream(stream)?;
-        self.bind()?;
-        self.events.record(s)
-    }
-
-    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
-        self.bind()?;
-        self.events.query(event)
-    }
-
-    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
-        self.bind()?;
-        self.events.synchronize(event)
-    }
-
-    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
-        self.events.destroy(event)
-    }
-
+impl VirtualMemory for CudaDevice {
     fn vmm_granularity(&mut self) -> DevResult<u64> {
         self.bind()?;
         self.vmm.granularity(self.info.index as i32)
@@ -535,7 +567,9 @@ impl Device for CudaDevice {
         self.bind()?;
         self.vmm.free(ptr)
     }
+}
 
+impl Graphs for CudaDevice {
     fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
         let s = self.stream(stream)?;
         self.bind()?;
@@ -592,52 +626,10 @@ impl Device for CudaDevice {
         self.bind()?;
         graphs::CudaGraphs::usage(self.info.index as i32)
     }
-
-    fn release_all(&mut self) -> DevResult<()> {
-        self.bind()?;
-        let mut first_err = None;
-        let mut note = |r: DevResult<()>| {
-            if let Err(e) = r {
-                first_err.get_or_insert(e);
-            }
-        };
-        let handles: Vec<sys::CUstream> = self.streams.iter().map(|s| s.0).collect();
-        note(
-            self.graphs
-                .release_all(&handles, handles[0], self.info.index as i32),
-        );
-        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
-        let main = self.streams[0].0;
-        for (ptr, _) in self.pooled.drain() {
-            // SAFETY: `ptr` is a live pool allocation of this device, freed exactly once here.
-            note(
-                unsafe { result::free_async(ptr, main) }
-                    .map_err(|e| driver_err("cuMemFreeAsync", 0, e)),
-            );
-        }
-        for (ptr, _) in self.plain.drain() {
-            // SAFETY: `ptr` is a live cuMemAlloc allocation of this device, freed exactly once here.
-            note(unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e)));
-        }
-        note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
-        note(self.vmm.release_all());
-        if let Some(Pool(pool)) = self.pool {
-            // SAFETY: the pool is live and now holds no outstanding allocation.
-            note(
-                unsafe { result::mem_pool::trim_to(pool, 0) }
-                    .map_err(|e| driver_err("cuMemPoolTrimTo", 0, e)),
-            );
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        self.sampler.take();
         if let Err(e) = self.release_all() {
             eprintln!("warning: releasing device memory at exit: {e}");
         }

@@ -107,8 +107,9 @@ mod tests {
 
     #[test]
     fn an_event_completes_when_the_host_reaches_its_stream() {
+        use crate::device::Kernel;
+        use crate::device::prelude::*;
         use crate::device::profile::SimProfile;
-        use crate::device::{Device, Kernel};
         let mut d = SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0);
         let s = d.create_stream().unwrap();
         let idle = d.record_event(s).unwrap();

@@ -1,6 +1,7 @@
 //! The simulated graph memory model, checked to the byte.
+use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
-use crate::device::{Device, DeviceError, Kernel, StreamId};
+use crate::device::{DeviceError, Kernel, StreamId};
 
 use super::super::SimDevice;
 

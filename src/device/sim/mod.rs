@@ -16,14 +16,13 @@ mod vmm;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, Device, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
-    GraphShape, Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage,
-    StreamId,
+    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
+    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
-use crate::record::Reading;
-use crate::sampler::{LiveViews, SamplerStats, VirtualSampler};
+use crate::sampler::{LiveViews, VirtualSampler};
 
 use content::ContentModel;
 use events::SimEvents;
@@ -71,7 +70,6 @@ pub struct SimDevice {
     content: ContentModel,
     /// Requested sizes of live plain and pool allocations (for `fill`/`verify` checks).
     sizes: HashMap<DevPtr, u64>,
-    sampler: Option<(VirtualSampler, u64)>,
     before_context: NvmlMemory,
     events: SimEvents,
     /// Reserved ranges and mapped physical pages (`cuMemMap`), counted in device memory.
@@ -128,7 +126,6 @@ impl SimDevice {
             next_va: VA_BASE,
             content: ContentModel::default(),
             sizes: HashMap::new(),
-            sampler: None,
             events: SimEvents::default(),
             vmm: SimVmm::new(m.pool_granularity_bytes.0),
             graphs: SimGraphs::new(
@@ -347,7 +344,7 @@ impl SimDevice {
     }
 }
 
-impl Device for SimDevice {
+impl DeviceCore for SimDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -390,6 +387,62 @@ impl Device for SimDevice {
         Some(v)
     }
 
+    fn sleep(&mut self, duration_ns: u64) {
+        self.host_ns += duration_ns;
+    }
+
+    fn start_sampler(
+        &mut self,
+        interval_ns: u64,
+        live: Arc<LiveViews>,
+    ) -> DevResult<Box<dyn Sampler>> {
+        Ok(Box::new(VirtualSampler::new(
+            interval_ns,
+            self.profile.latency.mem_get_info.0,
+            self.host_ns,
+            live,
+        )))
+    }
+
+    fn free_at_ns(&self, t_ns: u64) -> Option<u64> {
+        Some(self.free_at(t_ns))
+    }
+
+    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
+        if bytes > self.free_at(self.host_ns) {
+            return Err(DeviceError::OutOfMemory {
+                requested_bytes: bytes,
+            });
+        }
+        self.add_tenant(pid, bytes, Some(duration_ns));
+        Ok(())
+    }
+
+    fn release_all(&mut self) -> DevResult<()> {
+        self.host_ns = self
+            .host_ns
+            .max(self.streams.iter().copied().max().unwrap_or(0));
+        // Tenants a workload started end with it; the profile's own stay.
+        let now = self.host_ns;
+        let first_runtime = self.profile.other_processes.len();
+        for t in &mut self.tenants[first_runtime..] {
+            t.end_ns = t.end_ns.min(now);
+        }
+
+        self.vmm.clear();
+        self.graphs.clear();
+        self.events.clear();
+        self.large.clear();
+        self.large_bytes = 0;
+        self.small.clear();
+        self.pool.clear();
+        self.sizes.clear();
+        self.content.clear();
+        Ok(())
+    }
+}
+
+impl Memory for SimDevice {
     fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
         if bytes == 0 {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
@@ -450,6 +503,20 @@ impl Device for SimDevice {
         Ok(())
     }
 
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("a word written from the host", Some(stream))?;
+        self.check_range("write_word", addr, 4)?;
+        self.host_ns += self.profile.latency.launch.0;
+        // The copy lands when the stream reaches it, and the host waits for that.
+        self.host_ns = self.host_ns.max(self.streams[si]);
+        self.streams[si] = self.host_ns;
+        self.content.write_word(addr, value);
+        Ok(())
+    }
+}
+
+impl Streams for SimDevice {
     fn create_stream(&mut self) -> DevResult<StreamId> {
         self.host_ns += self.profile.latency.stream_create.0;
         self.streams.push(self.host_ns);
@@ -472,66 +539,24 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
-        self.pool.config = config;
-        Ok(())
+    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
+        self.sim_record_event(stream)
     }
 
-    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
-        if bytes == 0 {
-            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
-        }
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
-        self.host_ns += self.profile.latency.malloc_async.0;
-        let ptr = match self.pool.take(bytes, stream, self.host_ns) {
-            Take::Reused { ptr, reuse } => {
-                if let Reuse::WaitUntil(t) = reuse {
-                    self.streams[si] = self.streams[si].max(t);
-                }
-                ptr
-            }
-            Take::MustGrow(rounded) => {
-                if rounded > self.free_at(self.host_ns) {
-                    return Err(DeviceError::OutOfMemory {
-                        requested_bytes: bytes,
-                    });
-                }
-                let ptr = self.take_va(rounded);
-                self.pool.grow(ptr, rounded);
-                ptr
-            }
-        };
-        self.sizes.insert(ptr, bytes);
-        Ok(ptr)
+    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
+        self.sim_event_query(event)
     }
 
-    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
-        self.host_ns += self.profile.latency.free_async.0;
-        let completes_at = self.streams[si].max(self.host_ns);
-        if self.pool.free_async(ptr, stream, completes_at).is_none() {
-            return Err(DeviceError::Invalid(format!(
-                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
-            )));
-        }
-        if let Some(bytes) = self.sizes.remove(&ptr) {
-            self.content.forget(ptr, bytes);
-        }
-        Ok(())
+    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
+        self.sim_event_synchronize(event)
     }
 
-    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        self.host_ns += self.profile.latency.synchronize.0;
-        self.pool.trim_to(keep_bytes);
-        Ok(())
+    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
+        self.sim_event_destroy(event)
     }
+}
 
-    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
-        Ok(self.pool.usage())
-    }
-
+impl Kernels for SimDevice {
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let si = self.stream_index(stream)?;
         if self.graphs.is_capturing(stream) {
@@ -601,74 +626,71 @@ impl Device for SimDevice {
         self.kernel_bytes += need;
         Ok(wanted.len() as u32)
     }
+}
 
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+impl StreamOrderedPool for SimDevice {
+    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
+        self.pool.config = config;
+        Ok(())
+    }
+
+    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        if bytes == 0 {
+            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
+        }
         let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a word written from the host", Some(stream))?;
-        self.check_range("write_word", addr, 4)?;
-        self.host_ns += self.profile.latency.launch.0;
-        // The copy lands when the stream reaches it, and the host waits for that.
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        self.streams[si] = self.host_ns;
-        self.content.write_word(addr, value);
+        self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
+        self.host_ns += self.profile.latency.malloc_async.0;
+        let ptr = match self.pool.take(bytes, stream, self.host_ns) {
+            Take::Reused { ptr, reuse } => {
+                if let Reuse::WaitUntil(t) = reuse {
+                    self.streams[si] = self.streams[si].max(t);
+                }
+                ptr
+            }
+            Take::MustGrow(rounded) => {
+                if rounded > self.free_at(self.host_ns) {
+                    return Err(DeviceError::OutOfMemory {
+                        requested_bytes: bytes,
+                    });
+                }
+                let ptr = self.take_va(rounded);
+                self.pool.grow(ptr, rounded);
+                ptr
+            }
+        };
+        self.sizes.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
+        self.host_ns += self.profile.latency.free_async.0;
+        let completes_at = self.streams[si].max(self.host_ns);
+        if self.pool.free_async(ptr, stream, completes_at).is_none() {
+            return Err(DeviceError::Invalid(format!(
+                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
+            )));
+        }
+        if let Some(bytes) = self.sizes.remove(&ptr) {
+            self.content.forget(ptr, bytes);
+        }
         Ok(())
     }
 
-    fn sleep(&mut self, duration_ns: u64) {
-        self.host_ns += duration_ns;
-    }
-
-    fn start_sampler(&mut self, interval_ns: u64, live: Arc<LiveViews>) -> DevResult<()> {
-        let s = VirtualSampler::new(
-            interval_ns,
-            self.profile.latency.mem_get_info.0,
-            self.host_ns,
-            live,
-        );
-        self.sampler = Some((s, interval_ns));
+    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
+        self.host_ns += self.profile.latency.synchronize.0;
+        self.pool.trim_to(keep_bytes);
         Ok(())
     }
 
-    fn drain_samples(&mut self, out: &mut Vec<Reading>) {
-        if let Some((mut s, interval)) = self.sampler.take() {
-            s.poll(self.host_ns, |t| self.free_at(t), out);
-            self.sampler = Some((s, interval));
-        }
+    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
+        Ok(self.pool.usage())
     }
+}
 
-    fn stop_sampler(&mut self) -> SamplerStats {
-        match self.sampler.take() {
-            Some((s, interval)) => s.stats(interval),
-            None => SamplerStats::default(),
-        }
-    }
-
-    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
-        if bytes > self.free_at(self.host_ns) {
-            return Err(DeviceError::OutOfMemory {
-                requested_bytes: bytes,
-            });
-        }
-        self.add_tenant(pid, bytes, Some(duration_ns));
-        Ok(())
-    }
-
-    fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
-        self.sim_record_event(stream)
-    }
-
-    fn event_query(&mut self, event: EventId) -> DevResult<bool> {
-        self.sim_event_query(event)
-    }
-
-    fn event_synchronize(&mut self, event: EventId) -> DevResult<()> {
-        self.sim_event_synchronize(event)
-    }
-
-    fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
-        self.sim_event_destroy(event)
-    }
-
+impl VirtualMemory for SimDevice {
     fn vmm_granularity(&mut self) -> DevResult<u64> {
         Ok(self.vmm.granularity())
     }
@@ -688,7 +710,9 @@ impl Device for SimDevice {
     fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
         self.sim_vmm_free(ptr)
     }
+}
 
+impl Graphs for SimDevice {
     fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
         self.sim_graph_begin_capture(stream)
     }
@@ -727,29 +751,6 @@ impl Device for SimDevice {
 
     fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage> {
         Ok(self.graphs.usage())
-    }
-
-    fn release_all(&mut self) -> DevResult<()> {
-        self.host_ns = self
-            .host_ns
-            .max(self.streams.iter().copied().max().unwrap_or(0));
-        // Tenants a workload started end with it; the profile's own stay.
-        let now = self.host_ns;
-        let first_runtime = self.profile.other_processes.len();
-        for t in &mut self.tenants[first_runtime..] {
-            t.end_ns = t.end_ns.min(now);
-        }
-
-        self.vmm.clear();
-        self.graphs.clear();
-        self.events.clear();
-        self.large.clear();
-        self.large_bytes = 0;
-        self.small.clear();
-        self.pool.clear();
-        self.sizes.clear();
-        self.content.clear();
-        Ok(())
     }
 }
 

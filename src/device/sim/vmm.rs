@@ -280,7 +280,7 @@ mod tests {
 
     #[test]
     fn mapped_pages_count_against_device_memory_exactly() {
-        use crate::device::Device;
+        use crate::device::prelude::*;
         use crate::device::profile::SimProfile;
         let mut d = SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0);
         let idle = d.mem_info().unwrap().free_bytes;
