@@ -44,8 +44,10 @@ fn device_prefix(text: &str, at: usize) -> (Option<String>, usize) {
         return (None, at);
     };
     let word_start = before
-        .rfind(|c: char| !c.is_ascii_uppercase())
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !c.is_ascii_uppercase())
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let word = &before[word_start..];
     if (2..=8).contains(&word.len()) {
         (Some(word.to_string()), word_start)

@@ -91,8 +91,10 @@ pub(super) fn raised_as(text: &str, start: usize) -> Option<String> {
     let from = super::cursor::floor_boundary(text, start.saturating_sub(LOOK_BACK));
     let before = text[from..start].strip_suffix(": ")?;
     let token_start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let token = &before[token_start..];
     let named = token.ends_with("Error") || token.ends_with("Exception");
     (named && token.len() <= 80).then(|| token.to_string())
@@ -165,12 +167,17 @@ pub(super) fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecogn
 /// Lines kept while waiting for the rest of a message: more than the longest format has.
 const WINDOW_LINES: usize = 32;
 
+/// Lines that must follow a message's first line before it is reported: more than the
+/// longest message spans (the `cudaMallocAsync` table takes seven).
+const HOLD_LINES: usize = 8;
+
 /// Finds messages in text that arrives a line at a time (a child's stderr, for `watch`).
 ///
-/// A message is reported once the line after its last one has arrived (so a wrapped or
-/// multi-line message is complete), or at `finish`. Offsets and line numbers count from the
-/// first line pushed. The BFC statistics TensorFlow prints after the allocator's message are
-/// attached only when they arrive within the window.
+/// A message is reported once `HOLD_LINES` lines have followed its first one (so a wrapped
+/// or multi-line message is whole), at `flush` (the caller saw the stream go quiet) or at
+/// `finish`. Offsets and line numbers count from the first line pushed. The BFC statistics
+/// TensorFlow prints after the allocator's message are attached only when they arrive before
+/// the message is reported.
 #[derive(Debug, Default)]
 pub struct LineScanner {
     window: String,
@@ -196,10 +203,15 @@ impl LineScanner {
         self.line_starts.push(self.window.len());
         self.window.push_str(line.trim_end_matches(['\n', '\r']));
         self.window.push('\n');
-        let last_line_start = *self.line_starts.last().unwrap_or(&0);
-        let out = self.take(|m| m.span.end_byte <= last_line_start);
+        let lines = self.line_starts.len();
+        let out = self.take(|m| lines.saturating_sub(m.span.line) >= HOLD_LINES);
         self.trim();
         out
+    }
+
+    /// Reports every message found so far, whole or not (the stream has gone quiet).
+    pub fn flush(&mut self) -> Vec<OomMessage> {
+        self.take(|_| true)
     }
 
     /// Reports what is left (the stream has ended).
