@@ -12,8 +12,10 @@
 //! "Including non-PyTorch memory, this process has X memory in use. " for its own PID),
 //! `allowed_info` is `"X allowed; "` under `set_per_process_memory_fraction`, and
 //! `private_pool_msg` is `"with X allocated in private pools (e.g., CUDA Graphs), "`.
-//! Releases 2.1–2.2 spelled "capacty"; ROCm builds say "HIP" and "HIP Graphs"; before 2.1
-//! the numbers sat in one parenthesis ("(GPU 0; X total capacity; …)"). Every part after the
+//! The sentence form came with pytorch/pytorch#99699 (April 2023, so PyTorch 2.1), whose first
+//! releases spelled "capacty" and suggested `max_split_size_mb`; the private-pool clause
+//! followed pytorch/pytorch#121932. ROCm builds say "HIP" and "HIP Graphs". Before 2.1 the
+//! numbers sat in one parenthesis ("(GPU 0; X total capacity; …)"). Every part after the
 //! request is optional here, because quoted messages are often cut short; what is missing is
 //! marked, never filled in.
 
