@@ -161,6 +161,6 @@ fn kv_checks(d: &mut Diagnosis) {
     );
     d.check(
         "vllm serve MODEL --gpu-memory-utilization 0.95 --max-num-batched-tokens 8192",
-        "a larger budget, and a smaller profiled activation peak (chunked prefill batch), leave more for the KV cache",
+        "a utilization above the current one, and fewer batched tokens (a smaller profiled activation peak), leave more for the KV cache",
     );
 }

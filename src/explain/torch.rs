@@ -171,6 +171,10 @@ enum Holders {
     Unsplit {
         outside_pytorch: Iv,
     },
+    /// The message was cut before PyTorch's figures: only other processes can be told apart.
+    OthersOnly {
+        others: Iv,
+    },
     None,
 }
 
@@ -185,19 +189,6 @@ fn holders(
         "device_total − device_free",
         e.total.minus(e.free),
     );
-    let Some(reserved) = e.reserved.as_ref().map(|r| r.total) else {
-        return Holders::None;
-    };
-    let listed = processes
-        .iter()
-        .fold(Iv::exact(0), |acc, p| acc.plus(Iv::of(&p.used)));
-    if !processes.is_empty() {
-        d.bytes(
-            "listed_processes_bytes",
-            "sum of the listed processes",
-            listed,
-        );
-    }
     let this = this.filter(|q| {
         // NVML has reported 2^64 bytes for a process; such a figure cannot be used.
         let possible = Iv::of(q).gt(e.total) != Verdict::Yes;
@@ -209,6 +200,28 @@ fn holders(
         }
         possible
     });
+    let Some(reserved) = e.reserved.as_ref().map(|r| r.total) else {
+        return match this {
+            Some(q) => Holders::OthersOnly {
+                others: d.bytes(
+                    "other_processes_bytes",
+                    "device_total − device_free − this_process",
+                    used.minus(Iv::of(q)).non_negative(),
+                ),
+            },
+            None => Holders::None,
+        };
+    };
+    let listed = processes
+        .iter()
+        .fold(Iv::exact(0), |acc, p| acc.plus(Iv::of(&p.used)));
+    if !processes.is_empty() {
+        d.bytes(
+            "listed_processes_bytes",
+            "sum of the listed processes",
+            listed,
+        );
+    }
     let this = match (this, processes) {
         (Some(q), _) => Some(Iv::of(q)),
         (None, [p]) => {
@@ -386,9 +399,21 @@ fn decide(d: &mut Diagnosis, e: &Evidence, holders: Holders) {
             what: "device memory PyTorch did not reserve (other processes, or this process outside PyTorch's allocator)".into(),
             too_small: format!("only {outside_pytorch} of the device's used memory is outside PyTorch's reserve"),
         }),
+        Holders::OthersOnly { others } => candidates.push(Holder {
+            causes: vec![cause::OTHER_PROCESS],
+            bytes: others,
+            what: "other processes' memory".into(),
+            too_small: format!(
+                "other processes hold at most {}",
+                Iv {
+                    low: others.high,
+                    high: others.high
+                }
+            ),
+        }),
         Holders::None => {}
     }
-    attribute(d, r, f, shortfall, candidates);
+    attribute(d, r, f, shortfall, candidates, e.reserved.is_some());
     finish_checks(d, e);
 }
 
@@ -408,7 +433,9 @@ fn fragmented(d: &mut Diagnosis, x: &Reserved, r: Iv) {
     );
 }
 
-fn attribute(d: &mut Diagnosis, r: Iv, f: Iv, shortfall: Iv, candidates: Vec<Holder>) {
+/// `whole`: the message gave PyTorch's figures, so memory no holder accounts for is in live
+/// tensors; without them, nothing is concluded from what is missing.
+fn attribute(d: &mut Diagnosis, r: Iv, f: Iv, shortfall: Iv, candidates: Vec<Holder>, whole: bool) {
     let mut sufficient: Vec<Holder> = Vec::new();
     for h in candidates {
         let with = f.plus(h.bytes);
@@ -459,7 +486,20 @@ fn attribute(d: &mut Diagnosis, r: Iv, f: Iv, shortfall: Iv, candidates: Vec<Hol
             }
         }
     }
-    if d.cause.is_none() && sufficient.is_empty() && d.undecided.is_empty() {
+    if d.cause.is_none() && sufficient.is_empty() && d.undecided.is_empty() && !whole {
+        d.summary = format!(
+            "{r} was refused with {f} free; the message stops before PyTorch's own figures, which decide whether live tensors or cached memory filled the rest."
+        );
+        d.undecided(
+            "What filled this process's memory?".into(),
+            vec![
+                cause::CAPACITY,
+                cause::FRAGMENTATION,
+                cause::OUTSIDE_ALLOCATOR,
+            ],
+            "the sentence with allocated and reserved-but-unallocated memory is missing".into(),
+        );
+    } else if d.cause.is_none() && sufficient.is_empty() && d.undecided.is_empty() {
         d.cause = Some(cause::CAPACITY);
         d.summary = format!(
             "{r} was refused with {f} free, and no memory that was not in live tensors would have covered the {shortfall} shortfall: the live set plus this request exceeds the card."

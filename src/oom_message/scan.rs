@@ -270,6 +270,15 @@ mod tests {
         assert_eq!(raised_as(t, 26).as_deref(), Some("torch.OutOfMemoryError"));
         assert_eq!(raised_as("note: CUDA", 6), None);
         assert_eq!(raised_as("CUDA", 0), None);
+        // Multi-byte characters right before the name or the device word (found by proptest).
+        assert_eq!(raised_as("é: CUDA", 4), None);
+        assert_eq!(
+            raised_as("éValueError: x", 14).as_deref(),
+            Some("ValueError")
+        );
+        let found = find_all("éCUDA out of memory. Tried to allocate 1.00 MiB");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].span.start_byte, 2);
     }
 
     #[test]
