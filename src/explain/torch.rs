@@ -605,7 +605,7 @@ fn malloc_async(
                 d.undecided(
                     format!("Who holds the {unexplained} PyTorch has not allocated?"),
                     vec![cause::PENDING_FREE, cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR],
-                    "the cudaMallocAsync pool keeps freed memory (reusable once the freeing stream reaches the free), other processes and libraries look the same in these figures".into(),
+                    "memory freed into the cudaMallocAsync pool but still pending on another stream, other processes and other libraries all look the same in these figures".into(),
                 );
                 nvidia_smi_check(d);
             }
