@@ -79,6 +79,31 @@ pub enum Command {
     Compare(CompareArgs),
     /// Many result folders (a fleet run) into one CSV and a Markdown table per GPU and driver.
     Merge(MergeArgs),
+    /// Explain an out-of-memory error message (PyTorch, vLLM, JAX/XLA, TensorFlow, NCCL,
+    /// cuBLAS, CUDA): its figures in bytes, the arithmetic, the cause, and what to check next.
+    #[command(
+        long_about = "Explain out-of-memory error messages: paste one, or give a whole log. For \
+each message found: its figures as printed and in bytes (as intervals: a figure printed with two \
+decimals is a range), the arithmetic that decides the case, the cause and any secondary ones, \
+what the numbers rule out or leave undecided, and the next checks as commands.\n\nExit codes: \
+0 at least one message explained; 1 no out-of-memory message recognized (the known formats are \
+listed); 2 the input could not be read."
+    )]
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The message (quote it, or give its words; they are joined with spaces).
+    #[arg(value_name = "MESSAGE", conflicts_with = "file")]
+    pub message: Vec<String>,
+    /// Read the text from a file (a whole log is fine), or `-` for stdin [default: stdin when
+    /// no MESSAGE is given].
+    #[arg(long, value_name = "PATH|-")]
+    pub file: Option<PathBuf>,
+    /// Print JSON (raw bytes, intervals as {low, high}) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@ mod calibrate;
 mod compare;
 mod crosscheck;
 mod devices;
+mod explain;
 mod hold;
 mod merge;
 mod plan;
@@ -33,5 +34,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),
+        Command::Explain(args) => explain::explain(&args),
     }
 }

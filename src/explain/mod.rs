@@ -1,0 +1,358 @@
+//! The diagnosis of an out-of-memory message: the arithmetic its numbers allow, the cause in
+//! the project's vocabulary (the causes `oom::diagnose` gives a run's OOM, plus
+//! `fraction-cap`), what the numbers rule out, what they leave undecided, and the next checks
+//! as commands to run.
+//!
+//! Every conclusion is drawn on intervals (`interval`): a case the printed precision cannot
+//! decide is reported as undecided, with the two candidates, rather than picked.
+
+mod interval;
+mod other;
+pub mod render;
+mod serving;
+mod torch;
+
+use serde::Serialize;
+
+use crate::oom_message::{Detail, OomMessage, Unrecognized};
+pub use interval::{Iv, Verdict};
+
+/// Version of the `--json` layout.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Cause names: those of `oom::diagnose`, so a message and a reproduction share a word.
+pub mod cause {
+    pub const FRAGMENTATION: &str = "fragmentation";
+    pub const OTHER_PROCESS: &str = "other-process";
+    pub const OUTSIDE_ALLOCATOR: &str = "outside-allocator";
+    pub const GRAPH_POOL: &str = "graph-pool";
+    pub const PENDING_FREE: &str = "pending-free";
+    pub const HELD_OUTSIDE_ANY_ALLOCATOR: &str = "held-outside-any-allocator";
+    pub const CAPACITY: &str = "capacity";
+    /// New here: the allocator's own cap (`set_per_process_memory_fraction`, a BFC limit,
+    /// JAX's preallocated fraction) refused the request while the device had room.
+    pub const FRACTION_CAP: &str = "fraction-cap";
+
+    /// Every cause `explain` can name.
+    pub const ALL: [&str; 8] = [
+        FRAGMENTATION,
+        OTHER_PROCESS,
+        OUTSIDE_ALLOCATOR,
+        GRAPH_POOL,
+        PENDING_FREE,
+        HELD_OUTSIDE_ANY_ALLOCATOR,
+        CAPACITY,
+        FRACTION_CAP,
+    ];
+}
+
+/// The shipped workload that reproduces a cause (`workloads/oom/…`), if one does.
+pub fn scenario(cause: &str) -> Option<&'static str> {
+    Some(match cause {
+        cause::FRAGMENTATION => "workloads/oom/fragmentation.toml",
+        cause::OTHER_PROCESS => "workloads/oom/other-tenant.toml",
+        cause::OUTSIDE_ALLOCATOR => "workloads/oom/outside-allocator.toml",
+        cause::GRAPH_POOL => "workloads/oom/graph-pool.toml",
+        cause::PENDING_FREE => "workloads/oom/pending-free.toml",
+        cause::HELD_OUTSIDE_ANY_ALLOCATOR => "workloads/oom/context-and-stack.toml",
+        cause::CAPACITY => "workloads/oom/peak-not-idle.toml",
+        _ => return None,
+    })
+}
+
+/// One line of arithmetic: a derived figure, how it was derived, and its bounds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// What the figure is, with its unit in the name (`other_processes_bytes`).
+    pub name: String,
+    /// How it was computed from the message's figures.
+    pub formula: String,
+    #[serde(flatten)]
+    pub value: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// Raw bytes, inclusive bounds.
+    Bytes { low: i64, high: i64 },
+    /// A fraction between 0 and 1, inclusive bounds.
+    Fraction { low: f64, high: f64 },
+    /// A count (tokens, elements).
+    Count { value: u64 },
+}
+
+/// A question the numbers cannot settle, and what would.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Undecided {
+    pub question: String,
+    pub candidates: Vec<&'static str>,
+    pub why: String,
+}
+
+/// A command to run next, and what it tells.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// Where it runs: `shell`, or `python` (a line for the failing program itself).
+    pub kind: CheckKind,
+    pub command: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckKind {
+    Shell,
+    Python,
+}
+
+/// The diagnosis of one message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    pub message: OomMessage,
+    /// One sentence for people.
+    pub summary: String,
+    pub arithmetic: Vec<Step>,
+    /// The cause the numbers decide; `None` when they cannot (see `undecided`).
+    pub cause: Option<&'static str>,
+    pub secondary_causes: Vec<&'static str>,
+    pub ruled_out: Vec<String>,
+    pub undecided: Vec<Undecided>,
+    /// Facts from the numbers that are not a cause (sentences).
+    pub findings: Vec<String>,
+    pub next_checks: Vec<Check>,
+}
+
+/// Everything `explain` says about a text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub format_version: u32,
+    pub explanations: Vec<Explanation>,
+    /// Lines that mention out-of-memory in a format none of the readers knows.
+    pub unrecognized: Vec<Unrecognized>,
+    pub known_formats: Vec<&'static str>,
+}
+
+/// Reads `text` (a message or a whole log) and explains every message in it.
+pub fn explain_text(text: &str) -> Report {
+    let messages = crate::oom_message::find_all(text);
+    let unrecognized = crate::oom_message::suspicious_lines(text, &messages);
+    Report {
+        format_version: FORMAT_VERSION,
+        explanations: explain_all(messages),
+        unrecognized,
+        known_formats: crate::oom_message::Format::ALL
+            .iter()
+            .map(|f| f.name())
+            .collect(),
+    }
+}
+
+/// Explains each message; a later message may lean on an earlier one of the same event (a
+/// TensorFlow tensor OOM on the BFC allocator message and statistics logged before it).
+pub fn explain_all(messages: Vec<OomMessage>) -> Vec<Explanation> {
+    let mut out: Vec<Explanation> = Vec::with_capacity(messages.len());
+    for m in messages {
+        let e = explain(m, &out);
+        out.push(e);
+    }
+    out
+}
+
+/// Explains one message; `earlier` holds the explanations of the messages before it.
+pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
+    let mut d = Diagnosis::default();
+    match &message.detail {
+        Detail::PytorchCaching { .. }
+        | Detail::PytorchCachingLegacy { .. }
+        | Detail::PytorchCudaMallocAsync { .. } => torch::diagnose(&message.detail, &mut d),
+        Detail::VllmStartupFreeMemory { .. }
+        | Detail::VllmNoKvCacheMemory {}
+        | Detail::VllmKvCacheTooSmall { .. }
+        | Detail::VllmMaxSeqLen { .. } => serving::diagnose(&message.detail, &mut d),
+        _ => other::diagnose(&message.detail, earlier, &mut d),
+    }
+    d.finish(message)
+}
+
+/// An explanation under construction.
+#[derive(Debug, Default)]
+pub(crate) struct Diagnosis {
+    pub summary: String,
+    pub arithmetic: Vec<Step>,
+    pub cause: Option<&'static str>,
+    pub secondary_causes: Vec<&'static str>,
+    pub ruled_out: Vec<String>,
+    pub undecided: Vec<Undecided>,
+    pub findings: Vec<String>,
+    pub next_checks: Vec<Check>,
+}
+
+fn saturating_i64(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
+
+impl Diagnosis {
+    /// Records a derived byte figure and returns it.
+    pub fn bytes(&mut self, name: &str, formula: &str, iv: Iv) -> Iv {
+        self.arithmetic.push(Step {
+            name: name.to_string(),
+            formula: formula.to_string(),
+            value: Value::Bytes {
+                low: saturating_i64(iv.low),
+                high: saturating_i64(iv.high),
+            },
+        });
+        iv
+    }
+
+    /// Records `part / whole` as a fraction and returns it.
+    pub fn fraction(
+        &mut self,
+        name: &str,
+        formula: &str,
+        part: Iv,
+        whole: Iv,
+    ) -> Option<(f64, f64)> {
+        let r = part.ratio(whole)?;
+        self.arithmetic.push(Step {
+            name: name.to_string(),
+            formula: formula.to_string(),
+            value: Value::Fraction {
+                low: r.0,
+                high: r.1,
+            },
+        });
+        Some(r)
+    }
+
+    pub fn count(&mut self, name: &str, formula: &str, value: u64) {
+        self.arithmetic.push(Step {
+            name: name.to_string(),
+            formula: formula.to_string(),
+            value: Value::Count { value },
+        });
+    }
+
+    pub fn check(&mut self, command: impl Into<String>, why: impl Into<String>) {
+        self.push_check(CheckKind::Shell, command.into(), why.into());
+    }
+
+    /// A line to add to the failing program.
+    pub fn check_python(&mut self, line: impl Into<String>, why: impl Into<String>) {
+        self.push_check(CheckKind::Python, line.into(), why.into());
+    }
+
+    fn push_check(&mut self, kind: CheckKind, command: String, why: String) {
+        if !self.next_checks.iter().any(|c| c.command == command) {
+            self.next_checks.push(Check { kind, command, why });
+        }
+    }
+
+    pub fn undecided(&mut self, question: String, candidates: Vec<&'static str>, why: String) {
+        self.undecided.push(Undecided {
+            question,
+            candidates,
+            why,
+        });
+    }
+
+    pub fn secondary(&mut self, cause: &'static str) {
+        if self.cause != Some(cause) && !self.secondary_causes.contains(&cause) {
+            self.secondary_causes.push(cause);
+        }
+    }
+
+    /// The reproduction of the primary cause first, then the rest in order of insertion.
+    fn finish(mut self, message: OomMessage) -> Explanation {
+        let mut checks = Vec::new();
+        if let Some(path) = self.cause.and_then(scenario) {
+            checks.push(Check {
+                kind: CheckKind::Shell,
+                command: format!("headroom run {path}"),
+                why: format!(
+                    "reproduces `{}` on this card (or on the simulator without a GPU), with the evidence at the refusal",
+                    self.cause.unwrap_or_default()
+                ),
+            });
+        }
+        if self.cause.is_none() {
+            for c in self.undecided.iter().flat_map(|u| u.candidates.iter()) {
+                if let Some(path) = scenario(c)
+                    && !checks.iter().any(|k: &Check| k.command.ends_with(path))
+                {
+                    checks.push(Check {
+                        kind: CheckKind::Shell,
+                        command: format!("headroom run {path}"),
+                        why: format!("reproduces `{c}`, one of the candidates, with the evidence that tells it apart"),
+                    });
+                }
+            }
+        }
+        checks.append(&mut self.next_checks);
+        Explanation {
+            message,
+            summary: self.summary,
+            arithmetic: self.arithmetic,
+            cause: self.cause,
+            secondary_causes: self.secondary_causes,
+            ruled_out: self.ruled_out,
+            undecided: self.undecided,
+            findings: self.findings,
+            next_checks: checks,
+        }
+    }
+}
+
+/// The snapshot checks, for the frameworks that can record one (PyTorch, vLLM on PyTorch).
+pub(crate) fn snapshot_checks(d: &mut Diagnosis) {
+    d.check_python(
+        "torch.cuda.memory._record_memory_history(max_entries=1_000_000)",
+        "at the start of the program, with torch.cuda.memory._dump_snapshot(\"oom.pickle\") in the except handler: records every allocation and free up to the failure",
+    );
+    d.check(
+        "headroom import torch oom.pickle",
+        "turns the snapshot into a headroom allocation log: segments, blocks and the failing request",
+    );
+    d.check(
+        "headroom replay oom.pickle --try-settings",
+        "replays the snapshot under other allocator settings and says which would have served the request",
+    );
+}
+
+/// Who holds memory on the device now, to compare with the message.
+pub(crate) fn nvidia_smi_check(d: &mut Diagnosis) {
+    d.check(
+        "nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
+        "lists every process holding memory on the GPUs, by PID, to match against the message",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_causes_are_the_run_diagnosis_vocabulary() {
+        // Every cause but the new fraction cap is a word `oom::diagnose` already uses.
+        let oom_rs = include_str!("../oom.rs");
+        for c in cause::ALL {
+            if c != cause::FRACTION_CAP {
+                assert!(
+                    oom_rs.contains(&format!("\"{c}\"")),
+                    "{c} is not in src/oom.rs"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_scenario_named_exists() {
+        for c in cause::ALL {
+            if let Some(path) = scenario(c) {
+                let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+                assert!(full.is_file(), "{path}");
+            }
+        }
+    }
+}

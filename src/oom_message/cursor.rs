@@ -1,0 +1,246 @@
+//! A forward-only reader over a window of text, for the format readers.
+//!
+//! Every step either consumes what it expects or leaves the position where it was, so a
+//! reader tries alternatives without backtracking over more than one token. A space in an
+//! expected literal matches one or more whitespace characters of any kind: logs and pasted
+//! messages wrap lines where the framework printed one space.
+
+use super::size::{Quantity, torch_bytes, tsl_bytes, vllm_gib_bytes};
+
+/// The largest char boundary at or below `i`.
+pub fn floor_boundary(text: &str, i: usize) -> usize {
+    let mut i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[derive(Debug, Clone)]
+pub struct Cursor<'a> {
+    text: &'a str,
+    pub pos: usize,
+    end: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// Reads `text[pos..end]`; `end` is brought down to a char boundary.
+    pub fn new(text: &'a str, pos: usize, end: usize) -> Cursor<'a> {
+        let end = floor_boundary(text, end);
+        Cursor {
+            text,
+            pos: floor_boundary(text, pos.min(end)),
+            end,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn rest(&self) -> &'a str {
+        &self.text[self.pos..self.end]
+    }
+
+    pub fn skip_ws(&mut self) -> usize {
+        let start = self.pos;
+        let bytes = self.text.as_bytes();
+        while self.pos < self.end && bytes[self.pos].is_ascii_whitespace() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    /// Skips spaces and tabs only: stays on the line.
+    pub fn skip_blanks(&mut self) {
+        let bytes = self.text.as_bytes();
+        while self.pos < self.end && matches!(bytes[self.pos], b' ' | b'\t') {
+            self.pos += 1;
+        }
+    }
+
+    /// Consumes `lit`, where each run of spaces matches one or more whitespace characters.
+    pub fn lit(&mut self, lit: &str) -> bool {
+        self.matches(lit, 1)
+    }
+
+    /// As `lit`, but a run of spaces may also match nothing (`"(rounded to 8)requested"`).
+    pub fn lit_loose(&mut self, lit: &str) -> bool {
+        self.matches(lit, 0)
+    }
+
+    fn matches(&mut self, lit: &str, min_ws: usize) -> bool {
+        let start = self.pos;
+        let want = lit.as_bytes();
+        let bytes = self.text.as_bytes();
+        let mut i = 0;
+        while i < want.len() {
+            if want[i] == b' ' {
+                while i < want.len() && want[i] == b' ' {
+                    i += 1;
+                }
+                if self.skip_ws() < min_ws {
+                    self.pos = start;
+                    return false;
+                }
+            } else if self.pos < self.end && bytes[self.pos] == want[i] {
+                self.pos += 1;
+                i += 1;
+            } else {
+                self.pos = start;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs `f`; when it returns `None`, puts the position back.
+    pub fn attempt<T>(&mut self, f: impl FnOnce(&mut Cursor<'a>) -> Option<T>) -> Option<T> {
+        let start = self.pos;
+        let out = f(self);
+        if out.is_none() {
+            self.pos = start;
+        }
+        out
+    }
+
+    fn take_while(&mut self, keep: impl Fn(u8) -> bool) -> &'a str {
+        let start = self.pos;
+        let bytes = self.text.as_bytes();
+        while self.pos < self.end && keep(bytes[self.pos]) {
+            self.pos += 1;
+        }
+        &self.text[start..self.pos]
+    }
+
+    /// Digits, at most 19 of them (a u64).
+    pub fn uint(&mut self) -> Option<u64> {
+        self.attempt(|c| {
+            let digits = c.take_while(|b| b.is_ascii_digit());
+            if digits.is_empty() || digits.len() > 19 {
+                return None;
+            }
+            digits.parse().ok()
+        })
+    }
+
+    /// A signed integer, as NCCL and `%d` print error codes.
+    pub fn int(&mut self) -> Option<i64> {
+        self.attempt(|c| {
+            let negative = c.lit_loose("-");
+            let v = i64::try_from(c.uint()?).ok()?;
+            Some(if negative { -v } else { v })
+        })
+    }
+
+    /// A decimal literal as text (`"79.11"`), not yet interpreted; at most 40 characters.
+    pub fn number_text(&mut self) -> Option<&'a str> {
+        self.attempt(|c| {
+            let end = c.end;
+            c.end = (c.pos + 40).min(end);
+            let t = c.take_while(|b| b.is_ascii_digit() || b == b'.');
+            c.end = end;
+            (!t.is_empty() && t.bytes().any(|b| b.is_ascii_digit())).then_some(t)
+        })
+    }
+
+    /// A run of characters up to whitespace or any of `stops`.
+    pub fn token(&mut self, stops: &[u8]) -> Option<&'a str> {
+        let t = self.take_while(|b| !b.is_ascii_whitespace() && !stops.contains(&b));
+        (!t.is_empty()).then_some(t)
+    }
+
+    /// Everything up to (not including) `stop` on the current line.
+    pub fn until_on_line(&mut self, stop: u8) -> Option<&'a str> {
+        self.attempt(|c| {
+            let t = c.take_while(|b| b != stop && b != b'\n');
+            (c.pos < c.end && c.text.as_bytes()[c.pos] == stop).then_some(t)
+        })
+    }
+
+    /// The rest of the current line, newline excluded.
+    pub fn rest_of_line(&mut self) -> &'a str {
+        self.take_while(|b| b != b'\n')
+    }
+
+    /// A size as PyTorch's `format_size` prints it: `786.00 MiB`, `0 bytes`.
+    pub fn torch_size(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let start = c.pos;
+            let number = c.number_text()?;
+            if c.skip_ws() == 0 {
+                return None;
+            }
+            let unit = c.token(b".,;:()")?;
+            let bytes = torch_bytes(number, unit)?;
+            Some(Quantity {
+                printed: c.text[start..c.pos].to_string(),
+                bytes,
+            })
+        })
+    }
+
+    /// A size as tsl's `HumanReadableNumBytes` prints it: `16.00GiB`, `512B`.
+    pub fn tsl_size(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let start = c.pos;
+            c.number_text()?;
+            c.take_while(|b| b.is_ascii_alphabetic());
+            let printed = &c.text[start..c.pos];
+            Some(Quantity {
+                printed: printed.to_string(),
+                bytes: tsl_bytes(printed)?,
+            })
+        })
+    }
+
+    /// A number vLLM printed with `format_gib` (the ` GiB` after it is the caller's).
+    pub fn vllm_gib(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let number = c.number_text()?;
+            Some(Quantity {
+                printed: format!("{number} GiB"),
+                bytes: vllm_gib_bytes(number)?,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spaces_match_any_whitespace_and_failures_rewind() {
+        let text = "is reserved by\n   PyTorch but";
+        let mut c = Cursor::new(text, 0, text.len());
+        assert!(!c.lit("is reserved at"));
+        assert_eq!(c.pos, 0);
+        assert!(c.lit("is reserved by PyTorch"));
+        assert_eq!(c.rest(), " but");
+        let mut c = Cursor::new("8)requested", 0, 11);
+        assert_eq!(c.uint(), Some(8));
+        assert!(!c.clone().lit(") requested"));
+        assert!(c.lit_loose(") requested"));
+    }
+
+    #[test]
+    fn sizes_keep_their_printed_text() {
+        let text = "786.00 MiB. GPU";
+        let mut c = Cursor::new(text, 0, text.len());
+        let q = c.torch_size().unwrap();
+        assert_eq!(q.printed, "786.00 MiB");
+        assert_eq!(c.rest(), ". GPU");
+        let mut c = Cursor::new("16.00GiB.", 0, 9);
+        assert_eq!(c.tsl_size().unwrap().printed, "16.00GiB");
+        let mut c = Cursor::new("7.0 GiB", 0, 7);
+        assert_eq!(c.vllm_gib().unwrap().printed, "7.0 GiB");
+    }
+
+    #[test]
+    fn windows_end_on_char_boundaries() {
+        let text = "1.00 Mié";
+        let c = Cursor::new(text, 0, text.len() - 1);
+        assert!(c.rest().is_char_boundary(c.rest().len()));
+        let mut c = Cursor::new(text, 0, text.len());
+        assert!(c.torch_size().is_none());
+        assert_eq!(c.pos, 0);
+    }
+}

@@ -1,0 +1,139 @@
+//! vLLM's start-up refusals, read as vLLM raises them.
+//!
+//! - `vllm/v1/worker/utils.py` `request_memory` (commit 001cabc1 of vllm-project/vllm):
+//!   `f"Free memory on device {device} ({format_gib(free)}/{format_gib(total)} GiB) on startup
+//!   is less than desired GPU memory utilization ({utilization}, {format_gib(requested)} GiB).
+//!   Decrease GPU memory utilization or reduce GPU memory used by other processes."`; older
+//!   releases printed no device.
+//! - `vllm/v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: "No available memory for
+//!   the cache blocks. …" when nothing is left, else "To serve at least one request with the
+//!   models's max seq len ({max_model_len}), ({format_gib(needed)} GiB KV cache is needed, which
+//!   is larger than the available KV cache memory ({format_gib(available)} GiB). Based on the
+//!   available memory, the estimated maximum model length is {n}. …" (other releases: "model's"
+//!   and no parenthesis before the size).
+//! - `vllm/worker/worker.py` `raise_if_cache_size_invalid` (before V1): "The model's max seq len
+//!   ({max_model_len}) is larger than the maximum number of tokens that can be stored in KV
+//!   cache ({max_seq_len}). …".
+//!
+//! `format_gib` (`vllm/utils/mem_utils.py`, commit a6d5c390) is `round(b / GiB_bytes, 2)`.
+
+use super::Detail;
+use super::cursor::Cursor;
+use super::scan::{Found, raised_as};
+
+const WINDOW: usize = 2048;
+
+type Reader = fn(&mut Cursor) -> Option<Detail>;
+
+pub(super) fn find(text: &str, out: &mut Vec<Found>) {
+    let readers: [(&str, Reader); 4] = [
+        ("Free memory on device", startup_free_memory),
+        (
+            "No available memory for the cache blocks.",
+            no_kv_cache_memory,
+        ),
+        (
+            "To serve at least one request with the model",
+            kv_cache_too_small,
+        ),
+        ("The model's max seq len (", max_seq_len),
+    ];
+    for (anchor, read) in readers {
+        for (at, _) in text.match_indices(anchor) {
+            let mut c = Cursor::new(text, at + anchor.len(), at + anchor.len() + WINDOW);
+            if let Some(detail) = c.attempt(read) {
+                out.push(Found {
+                    start: at,
+                    end: c.pos,
+                    raised_as: raised_as(text, at),
+                    detail,
+                });
+            }
+        }
+    }
+}
+
+/// " See https://docs.vllm.ai/… for more details."
+fn see_more(c: &mut Cursor) {
+    c.attempt(|c| {
+        c.lit(" See ").then_some(())?;
+        c.token(b"")?;
+        c.lit(" for more details.").then_some(())
+    });
+}
+
+fn startup_free_memory(c: &mut Cursor) -> Option<Detail> {
+    let device = c.attempt(|c| {
+        c.lit(" ").then_some(())?;
+        c.token(b"(").map(str::to_string)
+    });
+    c.lit(" (").then_some(())?;
+    let device_free = c.vllm_gib()?;
+    c.lit("/").then_some(())?;
+    let device_total = c.vllm_gib()?;
+    c.lit(" GiB) on startup is less than desired GPU memory utilization (")
+        .then_some(())?;
+    let gpu_memory_utilization = c.number_text()?.to_string();
+    c.lit(", ").then_some(())?;
+    let requested = c.vllm_gib()?;
+    c.lit(" GiB).").then_some(())?;
+    c.lit(" Decrease GPU memory utilization or reduce GPU memory used by other processes.");
+    Some(Detail::VllmStartupFreeMemory {
+        device,
+        device_free,
+        device_total,
+        gpu_memory_utilization,
+        requested,
+    })
+}
+
+fn no_kv_cache_memory(c: &mut Cursor) -> Option<Detail> {
+    if c.lit(" Try increasing `gpu_memory_utilization` when initializing the engine.") {
+        see_more(c);
+    }
+    Some(Detail::VllmNoKvCacheMemory {})
+}
+
+fn kv_cache_too_small(c: &mut Cursor) -> Option<Detail> {
+    (c.lit_loose("'s max seq len (") || c.lit_loose("s's max seq len (")).then_some(())?;
+    let max_model_len = c.uint()?;
+    c.lit_loose("),").then_some(())?;
+    c.lit(" (");
+    c.skip_ws();
+    let kv_cache_needed = c.vllm_gib()?;
+    c.lit(" GiB KV cache is needed, which is larger than the available KV cache memory (")
+        .then_some(())?;
+    let kv_cache_available = c.vllm_gib()?;
+    c.lit(" GiB).").then_some(())?;
+    let estimated_max_model_len = c.attempt(|c| {
+        c.lit(" Based on the available memory,");
+        c.lit(" the");
+        (c.lit(" estimated maximum model length is ")
+            || c.lit(" Estimated maximum model length is "))
+        .then_some(())?;
+        let n = c.uint()?;
+        c.lit_loose(".").then_some(n)
+    });
+    if c.lit(" Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.") {
+        see_more(c);
+    }
+    Some(Detail::VllmKvCacheTooSmall {
+        max_model_len,
+        kv_cache_needed,
+        kv_cache_available,
+        estimated_max_model_len,
+    })
+}
+
+fn max_seq_len(c: &mut Cursor) -> Option<Detail> {
+    let max_model_len = c.uint()?;
+    c.lit(") is larger than the maximum number of tokens that can be stored in KV cache (")
+        .then_some(())?;
+    let kv_cache_tokens = c.uint()?;
+    c.lit_loose(").").then_some(())?;
+    c.lit(" Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.");
+    Some(Detail::VllmMaxSeqLen {
+        max_model_len,
+        kv_cache_tokens,
+    })
+}
