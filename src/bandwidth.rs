@@ -194,7 +194,7 @@ pub fn measure(
             device: dev.info().clone(),
             size_bytes,
             repeats,
-            modeled: dev.info().backend == "sim",
+            modeled: dev.info().is_sim(),
             rows,
             ratios: Vec::new(),
             verify_mismatches: mismatches,
@@ -253,7 +253,9 @@ pub fn render(r: &BandwidthReport) -> String {
         r.device
             .profile
             .as_deref()
-            .map_or(r.device.backend.clone(), |p| format!("sim, profile {p}")),
+            .map_or(r.device.backend.to_string(), |p| format!(
+                "sim, profile {p}"
+            )),
         Bytes(r.size_bytes),
         r.repeats,
         if r.modeled {

@@ -150,8 +150,8 @@ pub struct ReplayArgs {
     /// `Thread,Time,Action,Pointer,Size,Stream` CSV.
     pub log: PathBuf,
     /// The allocator to replay against.
-    #[arg(long, value_parser = ["direct", "pool", "caching"], default_value = "caching")]
-    pub allocator: String,
+    #[arg(long, value_enum, default_value_t = crate::alloc::AllocatorKind::Caching)]
+    pub allocator: crate::alloc::AllocatorKind,
     /// Caching-allocator settings as PyTorch spells them, e.g.
     /// "max_split_size_mb:128,expandable_segments:True".
     #[arg(long, value_name = "SETTINGS")]

@@ -7,6 +7,7 @@
 pub mod alloc;
 pub mod bandwidth;
 pub mod calibrate;
+pub mod cause;
 pub mod cli;
 pub mod commands;
 pub mod crosscheck;

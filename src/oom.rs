@@ -7,6 +7,43 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::cause::Cause;
+
+/// What refused a request, as `summary.json` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedBy {
+    /// `cuMemAlloc` outside any allocator, or the driver itself (a kernel's stack).
+    Driver,
+    Direct,
+    Pool,
+    Caching,
+    /// The graph allocator, mapping a graph's memory at upload or launch.
+    Graph,
+}
+
+impl From<crate::alloc::AllocatorKind> for RefusedBy {
+    fn from(k: crate::alloc::AllocatorKind) -> Self {
+        match k {
+            crate::alloc::AllocatorKind::Direct => RefusedBy::Direct,
+            crate::alloc::AllocatorKind::Pool => RefusedBy::Pool,
+            crate::alloc::AllocatorKind::Caching => RefusedBy::Caching,
+        }
+    }
+}
+
+impl std::fmt::Display for RefusedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefusedBy::Driver => "driver",
+            RefusedBy::Direct => "direct",
+            RefusedBy::Pool => "pool",
+            RefusedBy::Caching => "caching",
+            RefusedBy::Graph => "graph",
+        })
+    }
+}
+
 use crate::device::{NvmlMemory, ProcessUsage};
 use crate::units::Bytes;
 
@@ -19,9 +56,9 @@ pub struct OomRecord {
     pub step: String,
     pub op: String,
     pub name: String,
-    /// The allocator that refused (`direct`, `pool`, `caching`), or `driver` for a direct
-    /// driver allocation outside the allocator.
-    pub via: String,
+    /// What refused: the allocator, the driver (an allocation outside the allocator, a
+    /// kernel's stack) or the graph allocator.
+    pub via: RefusedBy,
     pub requested_bytes: u64,
     /// After the allocator's rounding: what PyTorch reports as "Tried to allocate".
     pub rounded_bytes: u64,
@@ -75,8 +112,8 @@ pub struct OomRecord {
 pub struct Diagnosis {
     /// The article's table row that fits best.
     pub observation: String,
-    /// Short machine-readable causes found in the evidence.
-    pub causes: Vec<String>,
+    /// The causes found in the evidence.
+    pub causes: Vec<Cause>,
     /// Findings, each a sentence with the numbers.
     pub findings: Vec<String>,
     pub check_next: Vec<String>,
@@ -140,7 +177,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     let others_bytes: u64 = others.iter().filter_map(|p| p.used_bytes).sum();
     if !others.is_empty() {
         observation = OBS_DISAGREE;
-        causes.push("other-process".to_string());
+        causes.push(Cause::OtherProcess);
         let list: Vec<String> = others
             .iter()
             .map(|p| {
@@ -163,10 +200,10 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     let gap = r.reserved_but_unallocated_bytes;
     // The block-level evidence exists only for an allocator that reports its free blocks; the
     // driver's pool does not, and its gap is read below as pending frees.
-    let knows_blocks = r.via == "caching";
+    let knows_blocks = r.via == RefusedBy::Caching;
     if knows_blocks && gap >= need && r.largest_free_block_bytes < need {
         observation = OBS_GAP;
-        causes.push("fragmentation".to_string());
+        causes.push(Cause::Fragmentation);
         findings.push(format!(
             "The allocator held {} reserved but unallocated — the subtraction says {} would fit — but its largest free block was {}, and {} inactive split blocks held {}: no single piece could take the request.",
             Bytes(gap),
@@ -185,7 +222,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     }
 
     if r.outside_allocator_bytes > 0 {
-        causes.push("outside-allocator".to_string());
+        causes.push(Cause::OutsideAllocator);
         if observation == OBS_LOOKS_FREE {
             observation = OBS_DISAGREE;
         }
@@ -212,7 +249,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         let pending = r.alloc_reserved_bytes - r.alloc_allocated_bytes;
         if pending >= need {
             observation = OBS_GAP;
-            causes.push("pending-free".to_string());
+            causes.push(Cause::PendingFree);
 
             findings.push(format!(
                 "The stream-ordered pool held {} that was freed but not yet reusable by this stream (frees still pending behind queued work, or released only at the next synchronize).",
@@ -223,7 +260,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     }
 
     if r.unexplained_used_bytes > (2 << 20) && others.is_empty() {
-        causes.push("held-outside-any-allocator".to_string());
+        causes.push(Cause::HeldOutsideAnyAllocator);
         findings.push(format!(
             "{} of device memory in use is neither this run's allocations nor its idle baseline: memory the driver took for this process (stack reservation, loaded modules, graph memory) or another process that NVML does not show.",
             Bytes(r.unexplained_used_bytes as u64)
@@ -233,7 +270,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
 
     if need <= r.idle_device_free_bytes && causes.is_empty() {
         observation = OBS_SMALL_FITS;
-        causes.push("peak-not-idle".to_string());
+        causes.push(Cause::PeakNotIdle);
         findings.push(format!(
             "The request would have fit in the idle reading's {} free; it failed because this run already held {} at its demanding moment. The idle reading is not the peak.",
             Bytes(r.idle_device_free_bytes),
@@ -242,7 +279,7 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         check.push("Compare the defined peak of the workload with the idle reading, phase by phase (summary.json peaks), not the idle free memory alone.".to_string());
     }
     if causes.is_empty() {
-        causes.push("capacity".to_string());
+        causes.push(Cause::Capacity);
         findings.push(format!(
             "The request is larger than what was free even at idle ({}): a genuine capacity limit for this workload shape.",
             Bytes(r.idle_device_free_bytes)
@@ -265,7 +302,7 @@ fn graph_evidence(
     r: &OomRecord,
     need: u64,
     observation: &mut &'static str,
-    causes: &mut Vec<String>,
+    causes: &mut Vec<Cause>,
     findings: &mut Vec<String>,
     check: &mut Vec<String>,
 ) {
@@ -288,7 +325,7 @@ fn graph_evidence(
         *observation = OBS_DISAGREE;
     }
     if r.device_free_bytes < need && need <= r.device_free_bytes + unused {
-        causes.push("graph-pool".to_string());
+        causes.push(Cause::GraphPool);
         findings.push(format!(
             "{} of graph memory was reserved but used by no graph (memory of destroyed or idle graphs stays in the graph pool until trimmed): with it returned, {} would have been free and the request would have fit.",
             Bytes(unused),
@@ -296,7 +333,7 @@ fn graph_evidence(
         ));
         check.push("Trim graph memory (cuDeviceGraphMemTrim) after destroying graphs, or budget the graph pool's reserved high-water mark (CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH), not the graphs alive now.".to_string());
     } else if r.device_free_bytes < need && need <= r.device_free_bytes + reserved + exec {
-        causes.push("graph-memory".to_string());
+        causes.push(Cause::GraphMemory);
         findings.push(format!(
             "Graphs alive at that instant (their mapped memory, live graph allocations and executables) held {}: the request fits only without them.",
             Bytes(used + exec)
@@ -320,7 +357,7 @@ mod tests {
             step: "3".into(),
             op: "allocate".into(),
             name: "x".into(),
-            via: "caching".into(),
+            via: RefusedBy::Caching,
             requested_bytes: 100 * MIB,
             rounded_bytes: 100 * MIB,
             driver_request_bytes: 100 * MIB,
@@ -359,7 +396,7 @@ mod tests {
     fn fragmentation_is_a_gap_with_no_large_enough_block() {
         let d = diagnose(&record());
         assert_eq!(d.observation, OBS_GAP);
-        assert_eq!(d.causes, ["fragmentation"]);
+        assert_eq!(d.causes, [Cause::Fragmentation]);
         assert!(d.findings.iter().any(|f| f.contains("2.00 GiB reserved but unallocated") && f.contains("18.00 MiB")), "{d:?}");
     }
 
@@ -404,7 +441,7 @@ mod tests {
         r.processes_doubt = crate::device::process_list_doubt(r.processes.as_ref().unwrap(), None);
         assert!(r.processes_doubt.is_some());
         let d = diagnose(&r);
-        assert!(!d.causes.iter().any(|c| c == "other-process"), "{d:?}");
+        assert!(!d.causes.contains(&Cause::OtherProcess), "{d:?}");
         assert!(
             !d.findings.iter().any(|f| f.contains("pid 4242 holds")),
             "{d:?}"
@@ -420,7 +457,7 @@ mod tests {
     #[test]
     fn unused_graph_memory_that_a_trim_would_return_is_a_graph_pool_cause() {
         let mut r = record();
-        r.via = "direct".into();
+        r.via = RefusedBy::Direct;
         r.reserved_but_unallocated_bytes = 0;
         r.alloc_reserved_bytes = 0;
         r.alloc_allocated_bytes = 0;
@@ -428,7 +465,7 @@ mod tests {
         r.graph_used_bytes = Some(0);
         r.graph_exec_bytes = Some(0);
         let d = diagnose(&r);
-        assert_eq!(d.causes, ["graph-pool"], "{d:?}");
+        assert_eq!(d.causes, [Cause::GraphPool], "{d:?}");
         assert_eq!(d.observation, OBS_DISAGREE);
         assert!(
             d.findings
@@ -438,7 +475,7 @@ mod tests {
         );
         // Used by a live graph: a trim would not help.
         r.graph_used_bytes = Some(GIB);
-        assert_eq!(diagnose(&r).causes, ["graph-memory"]);
+        assert_eq!(diagnose(&r).causes, [Cause::GraphMemory]);
     }
 
     #[test]
@@ -448,6 +485,6 @@ mod tests {
         r.largest_free_block_bytes = 0;
         let d = diagnose(&r);
         assert_eq!(d.observation, OBS_SMALL_FITS);
-        assert_eq!(d.causes, ["peak-not-idle"]);
+        assert_eq!(d.causes, [Cause::PeakNotIdle]);
     }
 }

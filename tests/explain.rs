@@ -320,7 +320,13 @@ fn a_log_with_several_messages_explains_each_in_order() {
     let seen: Vec<(usize, &str, Option<&str>)> = r
         .explanations
         .iter()
-        .map(|e| (e.message.span.line, e.message.format().name(), e.cause))
+        .map(|e| {
+            (
+                e.message.span.line,
+                e.message.format().name(),
+                e.cause.map(|c| c.as_str()),
+            )
+        })
         .collect();
     assert_eq!(
         seen,

@@ -17,8 +17,8 @@ pub struct DirectAllocator {
 }
 
 impl Allocator for DirectAllocator {
-    fn kind(&self) -> &'static str {
-        "direct"
+    fn kind(&self) -> crate::alloc::AllocatorKind {
+        crate::alloc::AllocatorKind::Direct
     }
 
     fn allocate(

@@ -95,10 +95,37 @@ impl AllocStats {
     }
 }
 
+/// Which allocator serves a workload's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocatorKind {
+    /// One `cuMemAlloc` per request.
+    Direct,
+    /// The driver's stream-ordered pool (`cuMemAllocFromPoolAsync`).
+    Pool,
+    /// A model of PyTorch's native caching allocator.
+    Caching,
+}
+
+impl AllocatorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllocatorKind::Direct => "direct",
+            AllocatorKind::Pool => "pool",
+            AllocatorKind::Caching => "caching",
+        }
+    }
+}
+
+impl std::fmt::Display for AllocatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How a workload's memory is obtained.
 pub trait Allocator: Send {
-    /// `direct`, `pool` or `caching`.
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> AllocatorKind;
 
     fn allocate(
         &mut self,
@@ -161,11 +188,11 @@ pub enum AllocatorSpec {
 }
 
 impl AllocatorSpec {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> AllocatorKind {
         match self {
-            AllocatorSpec::Direct => "direct",
-            AllocatorSpec::Pool(_) => "pool",
-            AllocatorSpec::Caching(_) => "caching",
+            AllocatorSpec::Direct => AllocatorKind::Direct,
+            AllocatorSpec::Pool(_) => AllocatorKind::Pool,
+            AllocatorSpec::Caching(_) => AllocatorKind::Caching,
         }
     }
 

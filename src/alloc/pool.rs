@@ -25,8 +25,8 @@ impl PoolAllocator {
 }
 
 impl Allocator for PoolAllocator {
-    fn kind(&self) -> &'static str {
-        "pool"
+    fn kind(&self) -> crate::alloc::AllocatorKind {
+        crate::alloc::AllocatorKind::Pool
     }
 
     fn allocate(

@@ -27,7 +27,7 @@ pub fn hold(
 
     let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
     let d = opened.device.as_mut();
-    let simulated = d.info().backend == "sim";
+    let simulated = d.info().is_sim();
     let ptr = if simulated {
         None
     } else {

@@ -1,18 +1,20 @@
 //! `headroom replay LOG.csv`.
 
-use crate::alloc::AllocatorSpec;
 use crate::alloc::caching::CachingConfig;
 use crate::alloc::replay::{BadRowPolicy, ReplayOptions, replay_file};
+use crate::alloc::{AllocatorKind, AllocatorSpec};
 use crate::cli::{DeviceArgs, ReplayArgs};
 use crate::device::PoolConfig;
 use crate::device::select;
 
 pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
-    let spec = match (args.allocator.as_str(), &args.settings) {
-        ("caching", s) => AllocatorSpec::Caching(CachingConfig::parse(s.as_deref().unwrap_or(""))?),
+    let spec = match (args.allocator, &args.settings) {
+        (AllocatorKind::Caching, s) => {
+            AllocatorSpec::Caching(CachingConfig::parse(s.as_deref().unwrap_or(""))?)
+        }
         (kind, Some(_)) => anyhow::bail!("--settings applies to the caching allocator, not {kind}"),
-        ("pool", None) => AllocatorSpec::Pool(PoolConfig::default()),
-        _ => AllocatorSpec::Direct,
+        (AllocatorKind::Pool, None) => AllocatorSpec::Pool(PoolConfig::default()),
+        (AllocatorKind::Direct, None) => AllocatorSpec::Direct,
     };
     anyhow::ensure!(
         args.log.is_file(),

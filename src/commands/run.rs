@@ -85,12 +85,12 @@ fn refuse_shared(opened: &mut Opened) -> anyhow::Result<()> {
 fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<TenantLaunch>> {
     let info = opened.device.info();
     let forced = std::env::var(TENANT_PROCESS_ENV).is_ok_and(|v| v == "1");
-    if info.backend == "sim" && !forced {
+    if info.is_sim() && !forced {
         return Ok(None);
     }
     let mut device_args = vec![
         "--backend".to_string(),
-        info.backend.clone(),
+        info.backend.to_string(),
         "--device".to_string(),
         dev.index.to_string(),
     ];

@@ -132,11 +132,42 @@ impl Default for PoolConfig {
     }
 }
 
+/// Which backend an opened device runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The NVIDIA driver (or a library that stands in for it).
+    Cuda,
+    /// The simulated device.
+    Sim,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Sim => "sim",
+        }
+    }
+}
+
+impl DeviceInfo {
+    /// Whether the device is the simulator (virtual time, modeled figures).
+    pub fn is_sim(&self) -> bool {
+        self.backend == BackendKind::Sim
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a device is, for reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
-    /// `cuda` or `sim`.
-    pub backend: String,
+    pub backend: BackendKind,
     /// The simulated profile's name, or `None` on a real GPU.
     pub profile: Option<String>,
     pub index: u32,

@@ -312,7 +312,11 @@ fn render_one(o: &mut String, e: &Explanation, index: usize, count: usize) {
     }
     let _ = writeln!(o, "    {}", e.summary);
     if !e.secondary_causes.is_empty() {
-        let _ = writeln!(o, "  also: {}", e.secondary_causes.join(", "));
+        let _ = writeln!(
+            o,
+            "  also: {}",
+            crate::cause::join(&e.secondary_causes, ", ")
+        );
     }
     let mut list = |title: &str, items: Vec<String>| {
         if !items.is_empty() {
@@ -327,7 +331,14 @@ fn render_one(o: &mut String, e: &Explanation, index: usize, count: usize) {
         "undecided",
         e.undecided
             .iter()
-            .map(|u| format!("{} ({}): {}", u.question, u.candidates.join(" or "), u.why))
+            .map(|u| {
+                format!(
+                    "{} ({}): {}",
+                    u.question,
+                    crate::cause::join(&u.candidates, " or "),
+                    u.why
+                )
+            })
             .collect(),
     );
     list("findings", e.findings.clone());

@@ -9,7 +9,7 @@
 //! covers the shortfall is a cause; the largest is the primary one.
 
 use super::interval::{Iv, Verdict, percent};
-use super::{Diagnosis, cause, nvidia_smi_check, snapshot_checks};
+use super::{Cause, Diagnosis, cause, nvidia_smi_check, snapshot_checks};
 use crate::oom_message::{Detail, ProcessUse, Quantity};
 
 pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
@@ -282,7 +282,7 @@ fn holders(
 
 /// A holder of memory that might have served the request.
 struct Holder {
-    causes: Vec<&'static str>,
+    causes: Vec<Cause>,
     bytes: Iv,
     /// What it is, for sentences ("this process's memory outside PyTorch's allocator").
     what: String,
@@ -447,7 +447,7 @@ fn attribute(d: &mut Diagnosis, r: Iv, f: Iv, shortfall: Iv, candidates: Vec<Hol
                 format!("free + that = {with} against the {r} request: the printed precision cannot tell"),
             ),
             Verdict::No => {
-                let name = h.causes.join(" or ");
+                let name = crate::cause::join(&h.causes, " or ");
                 d.ruled_out.push(format!(
                     "not {name}: {}, less than the {shortfall} shortfall",
                     h.too_small
@@ -508,7 +508,7 @@ fn attribute(d: &mut Diagnosis, r: Iv, f: Iv, shortfall: Iv, candidates: Vec<Hol
 }
 
 fn finish_checks(d: &mut Diagnosis, e: &Evidence) {
-    let named: Vec<&'static str> = cause::ALL
+    let named: Vec<Cause> = cause::ALL
         .into_iter()
         .filter(|c| {
             d.cause == Some(*c)
@@ -516,7 +516,7 @@ fn finish_checks(d: &mut Diagnosis, e: &Evidence) {
                 || d.undecided.iter().any(|u| u.candidates.contains(c))
         })
         .collect();
-    let mentions = |c: &str| named.contains(&c);
+    let mentions = |c: Cause| named.contains(&c);
     if mentions(cause::FRAGMENTATION) {
         d.check(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",

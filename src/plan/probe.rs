@@ -251,6 +251,6 @@ mod tests {
         t.insert("kind".into(), toml::Value::String("pool".into()));
         s.allocator = Some(t);
         let w = Workload::from_toml(&s.workload_toml(2), Path::new("p.toml"), 4 * GIB).unwrap();
-        assert_eq!(w.allocator.kind(), "pool");
+        assert_eq!(w.allocator.kind(), crate::alloc::AllocatorKind::Pool);
     }
 }

@@ -20,9 +20,9 @@ pub struct RunInfo {
     pub dir: PathBuf,
     pub workload: String,
     pub workload_file: String,
-    pub allocator: String,
+    pub allocator: crate::alloc::AllocatorKind,
     pub device: String,
-    pub backend: String,
+    pub backend: crate::device::BackendKind,
     pub profile: Option<String>,
     pub driver_version: String,
     pub device_total_bytes: u64,
@@ -42,7 +42,7 @@ pub struct OomBrief {
     pub name: String,
     pub requested_bytes: u64,
     pub observation: String,
-    pub causes: Vec<String>,
+    pub causes: Vec<crate::cause::Cause>,
 }
 
 /// One quantity in both runs.
@@ -98,9 +98,9 @@ fn info(dir: &Path, s: &Summary) -> RunInfo {
         dir: dir.to_path_buf(),
         workload: s.workload.name.clone(),
         workload_file: s.workload.file.clone(),
-        allocator: s.workload.allocator.clone(),
+        allocator: s.workload.allocator,
         device: s.device.name.clone(),
-        backend: s.device.backend.clone(),
+        backend: s.device.backend,
         profile: s.device.profile.clone(),
         driver_version: s.device.driver_version.clone(),
         device_total_bytes: s.device.total_bytes,

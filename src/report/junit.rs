@@ -50,7 +50,7 @@ pub fn render(run: &RunData) -> String {
         ("headroom_version", s.headroom_version.clone()),
         ("workload_file", s.workload.file.clone()),
         ("device", s.device.name.clone()),
-        ("backend", s.device.backend.clone()),
+        ("backend", s.device.backend.to_string()),
         ("driver_version", s.device.driver_version.clone()),
         ("started_utc", s.started_utc.clone()),
         ("status", status_name(s)),

@@ -74,7 +74,7 @@ pub fn render(run: &RunData) -> String {
         "backend",
         match &d.profile {
             Some(p) => format!("{} (simulated, profile {p})", d.backend),
-            None => d.backend.clone(),
+            None => d.backend.to_string(),
         },
     );
     row(&mut o, "driver", d.driver_version.clone());
@@ -344,7 +344,7 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         o,
         "**Observation:** {} (causes: {})\n",
         d.observation,
-        d.causes.join(", ")
+        crate::cause::join(&d.causes, ", ")
     );
     for f in &d.findings {
         let _ = writeln!(o, "- {f}");

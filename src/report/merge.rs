@@ -128,7 +128,7 @@ fn row(r: &MergedRun) -> Vec<String> {
         s.workload.name.clone(),
         d.name.clone(),
         d.driver_version.clone(),
-        d.backend.clone(),
+        d.backend.to_string(),
         opt(d.profile.clone()),
         d.index.to_string(),
         opt(d.uuid.clone()),

@@ -32,7 +32,7 @@ pub struct WorkloadInfo {
     pub name: String,
     pub file: String,
     pub description: String,
-    pub allocator: String,
+    pub allocator: crate::alloc::AllocatorKind,
     pub allocator_settings: serde_json::Value,
     pub sample_interval_ns: u64,
     pub keep_free_bytes: u64,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::device::{DeviceError, process_list_doubt};
-use crate::oom::{Diagnosis, OomRecord};
+use crate::oom::{Diagnosis, OomRecord, RefusedBy};
 use crate::record::{Reading, View};
 use crate::run::Runner;
 use crate::run::exec::{Done, Failure};
@@ -30,7 +30,7 @@ impl Runner<'_, '_> {
             detail = t.ready_line.clone();
             self.tenants.push(t);
         }
-        if self.dev.info().backend == "sim" {
+        if self.dev.info().is_sim() {
             match self.dev.add_simulated_tenant(pid, bytes, duration_ns) {
                 Ok(()) => {}
                 Err(DeviceError::OutOfMemory { .. }) => {
@@ -84,10 +84,10 @@ impl Runner<'_, '_> {
         let via = match &p.action {
             Action::Allocate {
                 via: Via::Driver, ..
-            } => "driver".to_string(),
-            Action::Allocate { .. } => self.alloc.kind().to_string(),
-            a if a.is_graph() => "graph".to_string(),
-            _ => "driver".to_string(),
+            } => RefusedBy::Driver,
+            Action::Allocate { .. } => self.alloc.kind().into(),
+            a if a.is_graph() => RefusedBy::Graph,
+            _ => RefusedBy::Driver,
         };
         let graph_usage = if self.graphs.enabled() {
             self.dev.graph_mem_usage().ok()

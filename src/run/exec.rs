@@ -132,7 +132,7 @@ impl Runner<'_, '_> {
                 let detail = format!(
                     "{}: {}",
                     rec.diagnosis.observation,
-                    rec.diagnosis.causes.join(", ")
+                    crate::cause::join(&rec.diagnosis.causes, ", ")
                 );
                 let done = Done {
                     requested_bytes: Some(request.requested_bytes),
@@ -554,7 +554,7 @@ impl Runner<'_, '_> {
     /// Starts another tenant: a `headroom hold` child where processes are launched, and the
     /// The host waits, in slices on a real GPU so the sampler is drained and Ctrl-C is heard.
     fn sleep(&mut self, duration_ns: u64) -> Result<(), Failure> {
-        if self.dev.info().backend == "sim" {
+        if self.dev.info().is_sim() {
             self.dev.sleep(duration_ns);
             return Ok(());
         }

@@ -207,7 +207,7 @@ pub fn run_on(
     // The kernels the workload launches are loaded first: their modules are the context's
     // memory from then on, not a drop in the middle of the first kernel step.
     let kernels = load_kernels(wl, device)?;
-    let sampler_perturbation = if sample_interval_ns == 0 && info.backend != "sim" {
+    let sampler_perturbation = if sample_interval_ns == 0 && !info.is_sim() {
         Some(sampler_perturbation(device).context("measuring the sampler's cost to allocations")?)
     } else {
         None
@@ -258,7 +258,7 @@ pub fn run_on(
         .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
     let mut events = EventLog::create(&dir)
         .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
-    let is_sim = info.backend == "sim";
+    let is_sim = info.is_sim();
     // On a real driver every row reaches the file at once: a run that ends inside a wedged
     // driver call keeps every step before it.
     events.set_flush_each_row(!is_sim);
@@ -292,7 +292,7 @@ pub fn run_on(
     let sampler = device
         .start_sampler(sample_interval_ns, live_views.clone())
         .context("cannot start the background sampler")?;
-    let watermark_slack_ns = if info.backend == "sim" { 0 } else { 5_000_000 };
+    let watermark_slack_ns = if info.is_sim() { 0 } else { 5_000_000 };
 
     let mut runner = Runner {
         dev: device,
@@ -346,7 +346,7 @@ pub fn run_on(
             name: wl.name.clone(),
             file: wl.file.display().to_string(),
             description: wl.description.clone(),
-            allocator: wl.allocator.kind().to_string(),
+            allocator: wl.allocator.kind(),
             allocator_settings: serde_json::to_value(&wl.allocator).unwrap_or_default(),
             sample_interval_ns,
             keep_free_bytes,
@@ -565,7 +565,7 @@ impl Runner<'_, '_> {
         let s = self.alloc.stats();
         let mut v = s.views();
         v.set(View::OwnBytes, self.driver_bytes + s.reserved_bytes);
-        if self.alloc.kind() == "pool" {
+        if self.alloc.kind() == crate::alloc::AllocatorKind::Pool {
             v.set(View::PoolUsed, s.allocated_bytes);
             v.set(View::PoolReserved, s.reserved_bytes);
         }
@@ -663,7 +663,7 @@ impl Runner<'_, '_> {
             }
         }
         self.pump();
-        if self.alloc.kind() == "pool" {
+        if self.alloc.kind() == crate::alloc::AllocatorKind::Pool {
             summary.peaks.pool_high_water = self.dev.pool_usage().ok();
         }
         summary.allocator_stats = Some(self.alloc.stats());

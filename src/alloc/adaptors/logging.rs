@@ -110,7 +110,7 @@ impl LoggingAdaptor {
 }
 
 impl Allocator for LoggingAdaptor {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> crate::alloc::AllocatorKind {
         self.upstream.kind()
     }
 

@@ -27,7 +27,7 @@ pub use tracking::{TrackedAllocation, TrackingAdaptor};
 /// the type (to write its own instead of forwarding).
 macro_rules! forward_to_upstream {
     () => {
-        fn kind(&self) -> &'static str {
+        fn kind(&self) -> crate::alloc::AllocatorKind {
             self.upstream.kind()
         }
 

@@ -210,6 +210,6 @@ mod tests {
         );
         assert_eq!((outer.allocations.value, outer.allocations.total), (1, 3));
         assert!(a.pop_scope().is_none(), "the outermost scope stays");
-        assert_eq!(a.kind(), "direct");
+        assert_eq!(a.kind(), crate::alloc::AllocatorKind::Direct);
     }
 }

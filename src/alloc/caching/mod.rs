@@ -167,8 +167,8 @@ impl CachingAllocator {
 }
 
 impl Allocator for CachingAllocator {
-    fn kind(&self) -> &'static str {
-        "caching"
+    fn kind(&self) -> crate::alloc::AllocatorKind {
+        crate::alloc::AllocatorKind::Caching
     }
 
     fn allocate(

@@ -107,7 +107,7 @@ impl CudaDevice {
             .mem_get_info()
             .map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
         let info = DeviceInfo {
-            backend: "cuda".into(),
+            backend: crate::device::BackendKind::Cuda,
             profile: None,
             index,
             name: facts.name,

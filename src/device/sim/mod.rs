@@ -101,7 +101,7 @@ impl SimDevice {
             })
             .collect();
         let info = DeviceInfo {
-            backend: "sim".into(),
+            backend: crate::device::BackendKind::Sim,
             profile: Some(profile.name.clone()),
             index,
             name: profile.gpu_name.clone(),
