@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::select::Backend;
-use crate::units::{parse_duration_ns, parse_size};
+use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -258,14 +258,6 @@ pub struct RunArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
-}
-
-pub fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
-}
-
-pub fn duration_arg(s: &str) -> Result<u64, String> {
-    parse_duration_ns(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

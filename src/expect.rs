@@ -2,13 +2,20 @@
 //! end. A failed expectation makes the run exit 1, which is what CI gates on.
 
 use crate::report::summary::{ExpectationResult, Summary};
-use crate::run::{RunOptions, oom_matches};
 use crate::units::Bytes;
 use crate::workload::{Expect, OomExpectation};
 
-pub fn evaluate(expect: &Expect, opts: &RunOptions, s: &Summary) -> Vec<ExpectationResult> {
+/// Checks `expect` against a finished run. `expect_oom` (`--expect-oom`) asks for an OOM
+/// where the workload asks for none; `fail_on_mismatch` (`--fail-on-mismatch`) makes every
+/// `verify` mismatch a failed expectation.
+pub fn evaluate(
+    expect: &Expect,
+    expect_oom: bool,
+    fail_on_mismatch: bool,
+    s: &Summary,
+) -> Vec<ExpectationResult> {
     let mut out = Vec::new();
-    let oom = if opts.expect_oom && expect.oom == OomExpectation::None {
+    let oom = if expect_oom && expect.oom == OomExpectation::None {
         OomExpectation::Any
     } else {
         expect.oom.clone()
@@ -28,7 +35,7 @@ pub fn evaluate(expect: &Expect, opts: &RunOptions, s: &Summary) -> Vec<Expectat
         OomExpectation::Any => ("an OOM".to_string(), !s.ooms.is_empty()),
         OomExpectation::At(at) => (
             format!("an OOM at {at}"),
-            s.ooms.iter().any(|o| oom_matches(&oom, &o.phase, &o.step)),
+            s.ooms.iter().any(|o| oom.matches(&o.phase, &o.step)),
         ),
     };
     out.push(ExpectationResult {
@@ -56,7 +63,7 @@ pub fn evaluate(expect: &Expect, opts: &RunOptions, s: &Summary) -> Vec<Expectat
             held: h.is_some_and(|b| b >= min),
         });
     }
-    let max_mismatches = if opts.fail_on_mismatch {
+    let max_mismatches = if fail_on_mismatch {
         Some(0)
     } else {
         expect.max_mismatches

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod kernels;
 pub mod oom;
 pub mod oom_message;
+pub mod outdir;
 pub mod plan;
 pub mod record;
 pub mod report;

@@ -119,6 +119,16 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
 }
 
 /// Parses a duration such as `"50ms"`, `"1.5s"`, `"200us"`, `"10ns"` or `"2min"` into nanoseconds.
+/// A command-line size (`--keep-free 2GiB`), for clap's `value_parser`.
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+/// A command-line duration (`--sample-interval 1ms`), for clap's `value_parser`.
+pub fn duration_arg(s: &str) -> Result<u64, String> {
+    parse_duration_ns(s).map_err(|e| e.to_string())
+}
+
 pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
     let s = input.trim();
     if s.starts_with('-') {

@@ -9,13 +9,13 @@ use anyhow::{Context, bail};
 
 use crate::cli::DeviceArgs;
 use crate::device::select;
+use crate::outdir;
 use crate::plan::args::ValidateArgs;
 use crate::plan::budget::Short;
 use crate::plan::file::Plan;
 use crate::plan::sweep::{self, SweepResult};
 use crate::plan::validate::{self, Interrupted, Resolved, Session};
 use crate::plan::{budget_for, render};
-use crate::run::outdir;
 use crate::units::utc_folder_stamp;
 
 pub fn validate(

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::size_arg;
 use crate::plan::file::PlanOverrides;
+use crate::units::size_arg;
 
 /// The plan file format, shown after both commands' long help.
 macro_rules! plan_file_help {

@@ -19,12 +19,13 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::{DeviceInfo, NvmlMemory};
+use crate::outdir;
 use crate::plan::budget::Budget;
 use crate::plan::file::{CapacitySource, Plan, Shape};
 use crate::plan::probe::ProbeShape;
 use crate::record::View;
 use crate::report::summary::{PlanMarks, RunStatus, Summary};
-use crate::run::{RunOptions, default_keep_free, outdir, run_on};
+use crate::run::{RunOptions, default_keep_free, run_on};
 use crate::workload::Workload;
 
 pub const FORMAT_VERSION: u32 = 1;

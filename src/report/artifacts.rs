@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::outdir::write_atomic;
 use crate::report::rundata::{ORIGINAL_FILES, RunData};
 use crate::report::summary::Summary;
 use crate::report::{junit, markdown, plot, trace};
-use crate::run::outdir::write_atomic;
 
 /// One derived report of a run.
 pub trait Artifact: Sync {

@@ -278,6 +278,6 @@ pub fn write_new(path: &Path, bytes: &[u8], force: bool) -> anyhow::Result<()> {
             path.display()
         );
     }
-    crate::run::outdir::write_atomic(path, bytes)
+    crate::outdir::write_atomic(path, bytes)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }

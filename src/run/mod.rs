@@ -10,7 +10,6 @@ mod evidence;
 mod exec;
 mod graphs;
 mod groups;
-pub mod outdir;
 mod progress;
 pub mod watchdog;
 
@@ -36,7 +35,7 @@ use crate::report::summary::{
 };
 use crate::sampler::{LatencyHistogram, LiveViews};
 use crate::units::{GIB, MIB, utc_folder_stamp, utc_timestamp};
-use crate::workload::{OomExpectation, Via, Workload};
+use crate::workload::{Via, Workload};
 
 /// How to run, beyond what the workload file says.
 #[derive(Debug, Clone)]
@@ -188,7 +187,7 @@ pub fn run_on(
     opts: &RunOptions,
 ) -> anyhow::Result<RunReport> {
     let started = SystemTime::now();
-    let dir = outdir::create(
+    let dir = crate::outdir::create(
         opts.out_dir.as_deref(),
         &opts.results_root,
         &utc_folder_stamp(started),
@@ -752,7 +751,12 @@ impl Runner<'_, '_> {
         self.events.flush().context("flushing events.csv")?;
         self.fill_summary(summary);
         summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
-        summary.expectations = crate::expect::evaluate(&self.wl.expect, opts, summary);
+        summary.expectations = crate::expect::evaluate(
+            &self.wl.expect,
+            opts.expect_oom,
+            opts.fail_on_mismatch,
+            summary,
+        );
         summary.exit_code = Some(exit_code(summary));
         write_summary(dir, summary).context("writing summary.json")?;
         // The run's record is complete on disk; a report that cannot be written is a warning
@@ -835,17 +839,5 @@ fn exit_code(s: &Summary) -> i32 {
 pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
     let mut text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
     text.push(b'\n');
-    outdir::write_atomic(&dir.join("summary.json"), &text)
-}
-
-/// Whether `label` (as in `phase/step`) matches an OOM expectation.
-pub fn oom_matches(expect: &OomExpectation, phase: &str, step: &str) -> bool {
-    match expect {
-        OomExpectation::None => false,
-        OomExpectation::Any => true,
-        OomExpectation::At(at) => {
-            let full = format!("{phase}/{step}");
-            full == *at || full.starts_with(&format!("{at}."))
-        }
-    }
+    crate::outdir::write_atomic(&dir.join("summary.json"), &text)
 }

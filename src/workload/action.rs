@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::workload::expand::{GraphTag, GraphsSpec};
+use crate::workload::step::GraphOrder;
 pub use crate::workload::step::ViaSpec as Via;
 
 /// A primitive action, with names resolved to single allocations.
@@ -265,4 +265,29 @@ pub struct Planned {
     pub action: Action,
     /// An OOM at this action is recorded and the run goes on (`on_oom = "continue"`).
     pub continue_on_oom: bool,
+}
+
+/// Marks a graph captured by a `graphs` pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphTag {
+    pub pattern: String,
+    pub batch_size: u32,
+    /// Captured alone (then destroyed and trimmed) as one of the extrapolation's two samples.
+    pub sample: bool,
+}
+
+/// A `graphs` pattern, as its report needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphsSpec {
+    pub name: String,
+    pub stream: String,
+    /// In capture order.
+    pub batch_sizes: Vec<u32>,
+    pub samples: [u32; 2],
+    pub order: GraphOrder,
+    pub layers: u32,
+    pub workspace_per_batch_bytes: u64,
+    pub output_per_batch_bytes: u64,
+    pub replays: u32,
+    pub auto_free: bool,
 }

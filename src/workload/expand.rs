@@ -19,7 +19,7 @@ use crate::workload::step::{Count, OnOom, Step};
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::action::{Action, Planned, Via};
-pub use graphs::{GraphTag, GraphsSpec};
+pub use crate::workload::action::{GraphTag, GraphsSpec};
 
 #[derive(Debug, Clone)]
 struct LiveName {

@@ -77,6 +77,21 @@ pub enum OomExpectation {
     At(String),
 }
 
+impl OomExpectation {
+    /// Whether an OOM at `phase`/`step` is the one expected (`At` names a step or a step
+    /// whose actions it expanded to: `load/3` matches `load/3.12`).
+    pub fn matches(&self, phase: &str, step: &str) -> bool {
+        match self {
+            OomExpectation::None => false,
+            OomExpectation::Any => true,
+            OomExpectation::At(at) => {
+                let full = format!("{phase}/{step}");
+                full == *at || full.starts_with(&format!("{at}."))
+            }
+        }
+    }
+}
+
 /// One named phase and the primitive actions it expands to.
 #[derive(Debug, Clone, Serialize)]
 pub struct Phase {

@@ -10,37 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-
 use super::{Action, Emitter, LiveName, check_name};
 use crate::units::SizeSpec;
+use crate::workload::action::GraphTag;
 use crate::workload::parse::{WorkloadError, parse_step};
-use crate::workload::step::{GraphOrder, Step, ViaSpec};
-
-/// Marks a graph captured by a `graphs` pattern.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GraphTag {
-    pub pattern: String,
-    pub batch_size: u32,
-    /// Captured alone (then destroyed and trimmed) as one of the extrapolation's two samples.
-    pub sample: bool,
-}
-
-/// A `graphs` pattern, as its report needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GraphsSpec {
-    pub name: String,
-    pub stream: String,
-    /// In capture order.
-    pub batch_sizes: Vec<u32>,
-    pub samples: [u32; 2],
-    pub order: GraphOrder,
-    pub layers: u32,
-    pub workspace_per_batch_bytes: u64,
-    pub output_per_batch_bytes: u64,
-    pub replays: u32,
-    pub auto_free: bool,
-}
+use crate::workload::step::{Step, ViaSpec};
 
 /// Stream names that would mean the legacy default stream, which cannot be captured.
 const LEGACY_STREAMS: &[&str] = &["default", "legacy", "null", "0"];

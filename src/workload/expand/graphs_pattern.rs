@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use super::graphs::{GraphTag, GraphsSpec};
 use super::{Action, Emitter};
 use crate::units::{Size, SizeSpec};
+use crate::workload::action::{GraphTag, GraphsSpec};
 use crate::workload::parse::WorkloadError;
 use crate::workload::step::{Count, GraphOrder, OnOom, Step, ViaSpec};
 
