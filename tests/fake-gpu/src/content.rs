@@ -2,8 +2,9 @@
 //!
 //! Memory is cut into 64 KiB chunks. A chunk is a constant word (never written memory reads
 //! as zero), headroom's fill pattern (a seed and an address shift, so `fill` and copies of a
-//! filled range cost no host memory), or real bytes. Partial writes turn a chunk into bytes;
-//! a 4 GiB device needs 4 GiB of host memory only if all of it is written word by word.
+//! filled range cost no host memory), a `triad` of two such chunks (computed when read), or
+//! real bytes. Partial writes turn a chunk into bytes; a 4 GiB device needs 4 GiB of host
+//! memory only if all of it is written word by word.
 
 use std::collections::HashMap;
 
@@ -32,35 +33,94 @@ enum Chunk {
         seed: u32,
         shift: u64,
     },
+    /// `fmaf(scalar, c, b)` word by word, of two `Const` or `Pattern` chunks.
+    Triad {
+        b: Box<Chunk>,
+        c: Box<Chunk>,
+        scalar: u32,
+    },
     Bytes(Box<[u8]>),
 }
 
+fn fma_bits(scalar: u32, c: u32, b: u32) -> u32 {
+    f32::from_bits(scalar)
+        .mul_add(f32::from_bits(c), f32::from_bits(b))
+        .to_bits()
+}
+
 impl Chunk {
+    #[inline]
     fn word(&self, base: u64, addr: u64) -> u32 {
         match self {
             Chunk::Const(v) => *v,
             Chunk::Pattern { seed, shift } => fill_pattern(addr.wrapping_sub(*shift), *seed),
+            Chunk::Triad { b, c, scalar } => {
+                fma_bits(*scalar, c.word(base, addr), b.word(base, addr))
+            }
+            Chunk::Bytes(b) => word_at(b, (addr - base) as usize),
+        }
+    }
+
+    /// The same contents seen `delta` bytes further on (a copy's destination); `None` for
+    /// bytes, which do not move symbolically.
+    fn shifted(&self, delta: u64) -> Option<Chunk> {
+        Some(match self {
+            Chunk::Bytes(_) => return None,
+            Chunk::Const(v) => Chunk::Const(*v),
+            Chunk::Pattern { seed, shift } => Chunk::Pattern {
+                seed: *seed,
+                shift: shift.wrapping_add(delta),
+            },
+            Chunk::Triad { b, c, scalar } => Chunk::Triad {
+                b: Box::new(b.shifted(delta)?),
+                c: Box::new(c.shifted(delta)?),
+                scalar: *scalar,
+            },
+        })
+    }
+
+    /// Calls `f(address, value)` for every word of `[s, e)` (inside this chunk at `base`),
+    /// with the match on the kind done once.
+    #[inline]
+    fn each_word(&self, base: u64, s: u64, e: u64, mut f: impl FnMut(u64, u32)) {
+        match self {
+            Chunk::Const(v) => (s..e).step_by(4).for_each(|a| f(a, *v)),
+            Chunk::Pattern { seed, shift } => (s..e)
+                .step_by(4)
+                .for_each(|a| f(a, fill_pattern(a.wrapping_sub(*shift), *seed))),
+            Chunk::Triad { .. } => (s..e).step_by(4).for_each(|a| f(a, self.word(base, a))),
             Chunk::Bytes(b) => {
-                let o = (addr - base) as usize;
-                u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+                let words = b[(s - base) as usize..(e - base) as usize].chunks_exact(4);
+                for (i, w) in words.enumerate() {
+                    f(
+                        s + 4 * i as u64,
+                        u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+                    );
+                }
             }
         }
     }
 
     fn materialize(&self, base: u64) -> Box<[u8]> {
-        match self {
-            Chunk::Bytes(b) => b.clone(),
-            other => {
-                let mut out = vec![0u8; CHUNK as usize].into_boxed_slice();
-                if *other != Chunk::Const(0) {
-                    for (i, w) in out.chunks_exact_mut(4).enumerate() {
-                        w.copy_from_slice(&other.word(base, base + 4 * i as u64).to_le_bytes());
-                    }
-                }
-                out
-            }
+        if let Chunk::Bytes(b) = self {
+            return b.clone();
         }
+        let mut out = vec![0u8; CHUNK as usize].into_boxed_slice();
+        if *self != Chunk::Const(0) {
+            let mut words = out.chunks_exact_mut(4);
+            self.each_word(base, base, base + CHUNK, |_, v| {
+                if let Some(w) = words.next() {
+                    w.copy_from_slice(&v.to_le_bytes());
+                }
+            });
+        }
+        out
     }
+}
+
+#[inline]
+fn word_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
 #[derive(Debug, Default)]
@@ -203,14 +263,7 @@ impl Content {
     fn uniform_source(&self, src: u64, dst_base: u64) -> Option<Chunk> {
         let mut found: Option<Chunk> = None;
         for (base, _, _) in pieces(src, CHUNK) {
-            let shifted = match self.chunk(base) {
-                Chunk::Bytes(_) => return None,
-                Chunk::Const(v) => Chunk::Const(v),
-                Chunk::Pattern { seed, shift } => Chunk::Pattern {
-                    seed,
-                    shift: shift.wrapping_add(dst_base.wrapping_sub(src)),
-                },
-            };
+            let shifted = self.chunk(base).shifted(dst_base.wrapping_sub(src))?;
             match &found {
                 None => found = Some(shifted),
                 Some(f) if *f == shifted => {}
@@ -243,47 +296,56 @@ impl Content {
     pub fn verify(&self, ptr: u64, words: u64, seed: u32) -> (u64, u64) {
         let (mut bad, mut first) = (0u64, u64::MAX);
         for (base, s, e) in pieces(ptr, words * 4) {
-            let c = self.chunks.get(&base);
-            if let Some(Chunk::Pattern { seed: s2, shift: 0 }) = c
-                && *s2 == seed
-            {
+            let c = self.chunks.get(&base).unwrap_or(&Chunk::Const(0));
+            if *c == (Chunk::Pattern { seed, shift: 0 }) {
                 continue;
             }
-            let c = c.cloned().unwrap_or(Chunk::Const(0));
-            for a in (s..e).step_by(4) {
-                if c.word(base, a) != fill_pattern(a, seed) {
+            c.each_word(base, s, e, |a, v| {
+                if v != fill_pattern(a, seed) {
                     bad += 1;
                     first = first.min(a);
                 }
-            }
+            });
         }
         (bad, first)
     }
 
-    /// `triad`: `a[i] = scalar * c[i] + b[i]` on f32 words (one rounding, as `fmaf`).
+    /// `triad`: `a[i] = scalar * c[i] + b[i]` on f32 words (one rounding, as `fmaf`). Whole
+    /// destination chunks of symbolic operands stay symbolic.
     pub fn triad(&mut self, a: u64, b: u64, c: u64, words: u64, scalar: f32) {
-        const STEP: u64 = CHUNK / 4;
-        let mut done = 0;
-        let (mut bv, mut cv, mut av) = (Vec::new(), Vec::new(), Vec::new());
-        while done < words {
-            let n = STEP.min(words - done);
-            let off = done * 4;
-            bv.resize(n as usize * 4, 0);
-            cv.resize(n as usize * 4, 0);
-            self.read(b + off, &mut bv);
-            self.read(c + off, &mut cv);
-            av.clear();
-            for (x, y) in bv.chunks_exact(4).zip(cv.chunks_exact(4)) {
-                let x = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                let y = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
-                av.extend_from_slice(&scalar.mul_add(y, x).to_le_bytes());
+        let scalar = scalar.to_bits();
+        let (mut bv, mut cv) = (Vec::new(), Vec::new());
+        for (base, s, e) in pieces(a, words * 4) {
+            let (fb, fc) = (b + (s - a), c + (s - a));
+            if s == base && e == base + CHUNK && fb % 4 == 0 && fc % 4 == 0 {
+                let operand = |x: Option<Chunk>| x.filter(|k| !matches!(k, Chunk::Triad { .. }));
+                let ob = operand(self.uniform_source(fb, base));
+                let oc = operand(self.uniform_source(fc, base));
+                if let (Some(ob), Some(oc)) = (ob, oc) {
+                    let chunk = match (&ob, &oc) {
+                        (Chunk::Const(x), Chunk::Const(y)) => {
+                            Chunk::Const(fma_bits(scalar, *y, *x))
+                        }
+                        _ => Chunk::Triad {
+                            b: Box::new(ob),
+                            c: Box::new(oc),
+                            scalar,
+                        },
+                    };
+                    self.set(base, chunk);
+                    continue;
+                }
             }
-            if av.iter().all(|x| *x == 0) && (a + off) % CHUNK == 0 && n == STEP {
-                self.set(a + off, Chunk::Const(0));
-            } else {
-                self.write(a + off, &av);
+            let n = (e - s) as usize;
+            bv.resize(n, 0);
+            cv.resize(n, 0);
+            self.read(fb, &mut bv);
+            self.read(fc, &mut cv);
+            for (x, y) in bv.chunks_exact_mut(4).zip(cv.chunks_exact(4)) {
+                let v = fma_bits(scalar, word_at(y, 0), word_at(x, 0));
+                x.copy_from_slice(&v.to_le_bytes());
             }
-            done += n;
+            self.write(s, &bv);
         }
     }
 }
@@ -336,6 +398,32 @@ mod tests {
         c.memset(BASE + CHUNK, 16, 0x4000_0000); // 2.0f32
         c.triad(BASE + 2 * CHUNK, BASE, BASE + CHUNK, 4, 3.0);
         assert_eq!(f32::from_bits(c.word(BASE + 2 * CHUNK + 12)), 7.0);
+        // Symbolic operands give a symbolic result, word for word the same.
+        c.fill(BASE + 4 * CHUNK, CHUNK / 4, 1);
+        c.fill(BASE + 5 * CHUNK, CHUNK / 4, 2);
+        c.triad(
+            BASE + 6 * CHUNK,
+            BASE + 4 * CHUNK,
+            BASE + 5 * CHUNK,
+            CHUNK / 4,
+            0.5,
+        );
+        assert_eq!(
+            c.backed_bytes(),
+            3 * CHUNK,
+            "only the partly written chunks are bytes"
+        );
+        let (x, y) = (
+            fill_pattern(BASE + 4 * CHUNK + 8, 1),
+            fill_pattern(BASE + 5 * CHUNK + 8, 2),
+        );
+        let want = 0.5f32
+            .mul_add(f32::from_bits(y), f32::from_bits(x))
+            .to_bits();
+        assert_eq!(c.word(BASE + 6 * CHUNK + 8), want);
+        c.copy(BASE + 7 * CHUNK, BASE + 6 * CHUNK, CHUNK);
+        assert_eq!(c.word(BASE + 7 * CHUNK + 8), want);
+        assert_eq!(c.backed_bytes(), 3 * CHUNK);
         let mut b = [0u8; 6];
         c.memset(BASE + 3 * CHUNK + 1, 4, 0xABAB_ABAB);
         c.read(BASE + 3 * CHUNK, &mut b);
