@@ -98,3 +98,11 @@ pub unsafe fn write_cstr(buf: *mut std::ffi::c_char, len: usize, s: &str) -> boo
     }
     n == s.len()
 }
+
+/// Keeps the calling thread busy until `d` has passed since `start` (a call's modeled cost;
+/// too short to sleep for).
+pub fn take_at_least(start: std::time::Instant, d: std::time::Duration) {
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}

@@ -114,12 +114,16 @@ impl Launch {
         if ranges.iter().any(|(p, n)| *n > 0 && p % 4 != 0) {
             return Err(CUDA_ERROR_MISALIGNED_ADDRESS);
         }
-        let (content, ok) = crate::state::with_driver(|d| {
+        // The result buffer `verify` accumulates into is checked now too, as the driver lock
+        // must not be taken while the contents are locked.
+        let result = (self.kind == Kind::Verify).then(|| self.arg(3));
+        let (content, ok, result_ok) = crate::state::with_driver(|d| {
             let dev = d.devices.get(device as usize)?;
             let ok = ranges
                 .iter()
                 .all(|(p, n)| *n == 0 || dev.regions.covers(*p, *n));
-            Some((dev.content.clone(), ok))
+            let result_ok = result.is_none_or(|r| dev.regions.covers(r, 16));
+            Some((dev.content.clone(), ok, result_ok))
         })
         .flatten()
         .ok_or(CUDA_ERROR_ILLEGAL_ADDRESS)?;
@@ -134,13 +138,10 @@ impl Launch {
                 let (bad, first) = c.verify(self.arg(0), self.arg(1), self.arg(2) as u32);
                 if bad != 0 {
                     let result = self.arg(3);
-                    let ok = crate::state::with_driver(|d| {
-                        d.devices[device as usize].regions.covers(result, 16)
-                    });
                     if result % 8 != 0 {
                         return Err(CUDA_ERROR_MISALIGNED_ADDRESS);
                     }
-                    if ok != Some(true) {
+                    if !result_ok {
                         return Err(CUDA_ERROR_ILLEGAL_ADDRESS);
                     }
                     let mut raw = [0u8; 16];

@@ -87,6 +87,8 @@ pub struct Profile {
     pub bandwidth: Bandwidth,
     pub stack: Stack,
     #[serde(default)]
+    pub latency: Latency,
+    #[serde(default)]
     pub graphs: Graphs,
     #[serde(default)]
     pub kernels: Kernels,
@@ -119,6 +121,30 @@ pub struct Bandwidth {
 pub struct Stack {
     pub threads_per_multiprocessor: u32,
     pub default_per_thread_bytes: Size,
+}
+
+/// A duration written as `"8us"`, `"250ms"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dur(pub std::time::Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        crate::config::parse_duration(&s)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The host-side cost of the calls a sampler makes in a loop: the fake's own calls take a few
+/// hundred nanoseconds, and a sampler polling that fast would see many times the readings a
+/// real GPU gives.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Latency {
+    #[serde(default)]
+    pub mem_get_info: Dur,
+    #[serde(default)]
+    pub nvml_memory: Dur,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -240,6 +266,10 @@ mod tests {
         assert_eq!(tiny.memory.context_overhead_bytes.0, 256 << 20);
         assert_eq!(tiny.kernels.module_bytes.0, 2 << 20);
         assert_eq!(tiny.capability(), (9, 0));
+        assert_eq!(
+            tiny.latency.mem_get_info.0,
+            std::time::Duration::from_micros(8)
+        );
         let h200 = Profile::resolve("h200").unwrap();
         assert_eq!(h200.memory.nvml_reserved_bytes.0, 615 << 20);
         assert!(Profile::resolve("a100").unwrap_err().contains("tiny-4g"));

@@ -198,10 +198,17 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     cuda("cuMemGetInfo_v2", || {
-        let (f, t) = cu(|d| {
+        let start = std::time::Instant::now();
+        let (f, t, cost) = cu(|d| {
             let dev = d.current()?;
-            Ok((d.free_bytes(dev), d.cfg.profile.memory.total_bytes.0))
+            let p = &d.cfg.profile;
+            Ok((
+                d.free_bytes(dev),
+                p.memory.total_bytes.0,
+                p.latency.mem_get_info.0,
+            ))
         })?;
+        crate::ffi::take_at_least(start, cost);
         // SAFETY: the caller passes valid out-pointers (null is refused).
         unsafe {
             out(free, f as usize)?;
