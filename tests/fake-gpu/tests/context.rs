@@ -186,3 +186,40 @@ fn a_deep_stack_kernel_raises_the_limit_and_its_reservation() {
     sync(std::ptr::null_mut());
     assert_eq!(read_u32(out + 31 * 4), 1023 * 1024 / 2);
 }
+
+#[test]
+fn each_device_has_its_own_context_uuid_and_memory() {
+    let _g = setup(&[("HEADROOM_FAKE_DEVICES", "2")]);
+    let ctx0 = current_ctx();
+    let a = alloc(GIB);
+    let mut ctx1 = std::ptr::null_mut();
+    let (mut u0, mut u1) = (CUuuid { bytes: [0; 16] }, CUuuid { bytes: [0; 16] });
+    // SAFETY: valid out-pointers throughout.
+    unsafe {
+        ok(cuDeviceGetUuid(&mut u0, 0));
+        ok(cuDeviceGetUuid(&mut u1, 1));
+        assert_ne!(u0.bytes, u1.bytes);
+        ok(cuDevicePrimaryCtxRetain(&mut ctx1, 1));
+        assert_ne!(ctx0, ctx1);
+        ok(cuCtxPushCurrent_v2(ctx1));
+        assert_eq!(
+            free_mem(),
+            4 * GIB - 256 * MIB,
+            "device 1 does not see device 0's allocation"
+        );
+        let mut d = -1;
+        ok(cuCtxGetDevice(&mut d));
+        assert_eq!(d, 1);
+        // A device-0 pointer is not device 1's to free.
+        err(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE);
+        let mut popped = std::ptr::null_mut();
+        ok(cuCtxPopCurrent_v2(&mut popped));
+        assert_eq!(free_mem(), 4 * GIB - 256 * MIB - GIB);
+        assert_eq!(nvmlInit_v2(), NVML_SUCCESS);
+        let mut n = 0;
+        assert_eq!(nvmlDeviceGetCount_v2(&mut n), NVML_SUCCESS);
+        assert_eq!(n, 2);
+        assert_eq!(nvmlShutdown(), NVML_SUCCESS);
+    }
+    free(a);
+}

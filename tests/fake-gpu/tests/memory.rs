@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use std::ffi::c_void;
 
 #[test]
 fn pages_and_small_allocation_packing() {
@@ -235,6 +234,5 @@ fn a_mapping_without_access_faults_the_kernel() {
         err(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
         let (mut f, mut t) = (0usize, 0usize);
         err(cuMemGetInfo_v2(&mut f, &mut t), CUDA_ERROR_ILLEGAL_ADDRESS);
-        let _ = (base as *const c_void, h);
     }
 }

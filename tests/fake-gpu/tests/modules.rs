@@ -171,7 +171,7 @@ fn kernels_compute_what_the_cuda_sources_do() {
     ));
     sync(s);
     assert_eq!(f32::from_bits(read_u32(c + 4 * MIB - 4)), 7.5);
-    // verify accumulates into its result buffer: one wrong word, twice.
+    // One wrong word, found at its address.
     k.fill(s, a, 4 * MIB, 2);
     let word = 5u32;
     // SAFETY: 4 bytes from a live host value into a live allocation.

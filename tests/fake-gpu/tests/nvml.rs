@@ -150,12 +150,14 @@ fn spawn(role: &str, vars: &[(&str, &str)]) -> (Child, String) {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let out = child.stdout.take().unwrap();
-    let line = BufReader::new(out)
-        .lines()
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines
+        .by_ref()
         .map_while(Result::ok)
         .find_map(|l| l.find("child: ").map(|i| l[i..].to_string()))
         .expect("the child reports");
+    // Keep reading, so the child's last words never meet a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     (child, line)
 }
 
@@ -186,6 +188,12 @@ fn child() {
         alloc(512 * MIB);
     }
     println!("child: {}", error_name(r));
+    if role == "busy-exit" {
+        // A stream still busy for a minute must not keep the process from exiting.
+        let k = kernels();
+        k.spin(stream(CU_STREAM_NON_BLOCKING), 60_000_000_000);
+        return;
+    }
     let _ = std::io::stdin().lines().count();
 }
 
@@ -230,6 +238,19 @@ fn processes_share_the_device_and_a_dead_one_is_released_late() {
     // SAFETY: plain NVML call.
     unsafe { assert_eq!(nvmlShutdown(), NVML_SUCCESS) };
     let _ = std::fs::remove_file(state);
+}
+
+#[test]
+fn a_busy_stream_does_not_keep_a_process_alive() {
+    let t0 = Instant::now();
+    let (mut child, line) = spawn("busy-exit", &[]);
+    assert_eq!(line, "child: CUDA_SUCCESS");
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "exit waited for the stream"
+    );
 }
 
 #[test]

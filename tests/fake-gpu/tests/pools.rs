@@ -129,14 +129,14 @@ fn opportunistic_reuse_takes_a_completed_free() {
     let x = alloc_on(p, 64 * MIB, a).unwrap();
     free_on(x, a);
     // Let the worker run the free without any synchronize observing it.
-    while attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) != 0 || unsafe { cuStreamQuery(a) } != 0 {}
+    wait_idle(a);
     assert_eq!(alloc_on(p, 64 * MIB, b), Ok(x));
     free_on(x, b);
     sync(b);
     set_flag(p, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, false);
     let y = alloc_on(p, 64 * MIB, a).unwrap();
     free_on(y, a);
-    while unsafe { cuStreamQuery(a) } != 0 {}
+    wait_idle(a);
     assert_ne!(
         alloc_on(p, 64 * MIB, b),
         Ok(y),

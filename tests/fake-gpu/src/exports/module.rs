@@ -185,7 +185,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 pub unsafe extern "C" fn cuModuleUnload(hmod: Handle) -> CUresult {
     cuda("cuModuleUnload", || {
         cu(|d| {
-            let dev = d.current_any()?;
+            d.current_any()?;
             let id = id_of(Tag::Module, hmod)?;
             let m = d.modules.remove(&id).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
             for f in m.functions {
@@ -195,7 +195,6 @@ pub unsafe extern "C" fn cuModuleUnload(hmod: Handle) -> CUresult {
             let device = d.dev(m.device);
             device.module_bytes = device.module_bytes.saturating_sub(bytes);
             d.publish(m.device);
-            let _ = dev;
             Ok(())
         })
     })

@@ -73,6 +73,19 @@ pub fn stream(flags: u32) -> Handle {
     s
 }
 
+/// `cuStreamQuery`'s answer.
+pub fn query(s: Handle) -> u32 {
+    // SAFETY: a live stream.
+    unsafe { cuStreamQuery(s) }
+}
+
+/// Waits, without synchronizing, until the stream has run everything queued on it.
+pub fn wait_idle(s: Handle) {
+    while query(s) != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 pub fn sync(s: Handle) {
     // SAFETY: a live stream.
     ok(unsafe { cuStreamSynchronize(s) });
