@@ -1,0 +1,173 @@
+//! Fault injection (`HEADROOM_FAKE_FAULTS`): make the Nth call of an entry point (or every
+//! call) fail with a chosen error, or block for a while and then proceed.
+//!
+//! Syntax: comma-separated `API@N=ERROR`, `API@*=ERROR` or `API@N=hang:DURATION`, where API is
+//! an exported symbol, N counts that symbol's calls in this process from 1, and ERROR is a
+//! `CUresult` name for a `cu*` symbol or an `nvmlReturn_t` name for an `nvml*` one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::config::parse_duration;
+use crate::errors::{self, CUDA_ERRORS, NVML_ERRORS};
+use crate::symbols;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    Nth(u64),
+    Every,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Return this code (a `CUresult` or `nvmlReturn_t`).
+    Fail(u32),
+    /// Block this long, then run the call normally.
+    Hang(Duration),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub api: String,
+    pub when: When,
+    pub action: Action,
+}
+
+fn parse_rule(entry: &str) -> Result<Rule, String> {
+    let bad = |why: &str| format!("bad entry {entry:?}: {why}");
+    let (lhs, rhs) = entry
+        .split_once('=')
+        .ok_or_else(|| bad("expected API@N=ERROR or API@N=hang:DURATION"))?;
+    let (api, n) = lhs
+        .split_once('@')
+        .ok_or_else(|| bad("expected API@N before '='"))?;
+    let (api, n, rhs) = (api.trim(), n.trim(), rhs.trim());
+    let cuda = symbols::CUDA.contains(&api);
+    if !cuda && !symbols::NVML.contains(&api) {
+        return Err(bad(&format!(
+            "{api:?} is not a function this driver exports"
+        )));
+    }
+    let when = if n == "*" {
+        When::Every
+    } else {
+        match n.parse::<u64>() {
+            Ok(k) if k >= 1 => When::Nth(k),
+            _ => return Err(bad("N must be a call number from 1, or *")),
+        }
+    };
+    let action = if let Some(d) = rhs.strip_prefix("hang:") {
+        Action::Hang(parse_duration(d).map_err(|e| bad(&e))?)
+    } else {
+        let table = if cuda { CUDA_ERRORS } else { NVML_ERRORS };
+        let code = errors::by_name(table, rhs).ok_or_else(|| {
+            bad(&format!(
+                "{rhs:?} is not {} name",
+                if cuda {
+                    "a CUresult"
+                } else {
+                    "an nvmlReturn_t"
+                }
+            ))
+        })?;
+        Action::Fail(code)
+    };
+    Ok(Rule {
+        api: api.to_string(),
+        when,
+        action,
+    })
+}
+
+pub fn parse(spec: &str) -> Result<Vec<Rule>, String> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(parse_rule)
+        .collect()
+}
+
+/// Calls so far, per entry point.
+#[derive(Debug, Default)]
+pub struct Counters(Mutex<HashMap<&'static str, u64>>);
+
+impl Counters {
+    fn count(&self, api: &'static str) -> u64 {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(api).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+/// Counts one call of `api` and applies the rules that match it: hangs first (this thread
+/// sleeps), then the first failure, which the caller returns.
+pub fn on_call(rules: &[Rule], counters: &Counters, api: &'static str) -> Option<u32> {
+    if rules.is_empty() {
+        return None;
+    }
+    let n = counters.count(api);
+    let mut fail = None;
+    for r in rules.iter().filter(|r| r.api == api) {
+        let hit = match r.when {
+            When::Every => true,
+            When::Nth(k) => k == n,
+        };
+        if !hit {
+            continue;
+        }
+        match r.action {
+            Action::Hang(d) => std::thread::sleep(d),
+            Action::Fail(code) => {
+                fail.get_or_insert(code);
+            }
+        }
+    }
+    fail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let r = parse(
+            "cuMemAlloc_v2@3=CUDA_ERROR_OUT_OF_MEMORY, nvmlInit_v2@1=NVML_ERROR_LIBRARY_NOT_FOUND,\
+             cuStreamSynchronize@1=hang:30s,cuLaunchKernel@*=CUDA_ERROR_LAUNCH_FAILED",
+        )
+        .unwrap();
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[0].when, When::Nth(3));
+        assert_eq!(r[0].action, Action::Fail(2));
+        assert_eq!(r[1].action, Action::Fail(12));
+        assert_eq!(r[2].action, Action::Hang(Duration::from_secs(30)));
+        assert_eq!(r[3].when, When::Every);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_do_and_names_the_entry() {
+        for (spec, needle) in [
+            ("cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY", "cuMemAlloc@1"),
+            ("cuMemAlloc_v2@0=CUDA_ERROR_OUT_OF_MEMORY", "call number"),
+            ("cuMemAlloc_v2@1=NVML_ERROR_UNKNOWN", "CUresult"),
+            ("nvmlInit_v2@1=CUDA_ERROR_UNKNOWN", "nvmlReturn_t"),
+            ("cuInit@1=hang:soon", "duration"),
+            ("cuInit", "expected"),
+        ] {
+            let e = parse(spec).unwrap_err();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn counts_per_api() {
+        let rules = parse("cuMemAlloc_v2@2=CUDA_ERROR_OUT_OF_MEMORY").unwrap();
+        let c = Counters::default();
+        assert_eq!(on_call(&rules, &c, "cuMemAlloc_v2"), None);
+        assert_eq!(on_call(&rules, &c, "cuMemFree_v2"), None);
+        assert_eq!(on_call(&rules, &c, "cuMemAlloc_v2"), Some(2));
+        assert_eq!(on_call(&rules, &c, "cuMemAlloc_v2"), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! The device the fake pretends to be: headroom's profile files (`profiles/*.toml`), of which
+//! only the fields a driver would embody are read (sizes, bandwidths, the stack model).
+//!
+//! The built-in profiles are headroom's own files, embedded at build time; `HEADROOM_FAKE_PROFILE`
+//! may also name a file (for example one `headroom calibrate` wrote). Unknown fields are ignored.
+
+use serde::Deserialize;
+
+/// (name, TOML text) of the profiles shipped with headroom.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("tiny-4g", include_str!("../../../profiles/tiny-4g.toml")),
+    ("h100-80g", include_str!("../../../profiles/h100-80g.toml")),
+    ("h200", include_str!("../../../profiles/h200.toml")),
+];
+
+pub const DEFAULT: &str = "tiny-4g";
+
+/// A size written as bytes (`4096`) or with a unit (`"512MiB"`, `"2GB"`, `"1.5GiB"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) => Ok(Size(v)),
+            Raw::Text(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `"512MiB"`-style sizes: a decimal number and one of B, KiB, MiB, GiB, TiB, KB, MB,
+/// GB, TB; the result must be a whole number of bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = (&s[..split], s[split..].trim());
+    let scale: u64 = match unit {
+        "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return Err(format!("size {text:?}: unknown or missing unit")),
+    };
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return Err(format!("size {text:?}: no number"));
+    }
+    let parse = |t: &str| -> Result<u128, String> {
+        if t.is_empty() {
+            Ok(0)
+        } else {
+            t.parse::<u128>()
+                .map_err(|_| format!("size {text:?}: not a number"))
+        }
+    };
+    let denominator = 10u128
+        .checked_pow(frac.len() as u32)
+        .ok_or_else(|| format!("size {text:?}: too many decimals"))?;
+    let numerator = parse(whole)? * denominator + parse(frac)?;
+    let bytes = numerator * scale as u128;
+    if bytes % denominator != 0 {
+        return Err(format!("size {text:?}: not a whole number of bytes"));
+    }
+    u64::try_from(bytes / denominator).map_err(|_| format!("size {text:?}: too large"))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Profile {
+    pub name: String,
+    pub gpu_name: String,
+    pub compute_capability: String,
+    pub multiprocessors: u32,
+    pub memory: Memory,
+    pub bandwidth: Bandwidth,
+    pub stack: Stack,
+    #[serde(default)]
+    pub latency: Latency,
+    #[serde(default)]
+    pub graphs: Graphs,
+    #[serde(default)]
+    pub kernels: Kernels,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Memory {
+    /// CUDA-visible total (`cuMemGetInfo`, `cuDeviceTotalMem`).
+    pub total_bytes: Size,
+    /// What NVML reports as reserved, outside the CUDA-visible total.
+    pub nvml_reserved_bytes: Size,
+    /// Device memory a context takes when it is created (its default stack included).
+    pub context_overhead_bytes: Size,
+    pub page_bytes: Size,
+    pub small_alloc_limit_bytes: Size,
+    pub small_alloc_spacing_bytes: Size,
+    pub pool_granularity_bytes: Size,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Bandwidth {
+    pub copy_bytes_per_s: f64,
+    pub fill_bytes_per_s: f64,
+    pub verify_bytes_per_s: f64,
+    pub memset_bytes_per_s: f64,
+    pub touch_pages_per_s: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Stack {
+    pub threads_per_multiprocessor: u32,
+    pub default_per_thread_bytes: Size,
+}
+
+/// A duration written as `"8us"`, `"250ms"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dur(pub std::time::Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        crate::config::parse_duration(&s)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The host-side cost of the calls a sampler makes in a loop: the fake's own calls take a few
+/// hundred nanoseconds, and a sampler polling that fast would see many times the readings a
+/// real GPU gives.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Latency {
+    #[serde(default)]
+    pub mem_get_info: Dur,
+    #[serde(default)]
+    pub nvml_memory: Dur,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Graphs {
+    pub exec_bytes_per_node: Size,
+    pub alloc_granularity_bytes: Size,
+}
+
+impl Default for Graphs {
+    fn default() -> Self {
+        Graphs {
+            exec_bytes_per_node: Size(10 << 10),
+            alloc_granularity_bytes: Size(2 << 20),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Kernels {
+    /// Device memory one loaded module takes.
+    pub module_bytes: Size,
+}
+
+impl Default for Kernels {
+    fn default() -> Self {
+        Kernels {
+            module_bytes: Size(2 << 20),
+        }
+    }
+}
+
+impl Profile {
+    /// A built-in profile by name, or a profile file by path.
+    pub fn resolve(name_or_path: &str) -> Result<Profile, String> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Profile::parse(text, name_or_path);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            format!(
+                "profile {name_or_path:?} is neither a built-in one ({}) nor a readable file: {e}",
+                names.join(", ")
+            )
+        })?;
+        Profile::parse(&text, name_or_path)
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Profile, String> {
+        let p: Profile = toml::from_str(text).map_err(|e| format!("profile {origin}: {e}"))?;
+        let m = &p.memory;
+        for (key, v) in [
+            ("memory.page_bytes", m.page_bytes.0),
+            (
+                "memory.small_alloc_spacing_bytes",
+                m.small_alloc_spacing_bytes.0,
+            ),
+            ("memory.pool_granularity_bytes", m.pool_granularity_bytes.0),
+            (
+                "graphs.alloc_granularity_bytes",
+                p.graphs.alloc_granularity_bytes.0,
+            ),
+        ] {
+            if !v.is_power_of_two() {
+                return Err(format!(
+                    "profile {origin}: {key} must be a power of two, not {v}"
+                ));
+            }
+        }
+        if m.small_alloc_limit_bytes.0 > m.page_bytes.0 || m.total_bytes.0 == 0 {
+            return Err(format!("profile {origin}: inconsistent memory sizes"));
+        }
+        if p.multiprocessors == 0 || p.stack.threads_per_multiprocessor == 0 {
+            return Err(format!(
+                "profile {origin}: multiprocessors and threads must be above zero"
+            ));
+        }
+        Ok(p)
+    }
+
+    /// (major, minor) from `"9.0"`.
+    pub fn capability(&self) -> (i32, i32) {
+        let (a, b) = self
+            .compute_capability
+            .split_once('.')
+            .unwrap_or((&self.compute_capability, "0"));
+        (a.trim().parse().unwrap_or(9), b.trim().parse().unwrap_or(0))
+    }
+
+    /// Resident threads on the whole device: what the stack reservation is multiplied by.
+    pub fn resident_threads(&self) -> u64 {
+        self.multiprocessors as u64 * self.stack.threads_per_multiprocessor as u64
+    }
+
+    /// The name the driver reports: the profile's, marked as this fake rather than the simulator.
+    pub fn device_name(&self) -> String {
+        let base = self.gpu_name.trim_end_matches(" (simulated)");
+        format!("{base} (fake driver)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_headroom() {
+        assert_eq!(parse_size("512B"), Ok(512));
+        assert_eq!(parse_size("81089MiB"), Ok(81089 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert!(parse_size("1.3B").is_err());
+        assert!(parse_size("12").is_err());
+    }
+
+    #[test]
+    fn builtin_profiles_load() {
+        let tiny = Profile::resolve("tiny-4g").unwrap();
+        assert_eq!(tiny.memory.total_bytes.0, 4 << 30);
+        assert_eq!(tiny.memory.context_overhead_bytes.0, 256 << 20);
+        assert_eq!(tiny.kernels.module_bytes.0, 2 << 20);
+        assert_eq!(tiny.capability(), (9, 0));
+        assert_eq!(
+            tiny.latency.mem_get_info.0,
+            std::time::Duration::from_micros(8)
+        );
+        let h200 = Profile::resolve("h200").unwrap();
+        assert_eq!(h200.memory.nvml_reserved_bytes.0, 615 << 20);
+        assert!(Profile::resolve("a100").unwrap_err().contains("tiny-4g"));
+    }
+}
