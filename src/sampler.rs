@@ -97,8 +97,19 @@ impl LatencyHistogram {
     }
 }
 
+/// The first reading the sampler could not take: a device error seen between the run's own
+/// calls (a kernel that faulted asynchronously shows here first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SamplerError {
+    /// Device time of the failed reading.
+    pub t_ns: u64,
+    /// The phase running then (its index; `u32::MAX` outside any phase).
+    pub phase: u32,
+    pub error: String,
+}
+
 /// What the sampler achieved over a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SamplerStats {
     /// The interval asked for (0: back to back).
     pub interval_ns: u64,
@@ -111,10 +122,15 @@ pub struct SamplerStats {
     pub query_latency: Percentiles,
     /// True when the figures are modeled in virtual time (sim), not measured.
     pub modeled: bool,
+    /// The first reading that failed, if one did.
+    #[serde(default)]
+    pub first_error: Option<SamplerError>,
 }
 
 /// A thread that reads device free memory at a fixed interval (used by the cuda backend).
 pub struct ThreadSampler {
+    /// The first failed reading, as soon as it happens (also in the final statistics).
+    first_error: Arc<Mutex<Option<SamplerError>>>,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<SamplerStats>>,
     rx: Receiver<Reading>,
@@ -137,6 +153,8 @@ impl ThreadSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
         let stop2 = stop.clone();
+        let first_error = Arc::new(Mutex::new(None));
+        let first_error2 = first_error.clone();
         let handle = std::thread::Builder::new()
             .name("headroom-sampler".into())
             .spawn(move || {
@@ -147,9 +165,17 @@ impl ThreadSampler {
                         ..Default::default()
                     };
                 }
-                sample_loop(interval_ns, &live, origin, &stop2, &tx, query)
+                let mut stats = sample_loop(interval_ns, &live, origin, &stop2, &tx, query, |e| {
+                    *first_error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                });
+                stats.first_error = first_error2
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                stats
             })?;
         Ok(ThreadSampler {
+            first_error,
             stop,
             handle: Some(handle),
             rx,
@@ -158,6 +184,14 @@ impl ThreadSampler {
 
     pub fn drain(&mut self, out: &mut Vec<Reading>) {
         out.extend(self.rx.try_iter());
+    }
+
+    /// The first reading that failed so far.
+    pub fn first_error(&self) -> Option<SamplerError> {
+        self.first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Stops the thread and returns its statistics; readings not yet drained go to `out`.
@@ -189,6 +223,7 @@ fn sample_loop<Q>(
     stop: &AtomicBool,
     tx: &Sender<Reading>,
     mut query: Q,
+    mut on_first_error: impl FnMut(SamplerError),
 ) -> SamplerStats
 where
     Q: FnMut() -> Result<u64, String>,
@@ -228,6 +263,11 @@ where
             Err(e) if !warned => {
                 eprintln!("warning: sampler reading failed: {e}");
                 warned = true;
+                on_first_error(SamplerError {
+                    t_ns: q1.duration_since(origin).as_nanos() as u64,
+                    phase: live.snapshot().0,
+                    error: e,
+                });
             }
             Err(_) => {}
         }
@@ -260,6 +300,7 @@ where
         interval: intervals.percentiles(),
         query_latency: latency.percentiles(),
         modeled: false,
+        first_error: None,
     }
 }
 
@@ -340,6 +381,7 @@ impl VirtualSampler {
             interval: fixed(self.period_ns, self.readings.saturating_sub(1)),
             query_latency: fixed(self.query_ns, self.readings),
             modeled: true,
+            first_error: None,
         }
     }
 }
@@ -347,6 +389,10 @@ impl VirtualSampler {
 impl crate::device::Sampler for ThreadSampler {
     fn drain(&mut self, _dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
         ThreadSampler::drain(self, out);
+    }
+
+    fn first_error(&self) -> Option<SamplerError> {
+        ThreadSampler::first_error(self)
     }
 
     fn stop(

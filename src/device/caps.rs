@@ -44,8 +44,9 @@ pub trait DeviceCore: Send {
         None
     }
 
-    /// The simulator's stand-in for another process: `pid` holds `bytes` for `duration_ns`
-    /// from now. A real GPU gets a real process instead (`headroom hold`).
+    /// The simulator's stand-in for another process: `pid` holds `bytes` (and a context of
+    /// its own) for `duration_ns` from now. A real GPU gets a real process instead (`headroom
+    /// hold`).
     fn add_simulated_tenant(&mut self, _pid: u32, _bytes: u64, _duration_ns: u64) -> DevResult<()> {
         Err(DeviceError::Unsupported("a simulated tenant", "cuda"))
     }
@@ -62,6 +63,10 @@ pub trait Sampler: Send {
     fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>);
     /// Stops sampling: the readings not drained yet go into `out`; returns what it achieved.
     fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats;
+    /// The first reading that failed so far (a device error between the run's own calls).
+    fn first_error(&self) -> Option<crate::sampler::SamplerError> {
+        None
+    }
 }
 
 use super::Device;

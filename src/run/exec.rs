@@ -111,7 +111,20 @@ impl Runner<'_, '_> {
 
         match res {
             Ok(done) => {
-                let r = self.event_reading()?;
+                // A device error that surfaces only at the reading (a kernel that faulted
+                // asynchronously) is this step's: its row names the call and the error.
+                let r = match self.event_reading() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let detail = format!("the reading after the step failed: {e:#}");
+                        let failed = Done {
+                            detail: detail.clone(),
+                            ..done
+                        };
+                        self.row(phase, p, &name, &stream_name, &failed, "error", None)?;
+                        bail!("{} {name}: {detail}", p.action.op())
+                    }
+                };
                 self.row(
                     phase,
                     p,

@@ -34,7 +34,7 @@ use crate::report::summary::{
     RunStatus, Summary, WorkloadInfo,
 };
 use crate::sampler::{LatencyHistogram, LiveViews};
-use crate::units::{GIB, MIB, utc_folder_stamp, utc_timestamp};
+use crate::units::{GIB, MIB, Nanos, utc_folder_stamp, utc_timestamp};
 use crate::workload::{Via, Workload};
 
 /// How to run, beyond what the workload file says.
@@ -500,6 +500,10 @@ impl Runner<'_, '_> {
                     stop = Some(Stop::Interrupted);
                     break;
                 }
+                if let Some(fault) = self.device_fault() {
+                    stop = Some(self.stop_on_fault(&phase.name, planned, &fault));
+                    break;
+                }
                 self.arm_watchdog(&phase.name, planned);
                 let outcome = self.exec(&phase.name, planned);
                 if let Some(w) = &self.watchdog {
@@ -747,6 +751,44 @@ impl Runner<'_, '_> {
                 },
             );
         }
+        // A device error that surfaced only now (a kernel that faulted after the last step's
+        // reading) fails a run that looked complete: it is never exit 0.
+        let late_fault = summary
+            .sampler
+            .first_error
+            .as_ref()
+            .map(|e| {
+                format!(
+                    "{} (first seen by the sampler at {})",
+                    e.error,
+                    Nanos(e.t_ns)
+                )
+            })
+            .or_else(|| (!release_errors.is_empty()).then(|| release_errors.join("; ")));
+        if let Some(fault) = late_fault
+            && matches!(summary.status, RunStatus::Completed | RunStatus::Oom)
+        {
+            let detail = format!(
+                "the device reported an error after the last step had run: {fault}; work the steps \
+                 queued failed on the device"
+            );
+            let _ = self.events.write(&crate::record::timeline::EventRow {
+                t_ns: self.dev.now_ns(),
+                phase: "",
+                step: "",
+                op: "release",
+                name: "",
+                stream: "",
+                requested_bytes: None,
+                size_bytes: None,
+                latency_ns: 0,
+                result: "error",
+                device_free_bytes: None,
+                detail: &detail,
+            });
+            summary.status = RunStatus::Failed;
+            summary.status_detail = Some(detail);
+        }
         self.recorder.flush().context("flushing timeline.csv")?;
         self.events.flush().context("flushing events.csv")?;
         self.fill_summary(summary);
@@ -775,6 +817,42 @@ impl Runner<'_, '_> {
 }
 
 impl Runner<'_, '_> {
+    /// A device error the sampler saw between the run's own calls, if any.
+    fn device_fault(&self) -> Option<crate::sampler::SamplerError> {
+        self.sampler.as_ref()?.first_error()
+    }
+
+    /// The step about to run is not run: the device already failed. Its row says why.
+    fn stop_on_fault(
+        &mut self,
+        phase: &str,
+        p: &crate::workload::Planned,
+        fault: &crate::sampler::SamplerError,
+    ) -> Stop {
+        let seen_in = self
+            .wl
+            .phases
+            .get(fault.phase as usize)
+            .map_or("before the first phase".to_string(), |ph| {
+                format!("during phase {:?}", ph.name)
+            });
+        let detail = format!(
+            "not run: the device reported {} at {} {seen_in} (seen by the sampler)",
+            fault.error,
+            Nanos(fault.t_ns)
+        );
+        let done = exec::Done {
+            detail: detail.clone(),
+            ..exec::Done::timed(0)
+        };
+        let name = p.action.name().unwrap_or("").to_string();
+        let stream = p.action.stream().unwrap_or("main").to_string();
+        if let Err(e) = self.row(phase, p, &name, &stream, &done, "error", None) {
+            eprintln!("warning: writing events.csv: {e:#}");
+        }
+        Stop::Failed(format!("phase {phase:?}, step {}: {detail}", p.label))
+    }
+
     /// Arms the watchdog for one action, with the waiting the action itself does.
     fn arm_watchdog(&self, phase: &str, p: &crate::workload::Planned) {
         use crate::workload::Action;

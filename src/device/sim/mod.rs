@@ -409,12 +409,14 @@ impl DeviceCore for SimDevice {
     }
 
     fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
-        if bytes > self.free_at(self.host_ns) {
+        // A tenant is a process with a context of its own, as a `headroom hold` child is.
+        let held = bytes.saturating_add(self.profile.memory.context_overhead_bytes.0);
+        if held > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
-                requested_bytes: bytes,
+                requested_bytes: held,
             });
         }
-        self.add_tenant(pid, bytes, Some(duration_ns));
+        self.add_tenant(pid, held, Some(duration_ns));
         Ok(())
     }
 
@@ -641,7 +643,8 @@ impl StreamOrderedPool for SimDevice {
         let si = self.stream_index(stream)?;
         self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
         self.host_ns += self.profile.latency.malloc_async.0;
-        let ptr = match self.pool.take(bytes, stream, self.host_ns) {
+        let can_grow = self.pool.rounded(bytes) <= self.free_at(self.host_ns);
+        let ptr = match self.pool.take(bytes, stream, self.host_ns, can_grow) {
             Take::Reused { ptr, reuse } => {
                 if let Reuse::WaitUntil(t) = reuse {
                     self.streams[si] = self.streams[si].max(t);

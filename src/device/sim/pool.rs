@@ -88,7 +88,12 @@ impl SimPool {
     }
 
     /// Tries to serve `bytes` on `stream` at host time `now` from freed blocks (best fit).
-    pub fn take(&mut self, bytes: u64, stream: StreamId, now: u64) -> Take {
+    ///
+    /// The order is the CUDA programming guide's: a block freed on the same stream or whose
+    /// free has completed first; then, when `can_grow` (the device has room for the rounded
+    /// size), growing the pool; only when it cannot, a block still pending on another stream,
+    /// with the allocating stream made to wait for it (internal dependencies).
+    pub fn take(&mut self, bytes: u64, stream: StreamId, now: u64, can_grow: bool) -> Take {
         let need = self.rounded(bytes);
         let cfg = self.config;
         let mut best: Option<(usize, Reuse)> = None;
@@ -100,7 +105,7 @@ impl SimPool {
                 None => Reuse::Ready,
                 Some((s, _)) if s == stream => Reuse::SameStream,
                 Some((_, t)) if t <= now && cfg.reuse_opportunistic => Reuse::Opportunistic,
-                Some((_, t)) if cfg.reuse_internal_dependencies => Reuse::WaitUntil(t),
+                Some((_, t)) if cfg.reuse_internal_dependencies && !can_grow => Reuse::WaitUntil(t),
                 Some(_) => continue,
             };
             // Best fit; among equals prefer one that needs no waiting.
@@ -216,10 +221,11 @@ mod tests {
         p.grow(0x1000, 64 * MIB);
         p.free_async(0x1000, A, 1_000);
         // Another stream, before the free completes: no reuse.
-        assert_eq!(p.take(64 * MIB, B, 500), Take::MustGrow(64 * MIB));
+        assert_eq!(p.take(64 * MIB, B, 500, true), Take::MustGrow(64 * MIB));
+        assert_eq!(p.take(64 * MIB, B, 500, false), Take::MustGrow(64 * MIB));
         // The same stream may reuse it in stream order.
         assert_eq!(
-            p.take(64 * MIB, A, 500),
+            p.take(64 * MIB, A, 500, true),
             Take::Reused {
                 ptr: 0x1000,
                 reuse: Reuse::SameStream
@@ -232,8 +238,11 @@ mod tests {
         let mut p = SimPool::new(2 * MIB);
         p.grow(0x1000, 8 * MIB);
         p.free_async(0x1000, A, 1_000);
+        // The device has room: the pool grows rather than wait for the other stream.
+        assert_eq!(p.take(8 * MIB, B, 500, true), Take::MustGrow(8 * MIB));
+        // It has none: the allocating stream waits for the free (an internal dependency).
         assert_eq!(
-            p.take(8 * MIB, B, 500),
+            p.take(8 * MIB, B, 500, false),
             Take::Reused {
                 ptr: 0x1000,
                 reuse: Reuse::WaitUntil(1_000)
@@ -241,7 +250,7 @@ mod tests {
         );
         p.free_async(0x1000, A, 2_000);
         assert_eq!(
-            p.take(8 * MIB, B, 2_000),
+            p.take(8 * MIB, B, 2_000, true),
             Take::Reused {
                 ptr: 0x1000,
                 reuse: Reuse::Opportunistic
@@ -287,19 +296,19 @@ mod tests {
         p.grow(0x2000_0000, 10 * MIB);
         p.free_async(0x2000_0000, A, 0);
         assert_eq!(
-            p.take(3 * MIB, A, 0),
+            p.take(3 * MIB, A, 0, true),
             Take::Reused {
                 ptr: 0x2000_0000,
                 reuse: Reuse::SameStream
             }
         );
         assert_eq!(
-            p.take(6 * MIB, A, 0),
+            p.take(6 * MIB, A, 0, true),
             Take::Reused {
                 ptr: 0x2000_0000 + 4 * MIB,
                 reuse: Reuse::SameStream
             }
         );
-        assert_eq!(p.take(2 * MIB, A, 0), Take::MustGrow(2 * MIB));
+        assert_eq!(p.take(2 * MIB, A, 0, true), Take::MustGrow(2 * MIB));
     }
 }

@@ -16,7 +16,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 pub const DEFAULT: &str = "tiny-4g";
 
 /// A size written as bytes (`4096`) or with a unit (`"512MiB"`, `"2GB"`, `"1.5GiB"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Size(pub u64);
 
 impl<'de> Deserialize<'de> for Size {
@@ -162,18 +162,12 @@ impl Default for Graphs {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// What loading a module costs; a profile without `[kernels]` charges nothing, as headroom's
+/// simulator reads the same file.
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct Kernels {
     /// Device memory one loaded module takes.
     pub module_bytes: Size,
-}
-
-impl Default for Kernels {
-    fn default() -> Self {
-        Kernels {
-            module_bytes: Size(2 << 20),
-        }
-    }
 }
 
 impl Profile {
@@ -264,7 +258,7 @@ mod tests {
         let tiny = Profile::resolve("tiny-4g").unwrap();
         assert_eq!(tiny.memory.total_bytes.0, 4 << 30);
         assert_eq!(tiny.memory.context_overhead_bytes.0, 256 << 20);
-        assert_eq!(tiny.kernels.module_bytes.0, 2 << 20);
+        assert_eq!(tiny.kernels.module_bytes.0, 0);
         assert_eq!(tiny.capability(), (9, 0));
         assert_eq!(
             tiny.latency.mem_get_info.0,

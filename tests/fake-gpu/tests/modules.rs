@@ -52,7 +52,15 @@ fn load_ex(image: &[u8]) -> (u32, Handle, String, String) {
 
 #[test]
 fn modules_load_from_ptx_with_jit_logs_and_cost_memory() {
-    let _g = setup(&[]);
+    // The built-in profiles charge nothing for a module; this one charges 2 MiB.
+    let profile = std::env::temp_dir().join(format!("fake-modules-{}.toml", std::process::id()));
+    let tiny = include_str!("../../../profiles/tiny-4g.toml");
+    std::fs::write(
+        &profile,
+        format!("{tiny}\n[kernels]\nmodule_bytes = \"2MiB\"\n"),
+    )
+    .unwrap();
+    let _g = setup(&[("HEADROOM_FAKE_PROFILE", profile.to_str().unwrap())]);
     let idle = free_mem();
     let (r, m, info, error) = load_ex(ptx("fill.ptx").as_bytes());
     ok(r);
