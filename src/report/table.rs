@@ -127,17 +127,7 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         crate::report::graphs::render(g, &mut o);
     }
     for m in &s.mismatches {
-        let _ = writeln!(
-            o,
-            "verify {} ({} step {}): {} mismatches, first at {:#x}: expected {:#010x}, read {:#010x}",
-            m.name,
-            m.phase,
-            m.step,
-            m.mismatch.count,
-            m.mismatch.first_address,
-            m.mismatch.expected,
-            m.mismatch.actual
-        );
+        let _ = writeln!(o, "verify {}", m.line());
     }
     for oom in &s.ooms {
         let _ = writeln!(o);

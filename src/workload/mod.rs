@@ -64,6 +64,20 @@ pub struct Expect {
     pub max_mismatches: Option<u64>,
 }
 
+/// The name of member `index` of the group `group`: `w[3]`.
+pub fn member_name(group: &str, index: impl std::fmt::Display) -> String {
+    format!("{group}[{index}]")
+}
+
+/// The index of `name` as a member of `group` (`w[3]` → 3), if it is one.
+pub fn member_index(group: &str, name: &str) -> Option<u64> {
+    name.strip_prefix(group)?
+        .strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
 /// Whether the run should end in an out-of-memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
