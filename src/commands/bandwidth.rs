@@ -15,10 +15,7 @@ pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> 
             out.display()
         );
     }
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
     let keep = default_keep_free(opened.device.info().total_bytes);
     let report = measure(opened.device.as_mut(), args.size, args.repeats, keep)?;
     let json = serde_json::to_string_pretty(&report)?;

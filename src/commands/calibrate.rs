@@ -16,10 +16,7 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
             args.out.display()
         )
     })?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
     let info = opened.device.info().clone();
     let result = measure(
         opened.device.as_mut(),

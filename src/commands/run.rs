@@ -8,20 +8,21 @@ use crate::device::select::{self, Opened};
 use crate::report::table;
 use crate::run::{RunOptions, TenantLaunch, run as run_workload};
 use crate::units::Bytes;
-use crate::workload::Workload;
+use crate::workload::WorkloadFile;
 
 /// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
 /// (it holds no memory there); tests use it to check that children are always reaped.
 pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
-    // Every check that needs no device runs before the device is opened.
-    Workload::load(&args.workload, u64::MAX)?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    // The file is read once; every check that needs no device runs before it is opened.
+    let file = WorkloadFile::read(&args.workload)?;
+    file.check()?;
+    let mut opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
-    let wl = Workload::load(&args.workload, opened.device.info().total_bytes)?;
+    let wl = file.expand(opened.device.info().total_bytes)?;
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),

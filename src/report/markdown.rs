@@ -213,7 +213,7 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(c) = s.idle.context_overhead_bytes {
         let _ = write!(o, "; creating the context took {}", Bytes(c));
     }
-    if let Some(k) = s.idle.kernels {
+    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
         let _ = write!(
             o,
             "; loading headroom's {} kernel modules before it took {}",

@@ -113,14 +113,44 @@ pub struct Phase {
     pub actions: Vec<Planned>,
 }
 
+/// A workload file read and parsed once, to be expanded for a device (sizes given as a share
+/// of the device resolve against its total).
+#[derive(Debug, Clone)]
+pub struct WorkloadFile {
+    path: std::path::PathBuf,
+    parsed: parse::FileWorkload,
+}
+
+impl WorkloadFile {
+    /// Reads and parses `path`: every key, size and step is checked.
+    pub fn read(path: &Path) -> Result<WorkloadFile, parse::WorkloadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
+        })?;
+        Ok(WorkloadFile {
+            path: path.to_path_buf(),
+            parsed: parse::parse(&text, path)?,
+        })
+    }
+
+    /// The workload for a device of `total_bytes` (CUDA-visible): every action expanded and
+    /// checked, no single allocation above the total.
+    pub fn expand(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        expand::expand(self.parsed.clone(), &self.path, total_bytes)
+    }
+
+    /// Everything that can be checked before a device is known (an expansion against an
+    /// unbounded device), so a bad file is refused before any GPU is touched.
+    pub fn check(&self) -> Result<(), parse::WorkloadError> {
+        self.expand(u64::MAX).map(|_| ())
+    }
+}
+
 impl Workload {
     /// Reads, parses and expands a workload file. `total_bytes` is the device's CUDA-visible
     /// total, for the check that no single allocation exceeds it.
     pub fn load(path: &Path, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
-        })?;
-        Workload::from_toml(&text, path, total_bytes)
+        WorkloadFile::read(path)?.expand(total_bytes)
     }
 
     pub fn from_toml(
