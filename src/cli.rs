@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::select::Backend;
+use crate::node::selection::DeviceSelection;
 use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]
@@ -30,18 +31,35 @@ pub struct DeviceArgs {
     /// Which device backend to use.
     #[arg(long, global = true, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// The CUDA device index (or the simulated device's index).
+    /// The CUDA device index (or the simulated device's index); for run, validate, bandwidth
+    /// and calibrate also `all` or a list such as `0,2,5`: one worker process per GPU, into a
+    /// node folder (a GPU other processes use is skipped unless --shared-ok).
     #[arg(
         long = "device",
         global = true,
-        default_value_t = 0,
-        value_name = "INDEX"
+        default_value = "0",
+        value_name = "INDEX|all|LIST",
+        value_parser = DeviceSelection::parse
     )]
-    pub index: u32,
+    pub device: DeviceSelection,
     /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200) or a TOML file.
     /// Implies the sim backend under --backend auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+}
+
+impl DeviceArgs {
+    /// The one GPU a command that drives a single device runs on; `--device all` or a list is
+    /// refused with the command's name.
+    pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {
+        self.device.one().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--device {}: `headroom {command}` drives one GPU; give one index (all and lists \
+                 are for run, validate, bandwidth and calibrate)",
+                self.device
+            )
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -15,7 +15,11 @@ pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> 
             out.display()
         );
     }
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(
+        dev.backend,
+        dev.one_gpu("bandwidth")?,
+        dev.profile.as_deref(),
+    )?;
     if let Some(n) = &opened.notice {
         eprintln!("note: {n}");
     }

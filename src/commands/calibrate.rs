@@ -16,7 +16,11 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
             args.out.display()
         )
     })?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(
+        dev.backend,
+        dev.one_gpu("calibrate")?,
+        dev.profile.as_deref(),
+    )?;
     if let Some(n) = &opened.notice {
         eprintln!("note: {n}");
     }

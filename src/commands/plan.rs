@@ -38,7 +38,7 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
     let device = match plan.capacity_bytes {
         Some(_) => None,
         None => {
-            let opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+            let opened = select::open(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
             if let Some(n) = &opened.notice {
                 eprintln!("note: {n}");
             }

@@ -21,7 +21,7 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         "{}: no such log file",
         args.log.display()
     );
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(dev.backend, dev.one_gpu("replay")?, dev.profile.as_deref())?;
     if let Some(n) = &opened.notice {
         eprintln!("note: {n}");
     }

@@ -17,7 +17,7 @@ pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // Every check that needs no device runs before the device is opened.
     Workload::load(&args.workload, u64::MAX)?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
@@ -92,7 +92,7 @@ fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<Ten
         "--backend".to_string(),
         info.backend.to_string(),
         "--device".to_string(),
-        dev.index.to_string(),
+        dev.one_gpu("run")?.to_string(),
     ];
     if let Some(p) = &dev.profile {
         device_args.extend(["--profile".to_string(), p.clone()]);

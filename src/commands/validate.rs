@@ -73,7 +73,11 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         checked.map_err(|e| context(label, e))?;
     }
 
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open(
+        dev.backend,
+        dev.one_gpu("validate")?,
+        dev.profile.as_deref(),
+    )?;
     if let Some(n) = &opened.notice {
         eprintln!("note: {n}");
     }
