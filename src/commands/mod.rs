@@ -21,6 +21,8 @@ use crate::cli::{Cli, Command};
 
 /// Runs the parsed command line. `interrupted` is set by Ctrl-C.
 pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
+    // A node's worker stops, as if interrupted, when the node's process is gone.
+    crate::node::workers::watch_parent(interrupted.clone());
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),

@@ -5,6 +5,8 @@ use std::sync::atomic::AtomicBool;
 
 use crate::cli::{DeviceArgs, RunArgs};
 use crate::device::select::{self, Opened};
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::report::table;
 use crate::run::{RunOptions, TenantLaunch, run as run_workload};
 use crate::units::Bytes;
@@ -16,7 +18,10 @@ pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // Every check that needs no device runs before the device is opened.
-    Workload::load(&args.workload, u64::MAX)?;
+    let checked = Workload::load(&args.workload, u64::MAX)?;
+    if dev.device.is_node() {
+        return run_node(dev, &node_job(args, &checked.name), interrupted);
+    }
     let mut opened = select::open(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
@@ -101,4 +106,37 @@ fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<Ten
         exe: std::env::current_exe()?,
         device_args,
     }))
+}
+
+/// The same run on every GPU of a node: each worker gets these arguments (and its `--out`).
+fn node_job(args: &RunArgs, label: &str) -> NodeJob {
+    let mut w: Vec<std::ffi::OsString> =
+        vec!["run".into(), args.workload.clone().into(), "--quiet".into()];
+    let flags = [
+        (args.allow_oom, "--allow-oom"),
+        (args.expect_oom, "--expect-oom"),
+        (args.fail_on_mismatch, "--fail-on-mismatch"),
+        (args.shared_ok, "--shared-ok"),
+    ];
+    w.extend(flags.iter().filter(|(on, _)| *on).map(|(_, f)| (*f).into()));
+    if let Some(b) = args.keep_free {
+        w.extend(["--keep-free".into(), format!("{b}B").into()]);
+    }
+    if let Some(ns) = args.sample_interval {
+        w.extend(["--sample-interval".into(), format!("{ns}ns").into()]);
+    }
+    if let Some(ns) = args.watchdog {
+        w.extend(["--watchdog".into(), format!("{ns}ns").into()]);
+    }
+    NodeJob {
+        command: NodeCommand::Run,
+        label: label.to_string(),
+        input: Some(args.workload.clone()),
+        worker_args: w,
+        out: args.out.clone(),
+        results_root: args.results.clone(),
+        shared_ok: args.shared_ok,
+        json: args.json,
+        quiet: args.quiet,
+    }
 }
