@@ -188,12 +188,16 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Where to write the profile (must not exist).
-    #[arg(long, value_name = "FILE", default_value = "calibrated-profile.toml")]
-    pub out: PathBuf,
+    /// Where to write the profile (must not exist) [default: calibrated-profile.toml]; with
+    /// --device all or a list, the node folder (new or empty), one profile.toml per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub out: Option<PathBuf>,
     /// The profile's name.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
+    /// With --device all or a list: also calibrate GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
@@ -231,16 +235,21 @@ pub struct BandwidthArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the JSON report to this file (which must not exist).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the JSON report to this file (which must not exist); with --device all or
+    /// a list, the node folder (new or empty), one bandwidth.json per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
+    /// With --device all or a list: also measure GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The workload file (TOML), e.g. workloads/quickstart.toml.
     pub workload: PathBuf,
-    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/
+    /// (with --device all or a list: the node folder, results/<UTC stamp>-node-<name>/).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Where result folders are created.
@@ -266,7 +275,8 @@ pub struct RunArgs {
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,
-    /// Run even though other processes hold memory on the GPU (their usage is recorded).
+    /// Run even though other processes hold memory on the GPU (their usage is recorded); with
+    /// --device all or a list, run on such GPUs instead of skipping them.
     #[arg(long)]
     pub shared_ok: bool,
 

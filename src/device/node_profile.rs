@@ -87,7 +87,11 @@ impl NodeProfile {
         }
         let p = SimProfile::resolve(name_or_path).map_err(|e| {
             let nodes: Vec<&str> = BUILTIN_NODES.iter().map(|(n, _)| *n).collect();
-            e.context(format!("built-in node profiles are {}", nodes.join(", ")))
+            if format!("{e}").starts_with("unknown device profile") {
+                anyhow::anyhow!("{e:#}; built-in node profiles are {}", nodes.join(", "))
+            } else {
+                e
+            }
         })?;
         Ok(NodeProfile {
             name: p.name.clone(),

@@ -113,7 +113,13 @@ pub fn run_node(
             r.rank = Some(rank as u32);
             r.log = Some(format!("logs/{}.log", r.folder));
             WorkerSpec {
-                args: worker_args(&inv, job, r.gpu.index, &dir.join(&r.folder)),
+                args: worker_args(
+                    &inv,
+                    dev.profile.as_deref(),
+                    job,
+                    r.gpu.index,
+                    &dir.join(&r.folder),
+                ),
                 rank: rank as u32,
                 rank_count: runnable.len() as u32,
                 log: dir.join("logs").join(format!("{}.log", r.folder)),
@@ -206,7 +212,9 @@ pub fn run_node(
                     }
                     (found, died) => {
                         r.outcome = Outcome::Failed;
-                        let why = found.err().or_else(|| last_error(&log));
+                        // A worker that said why it stopped is believed before what it left.
+                        let said = (x.code != Some(0)).then(|| last_error(&log)).flatten();
+                        let why = said.or(found.err());
                         r.reason = Some(
                             [died, why]
                                 .into_iter()
@@ -323,9 +331,16 @@ fn row(g: &GpuIdentity, shared_ok: bool) -> GpuRow {
 }
 
 /// `--backend B [--profile P] --device N <command args> --out …` for one GPU.
-fn worker_args(inv: &Inventory, job: &NodeJob, index: u32, gdir: &Path) -> Vec<OsString> {
+/// `profile_arg` is `--profile` as the user gave it (a name or a path).
+fn worker_args(
+    inv: &Inventory,
+    profile_arg: Option<&str>,
+    job: &NodeJob,
+    index: u32,
+    gdir: &Path,
+) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["--backend".into(), inv.backend.as_str().into()];
-    if let Some(p) = &inv.profile {
+    if let Some(p) = profile_arg.or(inv.profile.as_deref()) {
         a.extend(["--profile".into(), p.into()]);
     }
     a.extend(["--device".into(), index.to_string().into()]);
