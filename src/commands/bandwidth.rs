@@ -22,6 +22,7 @@ pub fn bandwidth(
             command: NodeCommand::Bandwidth,
             label: "bandwidth".into(),
             input: None,
+            workload_check: None,
             worker_args: vec![
                 "bandwidth".into(),
                 "--size".into(),

@@ -23,6 +23,7 @@ pub fn calibrate(
             command: NodeCommand::Calibrate,
             label: "calibrate".into(),
             input: None,
+            workload_check: None,
             worker_args: vec![
                 "calibrate".into(),
                 "--name".into(),

@@ -10,23 +10,31 @@ use crate::node::{NodeJob, run_node};
 use crate::report::table;
 use crate::run::{RunOptions, TenantLaunch, run as run_workload};
 use crate::units::Bytes;
-use crate::workload::Workload;
+use crate::workload::{Rank, Workload};
 
 /// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
 /// (it holds no memory there); tests use it to check that children are always reaped.
 pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
-    // Every check that needs no device runs before the device is opened.
-    let checked = Workload::load(&args.workload, u64::MAX)?;
     if dev.device.is_node() {
-        return run_node(dev, &node_job(args, &checked.name), interrupted);
+        // Each worker's workload is checked (for its rank) before any of them starts; the
+        // node folder is named after the file (a name may carry `{rank}`).
+        let stem = args
+            .workload
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy();
+        return run_node(dev, &node_job(args, &stem), interrupted);
     }
+    // Every check that needs no device runs before the device is opened.
+    let rank = Rank::from_env()?;
+    Workload::load_ranked(&args.workload, u64::MAX, rank)?;
     let mut opened = select::open(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
-    let wl = Workload::load(&args.workload, opened.device.info().total_bytes)?;
+    let wl = Workload::load_ranked(&args.workload, opened.device.info().total_bytes, rank)?;
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),
@@ -133,6 +141,7 @@ fn node_job(args: &RunArgs, label: &str) -> NodeJob {
         label: label.to_string(),
         input: Some(args.workload.clone()),
         worker_args: w,
+        workload_check: Some(args.workload.clone()),
         out: args.out.clone(),
         results_root: args.results.clone(),
         shared_ok: args.shared_ok,

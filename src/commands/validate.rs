@@ -216,6 +216,7 @@ fn node_job(args: &ValidateArgs, plan_name: &str) -> NodeJob {
         label: format!("validate-{plan_name}"),
         input: Some(args.plan.clone()),
         worker_args: w,
+        workload_check: None,
         out: args.out.clone(),
         results_root: args.results.clone(),
         shared_ok: args.shared_ok,

@@ -21,6 +21,7 @@ use crate::node::summary::{
 };
 use crate::node::workers::{WorkerSpec, run_all};
 use crate::units::{utc_folder_stamp, utc_timestamp};
+use crate::workload::Rank;
 
 /// What to run on every GPU of the node.
 #[derive(Debug, Clone)]
@@ -31,6 +32,9 @@ pub struct NodeJob {
     pub input: Option<PathBuf>,
     /// The worker's subcommand and its arguments, without `--out` and the device arguments.
     pub worker_args: Vec<OsString>,
+    /// A workload file to check for every rank before any worker starts (bad input: exit 2
+    /// once, not once per GPU).
+    pub workload_check: Option<PathBuf>,
     /// The node folder (new or empty), else `<results>/<UTC stamp>-node-<label>/`.
     pub out: Option<PathBuf>,
     pub results_root: PathBuf,
@@ -105,6 +109,12 @@ pub fn run_node(
     let runnable: Vec<usize> = (0..rows.len())
         .filter(|i| rows[*i].outcome != Outcome::Skipped)
         .collect();
+    if let Some(w) = &job.workload_check {
+        let count = runnable.len().max(1) as u32;
+        for index in 0..count {
+            crate::workload::Workload::load_ranked(w, u64::MAX, Rank { index, count })?;
+        }
+    }
     let specs: Vec<WorkerSpec> = runnable
         .iter()
         .enumerate()

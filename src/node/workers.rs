@@ -17,9 +17,7 @@ use anyhow::Context;
 
 /// Set in each worker's environment: the node parent's pid, watched by the worker.
 pub const NODE_PARENT_ENV: &str = "HEADROOM_NODE_PARENT_PID";
-/// Set in each worker's environment: its rank among the node's workers, and their number.
-pub const RANK_ENV: &str = "HEADROOM_RANK";
-pub const RANK_COUNT_ENV: &str = "HEADROOM_RANK_COUNT";
+pub use crate::workload::rank::{RANK_COUNT_ENV, RANK_ENV};
 
 /// How often the parent looks at its workers.
 const POLL: Duration = Duration::from_millis(20);

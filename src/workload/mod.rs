@@ -8,6 +8,7 @@
 pub mod action;
 pub mod expand;
 pub mod parse;
+pub mod rank;
 pub mod step;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use serde::Serialize;
 use crate::alloc::AllocatorSpec;
 
 pub use expand::{Action, Planned, Via};
+pub use rank::Rank;
 pub use step::Step;
 
 /// A workload, parsed and expanded, ready to run.
@@ -103,10 +105,20 @@ impl Workload {
     /// Reads, parses and expands a workload file. `total_bytes` is the device's CUDA-visible
     /// total, for the check that no single allocation exceeds it.
     pub fn load(path: &Path, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        Workload::load_ranked(path, total_bytes, Rank::SINGLE)
+    }
+
+    /// `load` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
+    /// replaced with its numbers before it is parsed.
+    pub fn load_ranked(
+        path: &Path,
+        total_bytes: u64,
+        rank: Rank,
+    ) -> Result<Workload, parse::WorkloadError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
         })?;
-        Workload::from_toml(&text, path, total_bytes)
+        Workload::from_toml_ranked(&rank.substitute(&text), path, total_bytes, rank)
     }
 
     pub fn from_toml(
@@ -114,8 +126,18 @@ impl Workload {
         path: &Path,
         total_bytes: u64,
     ) -> Result<Workload, parse::WorkloadError> {
+        Workload::from_toml_ranked(text, path, total_bytes, Rank::SINGLE)
+    }
+
+    /// Parses and expands text whose `{rank}` placeholders are already replaced.
+    pub fn from_toml_ranked(
+        text: &str,
+        path: &Path,
+        total_bytes: u64,
+        rank: Rank,
+    ) -> Result<Workload, parse::WorkloadError> {
         let file = parse::parse(text, path)?;
-        expand::expand(file, path, total_bytes)
+        expand::expand(file, path, total_bytes, rank)
     }
 
     /// The largest sum of bytes the workload's own allocations hold at once, as planned
