@@ -148,7 +148,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// Result folders, or folders holding result folders (e.g. results/).
+    /// Result folders, node folders (--device all), or folders holding them (e.g. results/).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Write the merged CSV (one row per run) to this file.
@@ -160,6 +160,10 @@ pub struct MergeArgs {
     /// Print the CSV to stdout instead of the Markdown table.
     #[arg(long)]
     pub csv: bool,
+    /// Leave out incomplete folders (a killed run: summary.json missing or still "running",
+    /// CSVs ending mid-row) and list them, instead of failing (exit 2) at the first.
+    #[arg(long)]
+    pub skip_incomplete: bool,
 }
 
 #[derive(Debug, Args)]
