@@ -164,7 +164,7 @@ pub fn run_node(
             .iter()
             .map(|&i| (summary.gpus[i].gpu.index, summary.gpus[i].gpu.uuid.clone()))
             .collect();
-        let results = run_all(
+        run_all(
             &specs,
             &interrupted,
             |k, pid| {
@@ -194,8 +194,7 @@ pub fn run_node(
                     crate::units::Nanos(exit.elapsed_ns)
                 ));
             },
-        )?;
-        results
+        )?
     };
     for (k, &i) in runnable.iter().enumerate() {
         let r = &mut summary.gpus[i];

@@ -386,6 +386,9 @@ fn run_name(r: &MergedRun) -> String {
     }
 }
 
+/// One figure of a run, for the outlier check.
+type Figure = fn(&Summary) -> Option<u64>;
+
 /// Runs of one workload in a group whose figures are further than 64 MiB from the median of
 /// those runs (the node summary's rule), one line each.
 fn outliers(rs: &[&MergedRun]) -> Vec<String> {
@@ -399,7 +402,7 @@ fn outliers(rs: &[&MergedRun]) -> Vec<String> {
     }
     let mut lines = Vec::new();
     for runs in by_workload.values().filter(|v| v.len() > 1) {
-        let figures: [(&str, fn(&Summary) -> Option<u64>); 4] = [
+        let figures: [(&str, Figure); 4] = [
             ("CUDA-visible total", |s| Some(s.device.total_bytes)),
             ("idle device used", |s| {
                 Some(s.idle.after_context.device_used_bytes)

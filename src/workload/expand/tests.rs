@@ -287,10 +287,8 @@ fn comm_refuses_what_holds_nothing_or_names_a_rank_outside_it() {
 
 #[test]
 fn rank_placeholders_name_each_ranks_buffers() {
-    let text = format!(
-        "[workload]\nname = \"r{{rank}}\"\n[[phase]]\nname = \"p\"\nsteps = [{{ op = \"allocate\", name = \"kv.r{{rank}}of{{rank_count}}\", size = \"1MiB\" }}]\n"
-    );
-    let w = load_rank(&text, 5, 8).unwrap();
+    let text = "[workload]\nname = \"r{rank}\"\n[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"kv.r{rank}of{rank_count}\", size = \"1MiB\" }]\n";
+    let w = load_rank(text, 5, 8).unwrap();
     assert_eq!(w.name, "r5");
     assert_eq!(ops(&w, 0), ["+kv.r5of8:1048576"]);
 }
