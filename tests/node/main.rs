@@ -3,15 +3,16 @@
 //! Each node test runs on a simulated node and on the cuda backend over the fake driver with
 //! the same node profile (there, the busy GPU is a real `headroom hold` process).
 
+#[path = "../common/mod.rs"]
 mod common;
+mod signals;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -32,20 +33,20 @@ other_processes = [{ pid = 4242, bytes = "1GiB" }]
 "#;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Backend {
+pub(crate) enum Backend {
     Sim,
     Fake,
 }
 
 /// A test's folder, node profile and backend.
-struct Bench {
+pub(crate) struct Bench {
     dir: tempfile::TempDir,
     backend: Backend,
     busy: Option<Child>,
 }
 
 impl Bench {
-    fn new(backend: Backend) -> Bench {
+    pub(crate) fn new(backend: Backend) -> Bench {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("node.toml"), NODE).unwrap();
         std::fs::write(dir.path().join("fake-state"), "").unwrap();
@@ -56,7 +57,7 @@ impl Bench {
         }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
@@ -65,7 +66,7 @@ impl Bench {
     }
 
     /// `headroom ARGS` on this bench's node (sim: `--profile`; fake: `--backend cuda`).
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = match self.backend {
             Backend::Sim => {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_headroom"));
@@ -90,7 +91,7 @@ impl Bench {
         cmd
     }
 
-    fn run(&self, args: &[&str]) -> Out {
+    pub(crate) fn run(&self, args: &[&str]) -> Out {
         let out = self.command(args).output().expect("headroom runs");
         let o = Out {
             code: out.status.code().unwrap_or(-1),
@@ -122,7 +123,7 @@ impl Bench {
         self.busy = Some(c);
     }
 
-    fn workload(&self, name: &str, body: &str) -> String {
+    pub(crate) fn workload(&self, name: &str, body: &str) -> String {
         workload(self.path(), name, body).display().to_string()
     }
 }
@@ -136,11 +137,11 @@ impl Drop for Bench {
     }
 }
 
-fn node_json(dir: &Path) -> serde_json::Value {
+pub(crate) fn node_json(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("node.json")).unwrap()).unwrap()
 }
 
-fn flags_of(n: &serde_json::Value, index: u64) -> Vec<String> {
+pub(crate) fn flags_of(n: &serde_json::Value, index: u64) -> Vec<String> {
     n["flags"]
         .as_array()
         .unwrap()
@@ -155,6 +156,9 @@ fn flags_of(n: &serde_json::Value, index: u64) -> Vec<String> {
         })
         .collect()
 }
+
+/// The same three cards, none busy.
+pub(crate) const NO_BUSY: &str = "[node]\nname = \"3xtiny\"\nbase = \"tiny-4g\"\ndevices = 3\n";
 
 const SMALL: &str = "[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"x\", size = \"512MiB\" }, { op = \"sleep\", for = \"10ms\" }]\n";
 
@@ -370,195 +374,6 @@ fn a_list_runs_those_gpus_with_ranks_and_an_unknown_index_is_refused(b: Backend)
     assert!(
         !b.path().join("x").exists(),
         "nothing written for a refused node"
-    );
-}
-
-/// Starts a node run in the background on the fake; returns it and its node folder.
-fn start_node(b: &Bench, body: &str) -> (Child, PathBuf) {
-    let wl = b.workload("slow", body);
-    let out = b.path().join("node");
-    let child = b
-        .command(&[
-            "run",
-            &wl,
-            "--device",
-            "all",
-            "-q",
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    (child, out)
-}
-
-/// Waits until every worker has written its first summary; returns their pids by GPU.
-fn wait_for_workers(out: &Path, count: usize) -> Vec<u32> {
-    let t0 = Instant::now();
-    loop {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "workers never started"
-        );
-        if let Ok(text) = std::fs::read_to_string(out.join("node.json"))
-            && let Ok(n) = serde_json::from_str::<serde_json::Value>(&text)
-        {
-            let gpus = n["gpus"].as_array().unwrap();
-            let pids: Vec<u32> = gpus
-                .iter()
-                .filter_map(|g| g["pid"].as_u64())
-                .map(|p| p as u32)
-                .collect();
-            let written = gpus.iter().all(|g| {
-                out.join(g["folder"].as_str().unwrap())
-                    .join("summary.json")
-                    .is_file()
-            });
-            if pids.len() == count && written {
-                return pids;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'))
-    })
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
-/// A minute of GPU work in short steps. (A `sleep` step interrupted on a GPU ends the run as
-/// failed, not interrupted: these workers are stopped between steps.)
-const LONG: &str = "[[phase]]\nname = \"a\"\nsteps = [\n { op = \"allocate\", name = \"x\", size = \"256MiB\" },\n { op = \"repeat\", times = 3000, steps = [{ op = \"spin\", for = \"20ms\" }, { op = \"synchronize\" }] },\n]\n";
-
-const NO_BUSY: &str = "[node]\nname = \"3xtiny\"\nbase = \"tiny-4g\"\ndevices = 3\n";
-
-#[test]
-fn a_killed_worker_is_a_failed_gpu_and_the_others_results_are_kept() {
-    let b = Bench::new(Backend::Fake);
-    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
-    let (mut node, out) = start_node(
-        &b,
-        "[[phase]]\nname = \"a\"\nsteps = [{ op = \"allocate\", name = \"x\", size = \"256MiB\" }]\n\n[[phase]]\nname = \"b\"\nsteps = [{ op = \"sleep\", for = \"3s\" }]\n",
-    );
-    let pids = wait_for_workers(&out, 3);
-    signal(pids[1], "-KILL");
-    let status = node.wait().unwrap();
-    assert_eq!(
-        status.code(),
-        Some(2),
-        "the worst worker: a killed one counts as 2"
-    );
-    let n = node_json(&out);
-    let g = n["gpus"].as_array().unwrap();
-    assert_eq!(g[1]["outcome"], "failed");
-    assert_eq!(g[1]["signal"], 9);
-    let why = g[1]["reason"].as_str().unwrap();
-    assert!(
-        why.contains("killed by signal 9 (SIGKILL)") && why.contains("still says \"running\""),
-        "{why}"
-    );
-    for i in [0, 2] {
-        assert_eq!(g[i]["outcome"], "ran");
-        assert_eq!(g[i]["status"], "completed");
-        assert_eq!(g[i]["exit_code"], 0);
-    }
-    assert!(
-        flags_of(&n, 1)
-            .iter()
-            .any(|f| f.starts_with("failed: failed: the worker was killed"))
-    );
-    // merge refuses the node while it holds the killed run, unless told to skip it.
-    let killed = out.join(g[1]["folder"].as_str().unwrap());
-    let m = b.run(&["merge", out.to_str().unwrap()]);
-    assert_eq!(m.code, 2);
-    assert!(
-        m.stderr.contains(killed.to_str().unwrap()) && m.stderr.contains("--skip-incomplete"),
-        "{}",
-        m.stderr
-    );
-    let m = b.run(&["merge", out.to_str().unwrap(), "--skip-incomplete"]);
-    assert_eq!(m.code, 0, "{}", m.stderr);
-    assert!(
-        m.stdout.contains("## headroom merge: 2 runs"),
-        "{}",
-        m.stdout
-    );
-    assert!(
-        m.stdout.contains("### Skipped: incomplete (1)"),
-        "{}",
-        m.stdout
-    );
-    assert!(
-        m.stderr.contains(&format!("skipped {}", killed.display())),
-        "{}",
-        m.stderr
-    );
-}
-
-#[test]
-fn ctrl_c_reaches_every_worker_and_nothing_is_orphaned() {
-    let b = Bench::new(Backend::Fake);
-    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
-    let (mut node, out) = start_node(&b, LONG);
-    let pids = wait_for_workers(&out, 3);
-    let t0 = Instant::now();
-    signal(node.id(), "-INT");
-    let status = node.wait().unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
-    assert_eq!(status.code(), Some(130));
-    let n = node_json(&out);
-    assert_eq!(n["status"], "interrupted");
-    for g in n["gpus"].as_array().unwrap() {
-        assert_eq!(
-            (g["outcome"].as_str(), g["exit_code"].as_i64()),
-            (Some("ran"), Some(130))
-        );
-        assert_eq!(g["status"], "interrupted");
-    }
-    assert!(
-        pids.iter().all(|p| !alive(*p)),
-        "a worker outlived its node"
-    );
-}
-
-#[test]
-fn workers_stop_on_their_own_when_the_node_process_is_killed() {
-    let b = Bench::new(Backend::Fake);
-    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
-    let (mut node, out) = start_node(&b, LONG);
-    let pids = wait_for_workers(&out, 3);
-    signal(node.id(), "-KILL");
-    let _ = node.wait();
-    let t0 = Instant::now();
-    while pids.iter().any(|p| alive(*p)) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "workers orphaned");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for i in 0..3 {
-        let dir = out.join(node_json(&out)["gpus"][i]["folder"].as_str().unwrap());
-        let s: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
-                .unwrap();
-        assert_eq!(s["status"], "interrupted", "GPU {i} wrote its results");
-    }
-    assert_eq!(
-        node_json(&out)["status"],
-        "running",
-        "the node itself never finished"
     );
 }
 
