@@ -249,35 +249,28 @@ steps = [
     assert!(u(&p["alloc_free_p50_with_sampler_ns"]) > 0, "{p}");
 }
 
-/// Two phases: one that completes, then one with kernels (and a synchronize after the second
-/// fill when `sync`, where an asynchronous error surfaces).
-fn two_phases(dir: &Path, sync: bool) -> PathBuf {
-    let sync = if sync {
-        "{ op = \"synchronize\" },"
-    } else {
-        ""
-    };
+/// Two phases: one that completes, then one with kernels and a synchronize after the second
+/// fill, where an asynchronous error surfaces at the latest.
+fn two_phases(dir: &Path) -> PathBuf {
     workload(
         dir,
         "two",
-        &format!(
-            r#"[[phase]]
+        r#"[[phase]]
 name = "first"
 steps = [
-  {{ op = "allocate", name = "a", size = "64MiB", via = "driver" }},
-  {{ op = "touch", name = "a" }},
+  { op = "allocate", name = "a", size = "64MiB", via = "driver" },
+  { op = "touch", name = "a" },
 ]
 
 [[phase]]
 name = "kernels"
 steps = [
-  {{ op = "fill", name = "a" }},
-  {{ op = "fill", name = "a" }},
-  {sync}
-  {{ op = "touch", name = "a" }},
+  { op = "fill", name = "a" },
+  { op = "fill", name = "a" },
+  { op = "synchronize" },
+  { op = "touch", name = "a" },
 ]
-"#
-        ),
+"#,
     )
 }
 
@@ -292,7 +285,7 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
         let fault = format!("cuLaunchKernel@2={error}");
         let (out, s, out_dir) = fake_run(
             dir.path(),
-            &two_phases(dir.path(), true),
+            &two_phases(dir.path()),
             &[],
             &[("HEADROOM_FAKE_FAULTS", &fault)],
         );
@@ -310,8 +303,12 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
         assert_eq!(failed.len(), 1, "{error}: {rows:?}");
         assert_eq!(failed[0]["phase"], "kernels");
         assert!(failed[0]["detail"].contains(error), "{error}: {failed:?}");
-        // The error surfaced at the synchronize, the first call after the kernel faulted.
-        assert_eq!(failed[0]["op"], "synchronize");
+        // The error surfaced at the first call after the kernel faulted: the reading after
+        // the faulting fill when the kernel had already run, else the synchronize.
+        assert!(
+            ["fill", "synchronize"].contains(&failed[0]["op"].as_str()),
+            "{error}: {failed:?}"
+        );
         // The first phase's rows are all there.
         assert_eq!(
             rows.iter()
@@ -325,14 +322,31 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
 #[test]
 fn a_kernel_fault_seen_only_after_the_last_step_still_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
+    // The run's only kernel, its last step, faults; kernels run 500 times slower than modeled
+    // (its 1 ms becomes 0.5 s), so the step and its reading are done before it does.
+    let wl = workload(
+        dir.path(),
+        "late",
+        r#"[[phase]]
+name = "first"
+steps = [{ op = "allocate", name = "a", size = "64MiB", via = "driver" }]
+
+[[phase]]
+name = "kernels"
+steps = [{ op = "touch", name = "a" }]
+"#,
+    );
     let (out, s, out_dir) = fake_run(
         dir.path(),
-        &two_phases(dir.path(), false),
+        &wl,
         &[],
-        &[(
-            "HEADROOM_FAKE_FAULTS",
-            "cuLaunchKernel@2=CUDA_ERROR_ILLEGAL_ADDRESS",
-        )],
+        &[
+            (
+                "HEADROOM_FAKE_FAULTS",
+                "cuLaunchKernel@1=CUDA_ERROR_ILLEGAL_ADDRESS",
+            ),
+            ("HEADROOM_FAKE_TIME_SCALE", "500"),
+        ],
     );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert_eq!(s["status"], "failed");

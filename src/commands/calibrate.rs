@@ -47,14 +47,11 @@ pub fn calibrate(
             out.display()
         )
     })?;
-    let mut opened = select::open(
+    let mut opened = select::open_noted(
         dev.backend,
         dev.one_gpu("calibrate")?,
         dev.profile.as_deref(),
     )?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
     let info = opened.device.info().clone();
     let result = measure(
         opened.device.as_mut(),

@@ -38,10 +38,8 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
     let device = match plan.capacity_bytes {
         Some(_) => None,
         None => {
-            let opened = select::open(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
-            if let Some(n) = &opened.notice {
-                eprintln!("note: {n}");
-            }
+            let opened =
+                select::open_noted(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
             Some(opened.device.info().clone())
         }
     };

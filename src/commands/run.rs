@@ -10,7 +10,7 @@ use crate::node::{NodeJob, run_node};
 use crate::report::table;
 use crate::run::{RunOptions, TenantLaunch, run as run_workload};
 use crate::units::Bytes;
-use crate::workload::{Rank, Workload};
+use crate::workload::{Rank, WorkloadFile};
 
 /// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
 /// (it holds no memory there); tests use it to check that children are always reaped.
@@ -27,14 +27,15 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
             .to_string_lossy();
         return run_node(dev, &node_job(args, &stem), interrupted);
     }
-    // Every check that needs no device runs before the device is opened.
-    let rank = Rank::from_env()?;
-    Workload::load_ranked(&args.workload, u64::MAX, rank)?;
-    let mut opened = select::open(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
+    // The file is read once (for this run's rank); every check that needs no device runs
+    // before it is opened.
+    let file = WorkloadFile::read_ranked(&args.workload, Rank::from_env()?)?;
+    file.check()?;
+    let mut opened = select::open_noted(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
-    let wl = Workload::load_ranked(&args.workload, opened.device.info().total_bytes, rank)?;
+    let wl = file.expand(opened.device.info().total_bytes)?;
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),

@@ -78,14 +78,11 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         checked.map_err(|e| context(label, e))?;
     }
 
-    let mut opened = select::open(
+    let mut opened = select::open_noted(
         dev.backend,
         dev.one_gpu("validate")?,
         dev.profile.as_deref(),
     )?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
     let total = opened.device.info().total_bytes;
     let resolved: Vec<(String, Resolved)> = points
         .iter()

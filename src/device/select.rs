@@ -31,6 +31,15 @@ pub struct Opened {
     pub context_create_ns: u64,
 }
 
+/// `open`, with its notice (why the simulator was chosen) printed on stderr once.
+pub fn open_noted(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Result<Opened> {
+    let mut opened = open(backend, index, profile)?;
+    if let Some(n) = opened.notice.take() {
+        eprintln!("note: {n}");
+    }
+    Ok(opened)
+}
+
 /// Opens device `index` on the chosen backend. `profile` (a built-in name or a file, of one
 /// device or of a node) selects the simulated device and implies `sim` under `auto`.
 pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Result<Opened> {

@@ -137,17 +137,7 @@ pub fn render(run: &RunData) -> String {
     if !s.mismatches.is_empty() {
         let _ = writeln!(o, "\n## Verify mismatches\n");
         for m in &s.mismatches {
-            let _ = writeln!(
-                o,
-                "- {} ({} step {}): {} wrong words, first at {:#x}: expected {:#010x}, read {:#010x}",
-                m.name,
-                m.phase,
-                m.step,
-                m.mismatch.count,
-                m.mismatch.first_address,
-                m.mismatch.expected,
-                m.mismatch.actual
-            );
+            let _ = writeln!(o, "- {}", m.line());
         }
     }
     let _ = writeln!(o, "\n## Expectations\n");
@@ -223,7 +213,7 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(c) = s.idle.context_overhead_bytes {
         let _ = write!(o, "; creating the context took {}", Bytes(c));
     }
-    if let Some(k) = s.idle.kernels {
+    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
         let _ = write!(
             o,
             "; loading headroom's {} kernel modules before it took {}",

@@ -13,6 +13,7 @@ pub mod plot;
 pub mod rundata;
 pub mod summary;
 pub mod table;
+pub mod text_table;
 pub mod trace;
 
 /// Text escaped for XML content and attribute values.

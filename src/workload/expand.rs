@@ -353,7 +353,7 @@ impl Emitter<'_, '_> {
                     let n = if count == 1 {
                         name.clone()
                     } else {
-                        format!("{name}[{i}]")
+                        crate::workload::member_name(name, i)
                     };
                     self.push(Action::Allocate {
                         name: n,
