@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::select::Backend;
+use crate::node::selection::DeviceSelection;
 use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]
@@ -30,18 +31,35 @@ pub struct DeviceArgs {
     /// Which device backend to use.
     #[arg(long, global = true, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// The CUDA device index (or the simulated device's index).
+    /// The CUDA device index (or the simulated device's index); for run, validate, bandwidth
+    /// and calibrate also `all` or a list such as `0,2,5`: one worker process per GPU, into a
+    /// node folder (a GPU other processes use is skipped unless --shared-ok).
     #[arg(
         long = "device",
         global = true,
-        default_value_t = 0,
-        value_name = "INDEX"
+        default_value = "0",
+        value_name = "INDEX|all|LIST",
+        value_parser = DeviceSelection::parse
     )]
-    pub index: u32,
+    pub device: DeviceSelection,
     /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200) or a TOML file.
     /// Implies the sim backend under --backend auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+}
+
+impl DeviceArgs {
+    /// The one GPU a command that drives a single device runs on; `--device all` or a list is
+    /// refused with the command's name.
+    pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {
+        self.device.one().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--device {}: `headroom {command}` drives one GPU; give one index (all and lists \
+                 are for run, validate, bandwidth and calibrate)",
+                self.device
+            )
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,7 +148,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// Result folders, or folders holding result folders (e.g. results/).
+    /// Result folders, node folders (--device all), or folders holding them (e.g. results/).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Write the merged CSV (one row per run) to this file.
@@ -142,6 +160,10 @@ pub struct MergeArgs {
     /// Print the CSV to stdout instead of the Markdown table.
     #[arg(long)]
     pub csv: bool,
+    /// Leave out incomplete folders (a killed run: summary.json missing or still "running",
+    /// CSVs ending mid-row) and list them, instead of failing (exit 2) at the first.
+    #[arg(long)]
+    pub skip_incomplete: bool,
 }
 
 #[derive(Debug, Args)]
@@ -170,12 +192,16 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Where to write the profile (must not exist).
-    #[arg(long, value_name = "FILE", default_value = "calibrated-profile.toml")]
-    pub out: PathBuf,
+    /// Where to write the profile (must not exist) [default: calibrated-profile.toml]; with
+    /// --device all or a list, the node folder (new or empty), one profile.toml per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub out: Option<PathBuf>,
     /// The profile's name.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
+    /// With --device all or a list: also calibrate GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
@@ -213,16 +239,21 @@ pub struct BandwidthArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the JSON report to this file (which must not exist).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the JSON report to this file (which must not exist); with --device all or
+    /// a list, the node folder (new or empty), one bandwidth.json per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
+    /// With --device all or a list: also measure GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The workload file (TOML), e.g. workloads/quickstart.toml.
     pub workload: PathBuf,
-    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/
+    /// (with --device all or a list: the node folder, results/<UTC stamp>-node-<name>/).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Where result folders are created.
@@ -248,7 +279,8 @@ pub struct RunArgs {
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,
-    /// Run even though other processes hold memory on the GPU (their usage is recorded).
+    /// Run even though other processes hold memory on the GPU (their usage is recorded); with
+    /// --device all or a list, run on such GPUs instead of skipping them.
     #[arg(long)]
     pub shared_ok: bool,
 

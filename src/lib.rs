@@ -15,6 +15,7 @@ pub mod device;
 pub mod expect;
 pub mod explain;
 pub mod kernels;
+pub mod node;
 pub mod oom;
 pub mod oom_message;
 pub mod outdir;

@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     let _ = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
             headroom::tenant::stop_all();
+            headroom::node::workers::kill_all();
             std::process::exit(130);
         }
 

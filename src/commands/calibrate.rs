@@ -1,22 +1,57 @@
 //! `headroom calibrate`.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::Context;
 
 use crate::calibrate::{calibrate as measure, to_toml};
 use crate::cli::{CalibrateArgs, DeviceArgs};
 use crate::device::select;
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::units::{Bytes, Nanos, utc_timestamp};
 
-pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> {
-    let mut file = std::fs::File::create_new(&args.out).with_context(|| {
+pub fn calibrate(
+    dev: &DeviceArgs,
+    args: &CalibrateArgs,
+    interrupted: Arc<AtomicBool>,
+) -> anyhow::Result<i32> {
+    if dev.device.is_node() {
+        let job = NodeJob {
+            command: NodeCommand::Calibrate,
+            label: "calibrate".into(),
+            input: None,
+            workload_check: None,
+            worker_args: vec![
+                "calibrate".into(),
+                "--name".into(),
+                args.name.clone().into(),
+            ],
+            out: args.out.clone(),
+            results_root: "results".into(),
+            shared_ok: args.shared_ok,
+            json: false,
+            quiet: false,
+        };
+        return run_node(dev, &job, interrupted);
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| "calibrated-profile.toml".into());
+    let mut file = std::fs::File::create_new(&out).with_context(|| {
         format!(
             "{}: cannot create it (an existing profile is never overwritten)",
-            args.out.display()
+            out.display()
         )
     })?;
-    let mut opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open_noted(
+        dev.backend,
+        dev.one_gpu("calibrate")?,
+        dev.profile.as_deref(),
+    )?;
     let info = opened.device.info().clone();
     let result = measure(
         opened.device.as_mut(),
@@ -29,7 +64,7 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         Ok(c) => c,
         Err(e) => {
             drop(file);
-            let _ = std::fs::remove_file(&args.out);
+            let _ = std::fs::remove_file(&out);
             return Err(e.context("calibration failed"));
         }
     };
@@ -41,11 +76,11 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         info.index,
         info.driver_version,
         utc_timestamp(std::time::SystemTime::now()),
-        args.out.display()
+        out.display()
     );
     file.write_all(to_toml(&c, &header).as_bytes())?;
     let p = &c.profile;
-    println!("calibrated {} → {}", info.name, args.out.display());
+    println!("calibrated {} → {}", info.name, out.display());
     println!(
         "  total {} · context {} · NVML reserved {} · pages {} · small allocations ≤ {} packed at {}",
         Bytes(p.memory.total_bytes.0),

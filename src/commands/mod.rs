@@ -21,12 +21,14 @@ use crate::cli::{Cli, Command};
 
 /// Runs the parsed command line. `interrupted` is set by Ctrl-C.
 pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
+    // A node's worker stops, as if interrupted, when the node's process is gone.
+    crate::node::workers::watch_parent(interrupted.clone());
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
-        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
+        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args, interrupted),
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
-        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
+        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args, interrupted),
         Command::Crosscheck(args) => crosscheck::crosscheck(&args),
         Command::Replay(args) => replay::replay(&cli.device, &args),
         Command::Plan(args) => plan::plan(&cli.device, &args),

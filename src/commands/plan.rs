@@ -38,7 +38,8 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
     let device = match plan.capacity_bytes {
         Some(_) => None,
         None => {
-            let opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
+            let opened =
+                select::open_noted(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
             Some(opened.device.info().clone())
         }
     };

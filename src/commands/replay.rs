@@ -21,7 +21,8 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         "{}: no such log file",
         args.log.display()
     );
-    let mut opened = select::open_noted(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened =
+        select::open_noted(dev.backend, dev.one_gpu("replay")?, dev.profile.as_deref())?;
     let opts = ReplayOptions {
         on_bad_row: if args.keep_going {
             BadRowPolicy::Collect

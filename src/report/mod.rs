@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod compare;
+pub mod complete;
 pub mod graphs;
 pub mod junit;
 pub mod markdown;

@@ -5,6 +5,7 @@
 //! every action is known in advance: freeing an unknown name, verifying a buffer never filled,
 //! or allocating more than the device holds is caught here, before anything is allocated.
 
+mod comm;
 mod graphs;
 mod graphs_pattern;
 mod patterns;
@@ -16,6 +17,7 @@ use crate::units::Bytes;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 
+use crate::workload::rank::Rank;
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::action::{Action, Planned, Via};
@@ -31,6 +33,8 @@ struct LiveName {
 struct Names<'a> {
     file: &'a Path,
     total_bytes: u64,
+    /// The run's rank (`comm` sizes its buffers by the rank count).
+    rank: Rank,
     live: BTreeMap<String, LiveName>,
     /// Groups allocated with `count = "fill"`: their members are known only at run time.
     filled: std::collections::BTreeSet<String>,
@@ -502,6 +506,7 @@ impl Emitter<'_, '_> {
             | Step::Activations { .. }
             | Step::Workspace { .. }
             | Step::Kv { .. } => self.pattern(step)?,
+            Step::Comm { .. } => self.comm(step)?,
         }
         Ok(())
     }
@@ -512,10 +517,12 @@ pub fn expand(
     file: FileWorkload,
     path: &Path,
     total_bytes: u64,
+    rank: Rank,
 ) -> Result<Workload, WorkloadError> {
     let mut names = Names {
         file: path,
         total_bytes,
+        rank,
         live: BTreeMap::new(),
         filled: Default::default(),
         graphs: Default::default(),
