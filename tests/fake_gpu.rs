@@ -581,3 +581,68 @@ fn the_gpu_check_runs_on_the_fake_driver_and_agrees_with_the_simulator() {
     assert_eq!(cross.code, 0, "{}\n{}", cross.stdout, cross.stderr);
     assert_eq!(runs.len(), std::fs::read_dir(&sim).unwrap().count());
 }
+
+#[test]
+fn ctrl_c_during_a_sleep_interrupts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "nap",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "a", size = "64MiB" },
+  { op = "sleep", for = "60s" },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new("bash")
+        .arg(root().join("scripts/fake-gpu"))
+        .arg(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            wl.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "-q",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .current_dir(dir.path())
+        .env_remove("HEADROOM_FAKE_STATE")
+        .spawn()
+        .unwrap();
+    // Wait until the sleep has started: the allocation's row is on disk.
+    let started = Instant::now();
+    while !std::fs::read_to_string(out_dir.join("events.csv")).is_ok_and(|t| t.contains("allocate"))
+    {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "the run never got to its sleep"
+        );
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the run ended early: {st}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let interrupted_at = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert!(
+        interrupted_at.elapsed().as_secs() < 10,
+        "the sleep was cut short"
+    );
+    assert_eq!(status.code(), Some(130));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["status"], "interrupted");
+    assert_eq!(s["release"]["difference_bytes"], 0);
+    let rows = csv_rows(&out_dir.join("events.csv"));
+    assert_eq!(rows.last().unwrap()["result"], "stopped");
+}

@@ -152,7 +152,18 @@ impl Runner<'_, '_> {
         self.rec.pump(&*self.dev);
         let res = match &p.action {
             Action::Sleep { duration_ns } => {
-                self.sleep(*duration_ns).map(|_| Done::timed(*duration_ns))
+                let slept_ns = self.sleep(*duration_ns);
+                if slept_ns < *duration_ns {
+                    // Ctrl-C during the sleep: the run is interrupted, not failed.
+                    let done = Done {
+                        detail: "interrupted during the sleep".into(),
+                        ..Done::timed(slept_ns)
+                    };
+                    self.rec
+                        .row(self.dev.now_ns(), &key, &done, "stopped", None)?;
+                    return Ok(Some(Stop::Interrupted));
+                }
+                Ok(Done::timed(*duration_ns))
             }
             action => actions::act(&mut self.target(phase, &p.label), action, stream),
         };
@@ -384,20 +395,22 @@ impl Runner<'_, '_> {
     }
 
     /// The host waits: in slices on a real GPU, so the sampler is drained and Ctrl-C is heard.
-    fn sleep(&mut self, duration_ns: u64) -> Result<(), Failure> {
+    /// Returns how long it waited (less than asked when interrupted).
+    fn sleep(&mut self, duration_ns: u64) -> u64 {
         if self.dev.info().is_sim() {
             self.dev.sleep(duration_ns);
-            return Ok(());
+            return duration_ns;
         }
         const SLICE_NS: u64 = 20_000_000;
-        let end = self.dev.now_ns().saturating_add(duration_ns);
+        let start = self.dev.now_ns();
+        let end = start.saturating_add(duration_ns);
         loop {
             let now = self.dev.now_ns();
             if now >= end {
-                return Ok(());
+                return duration_ns;
             }
             if self.limits.interrupted.load(Ordering::Relaxed) {
-                return Err(Failure::Error("interrupted during sleep".into()));
+                return now - start;
             }
             self.dev.sleep((end - now).min(SLICE_NS));
             self.rec.pump(&*self.dev);
