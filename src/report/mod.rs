@@ -13,6 +13,8 @@ pub mod rundata;
 pub mod summary;
 pub mod table;
 pub mod trace;
+pub mod watch;
+pub mod watch_markdown;
 
 /// Text escaped for XML content and attribute values.
 pub fn xml_escape(s: &str) -> String {
