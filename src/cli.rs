@@ -94,6 +94,7 @@ listed); 2 the input could not be read."
     /// memory until it ends: idle vs true vs polled peaks, phases it marks, out-of-memory
     /// messages in its stderr with a diagnosis. Exits with the job's status.
     #[command(
+        override_usage = "headroom watch [OPTIONS] -- CMD [ARGS]...\n       headroom watch [OPTIONS] --pid PID",
         long_about = "Run a command (after --) and sample the GPU until it exits: device used \
 through NVML at --interval (no CUDA context: watching takes no device memory) and the job's own \
 memory from NVML's process list, summed over its process tree, at a slower interval chosen from \

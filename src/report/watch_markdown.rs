@@ -321,6 +321,16 @@ fn sampling(o: &mut String, s: &Summary, w: &WatchSection) {
             .map(|n| format!(", at the closest {} apart", Nanos(n)))
             .unwrap_or_default()
     );
+    for (reader, st) in [("device", &s.sampler), ("process list", &pl.stats)] {
+        if let Some(e) = &st.first_error {
+            let _ = writeln!(
+                o,
+                "\n**A {reader} reading failed** at {}: {} (the readings before and after it stand).",
+                Nanos(e.t_ns.saturating_sub(s.start_ns)),
+                e.error
+            );
+        }
+    }
     if sm.modeled {
         let _ = writeln!(
             o,

@@ -19,12 +19,15 @@ use crate::watch::{Inputs, Job, Msg, job_exit, proctree, signals, stderr};
 const KILL_GRACE: Duration = Duration::from_secs(10);
 /// How long the job's stderr may stay open after it exited (a grandchild may hold it).
 const STDERR_GRACE: Duration = Duration::from_secs(1);
+/// How often exited orphans of the job are reaped.
+const REAP_EVERY: Duration = Duration::from_secs(2);
 /// Signals listed in the summary; more are counted in events.csv only.
 const MAX_SIGNALS: usize = 100;
 
 pub struct Plan {
     pub interval_ns: u64,
-    pub process_interval_ns: u64,
+    /// `None`: the process list is not read (it failed before the job started).
+    pub process_interval_ns: Option<u64>,
     pub duration_ns: Option<u64>,
     pub tree: Tree,
 }
@@ -81,12 +84,10 @@ pub fn drive(
             let c = cx(tx.clone());
             scope.spawn(move || sampling::device_loop(device, plan.interval_ns, c))
         });
-        let process_thread = {
+        let process_thread = plan.process_interval_ns.map(|interval| {
             let c = cx(tx.clone());
-            scope.spawn(move || {
-                sampling::process_loop(list, device, plan.tree, plan.process_interval_ns, c)
-            })
-        };
+            scope.spawn(move || sampling::process_loop(list, device, plan.tree, interval, c))
+        });
         let marks_thread = fifo.as_mut().map(|f| {
             let tx = tx.clone();
             scope.spawn(move || f.read_until(&tx, live_ref, origin, marks_stop))
@@ -120,7 +121,9 @@ pub fn drive(
             }
             _ => SamplerStats::default(),
         };
-        let process_stats = process_thread.join().unwrap_or_default();
+        let process_stats = process_thread
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
         stop_marks.store(true, Ordering::Relaxed);
         if let Some(h) = marks_thread {
             let _ = h.join();
@@ -163,6 +166,7 @@ fn watch_loop(
         .map(|d| Instant::now() + Duration::from_nanos(d));
     let (mut kill_at, mut signalled, mut timed_out) = (None::<Instant>, false, false);
     let mut buf = Vec::new();
+    let mut next_reap = Instant::now();
     loop {
         if let Ok(m) = rx.recv_timeout(Duration::from_millis(5)) {
             s.handle(m);
@@ -202,6 +206,12 @@ fn watch_loop(
             }
         }
         let now = Instant::now();
+        if let Job::Child { pid, .. } = job
+            && now >= next_reap
+        {
+            proctree::reap_orphans(*pid);
+            next_reap = now + REAP_EVERY;
+        }
         match job {
             Job::Child { child, .. } => match child.try_wait() {
                 Ok(Some(status)) => {

@@ -29,6 +29,7 @@ pub fn finish(
     end: End,
     release_ref: Option<u64>,
 ) -> anyhow::Result<WatchReport> {
+    s.settle_ooms(true);
     s.end_phases(end.t_ns);
     s.summary.end_ns = Some(end.t_ns);
     let exit_detail = match end.exit {
@@ -228,9 +229,8 @@ fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
     pl.lock_share = Some(lock_share);
     let device_hz = end.device_stats.achieved_rate_hz;
     let list_hz = end.process_stats.achieved_rate_hz;
-    pl.resolution_note = (pl.interval_ns > s.watch.sampling.device_interval_ns
-        || list_hz < device_hz)
-        .then(|| {
+    let coarser = pl.interval_ns > s.watch.sampling.device_interval_ns || list_hz < device_hz;
+    pl.resolution_note = (pl.stats.readings > 0 && coarser).then(|| {
             format!(
                 "job_used_bytes was read every {} ({list_hz:.1} readings/s), device_used_bytes every {} ({device_hz:.1}/s): the job's peak and its polled replays have the process list's resolution, not the {} asked with --interval; a spike of the job shorter than that shows in device_used_bytes only",
                 Nanos(pl.interval_ns),

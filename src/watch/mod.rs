@@ -201,11 +201,24 @@ fn run(
 ) -> anyhow::Result<WatchReport> {
     let since = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
     // The process list's cost decides how often it is read.
-    let call = sampling::measure_process_list(inputs.list, 9)
-        .context("reading the driver's process list failed")?
-        .percentiles();
-    let (process_interval_ns, interval_reason) =
-        sampling::process_interval(opts.process_interval_ns, opts.interval_ns, call.p50_ns);
+    // A driver without a usable process list (some vGPU and MIG setups) still gives the
+    // device view: the job's is then not read, and the report says why.
+    let (call, list_error) = match sampling::measure_process_list(inputs.list, 9) {
+        Ok(h) => (h.percentiles(), None),
+        Err(e) => {
+            eprintln!(
+                "warning: the driver's process list cannot be read ({e:#}): job_used_bytes will not be recorded"
+            );
+            (Default::default(), Some(format!("{e:#}")))
+        }
+    };
+    let (process_interval_ns, interval_reason) = match &list_error {
+        None => sampling::process_interval(opts.process_interval_ns, opts.interval_ns, call.p50_ns),
+        Some(e) => (
+            0,
+            format!("not read: the process list failed before the job started ({e})"),
+        ),
+    };
 
     // The idle reading: before the job starts (or, attached, as it runs).
     let idle_free = inputs.free_now().context("the idle reading failed")?;
@@ -285,6 +298,7 @@ fn run(
         },
     };
     let job_at_idle: Option<u64> = match job {
+        _ if list_error.is_some() => None,
         Job::Attached { .. } => idle_processes
             .as_deref()
             .and_then(|ps| tree.split(ps).0.iter().map(|m| m.1).sum()),
@@ -304,13 +318,6 @@ fn run(
         views: job_at_idle.map_or(ViewSet::default(), |b| {
             ViewSet::default().with(crate::record::View::JobUsed, b)
         }),
-    });
-    recorder.push(Reading {
-        t_ns: start_ns,
-        phase: NO_PHASE,
-        source: Source::Sampler,
-        device_free_bytes: start_free,
-        views: ViewSet::default(),
     });
     let command = match &opts.target {
         Target::Launch(argv) => Some(
@@ -443,6 +450,13 @@ fn run(
         start_job_bytes: job_at_idle,
         start_free_bytes: start_free,
     });
+    session.on_reading(Reading {
+        t_ns: start_ns,
+        phase: NO_PHASE,
+        source: Source::Sampler,
+        device_free_bytes: start_free,
+        views: ViewSet::default(),
+    });
     let detail = match &job {
         Job::Child { .. } => format!("started as pid {pid}"),
         Job::Attached { .. } => format!("attached to pid {pid}"),
@@ -451,7 +465,7 @@ fn run(
     session.job_event(start_ns, "start", &name, "ok", &detail);
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,
-        process_interval_ns,
+        process_interval_ns: (list_error.is_none()).then_some(process_interval_ns),
         duration_ns: opts.duration_ns,
         tree,
     };

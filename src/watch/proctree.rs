@@ -62,6 +62,34 @@ pub fn still_running(pid: u32, start: Option<u64>) -> bool {
     crate::tenant::process_alive(pid) && (start.is_none() || start_time(pid) == start)
 }
 
+/// Reaps the children of this process that have exited, except `keep` (the job itself, whose
+/// status is read elsewhere): orphans of the job re-parented to headroom would otherwise stay
+/// zombies until headroom exits.
+pub fn reap_orphans(keep: u32) {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == keep || pid == me {
+            continue;
+        }
+        if let Some(st) = stat(pid)
+            && parse_ppid(&st) == Some(me)
+            && st
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            // SAFETY: waits without blocking for one exited child of this process.
+            unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@ use crate::watch::stderr::StderrOom;
 const RECENT_NS: u64 = 2_000_000_000;
 /// …and never more than this many.
 const RECENT_MAX: usize = 1 << 16;
+/// A message waits this long for the readings taken before it (sent by other threads).
+const OOM_SLACK_NS: u64 = 20_000_000;
 /// Messages recorded in full; more are counted.
 pub const MAX_OOMS: usize = 100;
 
@@ -52,6 +54,7 @@ pub struct Session {
     pub ooms_beyond_limit: u64,
     current_phase: Option<usize>,
     pub stderr_closed: bool,
+    pending_ooms: Vec<StderrOom>,
     /// How far behind the clock rows are written (readings from two threads are reordered).
     pub slack_ns: u64,
     pub total_bytes: u64,
@@ -119,6 +122,7 @@ impl Session {
             ooms_beyond_limit: 0,
             current_phase: None,
             stderr_closed: false,
+            pending_ooms: Vec::new(),
             slack_ns: 50_000_000,
             total_bytes: s.total_bytes,
         }
@@ -137,7 +141,8 @@ impl Session {
             Msg::Reading(r) => self.on_reading(r),
             Msg::Job(j) => self.on_job(j),
             Msg::Mark(m) => self.on_mark(m),
-            Msg::Oom(o) => self.on_oom(*o),
+            // Held until the readings taken before it have arrived from the samplers.
+            Msg::Oom(o) => self.pending_ooms.push(*o),
             Msg::StderrClosed => self.stderr_closed = true,
         }
     }
@@ -350,8 +355,22 @@ impl Session {
         self.watch.ooms.push(record);
     }
 
-    /// Writes the rows older than the reorder slack.
+    /// Records the messages whose readings have all arrived (all of them when `all`).
+    pub fn settle_ooms(&mut self, all: bool) {
+        let wm = self.now_ns().saturating_sub(OOM_SLACK_NS);
+        let (ready, wait): (Vec<StderrOom>, Vec<StderrOom>) =
+            std::mem::take(&mut self.pending_ooms)
+                .into_iter()
+                .partition(|o| all || o.t_ns <= wm);
+        self.pending_ooms = wait;
+        for o in ready {
+            self.on_oom(o);
+        }
+    }
+
+    /// Records settled messages and writes the rows older than the reorder slack.
     pub fn pump(&mut self) {
+        self.settle_ooms(false);
         let wm = self.now_ns().saturating_sub(self.slack_ns);
         if let Err(e) = self.recorder.release_until(wm) {
             eprintln!("warning: writing timeline.csv: {e}");
