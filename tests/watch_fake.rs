@@ -433,5 +433,5 @@ fn cuda_info_reports_what_headroom_s_own_context_costs() {
     // headroom's own context is the device's, never the job's.
     assert_eq!(peak(&s, "job_used_bytes"), 256 * MIB + CTX);
     assert_eq!(peak(&s, "device_used_bytes"), 256 * MIB + 2 * CTX);
-    assert!(u(&s["latency"]["cuMemGetInfo"]["count"]) > 0);
+    assert!(u(&s["latency"]["mem_get_info"]["count"]) > 0);
 }

@@ -430,14 +430,18 @@ fn oom(o: &mut String, i: usize, m: &WatchOom, s: &Summary) {
     }
     let _ = writeln!(
         o,
-        "\n**Cause:** {}{}. {}\n",
+        "\n**Cause:** {}{}.{}\n",
         m.cause.map_or("undecided".to_string(), |c| c.to_string()),
         if m.secondary_causes.is_empty() {
             String::new()
         } else {
             format!(" (also: {})", crate::cause::join(&m.secondary_causes, ", "))
         },
-        m.summary
+        if m.summary.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", m.summary)
+        }
     );
     let a = &m.at;
     let age = |t: Option<u64>| {

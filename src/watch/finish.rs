@@ -202,7 +202,7 @@ fn peaks(s: &mut Session, end_ns: u64) {
 fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
     s.summary.sampler = end.device_stats.clone();
     let device_call = match inputs.device_view {
-        "cuda" => "cuMemGetInfo",
+        "cuda" => "mem_get_info",
         "nvml" => "nvml_memory_info",
         _ => "sim_script_device",
     };
