@@ -108,6 +108,71 @@ what the numbers rule out or leave undecided, and the next checks as commands.\n
 listed); 2 the input could not be read."
     )]
     Explain(ExplainArgs),
+    /// Run a command (or attach to a process) and record the device's and the job's own
+    /// memory until it ends: idle vs true vs polled peaks, phases it marks, out-of-memory
+    /// messages in its stderr with a diagnosis. Exits with the job's status.
+    #[command(
+        override_usage = "headroom watch [OPTIONS] -- CMD [ARGS]...\n       headroom watch [OPTIONS] --pid PID",
+        long_about = "Run a command (after --) and sample the GPU until it exits: device used \
+through NVML at --interval (no CUDA context: watching takes no device memory) and the job's own \
+memory from NVML's process list, summed over its process tree, at a slower interval chosen from \
+the list's measured cost. The job can mark phases by writing a line to the file named in \
+HEADROOM_MARK (docs/headroom_mark.py). Its stderr passes through unchanged; every CUDA \
+out-of-memory message in it is recorded with headroom's readings at that instant and a \
+diagnosis. Ctrl-C and SIGTERM reach the job. The result folder is a run's: timeline.csv, \
+events.csv, summary.json, report.md, plots, junit.xml, trace.json.\n\nExit codes: the job's \
+status (128 + the signal that killed it); with --pid, 0 once the watch ends; 2 when the watch \
+could not start (bad input, no NVML)."
+    )]
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The command to run and watch, after `--` (e.g. `-- python train.py`).
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "pid",
+        conflicts_with = "pid"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+    /// Attach to a running process instead (watched until it exits, --duration or Ctrl-C;
+    /// it is never signalled).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// How often device used is read; 0ns reads back to back.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = duration_arg)]
+    pub interval: u64,
+    /// How often the process list is read [default: 20× its measured cost, at least 10 ms
+    /// and at least --interval].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub process_interval: Option<u64>,
+    /// Stop watching after this long (a launched job is then sent SIGTERM, and SIGKILL 10 s
+    /// later).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: Option<u64>,
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where result folders are created.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub results: PathBuf,
+    /// Also read cuMemGetInfo from a CUDA context of headroom's own (which costs device
+    /// memory; the cost is measured and reported).
+    #[arg(long)]
+    pub cuda_info: bool,
+    /// Without a driver: replay this usage script (what the job holds over time) on the
+    /// simulated device.
+    #[arg(long, value_name = "FILE")]
+    pub sim_script: Option<PathBuf>,
+    /// Print summary.json to stdout when the job has ended.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing of headroom's own but errors (the job's output still passes through).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]

@@ -27,4 +27,5 @@ pub mod sampler;
 pub mod tenant;
 
 pub mod units;
+pub mod watch;
 pub mod workload;

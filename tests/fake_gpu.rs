@@ -580,6 +580,18 @@ fn the_gpu_check_runs_on_the_fake_driver_and_agrees_with_the_simulator() {
     );
     assert_eq!(cross.code, 0, "{}\n{}", cross.stdout, cross.stderr);
     assert_eq!(runs.len(), std::fs::read_dir(&sim).unwrap().count());
+    // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's
+    // 512 MiB), seen through NVML by a headroom that took no device memory itself.
+    let w: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("watch/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(w["exit_code"], 0, "{w}");
+    assert_eq!(w["watch"]["sampling"]["device_view"], "nvml");
+    assert_eq!(u(&w["peaks"]["run"]["job_used_bytes"]["bytes"]), 1024 * MIB);
+    assert_eq!(
+        u(&w["peaks"]["run"]["device_used_bytes"]["bytes"]),
+        1024 * MIB
+    );
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod replay;
 mod report;
 mod run;
 mod validate;
+mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -37,5 +38,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),
         Command::Explain(args) => explain::explain(&args),
+        Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
     }
 }

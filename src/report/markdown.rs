@@ -30,6 +30,9 @@ pub fn status_name(s: &Summary) -> String {
 
 /// The report of a run.
 pub fn render(run: &RunData) -> String {
+    if let Some(w) = &run.watch {
+        return crate::report::watch_markdown::render(run, w);
+    }
     let s = &run.summary;
     let d = &s.device;
     let mut o = String::new();

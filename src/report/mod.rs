@@ -15,6 +15,8 @@ pub mod summary;
 pub mod table;
 pub mod text_table;
 pub mod trace;
+pub mod watch;
+pub mod watch_markdown;
 
 /// Text escaped for XML content and attribute values.
 pub fn xml_escape(s: &str) -> String {

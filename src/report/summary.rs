@@ -261,4 +261,7 @@ pub struct Summary {
     pub graphs: Option<crate::report::graphs::GraphsSummary>,
     pub timeline_rows: u64,
     pub event_rows: u64,
+    /// A `headroom watch` folder's section: the watched job, its phases and its messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<crate::report::watch::WatchSection>,
 }

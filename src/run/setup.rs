@@ -209,5 +209,6 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
         graphs: None,
         timeline_rows: 0,
         event_rows: 0,
+        watch: None,
     }
 }

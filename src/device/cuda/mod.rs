@@ -13,8 +13,7 @@ mod pool;
 mod probe;
 mod vmm;
 
-use probe::cuda_driver_version;
-pub use probe::{DeviceFacts, device_facts, probe};
+pub use probe::{DeviceFacts, cuda_driver_version, device_facts, probe};
 
 use std::collections::HashMap;
 use std::sync::Arc;

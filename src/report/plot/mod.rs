@@ -9,6 +9,7 @@
 pub mod axis;
 pub mod downsample;
 pub mod font;
+mod job;
 pub mod png;
 pub mod scene;
 pub mod svg;
@@ -35,7 +36,7 @@ const PLAN: Color = Color(0xb2, 0x18, 0x2b);
 const KV: Color = Color(0x00, 0x9e, 0x73);
 
 /// The views drawn, in drawing order (the widest line first), with their style and legend.
-const SERIES: [(View, Stroke, &str); 4] = [
+const SERIES: [(View, Stroke, &str); 5] = [
     (
         View::AllocReserved,
         Stroke {
@@ -71,6 +72,15 @@ const SERIES: [(View, Stroke, &str); 4] = [
             dash: None,
         },
         "device used (whole device, all processes)",
+    ),
+    (
+        View::JobUsed,
+        Stroke {
+            color: Color(0x6a, 0x3d, 0x9a),
+            width: 2.0,
+            dash: Some([5.0, 3.0]),
+        },
+        "job used (the watched job's processes, NVML)",
     ),
 ];
 
@@ -292,6 +302,9 @@ pub fn scene(run: &RunData) -> Scene {
     }
     for (i, oom) in s.ooms.iter().enumerate() {
         groups.push(oom_mark(i, oom, &f));
+    }
+    for (i, oom) in run.watch.iter().flat_map(|w| &w.ooms).enumerate() {
+        groups.push(job::oom_mark(s.ooms.len() + i, oom, &f));
     }
     groups.push(legend(run, &f, show_total));
 
@@ -596,7 +609,7 @@ fn legend(run: &RunData, f: &Frame, show_total: bool) -> Group {
     if show_total {
         entries.push((sample(Stroke::solid(TOTAL, 1.2)), "device total".into()));
     }
-    if !s.ooms.is_empty() {
+    if !s.ooms.is_empty() || run.watch.as_ref().is_some_and(|w| !w.ooms.is_empty()) {
         let [a, b] = cross(13.0, -4.0, 5.0, OOM);
         entries.push((vec![a, b], "OOM".into()));
     }
