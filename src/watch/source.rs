@@ -113,7 +113,7 @@ pub fn open(
         let info = DeviceInfo {
             backend: BackendKind::Sim,
             profile: Some(profile.name.clone()),
-            index: index,
+            index,
             name: profile.gpu_name.clone(),
             compute_capability: profile.compute_capability.clone(),
             total_bytes: profile.memory.total_bytes.0,
@@ -154,7 +154,7 @@ pub fn open(
     let mut info = DeviceInfo {
         backend: BackendKind::Cuda,
         profile: None,
-        index: index,
+        index,
         name: facts.name,
         compute_capability: facts.compute_capability,
         total_bytes: facts.total_bytes,
