@@ -24,6 +24,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod signals;
 pub mod tenant;
 
 pub mod units;

@@ -79,5 +79,6 @@ pub fn hold(
         d.free(p)?;
     }
     eprintln!("released {} ({why})", Bytes(args.size));
-    Ok(0)
+    // Interrupted by a signal is exit 130, as for every command.
+    Ok(if why == "interrupted" { 130 } else { 0 })
 }

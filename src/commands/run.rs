@@ -28,14 +28,19 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         return run_node(dev, &node_job(args, &stem), interrupted);
     }
     // The file is read once (for this run's rank); every check that needs no device runs
-    // before it is opened.
+    // before it is opened. While it is read and expanded nothing is written and no memory
+    // taken, so a signal then ends the process at once.
+    let loading = crate::signals::loading();
     let file = WorkloadFile::read_ranked(&args.workload, Rank::from_env()?)?;
     file.check()?;
+    drop(loading);
     let mut opened = select::open_noted(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
+    let loading = crate::signals::loading();
     let wl = file.expand(opened.device.info().total_bytes)?;
+    drop(loading);
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),
