@@ -19,6 +19,7 @@ pub mod node;
 pub mod oom;
 pub mod oom_message;
 pub mod outdir;
+pub mod output;
 pub mod plan;
 pub mod record;
 pub mod report;

@@ -140,3 +140,34 @@ fn hold_exits_130_when_interrupted() {
         assert_eq!(child.wait().unwrap().code(), Some(130), "{signal}");
     }
 }
+
+#[test]
+fn a_full_stdout_is_an_error_and_a_closed_one_ends_quietly() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["devices", "--backend", "sim"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // The reader is gone before anything is written: a quiet exit 0, as ripgrep does.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["devices", "--backend", "sim"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -58,9 +58,9 @@ pub fn bandwidth(
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if args.json {
-        println!("{json}");
+        crate::outln!("{json}")?;
     } else {
-        print!("{}", render(&report));
+        crate::out!("{}", render(&report))?;
     }
     Ok(if report.verify_mismatches == 0 { 0 } else { 1 })
 }

@@ -80,8 +80,8 @@ pub fn calibrate(
     );
     file.write_all(to_toml(&c, &header).as_bytes())?;
     let p = &c.profile;
-    println!("calibrated {} → {}", info.name, out.display());
-    println!(
+    crate::outln!("calibrated {} → {}", info.name, out.display())?;
+    crate::outln!(
         "  total {} · context {} · NVML reserved {} · pages {} · small allocations ≤ {} packed at {}",
         Bytes(p.memory.total_bytes.0),
         Bytes(p.memory.context_overhead_bytes.0),
@@ -89,8 +89,8 @@ pub fn calibrate(
         Bytes(p.memory.page_bytes.0),
         Bytes(p.memory.small_alloc_limit_bytes.0),
         Bytes(p.memory.small_alloc_spacing_bytes.0)
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  cuMemGetInfo {} · cuMemAlloc {} + {} per GiB · launch {} · copy {:.0} GB/s · fill {:.0} GB/s",
         Nanos(p.latency.mem_get_info.0),
         Nanos(p.latency.malloc_base.0),
@@ -98,11 +98,11 @@ pub fn calibrate(
         Nanos(p.latency.launch.0),
         p.bandwidth.copy_bytes_per_s / 1e9,
         p.bandwidth.fill_bytes_per_s / 1e9
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  stack: {} threads per SM, {} per thread by default",
         p.stack.threads_per_multiprocessor,
         Bytes(p.stack.default_per_thread_bytes.0)
-    );
+    )?;
     Ok(0)
 }

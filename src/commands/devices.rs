@@ -69,17 +69,21 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&listing)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&listing)?)?;
         return Ok(0);
     }
     if let Some(reason) = &listing.reason {
-        println!("{reason}; simulated device profiles (use --profile NAME):");
-        println!(
+        crate::outln!("{reason}; simulated device profiles (use --profile NAME):")?;
+        crate::outln!(
             "{:<12} {:<44} {:>12} {:>12} {:>6}",
-            "profile", "models", "total", "context", "SMs"
-        );
+            "profile",
+            "models",
+            "total",
+            "context",
+            "SMs"
+        )?;
         for p in &listing.profiles {
-            println!(
+            crate::outln!(
                 "{:<12} {:<44} {:>12} {:>12} {:>6}{}",
                 p.name,
                 p.gpu_name,
@@ -87,44 +91,49 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
                 Bytes(p.context_overhead_bytes).to_string(),
                 p.multiprocessors,
                 if p.default { "  (default)" } else { "" }
-            );
+            )?;
         }
         return Ok(0);
     }
     for g in &listing.gpus {
-        println!(
+        crate::outln!(
             "GPU {}: {} · compute {} · {} SMs · compute mode {} · {}",
-            g.index, g.name, g.compute_capability, g.multiprocessors, g.compute_mode, g.uuid
-        );
-        println!(
+            g.index,
+            g.name,
+            g.compute_capability,
+            g.multiprocessors,
+            g.compute_mode,
+            g.uuid
+        )?;
+        crate::outln!(
             "  CUDA-visible: {} total, {} free · driver {}",
             Bytes(g.total_bytes),
             g.free_bytes
                 .map_or("unknown".into(), |f| Bytes(f).to_string()),
             g.driver_version.as_deref().unwrap_or("unknown")
-        );
+        )?;
         if let Some(n) = &g.nvml {
-            println!(
+            crate::outln!(
                 "  NVML: {} total, {} reserved by driver/firmware, {} used, {} free",
                 Bytes(n.total_bytes),
                 Bytes(n.reserved_bytes),
                 Bytes(n.used_bytes),
                 Bytes(n.free_bytes)
-            );
+            )?;
         }
         match &g.processes {
             Some(ps) if !ps.is_empty() => {
                 for p in ps {
-                    println!(
+                    crate::outln!(
                         "  process {}: {}",
                         p.pid,
                         p.used_bytes
                             .map_or("usage not reported".into(), |b| Bytes(b).to_string())
-                    );
+                    )?;
                 }
             }
-            Some(_) => println!("  no compute processes"),
-            None => println!("  (NVML not available: no per-process figures)"),
+            Some(_) => crate::outln!("  no compute processes")?,
+            None => crate::outln!("  (NVML not available: no per-process figures)")?,
         }
     }
     Ok(0)

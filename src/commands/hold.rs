@@ -46,7 +46,7 @@ pub fn hold(
         d.synchronize()?;
         Some(p)
     };
-    println!(
+    crate::outln!(
         "holding {} bytes ({}) on {} as pid {} for {}{}",
         args.size,
         Bytes(args.size),
@@ -58,7 +58,7 @@ pub fn hold(
         } else {
             ""
         }
-    );
+    )?;
     std::io::stdout().flush()?;
     let end = Instant::now() + Duration::from_nanos(args.duration);
     let mut why = "the time was up";

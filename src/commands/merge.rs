@@ -30,7 +30,7 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
     if args.csv {
         std::io::stdout().write_all(&csv)?;
     } else {
-        print!("{}", merge::markdown(&m));
+        crate::out!("{}", merge::markdown(&m))?;
     }
     Ok(0)
 }

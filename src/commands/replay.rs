@@ -33,9 +33,9 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
     };
     let report = replay_file(&args.log, &spec, opened.device.as_mut(), &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{report}");
+        crate::out!("{report}")?;
     }
     Ok(if report.fits { 0 } else { 1 })
 }

@@ -57,9 +57,9 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.summary)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report.summary)?)?;
     } else if !args.quiet {
-        print!("{}", table::render(&report.summary, &report.dir));
+        crate::out!("{}", table::render(&report.summary, &report.dir))?;
     }
     Ok(report.exit_code)
 }

@@ -129,9 +129,9 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         }
         let v = validate::validate(r, &mut session, &dir)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
         } else if !args.quiet {
-            print!("{}", render::validation_text(&v, &r.plan, &dir));
+            crate::out!("{}", render::validation_text(&v, &r.plan, &dir))?;
         }
         return Ok(v.exit_code);
     };
@@ -155,9 +155,9 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
             points: &results,
             exit_code,
         };
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&j)?)?;
     } else if !args.quiet {
-        print!("{}", sweep::text(&spec, &results, &dir));
+        crate::out!("{}", sweep::text(&spec, &results, &dir))?;
     }
     Ok(exit_code)
 }

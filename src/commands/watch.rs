@@ -34,7 +34,7 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
     if args.json {
         let mut v = serde_json::to_value(&report.summary)?;
         v["watch"] = serde_json::to_value(&report.watch)?;
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else if !args.quiet {
         eprint!(
             "{}",

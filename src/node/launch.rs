@@ -250,9 +250,9 @@ pub fn run_node(
     let md_path = dir.join("node.md");
     std::fs::write(&md_path, &md).with_context(|| format!("cannot write {}", md_path.display()))?;
     if job.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else if !job.quiet {
-        print!("{md}");
+        crate::out!("{md}")?;
     }
     Ok(summary.exit_code.unwrap_or(2))
 }
