@@ -442,7 +442,7 @@ fn outliers(rs: &[&MergedRun]) -> Vec<String> {
 
 /// Writes `bytes` to `path`, refusing to replace an existing file unless `force`.
 pub fn write_new(path: &Path, bytes: &[u8], force: bool) -> anyhow::Result<()> {
-    if path.exists() && !force {
+    if std::fs::symlink_metadata(path).is_ok() && !force {
         anyhow::bail!(
             "{}: already exists; pass --force to replace it",
             path.display()

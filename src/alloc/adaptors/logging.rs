@@ -56,7 +56,7 @@ impl LoggingAdaptor {
 
     /// Logs to a new file at `path` (replacing it).
     pub fn create(upstream: Box<dyn Allocator>, path: &Path) -> io::Result<LoggingAdaptor> {
-        let file = File::create(path).map_err(|e| {
+        let file = File::create_new(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
         })?;
         LoggingAdaptor::new(upstream, Box::new(BufWriter::new(file)))
