@@ -12,6 +12,7 @@ pub mod commands;
 pub mod crosscheck;
 pub mod device;
 pub mod expect;
+pub mod import;
 pub mod kernels;
 pub mod oom;
 pub mod plan;
