@@ -1,4 +1,4 @@
-//! `headroom replay LOG.csv`.
+//! `headroom replay LOG.csv` (or a PyTorch snapshot: `replay_torch`).
 
 use crate::alloc::AllocatorSpec;
 use crate::alloc::caching::CachingConfig;
@@ -8,17 +8,25 @@ use crate::device::PoolConfig;
 use crate::device::select;
 
 pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        args.log.is_file(),
+        "{}: no such log file",
+        args.log.display()
+    );
+    if crate::import::torch::sniff(&args.log)? != crate::import::torch::Kind::Other {
+        return super::replay_torch::replay(dev, args);
+    }
+    anyhow::ensure!(
+        !args.find_capacity && !args.try_settings && args.snapshot_device.is_none(),
+        "{}: --find-capacity, --try-settings and --snapshot-device apply to PyTorch snapshots; this is a CSV log",
+        args.log.display()
+    );
     let spec = match (args.allocator.as_str(), &args.settings) {
         ("caching", s) => AllocatorSpec::Caching(CachingConfig::parse(s.as_deref().unwrap_or(""))?),
         (kind, Some(_)) => anyhow::bail!("--settings applies to the caching allocator, not {kind}"),
         ("pool", None) => AllocatorSpec::Pool(PoolConfig::default()),
         _ => AllocatorSpec::Direct,
     };
-    anyhow::ensure!(
-        args.log.is_file(),
-        "{}: no such log file",
-        args.log.display()
-    );
     let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
     if let Some(n) = &opened.notice {
         eprintln!("note: {n}");

@@ -331,6 +331,7 @@ pub fn run_on(
         allocator_stats: None,
         plan: opts.plan.clone(),
         graphs: None,
+        import: None,
         timeline_rows: 0,
         event_rows: 0,
     };

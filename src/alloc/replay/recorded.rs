@@ -12,11 +12,13 @@ use crate::device::Device;
 
 use super::engine::{Replay, Step};
 use super::fidelity::{Fidelity, SegmentOp};
-use super::trace_device::{PENDING_STREAM, TraceDevice, lock};
+use super::trace_device::{TraceDevice, lock};
 use super::{BadRowPolicy, LogFormat, ReplayError, ReplayOptions, ReplayReport};
 
-/// The stream label a deferred free's block is recorded on.
-const PENDING_LABEL: u64 = u64::MAX;
+/// Stream labels of the deferred-free lanes: `u64::MAX - n` is lane stream `u32::MAX - n`.
+fn lane_label(lane: crate::device::StreamId) -> u64 {
+    u64::MAX - (u32::MAX - lane.0) as u64
+}
 
 /// One request of a recorded trace. Addresses and streams are the recording's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +202,7 @@ pub fn replay_recorded(
         &mut tdev,
         &ropts,
     )?;
-    replay.bind_stream(PENDING_LABEL, PENDING_STREAM);
+    let mut bound_lanes = std::collections::HashSet::new();
     let compare = opts.compare && source.has_decisions();
     let mut fidelity = Fidelity::default();
     let (mut recorded, mut replayed) = (Vec::new(), Vec::new());
@@ -216,8 +218,12 @@ pub fn replay_recorded(
             }
             Request::Free { ptr } => replay.free(r.at, ptr)?,
             Request::FreeDeferred { ptr } => {
-                lock(&state).arm(ptr);
-                let step = match replay.record_stream(r.at, ptr, PENDING_LABEL)? {
+                let lane = lock(&state).arm(ptr);
+                let label = lane_label(lane);
+                if bound_lanes.insert(label) {
+                    replay.bind_stream(label, lane);
+                }
+                let step = match replay.record_stream(r.at, ptr, label)? {
                     Step::Skipped => Step::Skipped,
                     _ => {
                         // One request, not two.
@@ -225,7 +231,7 @@ pub fn replay_recorded(
                         replay.free(r.at, ptr)?
                     }
                 };
-                lock(&state).disarm();
+                lock(&state).disarm(lane);
                 step
             }
             Request::CompleteDeferred { ptr } => {

@@ -23,8 +23,16 @@ use crate::sampler::{LiveViews, SamplerStats};
 
 use super::fidelity::{SegmentOp, SegmentOpKind};
 
-/// The stream a deferred free's events are recorded on: it exists only in this wrapper.
-pub(super) const PENDING_STREAM: StreamId = StreamId(u32::MAX);
+/// Deferred frees record their events on streams that exist only in this wrapper: one lane
+/// per free outstanding at a time, `StreamId(u32::MAX - lane)`. PyTorch queues events per
+/// stream and a stream's work completes in order, so no free ever waits behind another's;
+/// one lane each keeps it so here.
+const LANES: u32 = 1 << 20;
+
+/// Whether a stream is one of the deferred-free lanes.
+fn is_lane(s: StreamId) -> bool {
+    s.0 > u32::MAX - LANES
+}
 /// Event ids this wrapper hands out start here (the device's own are small).
 const OWN_EVENTS: u64 = 1 << 62;
 
@@ -34,24 +42,44 @@ pub(super) struct TraceState {
     ops: Vec<SegmentOp>,
     /// Sizes of live `cuMemAlloc` segments, for the decision a `cuMemFree` is.
     sizes: HashMap<DevPtr, u64>,
-    /// The token the next event on `PENDING_STREAM` belongs to.
+    /// The token the next event on a lane belongs to.
     armed: Option<u64>,
-    /// Own event → its token.
-    events: HashMap<u64, u64>,
+    /// Own event → its token and lane.
+    events: HashMap<u64, (u64, u32)>,
     next_event: u64,
+    /// Events outstanding per lane, and lanes free for the next deferred free.
+    lane_events: HashMap<u32, u32>,
+    free_lanes: Vec<u32>,
+    next_lane: u32,
     /// Tokens whose frees the trace has completed.
     completed: HashSet<u64>,
 }
 
 impl TraceState {
-    /// The next deferred free's events belong to `token` (the trace's address of the block).
-    pub fn arm(&mut self, token: u64) {
+    /// The next deferred free's events belong to `token` (the trace's address of the block);
+    /// returns the lane (stream) to record them on.
+    pub fn arm(&mut self, token: u64) -> StreamId {
         self.completed.remove(&token);
         self.armed = Some(token);
+        let lane = self.free_lanes.pop().unwrap_or_else(|| {
+            self.next_lane += 1;
+            self.next_lane
+        });
+        self.lane_events.entry(lane).or_insert(0);
+        StreamId(u32::MAX - (lane - 1))
     }
 
-    pub fn disarm(&mut self) {
+    /// A lane that got no event (the allocator ignored the stream use) is free again.
+    fn release_idle_lane(&mut self, lane: u32) {
+        if self.lane_events.get(&lane) == Some(&0) {
+            self.lane_events.remove(&lane);
+            self.free_lanes.push(lane);
+        }
+    }
+
+    pub fn disarm(&mut self, lane: StreamId) {
         self.armed = None;
+        self.release_idle_lane(u32::MAX - lane.0 + 1);
     }
 
     /// The trace says the free held back under `token` has completed.
@@ -131,7 +159,7 @@ impl Device for TraceDevice<'_> {
         self.inner.create_stream()
     }
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
-        if stream == PENDING_STREAM {
+        if is_lane(stream) {
             return Ok(());
         }
         self.inner.stream_synchronize(stream)
@@ -140,7 +168,7 @@ impl Device for TraceDevice<'_> {
         // Every stream finishes: deferred frees included.
         {
             let mut s = lock(&self.state);
-            let tokens: Vec<u64> = s.events.values().copied().collect();
+            let tokens: Vec<u64> = s.events.values().map(|(t, _)| *t).collect();
             s.completed.extend(tokens);
         }
         self.inner.synchronize()
@@ -186,18 +214,18 @@ impl Device for TraceDevice<'_> {
     }
 
     fn record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
-        if stream != PENDING_STREAM {
+        if !is_lane(stream) {
             return self.inner.record_event(stream);
         }
         let mut s = lock(&self.state);
         let token = s.armed.ok_or_else(|| {
-            DeviceError::Invalid(
-                "an event on the deferred-free stream outside a deferred free".into(),
-            )
+            DeviceError::Invalid("an event on a deferred-free lane outside a deferred free".into())
         })?;
+        let lane = u32::MAX - stream.0 + 1;
         let id = s.next_event;
         s.next_event += 1;
-        s.events.insert(id, token);
+        s.events.insert(id, (token, lane));
+        *s.lane_events.entry(lane).or_insert(0) += 1;
         Ok(EventId(id))
     }
     fn event_query(&mut self, event: EventId) -> DevResult<bool> {
@@ -205,7 +233,7 @@ impl Device for TraceDevice<'_> {
             return self.inner.event_query(event);
         }
         let s = lock(&self.state);
-        let token = s
+        let (token, _) = s
             .events
             .get(&event.0)
             .ok_or_else(|| DeviceError::Invalid(format!("unknown event {}", event.0)))?;
@@ -216,7 +244,7 @@ impl Device for TraceDevice<'_> {
             return self.inner.event_synchronize(event);
         }
         let mut s = lock(&self.state);
-        let token = *s
+        let (token, _) = *s
             .events
             .get(&event.0)
             .ok_or_else(|| DeviceError::Invalid(format!("unknown event {}", event.0)))?;
@@ -227,11 +255,16 @@ impl Device for TraceDevice<'_> {
         if event.0 < OWN_EVENTS {
             return self.inner.event_destroy(event);
         }
-        lock(&self.state)
+        let mut s = lock(&self.state);
+        let (_, lane) = s
             .events
             .remove(&event.0)
-            .map(|_| ())
-            .ok_or_else(|| DeviceError::Invalid(format!("unknown event {}", event.0)))
+            .ok_or_else(|| DeviceError::Invalid(format!("unknown event {}", event.0)))?;
+        if let Some(n) = s.lane_events.get_mut(&lane) {
+            *n -= 1;
+        }
+        s.release_idle_lane(lane);
+        Ok(())
     }
 
     fn vmm_granularity(&mut self) -> DevResult<u64> {

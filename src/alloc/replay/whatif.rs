@@ -227,10 +227,10 @@ pub struct SettingsTrial {
     pub largest_free_at_peak_bytes: u64,
 }
 
-/// The settings `try_settings` tries next to `base`: expandable segments, two
-/// `max_split_size_mb` values, garbage collection at 0.8 of the device.
-pub fn settings_grid(base: &CachingConfig) -> Vec<(String, CachingConfig)> {
-    let mut out = vec![("as given".to_string(), base.clone())];
+/// The settings `try_settings` tries next to `base` (named `base_label`): expandable
+/// segments, two `max_split_size_mb` values, garbage collection at 0.8 of the device.
+pub fn settings_grid(base: &CachingConfig, base_label: &str) -> Vec<(String, CachingConfig)> {
+    let mut out = vec![(base_label.to_string(), base.clone())];
     let variants: &[&[(&str, &str)]] = &[
         &[("expandable_segments", "True")],
         &[("max_split_size_mb", "128")],

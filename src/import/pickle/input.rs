@@ -53,6 +53,32 @@ impl<R: Read> Input<R> {
         }
     }
 
+    /// At least `want` bytes ahead in one slice (fewer only near the end of the file), for
+    /// the fast paths that read many opcodes at once; `consume` what they used.
+    pub fn window(&mut self, want: usize) -> Result<&[u8], PickleError> {
+        if self.end - self.start < want {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            while self.end < self.buf.len() {
+                match self.inner.read(&mut self.buf[self.end..]) {
+                    Ok(0) => break,
+                    Ok(n) => self.end += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(PickleError::io(self.offset, e)),
+                }
+            }
+        }
+        Ok(&self.buf[self.start..self.end])
+    }
+
+    /// Moves past `n` bytes of the current window.
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(self.start + n <= self.end);
+        self.start += n;
+        self.offset += n as u64;
+    }
+
     /// The next byte, or `None` at the end of the file.
     #[inline]
     pub fn next_byte(&mut self) -> Result<Option<u8>, PickleError> {
@@ -99,21 +125,6 @@ impl<R: Read> Input<R> {
             }
             let take = ((self.end - self.start) as u64).min(left) as usize;
             out.extend_from_slice(&self.buf[self.start..self.start + take]);
-            self.start += take;
-            self.offset += take as u64;
-            left -= take as u64;
-        }
-        Ok(())
-    }
-
-    /// Skips `n` bytes.
-    pub fn skip(&mut self, n: u64, what: &str) -> Result<(), PickleError> {
-        let mut left = n;
-        while left > 0 {
-            if self.start == self.end && !self.fill()? {
-                return Err(self.truncated(what));
-            }
-            let take = ((self.end - self.start) as u64).min(left) as usize;
             self.start += take;
             self.offset += take as u64;
             left -= take as u64;

@@ -1,63 +1,140 @@
-//! The second pass: the pickle's stack machine, restricted to data. Every opcode here builds
-//! or moves plain values; the first pass has already refused everything else.
+//! The pickle's stack machine, restricted to data: every opcode it runs builds or moves plain
+//! values, and any other opcode stops it with its name and offset before anything is done
+//! with it.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::rc::Rc;
 
+use super::PickleError;
 use super::input::Input;
-use super::opcodes::table;
-use super::scan::{Scan, refusal, text_index};
+use super::memo::Memo;
+use super::opcodes::{Refusal, table};
 use super::value::{Dict, List, Value};
-use super::{IdSet, PickleError};
+
+/// The refusal message for an opcode.
+pub(super) fn refusal(name: &str, code: u8, why: Refusal) -> String {
+    match why {
+        Refusal::Code(why) => format!(
+            "opcode {name} (0x{code:02x}) is refused: {why}; a memory snapshot holds only data, and nothing in it is run"
+        ),
+        Refusal::Unsupported(why) => {
+            format!("opcode {name} (0x{code:02x}) is not supported: {why}")
+        }
+    }
+}
+
+/// A decimal memo index written as text (`GET`, `PUT`).
+fn text_index(line: &[u8], offset: u64) -> Result<u32, PickleError> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or_else(|| {
+            PickleError::at(
+                offset,
+                format!(
+                    "memo index {:?} is not a number",
+                    String::from_utf8_lossy(line)
+                ),
+            )
+        })
+}
 
 /// Sees every item appended to a list (`APPEND`, `APPENDS`, `LIST`): returns it to keep it in
 /// the list, or `None` once it has taken the item itself. An error stops the read.
 pub trait Sink {
     fn append(&mut self, list: &Rc<List>, item: Value) -> Result<Option<Value>, String>;
+
+    /// Called at an `EMPTY_DICT` that will be an item of `list` (the list below the current
+    /// mark, with nothing before it in this batch left for `append`): the sink may read the
+    /// whole dict straight from `fast.bytes` and take it. `None`: it is read the ordinary
+    /// way (nothing is consumed or defined).
+    fn fast_dict(&mut self, _list: &Rc<List>, _fast: &Fast<'_>) -> Option<FastDict> {
+        None
+    }
+}
+
+/// What a sink reading a dict straight from the bytes can see of the machine.
+pub struct Fast<'m> {
+    /// The bytes after `EMPTY_DICT`, up to the end of the read buffer.
+    pub bytes: &'m [u8],
+    memo: &'m Memo,
+    /// The id the next `MEMOIZE` defines.
+    pub next_memo: u32,
+}
+
+impl Fast<'_> {
+    /// The value in memo slot `id` (a `GET`).
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&Value> {
+        self.memo.get(id).ok()
+    }
+}
+
+/// A dict a sink read and took by itself.
+pub struct FastDict {
+    /// Bytes used from `Fast::bytes`.
+    pub consumed: usize,
+    /// `MEMOIZE`s among them, each defining the next id from `next_memo` on, with its value
+    /// (`None`: the dict itself, which the sink took).
+    pub memo: Vec<Option<Value>>,
 }
 
 pub struct Machine<'a, S: Sink> {
-    scan: &'a Scan,
     sink: &'a mut S,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    /// Only the slots some `GET` reads (from the first pass).
-    memo: HashMap<u32, Value>,
-    defined: IdSet,
-    /// Distinct memo ids defined so far (`MEMOIZE` uses the next one, as Python's `len(memo)`).
-    memo_len: u32,
+    memo: Memo,
+    /// The `PROTO` byte (0 when the stream has none).
+    pub protocol: u8,
     scratch: Vec<u8>,
+    /// Reused for the items of `APPENDS`.
+    spare: Vec<Value>,
 }
 
 impl<'a, S: Sink> Machine<'a, S> {
-    pub fn new(scan: &'a Scan, sink: &'a mut S) -> Machine<'a, S> {
+    pub fn new(sink: &'a mut S) -> Machine<'a, S> {
         Machine {
-            scan,
             sink,
             stack: Vec::with_capacity(4096),
             marks: Vec::new(),
-            memo: HashMap::new(),
-            defined: IdSet::default(),
-            memo_len: 0,
+            memo: Memo::default(),
+            protocol: 0,
             scratch: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
     /// Runs the pickle in `input` to its `STOP` and returns the value it built.
-    pub fn run<R: Read>(mut self, input: R) -> Result<Value, PickleError> {
+    pub fn run<R: Read>(&mut self, input: R) -> Result<Value, PickleError> {
         let ops = table();
         let mut input = Input::new(input);
+        let mut first = true;
         loop {
             input.op_offset = input.offset();
             let at = input.op_offset;
             let Some(b) = input.next_byte()? else {
-                return Err(PickleError::at(at, "the file ends before STOP"));
+                return Err(PickleError::at(
+                    at,
+                    if first {
+                        "the file is empty"
+                    } else {
+                        "the file ends before the pickle's STOP opcode (truncated?)"
+                    },
+                ));
             };
-            let op = ops[b as usize]
-                .ok_or_else(|| PickleError::at(at, format!("0x{b:02x} is not a pickle opcode")))?;
+            let op = ops[b as usize].as_ref().ok_or_else(|| {
+                PickleError::at(
+                    at,
+                    if first {
+                        format!("0x{b:02x} is not a pickle opcode: this is not a pickle file")
+                    } else {
+                        format!("0x{b:02x} is not a pickle opcode (a corrupt file?)")
+                    },
+                )
+            })?;
+            first = false;
             if let Some(why) = op.refused {
-                // The first pass refuses these; the file changed between the passes.
+                // Nothing is done with it: the read stops here.
                 return Err(PickleError {
                     offset: at,
                     message: refusal(op.name, op.code, why),
@@ -79,6 +156,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                             "protocol {p} is newer than any this reader knows (0–5)"
                         )));
                     }
+                    self.protocol = p;
                 }
                 0x95 => {
                     input.array::<8>(op.name)?;
@@ -88,11 +166,13 @@ impl<'a, S: Sink> Machine<'a, S> {
                     if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
                         self.stack.pop();
                     } else {
-                        self.pop_mark().map_err(err)?;
+                        let m = self.mark().map_err(err)?;
+                        self.stack.truncate(m);
                     }
                 }
                 b'1' => {
-                    self.pop_mark().map_err(err)?;
+                    let m = self.mark().map_err(err)?;
+                    self.stack.truncate(m);
                 }
                 b'2' => {
                     let top = self.top().map_err(err)?.clone();
@@ -150,65 +230,93 @@ impl<'a, S: Sink> Machine<'a, S> {
                     let v = self.text_or_bytes(b);
                     self.stack.push(v);
                 }
-                b'}' => self.stack.push(Value::Dict(Rc::new(Dict::default()))),
+                b'}' => {
+                    if let Some(done) = self.fast_dict(&mut input)? {
+                        input.consume(done.consumed);
+                        for v in done.memo {
+                            let id = self.memo.len();
+                            match v {
+                                Some(v) => self.memo.put(id, v),
+                                None => self.memo.put_taken(id),
+                            }
+                            .map_err(err)?;
+                        }
+                        self.stack.push(Value::Taken);
+                        continue;
+                    }
+                    self.stack.push(Value::Dict(Rc::new(Dict::default())));
+                }
                 b']' | 0x8f => self.stack.push(Value::List(Rc::new(List::default()))),
                 b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()))),
                 b'd' => {
-                    let items = self.pop_mark().map_err(err)?;
+                    let m = self.mark().map_err(err)?;
                     let dict = Rc::new(Dict::default());
-                    set_items(&dict, items).map_err(err)?;
+                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
                     self.stack.push(Value::Dict(dict));
                 }
                 b's' | b'u' => {
-                    let items = if b == b's' {
-                        if self.stack.len() < 2 {
-                            return Err(err("needs a key and a value".into()));
-                        }
-                        self.stack.split_off(self.stack.len() - 2)
+                    let m = if b == b's' {
+                        self.stack
+                            .len()
+                            .checked_sub(2)
+                            .ok_or_else(|| err("needs a key and a value".into()))?
                     } else {
-                        self.pop_mark().map_err(err)?
+                        self.mark().map_err(err)?
                     };
-                    let Value::Dict(dict) = self.top().map_err(err)? else {
-                        return Err(err(format!(
-                            "the target is a {}, not a dict",
-                            self.top().map_err(err)?.type_name()
-                        )));
+                    let dict = match m.checked_sub(1).map(|t| &self.stack[t]) {
+                        Some(Value::Dict(d)) => d.clone(),
+                        other => {
+                            return Err(err(format!(
+                                "the target is {}, not a dict",
+                                other.map_or("missing".into(), |v| format!("a {}", v.type_name()))
+                            )));
+                        }
                     };
-                    let dict = dict.clone();
-                    set_items(&dict, items).map_err(err)?;
+                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
                 }
                 b'l' => {
-                    let items = self.pop_mark().map_err(err)?;
+                    let m = self.mark().map_err(err)?;
                     let list = Rc::new(List::default());
+                    self.stack.push(Value::List(list.clone()));
+                    let items: Vec<Value> = self.stack.drain(m..self.stack.len() - 1).collect();
                     self.extend(&list, items).map_err(err)?;
-                    self.stack.push(Value::List(list));
                 }
                 b'a' | b'e' | 0x90 => {
-                    let items = if b == b'a' {
-                        vec![self.stack.pop().ok_or_else(|| err("empty stack".into()))?]
+                    let m = if b == b'a' {
+                        self.stack
+                            .len()
+                            .checked_sub(1)
+                            .ok_or_else(|| err("empty stack".into()))?
                     } else {
-                        self.pop_mark().map_err(err)?
+                        self.mark().map_err(err)?
                     };
-                    let Value::List(list) = self.top().map_err(err)? else {
-                        return Err(err(format!(
-                            "the target is a {}, not a list",
-                            self.top().map_err(err)?.type_name()
-                        )));
+                    let list = match m.checked_sub(1).map(|t| &self.stack[t]) {
+                        Some(Value::List(l)) => l.clone(),
+                        other => {
+                            return Err(err(format!(
+                                "the target is {}, not a list",
+                                other.map_or("missing".into(), |v| format!("a {}", v.type_name()))
+                            )));
+                        }
                     };
-                    let list = list.clone();
-                    self.extend(&list, items).map_err(err)?;
+                    let mut items = std::mem::take(&mut self.spare);
+                    items.extend(self.stack.drain(m..));
+                    let r = self.extend(&list, items.drain(..));
+                    self.spare = items;
+                    r.map_err(err)?;
                 }
                 b't' | 0x91 => {
-                    let items = self.pop_mark().map_err(err)?;
-                    self.stack.push(Value::Tuple(Rc::from(items)));
+                    let m = self.mark().map_err(err)?;
+                    let t: Rc<[Value]> = self.stack.drain(m..).collect();
+                    self.stack.push(Value::Tuple(t));
                 }
                 0x85..=0x87 => {
                     let n = (b - 0x84) as usize;
                     if self.stack.len() < n {
                         return Err(err(format!("needs {n} items on the stack")));
                     }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.stack.push(Value::Tuple(Rc::from(items)));
+                    let t: Rc<[Value]> = self.stack.drain(self.stack.len() - n..).collect();
+                    self.stack.push(Value::Tuple(t));
                 }
                 b'g' | b'h' | b'j' => {
                     let id = match b {
@@ -219,9 +327,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                         b'h' => input.array::<1>(op.name)?[0] as u32,
                         _ => u32::from_le_bytes(input.array::<4>(op.name)?),
                     };
-                    let v = self.memo.get(&id).cloned().ok_or_else(|| {
-                        err(format!("memo slot {id} is read before it is written"))
-                    })?;
+                    let v = self.memo.get(id).map_err(err)?.clone();
                     self.stack.push(v);
                 }
                 b'p' | b'q' | b'r' | 0x94 => {
@@ -232,18 +338,10 @@ impl<'a, S: Sink> Machine<'a, S> {
                         }
                         b'q' => input.array::<1>(op.name)?[0] as u32,
                         b'r' => u32::from_le_bytes(input.array::<4>(op.name)?),
-                        _ => self.memo_len,
+                        _ => self.memo.len(),
                     };
-                    if !self.defined.contains(id) {
-                        self.defined.insert(id);
-                        self.memo_len += 1;
-                    }
-                    if self.scan.referenced.contains(id) {
-                        let top = self.top().map_err(err)?.clone();
-                        self.memo.insert(id, top);
-                    } else {
-                        self.top().map_err(err)?;
-                    }
+                    let top = self.top().map_err(err)?.clone();
+                    self.memo.put(id, top).map_err(err)?;
                 }
                 _ => {
                     return Err(err("is not handled by this reader".into()));
@@ -252,14 +350,39 @@ impl<'a, S: Sink> Machine<'a, S> {
         }
     }
 
+    /// Offers the dict starting here to the sink, when it is an item of a list and every
+    /// earlier item of this batch was taken already (so the sink keeps the list's order).
+    fn fast_dict<R: Read>(
+        &mut self,
+        input: &mut Input<R>,
+    ) -> Result<Option<FastDict>, PickleError> {
+        let Some(&m) = self.marks.last() else {
+            return Ok(None);
+        };
+        let Some(Value::List(list)) = m.checked_sub(1).and_then(|t| self.stack.get(t)) else {
+            return Ok(None);
+        };
+        if self.stack.len() > m && !matches!(self.stack.last(), Some(Value::Taken)) {
+            return Ok(None);
+        }
+        let list = list.clone();
+        let bytes = input.window(1 << 16)?;
+        let fast = Fast {
+            bytes,
+            memo: &self.memo,
+            next_memo: self.memo.len(),
+        };
+        Ok(self.sink.fast_dict(&list, &fast))
+    }
+
     fn top(&self) -> Result<&Value, String> {
         self.stack
             .last()
             .ok_or_else(|| "the stack is empty".to_string())
     }
 
-    /// Everything above the last mark, which is removed.
-    fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
+    /// The stack position of the last mark, which is removed.
+    fn mark(&mut self) -> Result<usize, String> {
         let m = self
             .marks
             .pop()
@@ -267,11 +390,18 @@ impl<'a, S: Sink> Machine<'a, S> {
         if m > self.stack.len() {
             return Err("the stack is shorter than its MARK".into());
         }
-        Ok(self.stack.split_off(m))
+        Ok(m)
     }
 
-    fn extend(&mut self, list: &Rc<List>, items: Vec<Value>) -> Result<(), String> {
+    fn extend(
+        &mut self,
+        list: &Rc<List>,
+        items: impl IntoIterator<Item = Value>,
+    ) -> Result<(), String> {
         for item in items {
+            if matches!(item, Value::Taken) {
+                continue;
+            }
             if let Some(v) = self.sink.append(list, item)? {
                 list.items.borrow_mut().push(v);
             }
@@ -284,45 +414,38 @@ impl<'a, S: Sink> Machine<'a, S> {
         match opcode {
             // Python 3 reads protocol-1/2 byte strings as text too (encoding "ASCII" by
             // default); invalid sequences are replaced rather than refused.
-            b'U' | b'T' | b'X' | 0x8c | 0x8d => {
-                Value::Str(Rc::from(String::from_utf8_lossy(&self.scratch).as_ref()))
-            }
+            b'U' | b'T' | b'X' | 0x8c | 0x8d => match std::str::from_utf8(&self.scratch) {
+                Ok(s) => Value::str(s),
+                Err(_) => Value::Str(Rc::from(String::from_utf8_lossy(&self.scratch).as_ref())),
+            },
             _ => Value::Bytes(Rc::from(self.scratch.as_slice())),
         }
     }
 }
 
-fn set_items(dict: &Rc<Dict>, items: Vec<Value>) -> Result<(), String> {
+fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Result<(), String> {
     if items.len() % 2 != 0 {
         return Err(format!("{} items do not make key/value pairs", items.len()));
     }
     let mut d = dict.items.borrow_mut();
-    let mut it = items.into_iter();
+    d.reserve(items.len() / 2);
+    let mut it = items;
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
         if !matches!(
             k,
-            Value::Str(_) | Value::Int(_) | Value::Bool(_) | Value::None | Value::Tuple(_)
+            Value::Str(_)
+                | Value::Short(_)
+                | Value::Int(_)
+                | Value::Bool(_)
+                | Value::None
+                | Value::Tuple(_)
         ) {
             return Err(format!("a {} cannot be a dict key", k.type_name()));
         }
-        // A repeated key replaces the earlier value, as in Python.
-        if let Some(slot) = d.iter_mut().find(|(x, _)| same_key(x, &k)) {
-            slot.1 = v;
-        } else {
-            d.push((k, v));
-        }
+        // A repeated key is kept twice; lookups take the last, as Python keeps the last.
+        d.push((k, v));
     }
     Ok(())
-}
-
-fn same_key(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Str(x), Value::Str(y)) => x == y,
-        (Value::Int(x), Value::Int(y)) => x == y,
-        (Value::Bool(x), Value::Bool(y)) => x == y,
-        (Value::None, Value::None) => true,
-        _ => false,
-    }
 }
 
 /// A little-endian two's-complement integer (`LONG1`, `LONG4`) that must fit in 64 bits.

@@ -6,25 +6,25 @@
 //! refused) and stops at the first other one with its name and byte offset, before anything
 //! is built. Nothing is ever looked up, imported or called: there is nothing here that could.
 //!
-//! Reading takes two passes over the file. The first checks every opcode and notes which memo
-//! slots the stream reads back; the second builds values, keeping only those slots, so a
-//! snapshot with millions of memoized objects that are never shared again costs no memory
-//! for them. A `Sink` sees every item appended to a list and may take it instead of the list
-//! (a trace entry turned into a compact record, for instance).
+//! Reading is one pass. The memo keeps four bytes per slot (`memo`), so a snapshot that
+//! memoizes tens of millions of objects it never reads back stays small. A `Sink` sees every
+//! item appended to a list and may take it instead of the list (a trace entry turned into a
+//! compact record, for instance), or read a whole dict straight from the bytes.
 
 mod input;
 mod machine;
+mod memo;
 pub mod opcodes;
-mod scan;
+#[cfg(test)]
+mod tests;
 mod value;
 
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
 
-pub use machine::{Machine, Sink};
-pub use scan::{Scan, scan};
-pub use value::{Dict, List, Value};
+pub use machine::{Fast, FastDict, Machine, Sink};
+pub use value::{Dict, List, Short, Value};
 
 /// Where and why a pickle could not be read.
 #[derive(Debug)]
@@ -58,41 +58,58 @@ impl fmt::Display for PickleError {
 
 impl std::error::Error for PickleError {}
 
-/// A set of memo ids, as bits.
-#[derive(Debug, Default, Clone)]
-pub struct IdSet(Vec<u64>);
+/// A multiply-xorshift hasher for small integer keys (memo ids, frame ids): much cheaper
+/// than SipHash, and a pickle's memo ids are sequential, not chosen to collide.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FastHasher(u64);
 
-impl IdSet {
-    pub fn insert(&mut self, id: u32) {
-        let w = id as usize / 64;
-        if w >= self.0.len() {
-            self.0.resize(w + 1, 0);
-        }
-        self.0[w] |= 1 << (id % 64);
+impl std::hash::Hasher for FastHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
     }
 
     #[inline]
-    pub fn contains(&self, id: u32) -> bool {
-        self.0
-            .get(id as usize / 64)
-            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        let x = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
     }
 }
 
-/// Reads the pickle at `path` in two passes (check, then build), feeding list items through
-/// `sink`. Returns the top-level value and what the first pass learned.
-pub fn load_file<S: Sink>(path: &Path, sink: &mut S) -> Result<(Value, Scan), PickleError> {
-    let open = || File::open(path).map_err(|e| PickleError::io(0, e));
-    let info = scan(open()?)?;
-    let value = Machine::new(&info, sink).run(open()?)?;
-    Ok((value, info))
+/// A hash map with `FastHasher`.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// Reads the pickle at `path`, feeding list items through `sink`. Returns the top-level
+/// value and the protocol.
+pub fn load_file<S: Sink>(path: &Path, sink: &mut S) -> Result<(Value, u8), PickleError> {
+    let file = File::open(path).map_err(|e| PickleError::io(0, e))?;
+    let mut m = Machine::new(sink);
+    let v = m.run(file)?;
+    Ok((v, m.protocol))
 }
 
-/// Reads a pickle held in memory (two passes over the bytes).
-pub fn load_bytes<S: Sink>(bytes: &[u8], sink: &mut S) -> Result<(Value, Scan), PickleError> {
-    let info = scan(bytes)?;
-    let value = Machine::new(&info, sink).run(bytes)?;
-    Ok((value, info))
+/// Reads a pickle held in memory.
+pub fn load_bytes<S: Sink>(bytes: &[u8], sink: &mut S) -> Result<(Value, u8), PickleError> {
+    let mut m = Machine::new(sink);
+    let v = m.run(bytes)?;
+    Ok((v, m.protocol))
 }
 
 /// A sink that keeps every item in its list.

@@ -13,12 +13,50 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(Rc<str>),
+    /// A str of at most 22 bytes, held inline (no allocation: most of a snapshot's strings).
+    Short(Short),
     Bytes(Rc<[u8]>),
     /// A list, or a set (a snapshot has none; kept as a list).
     List(Rc<List>),
     Dict(Rc<Dict>),
     /// A tuple, or a frozenset.
     Tuple(Rc<[Value]>),
+    /// A list item a `Sink` already took as the pickle was read (it is not in the list).
+    Taken,
+}
+
+/// A short str held inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Short {
+    len: u8,
+    bytes: [u8; 22],
+}
+
+impl Short {
+    pub const MAX: usize = 22;
+
+    /// `s` inline, if it is short enough.
+    pub fn new(s: &str) -> Option<Short> {
+        let b = s.as_bytes();
+        if b.len() > Self::MAX {
+            return None;
+        }
+        let mut bytes = [0u8; 22];
+        bytes[..b.len()].copy_from_slice(b);
+        Some(Short {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Built only from a `&str` (`new`), so always UTF-8.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// A list being built or built.
@@ -43,8 +81,17 @@ impl Dict {
         self.items
             .borrow()
             .iter()
-            .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+            .rev()
+            .find(|(k, _)| k.str_bytes() == Some(key.as_bytes()))
             .map(|(_, v)| v.clone())
+    }
+
+    /// Whether the dict has the string key `key`.
+    pub fn has(&self, key: &str) -> bool {
+        self.items
+            .borrow()
+            .iter()
+            .any(|(k, _)| k.str_bytes() == Some(key.as_bytes()))
     }
 
     /// The string keys, for messages.
@@ -52,9 +99,9 @@ impl Dict {
         self.items
             .borrow()
             .iter()
-            .map(|(k, _)| match k {
-                Value::Str(s) => s.to_string(),
-                other => format!("<{}>", other.type_name()),
+            .map(|(k, _)| match k.as_str() {
+                Some(s) => s.to_string(),
+                None => format!("<{}>", k.type_name()),
             })
             .collect()
     }
@@ -68,11 +115,12 @@ impl Value {
             Value::Bool(_) => "bool",
             Value::Int(_) => "int",
             Value::Float(_) => "float",
-            Value::Str(_) => "str",
+            Value::Str(_) | Value::Short(_) => "str",
             Value::Bytes(_) => "bytes",
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
             Value::Tuple(_) => "tuple",
+            Value::Taken => "item already taken",
         }
     }
 
@@ -87,7 +135,26 @@ impl Value {
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
+            Value::Short(s) => Some(s.as_str()),
             _ => None,
+        }
+    }
+
+    /// The bytes of a str value (no UTF-8 check: for comparing keys).
+    #[inline]
+    pub fn str_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::Str(s) => Some(s.as_bytes()),
+            Value::Short(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// A str value, inline when short.
+    pub fn str(s: &str) -> Value {
+        match Short::new(s) {
+            Some(x) => Value::Short(x),
+            None => Value::Str(Rc::from(s)),
         }
     }
 
@@ -112,8 +179,14 @@ impl Value {
             Value::Bool(b) => if *b { "True" } else { "False" }.into(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => f.to_string(),
-            Value::Str(s) if s.len() <= 40 => format!("{s:?}"),
-            Value::Str(s) => format!("{:?}…", s.chars().take(40).collect::<String>()),
+            Value::Str(_) | Value::Short(_) => {
+                let s = self.as_str().unwrap_or_default();
+                if s.len() <= 40 {
+                    format!("{s:?}")
+                } else {
+                    format!("{:?}…", s.chars().take(40).collect::<String>())
+                }
+            }
             other => format!("<{}>", other.type_name()),
         }
     }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use anyhow::{Context, bail};
 
-use crate::import::pickle::{self, Dict, List, Sink, Value};
+use crate::import::pickle::{self, Dict, Fast, FastDict, List, Sink, Value};
 
 use super::model::{
     Action, Block, BlockState, DeviceTrace, Encoding, Entries, Entry, Frame, RecordedSettings,
@@ -15,24 +15,19 @@ use super::model::{
 };
 
 /// `List::aux` of a frames list whose stack id is known: the id with this bit set.
-const STACK_TAG: u64 = 1 << 63;
+pub(super) const STACK_TAG: u64 = 1 << 63;
 
 /// Takes trace entries out of the lists they are appended to.
 struct Entries2<'a> {
     snap: &'a mut Snapshot,
     stack_buf: Vec<u32>,
+    shared: super::fast_entry::Shared,
 }
 
-impl Sink for Entries2<'_> {
-    fn append(&mut self, list: &Rc<List>, item: Value) -> Result<Option<Value>, String> {
-        let Value::Dict(d) = &item else {
-            return Ok(Some(item));
-        };
-        // Only dicts that read as trace entries are taken; anything else stays in its list
-        // and is reported with its path if it sits in `device_traces`.
-        let Ok(e) = convert_entry(self.snap, &mut self.stack_buf, d) else {
-            return Ok(Some(item));
-        };
+impl Entries2<'_> {
+    /// Appends `e` to the store and to `list`'s range; `false` (and nothing done) when the
+    /// list's entries would not be contiguous.
+    fn take(&mut self, list: &Rc<List>, e: Entry) -> bool {
         let idx = self.snap.entries.len() as u64;
         let aux = list.aux.get();
         let (start, end) = if aux == 0 {
@@ -41,10 +36,42 @@ impl Sink for Entries2<'_> {
             (aux >> 32, aux & 0xffff_ffff)
         };
         if aux & STACK_TAG != 0 || end != idx || idx >= u32::MAX as u64 {
-            return Ok(Some(item));
+            return false;
         }
         self.snap.entries.push(e);
         list.aux.set((start << 32) | (end + 1));
+        true
+    }
+}
+
+impl Sink for Entries2<'_> {
+    fn fast_dict(&mut self, list: &Rc<List>, fast: &Fast<'_>) -> Option<FastDict> {
+        // Only into a list that already holds entries, and only in order.
+        let aux = list.aux.get();
+        if aux == 0 || aux & STACK_TAG != 0 || aux & 0xffff_ffff != self.snap.entries.len() as u64 {
+            return None;
+        }
+        let (e, done) =
+            super::fast_entry::decode(self.snap, &mut self.shared, &mut self.stack_buf, fast)?;
+        self.take(list, e).then_some(done)
+    }
+
+    fn append(&mut self, list: &Rc<List>, item: Value) -> Result<Option<Value>, String> {
+        let Value::Dict(d) = &item else {
+            return Ok(Some(item));
+        };
+        // Only dicts that read as trace entries are taken; anything else stays in its list
+        // and is reported with its path if it sits in `device_traces`. Frame dicts, the
+        // most common by far, have no `action`.
+        if d.aux.get() != 0 || !d.has("action") {
+            return Ok(Some(item));
+        }
+        let Ok(e) = convert_entry(self.snap, &mut self.stack_buf, d) else {
+            return Ok(Some(item));
+        };
+        if !self.take(list, e) {
+            return Ok(Some(item));
+        }
         Ok(None)
     }
 }
@@ -67,23 +94,27 @@ fn convert_entry(snap: &mut Snapshot, buf: &mut Vec<u32>, d: &Dict) -> Result<En
     };
     let (mut action, mut size, mut addr) = (None, None, None);
     let (mut compile, mut user) = (None, None);
-    for (k, v) in d.items.borrow().iter() {
-        let Value::Str(k) = k else { continue };
-        match &**k {
-            "action" => action = Some(v.as_str().ok_or("`action` is not a str")?.to_string()),
-            "addr" | "device_free" => {
-                addr = Some(as_u64(v).ok_or_else(|| format!("`{k}` is {}", v.brief()))?)
+    let items = d.items.borrow();
+    for (k, v) in items.iter() {
+        let Some(k) = k.str_bytes() else { continue };
+        match k {
+            b"action" => action = Some(v.as_str().ok_or("`action` is not a str")?),
+            b"addr" | b"device_free" => {
+                addr =
+                    Some(as_u64(v).ok_or_else(|| {
+                        format!("`{}` is {}", String::from_utf8_lossy(k), v.brief())
+                    })?)
             }
-            "size" => size = Some(as_u64(v).ok_or_else(|| format!("`size` is {}", v.brief()))?),
-            "stream" => {
+            b"size" => size = Some(as_u64(v).ok_or_else(|| format!("`size` is {}", v.brief()))?),
+            b"stream" => {
                 let s = v.as_int().ok_or("`stream` is not an int")?;
                 e.stream = snap.streams.id(s).ok_or("more than 65,536 streams")?;
             }
-            "time_us" => e.time_us = Some(v.as_int().ok_or("`time_us` is not an int")?),
-            "frames" => e.stack = stack_of(snap, buf, v)?,
-            "compile_context" => compile = v.as_str().map(str::to_string),
-            "user_metadata" => user = v.as_str().map(str::to_string),
-            "pool_id" => {
+            b"time_us" => e.time_us = Some(v.as_int().ok_or("`time_us` is not an int")?),
+            b"frames" => e.stack = stack_of(snap, buf, v)?,
+            b"compile_context" => compile = v.as_str().filter(|c| *c != "N/A"),
+            b"user_metadata" => user = v.as_str().filter(|u| !u.is_empty()),
+            b"pool_id" => {
                 if let Value::Tuple(t) = v
                     && let [a, b] = &t[..]
                     && let (Some(a), Some(b)) = (a.as_int(), b.as_int())
@@ -95,9 +126,9 @@ fn convert_entry(snap: &mut Snapshot, buf: &mut Vec<u32>, d: &Dict) -> Result<En
         }
     }
     let action = action.ok_or("no `action` key")?;
-    e.action = Action::parse(&action);
+    e.action = Action::parse(action);
     if e.action == Action::Other {
-        *snap.unknown_actions.entry(action).or_default() += 1;
+        *snap.unknown_actions.entry(action.to_string()).or_default() += 1;
     }
     e.size = size.ok_or("no `size` key")?;
     e.addr = addr.ok_or(if e.action == Action::Oom {
@@ -105,7 +136,9 @@ fn convert_entry(snap: &mut Snapshot, buf: &mut Vec<u32>, d: &Dict) -> Result<En
     } else {
         "no `addr` key"
     })?;
-    e.meta = meta_id(snap, compile, user);
+    if compile.is_some() || user.is_some() {
+        e.meta = meta_id(snap, compile.map(str::to_string), user.map(str::to_string));
+    }
     Ok(e)
 }
 
@@ -148,8 +181,12 @@ fn stack_of(snap: &mut Snapshot, buf: &mut Vec<u32>, v: &Value) -> Result<u32, S
         };
         for (k, v) in fd.items.borrow().iter() {
             match (k.as_str(), v) {
-                (Some("filename"), Value::Str(s)) => frame.filename = s.to_string(),
-                (Some("name"), Value::Str(s)) => frame.name = s.to_string(),
+                (Some("filename"), v) if v.as_str().is_some() => {
+                    frame.filename = v.as_str().unwrap_or_default().to_string()
+                }
+                (Some("name"), v) if v.as_str().is_some() => {
+                    frame.name = v.as_str().unwrap_or_default().to_string()
+                }
                 (Some("line"), v) => frame.line = v.as_int().unwrap_or(0),
                 _ => {}
             }
@@ -167,44 +204,36 @@ fn stack_of(snap: &mut Snapshot, buf: &mut Vec<u32>, v: &Value) -> Result<u32, S
 
 /// Reads a snapshot pickle.
 pub fn read(path: &Path, source: &str) -> anyhow::Result<Snapshot> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {source}"))?;
+    // Columns sized once for the most entries the file could hold (about 64 bytes each at
+    // least); pages never written are never resident.
+    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut snap = Snapshot::empty(source, Encoding::Pickle { protocol: 0 });
-    let (top, scan) = {
-        let mut sink = Entries2 {
-            snap: &mut snap,
-            stack_buf: Vec::new(),
-        };
-        // The first pass counted the dicts: an upper bound on the entries, so the columns
-        // are sized once instead of growing by doubling.
-        let info = pickle::scan(
-            std::fs::File::open(path).with_context(|| format!("cannot open {source}"))?,
-        )
-        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-        sink.snap.entries = Entries::with_capacity(info.dicts.min(1 << 28) as usize);
-        let value = pickle::Machine::new(&info, &mut sink)
-            .run(std::fs::File::open(path).with_context(|| format!("cannot open {source}"))?)
-            .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-        (value, info)
-    };
-    snap.encoding = Encoding::Pickle {
-        protocol: scan.protocol,
-    };
-    from_value(&mut snap, &top)?;
-    Ok(snap)
+    snap.entries = Entries::with_capacity((bytes / 64).min(1 << 31) as usize);
+    read_from(file, snap)
 }
 
 /// Reads a snapshot pickle held in memory (for tests).
 pub fn read_bytes(bytes: &[u8], source: &str) -> anyhow::Result<Snapshot> {
-    let mut snap = Snapshot::empty(source, Encoding::Pickle { protocol: 0 });
-    let (top, scan) = {
+    read_from(
+        bytes,
+        Snapshot::empty(source, Encoding::Pickle { protocol: 0 }),
+    )
+}
+
+fn read_from<R: std::io::Read>(input: R, mut snap: Snapshot) -> anyhow::Result<Snapshot> {
+    let source = snap.source.clone();
+    let (top, protocol) = {
         let mut sink = Entries2 {
             snap: &mut snap,
             stack_buf: Vec::new(),
+            shared: Default::default(),
         };
-        pickle::load_bytes(bytes, &mut sink).map_err(|e| anyhow::anyhow!("{source}: {e}"))?
+        let mut m = pickle::Machine::new(&mut sink);
+        let v = m.run(input).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+        (v, m.protocol)
     };
-    snap.encoding = Encoding::Pickle {
-        protocol: scan.protocol,
-    };
+    snap.encoding = Encoding::Pickle { protocol };
     from_value(&mut snap, &top)?;
     Ok(snap)
 }
@@ -328,7 +357,7 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
         active_size: get_u64(d, "active_size")?,
         stream: get_int(d, "stream")?.unwrap_or(0),
         is_large: match d.get("segment_type") {
-            Some(Value::Str(s)) => &*s == "large",
+            Some(v) if v.as_str().is_some() => v.as_str() == Some("large"),
             _ => total_size > 2 << 20,
         },
         is_expandable: match d.get("is_expandable") {
@@ -351,16 +380,17 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
                 None => next,
             };
             next = addr + size;
-            let state = match bd.get("state") {
-                Some(Value::Str(s)) => match &*s {
+            let state_value = bd.get("state");
+            let state = match state_value.as_ref().and_then(|v| v.as_str()) {
+                Some(s) => match s {
                     "active_allocated" => BlockState::ActiveAllocated,
                     "active_pending_free" | "active_awaiting_free" => BlockState::ActivePendingFree,
                     "inactive" => BlockState::Inactive,
                     other => bail!("blocks[{i}]: unknown state {other:?}"),
                 },
-                other => bail!(
+                None => bail!(
                     "blocks[{i}]: `state` is {}",
-                    other.map_or("missing".into(), |v| v.brief())
+                    state_value.map_or("missing".into(), |v| v.brief())
                 ),
             };
             let stack = match bd.get("frames") {
@@ -388,7 +418,9 @@ fn settings(v: &Value) -> anyhow::Result<RecordedSettings> {
     for (k, v) in d.items.borrow().iter() {
         let Some(k) = k.as_str() else { continue };
         match (k, v) {
-            ("PYTORCH_CUDA_ALLOC_CONF", Value::Str(c)) => s.conf = c.to_string(),
+            ("PYTORCH_CUDA_ALLOC_CONF", c) if c.as_str().is_some() => {
+                s.conf = c.as_str().unwrap_or_default().to_string()
+            }
             ("max_split_size", v) => {
                 let b = v.as_int().ok_or_else(|| {
                     anyhow::anyhow!("`max_split_size` is {}, expected an int", v.brief())

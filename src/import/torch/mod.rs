@@ -7,9 +7,13 @@
 //! `torch/csrc/cuda/memory_snapshot.cpp` and `c10/cuda/CUDACachingAllocator.cpp`
 //! (`record_trace` and its callers); the commits read are listed in the README.
 
+pub mod device;
+mod fast_entry;
+pub mod folder;
 pub mod frames;
 mod from_json;
 mod from_pickle;
+pub mod live;
 pub mod model;
 mod prologue;
 pub mod requests;

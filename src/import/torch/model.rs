@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::import::pickle::FastMap;
+
 /// `TraceEntry.action`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -205,16 +207,21 @@ pub struct Frames {
     frame_ids: HashMap<Frame, u32>,
     /// Frame ids, innermost call first (PyTorch's order). Stack 0 is empty.
     pub stacks: Vec<Box<[u32]>>,
-    stack_ids: HashMap<Box<[u32]>, u32>,
+    stack_ids: FastMap<Box<[u32]>, u32>,
+    /// The stack looked up last (consecutive entries often share one).
+    last_stack: u32,
 }
 
 impl Default for Frames {
     fn default() -> Frames {
+        let mut stack_ids = FastMap::default();
+        stack_ids.insert(Box::from([]), 0);
         Frames {
             frames: Vec::new(),
             frame_ids: HashMap::new(),
             stacks: vec![Box::from([])],
-            stack_ids: HashMap::from([(Box::from([]), 0)]),
+            stack_ids,
+            last_stack: 0,
         }
     }
 }
@@ -231,10 +238,15 @@ impl Frames {
     }
 
     pub fn stack_id(&mut self, frames: &[u32]) -> u32 {
+        if *self.stacks[self.last_stack as usize] == *frames {
+            return self.last_stack;
+        }
         if let Some(&id) = self.stack_ids.get(frames) {
+            self.last_stack = id;
             return id;
         }
         let id = self.stacks.len() as u32;
+        self.last_stack = id;
         self.stacks.push(Box::from(frames));
         self.stack_ids.insert(Box::from(frames), id);
         id
@@ -254,14 +266,16 @@ impl Frames {
 #[derive(Debug, Clone)]
 pub struct Table<T: Eq + std::hash::Hash + Clone> {
     pub values: Vec<T>,
-    index: HashMap<T, u16>,
+    index: FastMap<T, u16>,
 }
 
 impl<T: Eq + std::hash::Hash + Clone> Table<T> {
     pub fn with_first(first: T) -> Table<T> {
+        let mut index = FastMap::default();
+        index.insert(first.clone(), 0);
         Table {
-            values: vec![first.clone()],
-            index: HashMap::from([(first, 0)]),
+            values: vec![first],
+            index,
         }
     }
 

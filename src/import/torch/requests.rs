@@ -138,11 +138,15 @@ impl<'a> TorchRequests<'a> {
         }
     }
 
-    /// What follows the run of segment releases starting at `i`.
+    /// What follows the run of segment releases starting at `i` (frees completed in between
+    /// are the retry chain's synchronize, between its two kinds of release).
     fn after_release(&self, mut i: usize) -> AfterRelease {
         let e = &self.snap.entries;
         while i < self.trace.end
-            && matches!(e.action(i), Action::SegmentFree | Action::SegmentUnmap)
+            && matches!(
+                e.action(i),
+                Action::SegmentFree | Action::SegmentUnmap | Action::FreeCompleted
+            )
         {
             i += 1;
         }
