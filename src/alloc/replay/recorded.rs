@@ -179,7 +179,8 @@ pub struct RecordedOptions {
     pub compare: bool,
 }
 
-/// Replays a recorded trace against `alloc` (owned by the caller: nothing is released).
+/// Replays a recorded trace against `alloc` (owned by the caller: nothing is released; frees
+/// still deferred at the end of the trace are completed).
 pub fn replay_recorded(
     source: &mut dyn RequestSource,
     alloc: &mut dyn Allocator,
@@ -271,6 +272,16 @@ pub fn replay_recorded(
         }
     }
     let mut report = replay.finish();
+    // Deferred frees still waiting complete now, through this wrapper, so the allocator
+    // holds no event of it when the caller releases everything on its own device.
+    lock(&state).complete_all();
+    alloc
+        .refresh(&mut tdev)
+        .map_err(|error| ReplayError::Allocator {
+            source_name: name.clone(),
+            line: 0,
+            error,
+        })?;
     if let Some(f) = &mut report.first_failure {
         f.origin = source.origin(f.line);
         if let Ok(label) = f.log_stream.parse::<u64>() {

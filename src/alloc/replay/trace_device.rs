@@ -87,6 +87,12 @@ impl TraceState {
         self.completed.insert(token);
     }
 
+    /// Every deferred free completes (the program is over).
+    pub fn complete_all(&mut self) {
+        let tokens: Vec<u64> = self.events.values().map(|(t, _)| *t).collect();
+        self.completed.extend(tokens);
+    }
+
     /// The decisions made since the last call.
     pub fn take_ops(&mut self, out: &mut Vec<SegmentOp>) {
         out.clear();

@@ -291,9 +291,15 @@ pub fn settings_table(rows: &[SettingsTrial], device: &str) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "settings tried on {device}:");
+    let w = rows
+        .iter()
+        .map(|r| r.change.len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
     let _ = writeln!(
         o,
-        "{:<58} {:<22} {:>13} {:>13} {:>22}",
+        "{:<w$}  {:<16} {:>13} {:>13} {:>22}",
         "setting", "fits", "reserved peak", "allocated", "reserved − allocated"
     );
     for r in rows {
@@ -313,7 +319,7 @@ pub fn settings_table(rows: &[SettingsTrial], device: &str) -> String {
         };
         let _ = writeln!(
             o,
-            "{:<58} {:<22} {:>13} {:>13} {:>22}",
+            "{:<w$}  {:<16} {:>13} {:>13} {:>22}",
             r.change,
             fits,
             Bytes(r.reserved_peak_bytes).to_string(),

@@ -74,9 +74,15 @@ impl Fast<'_> {
 pub struct FastDict {
     /// Bytes used from `Fast::bytes`.
     pub consumed: usize,
-    /// `MEMOIZE`s among them, each defining the next id from `next_memo` on, with its value
-    /// (`None`: the dict itself, which the sink took).
-    pub memo: Vec<Option<Value>>,
+    /// `MEMOIZE`s among them (the first `memoized`), each defining the next id from
+    /// `next_memo` on, with its value (`None`: the dict itself, which the sink took).
+    pub memo: [Option<Value>; FastDict::MEMO_MAX],
+    pub memoized: usize,
+}
+
+impl FastDict {
+    /// The most `MEMOIZE`s one fast dict may hold.
+    pub const MEMO_MAX: usize = 8;
 }
 
 pub struct Machine<'a, S: Sink> {
@@ -233,7 +239,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                 b'}' => {
                     if let Some(done) = self.fast_dict(&mut input)? {
                         input.consume(done.consumed);
-                        for v in done.memo {
+                        for v in done.memo.into_iter().take(done.memoized) {
                             let id = self.memo.len();
                             match v {
                                 Some(v) => self.memo.put(id, v),

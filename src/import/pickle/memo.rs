@@ -22,6 +22,10 @@ pub(super) struct Memo {
     /// Longer strings by content: a fresh copy per entry (a compile context) stays one value.
     strs: FastMap<Rc<str>, u32>,
     shared: FastMap<usize, u32>,
+    /// The last short string and shared object stored: a snapshot repeats them entry after
+    /// entry (`"N/A"`, `(0, 0)`), so most stores need no hashing.
+    last_short: Option<(Short, u32)>,
+    last_shared: (usize, u32),
 }
 
 const TAKEN: u32 = 1;
@@ -49,12 +53,21 @@ impl Memo {
     fn index_of(&mut self, v: Value) -> u32 {
         let key_ptr = match &v {
             Value::Short(s) => {
-                if let Some(&i) = self.shorts.get(s) {
+                if let Some((last, i)) = self.last_short
+                    && last == *s
+                {
                     return i;
                 }
-                let i = self.values.len() as u32 + 2;
-                self.shorts.insert(*s, i);
-                self.values.push(v);
+                let i = match self.shorts.get(s) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.values.len() as u32 + 2;
+                        self.shorts.insert(*s, i);
+                        self.values.push(v.clone());
+                        i
+                    }
+                };
+                self.last_short = Some((*s, i));
                 return i;
             }
             Value::Str(s) => {
@@ -72,14 +85,19 @@ impl Memo {
             Value::Tuple(t) => Some(Rc::as_ptr(t) as *const Value as usize),
             _ => None,
         };
-        if let Some(p) = key_ptr
-            && let Some(&i) = self.shared.get(&p)
-        {
-            return i;
+        if let Some(p) = key_ptr {
+            if self.last_shared.0 == p && self.last_shared.1 != 0 {
+                return self.last_shared.1;
+            }
+            if let Some(&i) = self.shared.get(&p) {
+                self.last_shared = (p, i);
+                return i;
+            }
         }
         let i = self.values.len() as u32 + 2;
         if let Some(p) = key_ptr {
             self.shared.insert(p, i);
+            self.last_shared = (p, i);
         }
         self.values.push(v);
         i

@@ -16,10 +16,14 @@ use super::model::{Action, Entry, Snapshot};
 
 /// One shared object per distinct content, for the memo: frames lists by stack, `(a, b)`
 /// tuples by value (the content is all a snapshot's reader needs).
+/// A `(a, b)` tuple and its one shared object.
+type Pair = ((i64, i64), Rc<[Value]>);
+
 #[derive(Default)]
 pub(super) struct Shared {
     lists: FastMap<u32, Rc<List>>,
     pairs: FastMap<(i64, i64), Rc<[Value]>>,
+    last_pair: Option<Pair>,
 }
 
 struct Decoder<'a, 'f> {
@@ -27,7 +31,8 @@ struct Decoder<'a, 'f> {
     i: usize,
     fast: &'a Fast<'f>,
     /// Per `MEMOIZE`, in order: its value (`None`: the entry dict, taken).
-    memo: Vec<Option<Value>>,
+    memo: [Option<Value>; FastDict::MEMO_MAX],
+    memoized: usize,
 }
 
 impl<'a> Decoder<'a, '_> {
@@ -52,14 +57,19 @@ impl<'a> Decoder<'a, '_> {
         Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 
-    /// A `MEMOIZE` here (consumed) of the value `v` gives: its position in `memo`.
-    fn memoize(&mut self, v: impl FnOnce() -> Option<Value>) -> Option<usize> {
+    /// A `MEMOIZE` here (consumed) of the value `v` gives: its position in `memo`. More
+    /// than `MEMO_MAX` in one dict is not the shape read here: `Err`.
+    fn memoize(&mut self, v: impl FnOnce() -> Option<Value>) -> Result<Option<usize>, ()> {
         if self.peek() != Some(0x94) {
-            return None;
+            return Ok(None);
+        }
+        if self.memoized == FastDict::MEMO_MAX {
+            return Err(());
         }
         self.i += 1;
-        self.memo.push(v());
-        Some(self.memo.len() - 1)
+        self.memo[self.memoized] = v();
+        self.memoized += 1;
+        Ok(Some(self.memoized - 1))
     }
 
     fn get(&mut self, op: u8) -> Option<&'a Value> {
@@ -117,7 +127,7 @@ impl<'a> Decoder<'a, '_> {
             _ => return None,
         };
         let s = std::str::from_utf8(bytes).ok()?;
-        self.memoize(|| Some(Value::str(s)));
+        self.memoize(|| Some(Value::str(s))).ok()?;
         Some(bytes)
     }
 
@@ -139,12 +149,20 @@ impl<'a> Decoder<'a, '_> {
             return None;
         }
         self.memoize(|| {
+            if let Some((p, t)) = &shared.last_pair
+                && *p == (a, b)
+            {
+                return Some(Value::Tuple(t.clone()));
+            }
             let t = shared
                 .pairs
                 .entry((a, b))
-                .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]));
-            Some(Value::Tuple(t.clone()))
-        });
+                .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]))
+                .clone();
+            shared.last_pair = Some(((a, b), t.clone()));
+            Some(Value::Tuple(t))
+        })
+        .ok()?;
         Some((a, b))
     }
 }
@@ -160,11 +178,12 @@ pub(super) fn decode(
         b: fast.bytes,
         i: 0,
         fast,
-        memo: Vec::new(),
+        memo: Default::default(),
+        memoized: 0,
     };
     // The dict itself is taken: its memo slot holds nothing (a snapshot never reads an
     // entry back).
-    d.memoize(|| None);
+    d.memoize(|| None).ok()?;
     if d.op()? != b'(' {
         return None;
     }
@@ -199,7 +218,7 @@ pub(super) fn decode(
             _ => return None,
         }
     }
-    e.action = Action::parse(std::str::from_utf8(action?).ok()?);
+    e.action = Action::parse_bytes(action?);
     if e.action == Action::Other {
         return None;
     }
@@ -219,6 +238,7 @@ pub(super) fn decode(
         FastDict {
             consumed: d.i,
             memo: d.memo,
+            memoized: d.memoized,
         },
     ))
 }
@@ -242,7 +262,7 @@ fn frames<'a>(
         return None;
     }
     // Its memo value is known once the frames are read.
-    let slot = d.memoize(|| None);
+    let slot = d.memoize(|| None).ok()?;
     buf.clear();
     let mut dicts: Vec<&'a Value> = Vec::new();
     let mut frame = |d: &mut Decoder<'a, '_>, op: u8| -> Option<()> {

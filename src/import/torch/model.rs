@@ -53,17 +53,21 @@ impl Action {
     ];
 
     pub fn parse(s: &str) -> Action {
+        Action::parse_bytes(s.as_bytes())
+    }
+
+    pub fn parse_bytes(s: &[u8]) -> Action {
         match s {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "snapshot" => Action::Snapshot,
-            "oom" => Action::Oom,
-            "annotate" => Action::Annotate,
+            b"alloc" => Action::Alloc,
+            b"free_requested" => Action::FreeRequested,
+            b"free_completed" => Action::FreeCompleted,
+            b"segment_alloc" => Action::SegmentAlloc,
+            b"segment_free" => Action::SegmentFree,
+            b"segment_map" => Action::SegmentMap,
+            b"segment_unmap" => Action::SegmentUnmap,
+            b"snapshot" => Action::Snapshot,
+            b"oom" => Action::Oom,
+            b"annotate" => Action::Annotate,
             _ => Action::Other,
         }
     }

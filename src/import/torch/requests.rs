@@ -92,7 +92,7 @@ impl<'a> TorchRequests<'a> {
         TorchRequests {
             snap,
             trace,
-            name: format!("{} (device {})", snap.source, trace.device),
+            name: format!("{}, device {}", snap.source, trace.device),
             next: trace.start,
             live: pro.live,
             pending: HashSet::new(),
