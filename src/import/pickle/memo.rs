@@ -39,7 +39,9 @@ impl Memo {
 
     fn slot(&mut self, id: u32) -> Result<&mut u32, String> {
         let len = self.slots.len() as u32;
-        if id >= len {
+        if id == len {
+            self.slots.push(0);
+        } else if id > len {
             if id - len > MAX_GAP {
                 return Err(format!(
                     "memo id {id} is far past the {len} ids defined so far"

@@ -105,6 +105,9 @@ impl std::hash::Hasher for FastHasher {
 /// A hash map with `FastHasher`.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
 
+/// A hash set with `FastHasher`.
+pub type FastSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<FastHasher>>;
+
 /// Reads the pickle at `path`, feeding list items through `sink`. Returns the top-level
 /// value and the protocol.
 pub fn load_file<S: Sink>(path: &Path, sink: &mut S) -> Result<(Value, u8), PickleError> {

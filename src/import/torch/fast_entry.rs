@@ -24,6 +24,8 @@ pub(super) struct Shared {
     lists: FastMap<u32, Rc<List>>,
     pairs: FastMap<(i64, i64), Rc<[Value]>>,
     last_pair: Option<Pair>,
+    /// Memo ids of the frames of the list being read.
+    frame_ids: Vec<u32>,
 }
 
 struct Decoder<'a, 'f> {
@@ -73,12 +75,16 @@ impl<'a> Decoder<'a, '_> {
     }
 
     fn get(&mut self, op: u8) -> Option<&'a Value> {
-        let id = match op {
-            b'h' => self.op()? as u32,
-            b'j' => self.u32()?,
-            _ => return None,
-        };
+        let id = self.get_id(op)?;
         self.fast.get(id)
+    }
+
+    fn get_id(&mut self, op: u8) -> Option<u32> {
+        match op {
+            b'h' => Some(self.op()? as u32),
+            b'j' => self.u32(),
+            _ => None,
+        }
     }
 
     fn int_after(&mut self, op: u8) -> Option<i64> {
@@ -264,10 +270,11 @@ fn frames<'a>(
     // Its memo value is known once the frames are read.
     let slot = d.memoize(|| None).ok()?;
     buf.clear();
-    let mut dicts: Vec<&'a Value> = Vec::new();
+    shared.frame_ids.clear();
+    let ids = &mut shared.frame_ids;
     let mut frame = |d: &mut Decoder<'a, '_>, op: u8| -> Option<()> {
-        let v = d.get(op)?;
-        let Value::Dict(f) = v else {
+        let id = d.get_id(op)?;
+        let Value::Dict(f) = d.fast.get(id)? else {
             return None;
         };
         let aux = f.aux.get();
@@ -275,7 +282,7 @@ fn frames<'a>(
             return None;
         }
         buf.push((aux - 1) as u32);
-        dicts.push(v);
+        ids.push(id);
         Some(())
     };
     match d.peek()? {
@@ -303,6 +310,8 @@ fn frames<'a>(
     }
     let stack = snap.frames.stack_id(buf);
     if let Some(slot) = slot {
+        let fast = d.fast;
+        let ids = &shared.frame_ids;
         let list = shared
             .lists
             .entry(stack)
@@ -310,7 +319,7 @@ fn frames<'a>(
                 let l = List::default();
                 l.items
                     .borrow_mut()
-                    .extend(dicts.iter().map(|v| (*v).clone()));
+                    .extend(ids.iter().filter_map(|&id| fast.get(id).cloned()));
                 l.aux.set(STACK_TAG | stack as u64);
                 Rc::new(l)
             })

@@ -9,7 +9,9 @@
 //! the recorded settings round. Expandable segments are not recreated (their mapped ranges
 //! are not recorded at the start).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use crate::import::pickle::FastSet;
 
 use crate::alloc::caching::{CachingConfig, SMALL_SIZE_BYTES};
 use crate::alloc::replay::Request;
@@ -33,9 +35,9 @@ struct PreSegment {
 pub(super) struct Prologue {
     pub requests: VecDeque<Request>,
     /// Segments held when the trace began.
-    pub segments: HashSet<u64>,
+    pub segments: FastSet<u64>,
     /// Blocks live when the trace began.
-    pub live: HashSet<u64>,
+    pub live: FastSet<u64>,
     pub segment_count: u64,
     pub segment_bytes: u64,
     pub notes: Vec<String>,
@@ -58,8 +60,8 @@ pub(super) fn build(snap: &Snapshot, trace: DeviceTrace, config: &CachingConfig)
     let e = &snap.entries;
     let mut extra_streams = Vec::new();
     // First sight of each segment and block address in the trace.
-    let mut seg_seen = HashSet::new();
-    let mut blk_seen = HashSet::new();
+    let mut seg_seen = FastSet::default();
+    let mut blk_seen = FastSet::default();
     let mut pre_segments: Vec<PreSegment> = Vec::new();
     // Address → (block bytes, requested bytes, stream label).
     let mut pre_blocks: HashMap<u64, (u64, u64, u64)> = HashMap::new();

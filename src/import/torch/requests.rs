@@ -22,7 +22,9 @@
 //!   recreated (`prologue`); frees of anything else the trace never allocated are counted and
 //!   left out.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::import::pickle::FastSet;
 
 use crate::alloc::replay::{LogFormat, Recorded, Request, RequestSource, SegmentOp, SegmentOpKind};
 
@@ -59,11 +61,11 @@ pub struct TorchRequests<'a> {
     name: String,
     next: usize,
     /// Blocks allocated in the trace and not freed.
-    live: HashSet<u64>,
+    live: FastSet<u64>,
     /// Blocks freed by the program whose free has not completed.
-    pending: HashSet<u64>,
+    pending: FastSet<u64>,
     /// Segments (and mapped ranges' starts) the trace allocated and has not freed.
-    segments: HashSet<u64>,
+    segments: FastSet<u64>,
     /// Garbage collection was on: a `segment_free` inside `malloc` may come from it, which
     /// makes a completed free before it ambiguous; it is then taken as `process_events`'.
     gc_active: bool,
@@ -95,7 +97,7 @@ impl<'a> TorchRequests<'a> {
             name: format!("{}, device {}", snap.source, trace.device),
             next: trace.start,
             live: pro.live,
-            pending: HashSet::new(),
+            pending: FastSet::default(),
             segments: pro.segments,
             gc_active,
             partial_releases,
