@@ -337,3 +337,7 @@ impl RequestSource for TorchRequests<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "requests_tests.rs"]
+mod tests;
