@@ -43,22 +43,55 @@ fn is_shown(f: &Frame) -> bool {
         && !OMIT_FILES.iter().any(|o| f.filename.contains(o))
 }
 
+/// The allocator's and the dispatcher's own C++ frames: never the answer.
+fn is_machinery(f: &Frame) -> bool {
+    [
+        "CUDACachingAllocator",
+        "c10::",
+        "at::detail::empty",
+        "at::empty",
+        "at::_ops::",
+    ]
+    .iter()
+    .any(|m| f.name.contains(m))
+        || f.name.starts_with("at::cuda::")
+}
+
 /// The frame a user would act on: the innermost Python frame outside PyTorch; else the
-/// innermost Python frame; else the innermost frame PyTorch's viewer would show.
+/// innermost Python frame; else, for a stack with C++ frames only (autograd's backward
+/// threads), the autograd node that ran, or the operator, or the first frame past the
+/// allocator; else the innermost frame PyTorch's viewer would show.
 pub fn user_frame(snap: &Snapshot, stack: u32) -> Option<&Frame> {
     let frames: Vec<&Frame> = snap.frames.stack(stack).collect();
     frames
         .iter()
         .find(|f| is_user_python(f))
         .or_else(|| frames.iter().find(|f| f.filename.ends_with(".py")))
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| f.name.contains("Backward") && f.name.contains("::apply"))
+        })
+        .or_else(|| frames.iter().find(|f| f.name.contains("at::native::")))
+        .or_else(|| frames.iter().find(|f| is_shown(f) && !is_machinery(f)))
         .or_else(|| frames.iter().find(|f| is_shown(f)))
         .copied()
 }
 
-/// `train.py:42 (step)` for people; `(no frames recorded)` when the stack is empty.
+/// A C++ function's name without its arguments and outer namespaces:
+/// `torch::autograd::generated::AddmmBackward0::apply(…)` → `AddmmBackward0::apply`.
+fn cpp_name(name: &str) -> String {
+    let bare = name.split('(').next().unwrap_or(name);
+    let parts: Vec<&str> = bare.rsplit("::").take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("::")
+}
+
+/// `train.py:42 (step)` for people (`AddmmBackward0::apply (C++)` for a C++ frame);
+/// `(no frames recorded)` when the stack is empty.
 pub fn short(f: Option<&Frame>) -> String {
     match f {
         None => "(no frames recorded)".into(),
+        Some(f) if !f.filename.ends_with(".py") => format!("{} (C++)", cpp_name(&f.name)),
         Some(f) => {
             let file = f.filename.rsplit(['/', '\\']).next().unwrap_or(&f.filename);
             if f.name.is_empty() {
@@ -115,12 +148,20 @@ mod tests {
         // Only PyTorch frames: its innermost Python frame.
         let torch_only = s.frames.stack_id(&ids[..3]);
         assert_eq!(short(user_frame(&s, torch_only)), "linear.py:125 (forward)");
-        // Only C++: the first frame PyTorch's viewer shows.
-        let cpp = s.frames.stack_id(&ids[..2]);
+        // Only C++ (autograd's backward thread): the autograd node that ran.
+        let node = s.frames.frame_id(frame(
+            "??",
+            0,
+            "torch::autograd::generated::AddmmBackward0::apply(std::vector<at::Tensor>&&)",
+        ));
+        let backward = s.frames.stack_id(&[ids[0], ids[1], node]);
         assert_eq!(
-            short(user_frame(&s, cpp)),
-            "CUDACachingAllocator.cpp:0 (malloc)"
+            short(user_frame(&s, backward)),
+            "AddmmBackward0::apply (C++)"
         );
+        // Only C++, no node: the first frame PyTorch's viewer shows.
+        let cpp = s.frames.stack_id(&ids[..2]);
+        assert_eq!(short(user_frame(&s, cpp)), "malloc (C++)");
         assert_eq!(short(user_frame(&s, 0)), "(no frames recorded)");
     }
 }

@@ -34,8 +34,11 @@ fn snapshot(entries: &[Entry]) -> Snapshot {
     s
 }
 
+/// A request's trace position, the request and the segment decisions it made.
+type Got = Vec<(u64, Request, Vec<SegmentOp>)>;
+
 /// Every request with its position, setup ones apart, and its decisions.
-fn requests(s: &Snapshot) -> (Vec<Request>, Vec<(u64, Request, Vec<SegmentOp>)>) {
+fn requests(s: &Snapshot) -> (Vec<Request>, Got) {
     let mut src = TorchRequests::new(s, s.traces[0]);
     let (mut setup, mut out) = (Vec::new(), Vec::new());
     let mut d = Vec::new();
