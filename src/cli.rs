@@ -84,9 +84,15 @@ pub enum Command {
     /// Fill, verify and copy bandwidth of the harness's kernels next to the driver's
     /// device-to-device copy and cuMemsetD32, measured in one run, as ratios.
     Bandwidth(BandwidthArgs),
-    /// Replay an allocation log (headroom's own, or RMM's CSV) against an allocator on the
-    /// device: whether it fits, its peak per view, and the first failing event.
+    /// Replay an allocation log (headroom's own, RMM's CSV) or a PyTorch memory snapshot
+    /// against an allocator on the device: whether it fits, its peak per view, the first
+    /// failing request; for a snapshot, how many of PyTorch's segment decisions the model made
+    /// again, the smallest device it fits on (--find-capacity) and other settings
+    /// (--try-settings).
     Replay(ReplayArgs),
+    /// Import another tool's evidence as run folders: `import torch SNAPSHOT` reads a
+    /// PyTorch memory snapshot and writes one run folder per device.
+    Import(ImportArgs),
     /// The KV budget arithmetic, step by step: capacity − weights − other peak − margin.
     Plan(crate::plan::args::PlanArgs),
     /// Run a capacity plan on the device: measured peaks, unnamed memory, the real admission limit.
@@ -232,9 +238,33 @@ pub struct MergeArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// What wrote the file: `torch`, a PyTorch memory snapshot.
+    #[arg(value_parser = ["torch"])]
+    pub tool: String,
+    /// The snapshot: the pickle `torch.cuda.memory._dump_snapshot()` writes, or the same
+    /// dict as JSON.
+    pub snapshot: PathBuf,
+    /// Write into this folder (new or empty; one sub-folder per device when there are
+    /// several) instead of results/<UTC stamp>-torch-<name>-device<N>/.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where result folders are created.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub results: PathBuf,
+    /// Replay with these caching-allocator settings instead of the snapshot's own.
+    #[arg(long, value_name = "SETTINGS")]
+    pub settings: Option<String>,
+    /// Print each device's summary.json to stdout instead of one line per device.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The log: headroom's allocator log (`t_ns,event,…`) or RMM's
-    /// `Thread,Time,Action,Pointer,Size,Stream` CSV.
+    /// The log: headroom's allocator log (`t_ns,event,…`), RMM's
+    /// `Thread,Time,Action,Pointer,Size,Stream` CSV, or a PyTorch memory snapshot (pickle or
+    /// JSON), told apart by content.
     pub log: PathBuf,
     /// The allocator to replay against.
     #[arg(long, value_enum, default_value_t = crate::alloc::AllocatorKind::Caching)]
@@ -250,6 +280,17 @@ pub struct ReplayArgs {
     /// complete as they did).
     #[arg(long)]
     pub pace: bool,
+    /// Snapshot only: the smallest device memory the trace runs on without running out, for
+    /// the given settings (a bisection over simulated devices like --profile's).
+    #[arg(long)]
+    pub find_capacity: bool,
+    /// Snapshot only: the trace under expandable segments, two max_split_size_mb values and
+    /// garbage collection too — fits or not, reserved peak, fragmentation at the peak.
+    #[arg(long)]
+    pub try_settings: bool,
+    /// Snapshot only: replay this device's trace (default: every device with a trace).
+    #[arg(long, value_name = "N")]
+    pub snapshot_device: Option<u32>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -14,6 +14,7 @@ pub mod crosscheck;
 pub mod device;
 pub mod expect;
 pub mod explain;
+pub mod import;
 pub mod kernels;
 pub mod node;
 pub mod oom;

@@ -7,9 +7,11 @@ mod crosscheck;
 mod devices;
 mod explain;
 mod hold;
+mod import;
 mod merge;
 mod plan;
 mod replay;
+mod replay_torch;
 mod report;
 mod run;
 mod validate;
@@ -32,6 +34,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args, interrupted),
         Command::Crosscheck(args) => crosscheck::crosscheck(&args),
         Command::Replay(args) => replay::replay(&cli.device, &args),
+        Command::Import(args) => import::import(&cli.device, &args),
         Command::Plan(args) => plan::plan(&cli.device, &args),
         Command::Validate(args) => validate::validate(&cli.device, &args, interrupted),
         Command::Report(args) => report::report(&args),

@@ -1,4 +1,4 @@
-//! `headroom replay LOG.csv`.
+//! `headroom replay LOG.csv` (or a PyTorch snapshot: `replay_torch`).
 
 use crate::alloc::caching::CachingConfig;
 use crate::alloc::replay::{BadRowPolicy, ReplayOptions, replay_file};
@@ -8,6 +8,19 @@ use crate::device::PoolConfig;
 use crate::device::select;
 
 pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        args.log.is_file(),
+        "{}: no such log file",
+        args.log.display()
+    );
+    if crate::import::torch::sniff(&args.log)? != crate::import::torch::Kind::Other {
+        return super::replay_torch::replay(dev, args);
+    }
+    anyhow::ensure!(
+        !args.find_capacity && !args.try_settings && args.snapshot_device.is_none(),
+        "{}: --find-capacity, --try-settings and --snapshot-device apply to PyTorch snapshots; this is a CSV log",
+        args.log.display()
+    );
     let spec = match (args.allocator, &args.settings) {
         (AllocatorKind::Caching, s) => {
             AllocatorSpec::Caching(CachingConfig::parse(s.as_deref().unwrap_or(""))?)
@@ -16,11 +29,6 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         (AllocatorKind::Pool, None) => AllocatorSpec::Pool(PoolConfig::default()),
         (AllocatorKind::Direct, None) => AllocatorSpec::Direct,
     };
-    anyhow::ensure!(
-        args.log.is_file(),
-        "{}: no such log file",
-        args.log.display()
-    );
     let mut opened =
         select::open_noted(dev.backend, dev.one_gpu("replay")?, dev.profile.as_deref())?;
     let opts = ReplayOptions {

@@ -128,6 +128,9 @@ pub fn render(run: &RunData) -> String {
         ),
     );
 
+    if let Some(i) = &s.import {
+        crate::report::imported::section(&mut o, i);
+    }
     peaks(&mut o, s);
     phases(&mut o, s);
     let _ = writeln!(o, "\n## OOMs\n");
@@ -164,6 +167,12 @@ pub fn render(run: &RunData) -> String {
     }
     let _ = writeln!(o, "\n## Release\n");
     match &s.release {
+        None if s.import.is_some() => {
+            let _ = writeln!(
+                o,
+                "Not applicable: the run was imported, not run on this device."
+            );
+        }
         None => {
             let _ = writeln!(o, "Not checked (the final reading failed).");
         }

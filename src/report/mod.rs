@@ -6,6 +6,7 @@ pub mod artifacts;
 pub mod compare;
 pub mod complete;
 pub mod graphs;
+pub mod imported;
 pub mod junit;
 pub mod markdown;
 pub mod merge;

@@ -259,6 +259,9 @@ pub struct Summary {
     /// workload has graph steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graphs: Option<crate::report::graphs::GraphsSummary>,
+    /// Set when the run was imported from another tool's evidence (`headroom import`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<crate::report::imported::ImportInfo>,
     pub timeline_rows: u64,
     pub event_rows: u64,
     /// A `headroom watch` folder's section: the watched job, its phases and its messages.

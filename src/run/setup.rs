@@ -207,6 +207,7 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
         allocator_stats: None,
         plan: s.plan,
         graphs: None,
+        import: None,
         timeline_rows: 0,
         event_rows: 0,
         watch: None,

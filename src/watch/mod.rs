@@ -393,6 +393,7 @@ fn run(
         graphs: None,
         timeline_rows: 0,
         event_rows: 0,
+        import: None,
         watch: None,
     };
     let watch = WatchSection {

@@ -5,7 +5,7 @@ use std::io::{self, Read};
 
 use crate::alloc::adaptors::LOG_HEADER;
 use crate::alloc::ptr_map::PtrMap;
-use crate::alloc::{AllocError, Allocator};
+use crate::alloc::{AllocError, Allocator, OomRequest};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, DeviceError, StreamId};
 
@@ -14,6 +14,19 @@ use super::{
     BadRow, BadRowPolicy, LogFormat, RMM_HEADER, ReplayError, ReplayFailure, ReplayOptions,
     ReplayPeaks, ReplayReport,
 };
+
+/// What one applied event came to.
+#[derive(Debug, Clone)]
+pub(super) enum Step {
+    /// An allocation was served; the allocator accounts this many bytes for it.
+    Served(u64),
+    /// The allocator refused an allocation.
+    Refused(Box<OomRequest>),
+    /// A free, a record_stream or an empty_cache was applied.
+    Done,
+    /// A bad line, noted and skipped.
+    Skipped,
+}
 
 /// The state of one replay.
 pub(super) struct Replay<'a> {
@@ -43,6 +56,25 @@ impl<'a> Replay<'a> {
         dev: &'a mut dyn Device,
         opts: &ReplayOptions,
     ) -> Result<Replay<'a>, ReplayError> {
+        Self::with_format(
+            source_name,
+            LogFormat::Headroom,
+            alloc,
+            allocator_name,
+            dev,
+            opts,
+        )
+    }
+
+    /// A replay of a source in `format` (messages name its positions accordingly).
+    pub(super) fn with_format(
+        source_name: &str,
+        format: LogFormat,
+        alloc: &'a mut dyn Allocator,
+        allocator_name: &str,
+        dev: &'a mut dyn Device,
+        opts: &ReplayOptions,
+    ) -> Result<Replay<'a>, ReplayError> {
         let info = dev.info();
         let device = match &info.profile {
             Some(p) => format!("{} ({} {p})", info.name, info.backend),
@@ -60,7 +92,7 @@ impl<'a> Replay<'a> {
             start_ns: dev.now_ns(),
             report: ReplayReport {
                 source: source_name.to_string(),
-                format: LogFormat::Headroom,
+                format,
                 allocator: allocator_name.to_string(),
                 device,
                 fits: true,
@@ -76,11 +108,13 @@ impl<'a> Replay<'a> {
                 final_stats: stats,
                 device_ns: 0,
                 bad_rows: Vec::new(),
+                fidelity: None,
+                notes: Vec::new(),
             },
             alloc,
             dev,
             opts: opts.clone(),
-            format: LogFormat::Headroom,
+            format,
             live: PtrMap::default(),
             freed: PtrMap::default(),
             streams: vec![(0, StreamId::MAIN)],
@@ -113,7 +147,7 @@ impl<'a> Replay<'a> {
             }
             let parsed = match self.format {
                 LogFormat::Headroom => parse_headroom(&record, self.opts.pace),
-                LogFormat::Rmm => parse_rmm(&record, self.opts.pace),
+                LogFormat::Rmm | LogFormat::TorchSnapshot => parse_rmm(&record, self.opts.pace),
             };
             let (time_ns, event) = match parsed {
                 Ok(x) => x,
@@ -129,9 +163,7 @@ impl<'a> Replay<'a> {
                 break;
             }
         }
-        self.report.final_stats = self.alloc.stats();
-        self.report.device_ns = self.dev.now_ns() - self.start_ns;
-        Ok(self.report)
+        Ok(self.finish())
     }
 
     fn format_error(&self, message: String) -> ReplayError {
@@ -215,91 +247,175 @@ impl<'a> Replay<'a> {
 
     /// Applies one event; `Ok(false)` when the allocator refused an allocation (the end).
     fn apply(&mut self, line: u64, event: Event) -> Result<bool, ReplayError> {
-        match event {
+        let step = match event {
             Event::LoggedFailure => {
                 self.report.logged_failures += 1;
                 return Ok(true);
             }
             Event::FailedAllocate { bytes, stream } => {
-                self.report.logged_failures += 1;
-                let s = self
-                    .stream(stream)
-                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
-                match self.alloc.allocate(self.dev, bytes, s) {
-                    Ok(b) => {
-                        self.observe(line)?;
-                        self.alloc
-                            .free(self.dev, b.ptr)
-                            .map_err(|e| self.alloc_error(line, e))?;
-                        self.report.failures_now_served.push(line);
-                    }
-                    Err(e) if e.is_oom() => self.report.failures_still_refused += 1,
-                    Err(e) => return Err(self.alloc_error(line, e)),
-                }
+                // Refused again is the log's own failure, not the replay's: go on.
+                self.retry_refused(line, bytes, stream, false)?;
+                return Ok(true);
             }
-            Event::Allocate { ptr, bytes, stream } => {
-                if let Some((_, since)) = self.live.get(&ptr) {
-                    let msg = format!(
-                        "allocation at {ptr:#x}, which is still live since line {since} (a free is missing)"
-                    );
-                    self.bad_row(line, msg)?;
-                    return Ok(true);
-                }
-                let s = self
-                    .stream(stream)
-                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
-                match self.alloc.allocate(self.dev, bytes, s) {
-                    Ok(b) => {
-                        self.live.insert(ptr, (b.ptr, line));
-                        self.freed.remove(&ptr);
-                        self.report.allocations += 1;
-                    }
-                    Err(e) if e.is_oom() => {
-                        self.fail(line, bytes, stream, e)?;
-                        return Ok(false);
-                    }
-                    Err(e) => return Err(self.alloc_error(line, e)),
-                }
-            }
-            Event::Free { ptr } => {
-                let Some((ours, _)) = self.live.remove(&ptr) else {
-                    let msg = match self.freed.get(&ptr) {
-                        Some(at) => format!("double free of {ptr:#x}, already freed at line {at}"),
-                        None => format!("free of {ptr:#x}, which no earlier line allocated"),
-                    };
-                    self.bad_row(line, msg)?;
-                    return Ok(true);
-                };
-                self.freed.insert(ptr, line);
+            Event::Allocate { ptr, bytes, stream } => self.allocate(line, ptr, bytes, stream)?,
+            Event::Free { ptr } => self.free(line, ptr)?,
+            Event::RecordStream { ptr, stream } => self.record_stream(line, ptr, stream)?,
+            Event::EmptyCache => self.empty_cache(line)?,
+        };
+        Ok(!matches!(step, Step::Refused(_)))
+    }
+
+    /// The log stream `label` is the device stream `stream` (instead of a new one).
+    pub(super) fn bind_stream(&mut self, label: u64, stream: StreamId) {
+        self.streams.retain(|(l, _)| *l != label);
+        self.streams.push((label, stream));
+    }
+
+    fn device_stream(&mut self, line: u64, label: u64) -> Result<StreamId, ReplayError> {
+        self.stream(label)
+            .map_err(|e| self.alloc_error(line, AllocError::Device(e)))
+    }
+
+    /// A request the log says was refused: tried again, and freed at once if it fits (the
+    /// logged program never had it). With `counts_against_fit`, a second refusal is the
+    /// replay's failure (a snapshot's OOM: the step did not fit).
+    pub(super) fn retry_refused(
+        &mut self,
+        line: u64,
+        bytes: u64,
+        stream: u64,
+        counts_against_fit: bool,
+    ) -> Result<Step, ReplayError> {
+        self.report.logged_failures += 1;
+        let s = self.device_stream(line, stream)?;
+        let step = match self.alloc.allocate(self.dev, bytes, s) {
+            Ok(b) => {
+                self.observe(line)?;
                 self.alloc
-                    .free(self.dev, ours)
+                    .free(self.dev, b.ptr)
                     .map_err(|e| self.alloc_error(line, e))?;
-                self.report.frees += 1;
+                self.report.failures_now_served.push(line);
+                Step::Served(b.size_bytes)
             }
-            Event::RecordStream { ptr, stream } => {
-                let Some(&(ours, _)) = self.live.get(&ptr) else {
-                    self.bad_row(
-                        line,
-                        format!("record_stream on {ptr:#x}, which is not live"),
-                    )?;
-                    return Ok(true);
-                };
-                let s = self
-                    .stream(stream)
-                    .map_err(|e| self.alloc_error(line, AllocError::Device(e)))?;
-                self.alloc
-                    .record_stream(self.dev, ours, s)
-                    .map_err(|e| self.alloc_error(line, e))?;
+            Err(AllocError::OutOfMemory(o)) => {
+                self.report.failures_still_refused += 1;
+                if counts_against_fit {
+                    self.fail(line, bytes, stream, AllocError::OutOfMemory(o.clone()))?;
+                }
+                Step::Refused(o)
             }
-            Event::EmptyCache => {
-                self.alloc
-                    .empty_cache(self.dev)
-                    .map_err(|e| self.alloc_error(line, e))?;
-            }
-        }
+            Err(e) => return Err(self.alloc_error(line, e)),
+        };
         self.report.events += 1;
         self.observe(line)?;
-        Ok(true)
+        Ok(step)
+    }
+
+    /// An allocation of the log, under the log's address `ptr`.
+    pub(super) fn allocate(
+        &mut self,
+        line: u64,
+        ptr: u64,
+        bytes: u64,
+        stream: u64,
+    ) -> Result<Step, ReplayError> {
+        if let Some((_, since)) = self.live.get(&ptr) {
+            let msg = format!(
+                "allocation at {ptr:#x}, which is still live since {} {since} (a free is missing)",
+                self.report.position_word()
+            );
+            self.bad_row(line, msg)?;
+            return Ok(Step::Skipped);
+        }
+        let s = self.device_stream(line, stream)?;
+        let step = match self.alloc.allocate(self.dev, bytes, s) {
+            Ok(b) => {
+                self.live.insert(ptr, (b.ptr, line));
+                self.freed.remove(&ptr);
+                self.report.allocations += 1;
+                Step::Served(b.size_bytes)
+            }
+            Err(AllocError::OutOfMemory(o)) => {
+                self.fail(line, bytes, stream, AllocError::OutOfMemory(o.clone()))?;
+                return Ok(Step::Refused(o));
+            }
+            Err(e) => return Err(self.alloc_error(line, e)),
+        };
+        self.report.events += 1;
+        self.observe(line)?;
+        Ok(step)
+    }
+
+    /// A free of the log's address `ptr`.
+    pub(super) fn free(&mut self, line: u64, ptr: u64) -> Result<Step, ReplayError> {
+        let Some((ours, _)) = self.live.remove(&ptr) else {
+            let word = self.report.position_word();
+            let msg = match self.freed.get(&ptr) {
+                Some(at) => format!("double free of {ptr:#x}, already freed at {word} {at}"),
+                None => format!("free of {ptr:#x}, which no earlier {word} allocated"),
+            };
+            self.bad_row(line, msg)?;
+            return Ok(Step::Skipped);
+        };
+        self.freed.insert(ptr, line);
+        self.alloc
+            .free(self.dev, ours)
+            .map_err(|e| self.alloc_error(line, e))?;
+        self.report.frees += 1;
+        self.report.events += 1;
+        self.observe(line)?;
+        Ok(Step::Done)
+    }
+
+    /// The block at the log's address `ptr` is also used on `stream`.
+    pub(super) fn record_stream(
+        &mut self,
+        line: u64,
+        ptr: u64,
+        stream: u64,
+    ) -> Result<Step, ReplayError> {
+        let Some(&(ours, _)) = self.live.get(&ptr) else {
+            self.bad_row(
+                line,
+                format!("record_stream on {ptr:#x}, which is not live"),
+            )?;
+            return Ok(Step::Skipped);
+        };
+        let s = self.device_stream(line, stream)?;
+        self.alloc
+            .record_stream(self.dev, ours, s)
+            .map_err(|e| self.alloc_error(line, e))?;
+        self.report.events += 1;
+        self.observe(line)?;
+        Ok(Step::Done)
+    }
+
+    pub(super) fn empty_cache(&mut self, line: u64) -> Result<Step, ReplayError> {
+        self.alloc
+            .empty_cache(self.dev)
+            .map_err(|e| self.alloc_error(line, e))?;
+        self.report.events += 1;
+        self.observe(line)?;
+        Ok(Step::Done)
+    }
+
+    /// Calls `f` with the allocator and the device as they are now.
+    pub(super) fn with_state<T>(
+        &mut self,
+        f: impl FnOnce(&dyn Allocator, &mut dyn Device) -> T,
+    ) -> T {
+        f(&*self.alloc, &mut *self.dev)
+    }
+
+    pub(super) fn report_mut(&mut self) -> &mut ReplayReport {
+        &mut self.report
+    }
+
+    /// The report once the last event is applied.
+    pub(super) fn finish(mut self) -> ReplayReport {
+        self.report.final_stats = self.alloc.stats();
+        self.report.device_ns = self.dev.now_ns() - self.start_ns;
+        self.report
     }
 
     /// Updates the peaks after an event.
@@ -331,6 +447,9 @@ impl<'a> Replay<'a> {
         let s = self.alloc.stats();
         let m = self.dev.mem_info().map_err(ReplayError::Device)?;
         self.report.fits = false;
+        if self.report.first_failure.is_some() {
+            return Ok(());
+        }
         self.report.first_failure = Some(ReplayFailure {
             line,
             requested_bytes: bytes,
@@ -344,6 +463,7 @@ impl<'a> Replay<'a> {
             alloc_reserved_bytes: s.reserved_bytes,
             device_used_bytes: m.used_bytes(),
             device_free_bytes: m.free_bytes,
+            origin: None,
         });
         Ok(())
     }

@@ -18,11 +18,24 @@
 //!
 //! A log holds allocator calls only, not kernels: in a replay no stream has queued work, so a
 //! free left pending by `record_stream` completes at the next allocation, whatever the pacing.
+//!
+//! A trace recorded by another allocator (a PyTorch snapshot, read by `crate::import::torch`)
+//! replays through the same engine as a sequence of requests (`recorded`), with each request's
+//! segment decisions compared to the recording's (`fidelity`); `whatif` replays it again and
+//! again to find the smallest device it fits on and how other settings would have done.
 
 mod engine;
+pub mod fidelity;
 mod parse;
+pub mod recorded;
 mod report;
+mod trace_device;
+pub mod whatif;
 
+pub use fidelity::{Fidelity, SegmentOp, SegmentOpKind};
+pub use recorded::{
+    Observer, Outcome, Recorded, RecordedOptions, Request, RequestSource, replay_recorded,
+};
 pub use report::{BadRow, LogFormat, Peak, ReplayFailure, ReplayPeaks, ReplayReport};
 
 use std::fs::File;

@@ -5,6 +5,8 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::alloc::{AllocStats, OomRequest};
+
+use super::fidelity::Fidelity;
 use crate::units::Bytes;
 
 /// Which log format a file is in.
@@ -13,6 +15,8 @@ use crate::units::Bytes;
 pub enum LogFormat {
     Headroom,
     Rmm,
+    /// A PyTorch memory snapshot's trace (`torch.cuda.memory._dump_snapshot`).
+    TorchSnapshot,
 }
 
 impl LogFormat {
@@ -20,6 +24,15 @@ impl LogFormat {
         match self {
             LogFormat::Headroom => "headroom",
             LogFormat::Rmm => "RMM",
+            LogFormat::TorchSnapshot => "PyTorch snapshot",
+        }
+    }
+
+    /// What a position in the source is called: a log's line, a snapshot's trace entry.
+    pub fn position_word(self) -> &'static str {
+        match self {
+            LogFormat::TorchSnapshot => "entry",
+            _ => "line",
         }
     }
 }
@@ -69,6 +82,9 @@ pub struct ReplayFailure {
     pub alloc_reserved_bytes: u64,
     pub device_used_bytes: u64,
     pub device_free_bytes: u64,
+    /// Where the program made the request (a snapshot's stack frame), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,28 +118,61 @@ pub struct ReplayReport {
     /// Device time the replay took (virtual on the simulator).
     pub device_ns: u64,
     pub bad_rows: Vec<BadRow>,
+    /// How many of the recording allocator's segment decisions the replay made again (a
+    /// snapshot replayed with the caching allocator).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<Fidelity>,
+    /// What the reader or the replay could not carry over, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ReplayReport {
+    /// `line` or `entry`.
+    pub fn position_word(&self) -> &'static str {
+        self.format.position_word()
+    }
 }
 
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "replay of {} ({} log) with the {} allocator on {}",
-            self.source,
-            self.format.name(),
-            self.allocator,
-            self.device
-        )?;
-        writeln!(
-            f,
-            "{} events replayed: {} allocations, {} frees; {} failure lines in the log",
-            self.events, self.allocations, self.frees, self.logged_failures
-        )?;
+        let snapshot = self.format == LogFormat::TorchSnapshot;
+        let w = self.position_word();
+        if snapshot {
+            writeln!(
+                f,
+                "replay of {} ({}) with the {} allocator on {}",
+                self.source,
+                self.format.name(),
+                self.allocator,
+                self.device
+            )?;
+            writeln!(
+                f,
+                "{} requests replayed: {} allocations, {} frees; {} requests the recording allocator refused (OOM)",
+                self.events, self.allocations, self.frees, self.logged_failures
+            )?;
+        } else {
+            writeln!(
+                f,
+                "replay of {} ({} log) with the {} allocator on {}",
+                self.source,
+                self.format.name(),
+                self.allocator,
+                self.device
+            )?;
+            writeln!(
+                f,
+                "{} events replayed: {} allocations, {} frees; {} failure lines in the log",
+                self.events, self.allocations, self.frees, self.logged_failures
+            )?;
+        }
         let retried = self.failures_still_refused + self.failures_now_served.len() as u64;
         if retried > 0 {
             writeln!(
                 f,
-                "the log's {retried} refused allocations, tried again: {} refused again, {} served now{}",
+                "the {}'s {retried} refused allocations, tried again: {} refused again, {} served now{}",
+                if snapshot { "trace" } else { "log" },
                 self.failures_still_refused,
                 self.failures_now_served.len(),
                 if self.failures_now_served.is_empty() {
@@ -134,7 +183,7 @@ impl fmt::Display for ReplayReport {
                         .iter()
                         .map(|l| l.to_string())
                         .collect();
-                    format!(" (lines {})", lines.join(", "))
+                    format!(" ({w}s {})", lines.join(", "))
                 }
             )?;
         }
@@ -142,13 +191,18 @@ impl fmt::Display for ReplayReport {
             None => writeln!(f, "result: fits")?,
             Some(x) => writeln!(
                 f,
-                "result: does NOT fit — out of memory at line {} ({} requested on log stream {})",
+                "result: does NOT fit — out of memory at {w} {} ({} requested on {} stream {}){}",
                 x.line,
                 Bytes(x.requested_bytes),
-                x.log_stream
+                if snapshot { "PyTorch" } else { "log" },
+                x.log_stream,
+                x.origin
+                    .as_ref()
+                    .map(|o| format!(", made at {o}"))
+                    .unwrap_or_default()
             )?,
         }
-        writeln!(f, "peaks (line first reached):")?;
+        writeln!(f, "peaks ({w} first reached):")?;
         let p = &self.peaks;
         for (name, peak) in [
             ("alloc_allocated", p.alloc_allocated),
@@ -158,7 +212,7 @@ impl fmt::Display for ReplayReport {
         ] {
             writeln!(
                 f,
-                "  {name:<16} {:>12}  (line {})",
+                "  {name:<16} {:>12}  ({w} {})",
                 Bytes(peak.bytes).to_string(),
                 peak.line
             )?;
@@ -196,14 +250,20 @@ impl fmt::Display for ReplayReport {
                 None => writeln!(f, "  {}", x.error)?,
             }
         }
+        if let Some(fid) = &self.fidelity {
+            write!(f, "{fid}")?;
+        }
         if !self.bad_rows.is_empty() {
-            writeln!(f, "{} bad lines skipped:", self.bad_rows.len())?;
+            writeln!(f, "{} bad {w}s skipped:", self.bad_rows.len())?;
             for b in self.bad_rows.iter().take(10) {
-                writeln!(f, "  line {}: {}", b.line, b.message)?;
+                writeln!(f, "  {w} {}: {}", b.line, b.message)?;
             }
             if self.bad_rows.len() > 10 {
                 writeln!(f, "  … and {} more", self.bad_rows.len() - 10)?;
             }
+        }
+        for n in &self.notes {
+            writeln!(f, "note: {n}")?;
         }
         Ok(())
     }

@@ -1,0 +1,487 @@
+//! The pickle's stack machine, restricted to data: every opcode it runs builds or moves plain
+//! values, and any other opcode stops it with its name and offset before anything is done
+//! with it.
+
+use std::io::Read;
+use std::rc::Rc;
+
+use super::PickleError;
+use super::input::Input;
+use super::memo::Memo;
+use super::opcodes::{Refusal, table};
+use super::value::{Dict, List, Value};
+
+/// The refusal message for an opcode.
+pub(super) fn refusal(name: &str, code: u8, why: Refusal) -> String {
+    match why {
+        Refusal::Code(why) => format!(
+            "opcode {name} (0x{code:02x}) is refused: {why}; a memory snapshot holds only data, and nothing in it is run"
+        ),
+        Refusal::Unsupported(why) => {
+            format!("opcode {name} (0x{code:02x}) is not supported: {why}")
+        }
+    }
+}
+
+/// A decimal memo index written as text (`GET`, `PUT`).
+fn text_index(line: &[u8], offset: u64) -> Result<u32, PickleError> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or_else(|| {
+            PickleError::at(
+                offset,
+                format!(
+                    "memo index {:?} is not a number",
+                    String::from_utf8_lossy(line)
+                ),
+            )
+        })
+}
+
+/// Sees every item appended to a list (`APPEND`, `APPENDS`, `LIST`): returns it to keep it in
+/// the list, or `None` once it has taken the item itself. An error stops the read.
+pub trait Sink {
+    fn append(&mut self, list: &Rc<List>, item: Value) -> Result<Option<Value>, String>;
+
+    /// Called at an `EMPTY_DICT` that will be an item of `list` (the list below the current
+    /// mark, with nothing before it in this batch left for `append`): the sink may read the
+    /// whole dict straight from `fast.bytes` and take it. `None`: it is read the ordinary
+    /// way (nothing is consumed or defined).
+    fn fast_dict(&mut self, _list: &Rc<List>, _fast: &Fast<'_>) -> Option<FastDict> {
+        None
+    }
+}
+
+/// What a sink reading a dict straight from the bytes can see of the machine.
+pub struct Fast<'m> {
+    /// The bytes after `EMPTY_DICT`, up to the end of the read buffer.
+    pub bytes: &'m [u8],
+    memo: &'m Memo,
+    /// The id the next `MEMOIZE` defines.
+    pub next_memo: u32,
+}
+
+impl Fast<'_> {
+    /// The value in memo slot `id` (a `GET`).
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&Value> {
+        self.memo.get(id).ok()
+    }
+}
+
+/// A dict a sink read and took by itself.
+pub struct FastDict {
+    /// Bytes used from `Fast::bytes`.
+    pub consumed: usize,
+    /// `MEMOIZE`s among them (the first `memoized`), each defining the next id from
+    /// `next_memo` on, with its value (`None`: the dict itself, which the sink took).
+    pub memo: [Option<Value>; FastDict::MEMO_MAX],
+    pub memoized: usize,
+}
+
+impl FastDict {
+    /// The most `MEMOIZE`s one fast dict may hold.
+    pub const MEMO_MAX: usize = 8;
+}
+
+pub struct Machine<'a, S: Sink> {
+    sink: &'a mut S,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Memo,
+    /// The `PROTO` byte (0 when the stream has none).
+    pub protocol: u8,
+    scratch: Vec<u8>,
+    /// Reused for the items of `APPENDS`.
+    spare: Vec<Value>,
+}
+
+impl<'a, S: Sink> Machine<'a, S> {
+    pub fn new(sink: &'a mut S) -> Machine<'a, S> {
+        Machine {
+            sink,
+            stack: Vec::with_capacity(4096),
+            marks: Vec::new(),
+            memo: Memo::default(),
+            protocol: 0,
+            scratch: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Runs the pickle in `input` to its `STOP` and returns the value it built.
+    pub fn run<R: Read>(&mut self, input: R) -> Result<Value, PickleError> {
+        let ops = table();
+        let mut input = Input::new(input);
+        let mut first = true;
+        loop {
+            input.op_offset = input.offset();
+            let at = input.op_offset;
+            let Some(b) = input.next_byte()? else {
+                return Err(PickleError::at(
+                    at,
+                    if first {
+                        "the file is empty"
+                    } else {
+                        "the file ends before the pickle's STOP opcode (truncated?)"
+                    },
+                ));
+            };
+            let op = ops[b as usize].as_ref().ok_or_else(|| {
+                PickleError::at(
+                    at,
+                    if first {
+                        format!("0x{b:02x} is not a pickle opcode: this is not a pickle file")
+                    } else {
+                        format!("0x{b:02x} is not a pickle opcode (a corrupt file?)")
+                    },
+                )
+            })?;
+            first = false;
+            if let Some(why) = op.refused {
+                // Nothing is done with it: the read stops here.
+                return Err(PickleError {
+                    offset: at,
+                    message: refusal(op.name, op.code, why),
+                    refused: true,
+                });
+            }
+            let err = |m: String| PickleError::at(at, format!("{}: {m}", op.name));
+            match b {
+                b'.' => {
+                    return self
+                        .stack
+                        .pop()
+                        .ok_or_else(|| err("nothing on the stack to return".into()));
+                }
+                0x80 => {
+                    let p = input.array::<1>(op.name)?[0];
+                    if p > 5 {
+                        return Err(err(format!(
+                            "protocol {p} is newer than any this reader knows (0–5)"
+                        )));
+                    }
+                    self.protocol = p;
+                }
+                0x95 => {
+                    input.array::<8>(op.name)?;
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
+                        self.stack.pop();
+                    } else {
+                        let m = self.mark().map_err(err)?;
+                        self.stack.truncate(m);
+                    }
+                }
+                b'1' => {
+                    let m = self.mark().map_err(err)?;
+                    self.stack.truncate(m);
+                }
+                b'2' => {
+                    let top = self.top().map_err(err)?.clone();
+                    self.stack.push(top);
+                }
+                b'N' => self.stack.push(Value::None),
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'J' => {
+                    let v = i32::from_le_bytes(input.array::<4>(op.name)?);
+                    self.stack.push(Value::Int(v as i64));
+                }
+                b'K' => {
+                    let v = input.array::<1>(op.name)?[0];
+                    self.stack.push(Value::Int(v as i64));
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(input.array::<2>(op.name)?);
+                    self.stack.push(Value::Int(v as i64));
+                }
+                0x8a | 0x8b => {
+                    let n = if b == 0x8a {
+                        input.array::<1>(op.name)?[0] as u64
+                    } else {
+                        i32::from_le_bytes(input.array::<4>(op.name)?).max(0) as u64
+                    };
+                    if n > 16 {
+                        return Err(err(format!(
+                            "an integer of {n} bytes does not fit in 64 bits"
+                        )));
+                    }
+                    input.bytes_into(n, &mut self.scratch, op.name)?;
+                    self.stack
+                        .push(Value::Int(long(&self.scratch).map_err(err)?));
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(input.array::<8>(op.name)?);
+                    self.stack.push(Value::Float(v));
+                }
+                b'U' | b'C' | 0x8c => {
+                    let n = input.array::<1>(op.name)?[0] as u64;
+                    input.bytes_into(n, &mut self.scratch, op.name)?;
+                    let v = self.text_or_bytes(b);
+                    self.stack.push(v);
+                }
+                b'T' | b'X' | b'B' => {
+                    let n = u32::from_le_bytes(input.array::<4>(op.name)?) as u64;
+                    input.bytes_into(n, &mut self.scratch, op.name)?;
+                    let v = self.text_or_bytes(b);
+                    self.stack.push(v);
+                }
+                0x8d | 0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(input.array::<8>(op.name)?);
+                    input.bytes_into(n, &mut self.scratch, op.name)?;
+                    let v = self.text_or_bytes(b);
+                    self.stack.push(v);
+                }
+                b'}' => {
+                    if let Some(done) = self.fast_dict(&mut input)? {
+                        input.consume(done.consumed);
+                        for v in done.memo.into_iter().take(done.memoized) {
+                            let id = self.memo.len();
+                            match v {
+                                Some(v) => self.memo.put(id, v),
+                                None => self.memo.put_taken(id),
+                            }
+                            .map_err(err)?;
+                        }
+                        self.stack.push(Value::Taken);
+                        continue;
+                    }
+                    self.stack.push(Value::Dict(Rc::new(Dict::default())));
+                }
+                b']' | 0x8f => self.stack.push(Value::List(Rc::new(List::default()))),
+                b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()))),
+                b'd' => {
+                    let m = self.mark().map_err(err)?;
+                    let dict = Rc::new(Dict::default());
+                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                    self.stack.push(Value::Dict(dict));
+                }
+                b's' | b'u' => {
+                    let m = if b == b's' {
+                        self.stack
+                            .len()
+                            .checked_sub(2)
+                            .ok_or_else(|| err("needs a key and a value".into()))?
+                    } else {
+                        self.mark().map_err(err)?
+                    };
+                    let dict = match m.checked_sub(1).map(|t| &self.stack[t]) {
+                        Some(Value::Dict(d)) => d.clone(),
+                        other => {
+                            return Err(err(format!(
+                                "the target is {}, not a dict",
+                                other.map_or("missing".into(), |v| format!("a {}", v.type_name()))
+                            )));
+                        }
+                    };
+                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                }
+                b'l' => {
+                    let m = self.mark().map_err(err)?;
+                    let list = Rc::new(List::default());
+                    self.stack.push(Value::List(list.clone()));
+                    let items: Vec<Value> = self.stack.drain(m..self.stack.len() - 1).collect();
+                    self.extend(&list, items).map_err(err)?;
+                }
+                b'a' | b'e' | 0x90 => {
+                    let m = if b == b'a' {
+                        self.stack
+                            .len()
+                            .checked_sub(1)
+                            .ok_or_else(|| err("empty stack".into()))?
+                    } else {
+                        self.mark().map_err(err)?
+                    };
+                    let list = match m.checked_sub(1).map(|t| &self.stack[t]) {
+                        Some(Value::List(l)) => l.clone(),
+                        other => {
+                            return Err(err(format!(
+                                "the target is {}, not a list",
+                                other.map_or("missing".into(), |v| format!("a {}", v.type_name()))
+                            )));
+                        }
+                    };
+                    let mut items = std::mem::take(&mut self.spare);
+                    items.extend(self.stack.drain(m..));
+                    let r = self.extend(&list, items.drain(..));
+                    self.spare = items;
+                    r.map_err(err)?;
+                }
+                b't' | 0x91 => {
+                    let m = self.mark().map_err(err)?;
+                    let t: Rc<[Value]> = self.stack.drain(m..).collect();
+                    self.stack.push(Value::Tuple(t));
+                }
+                0x85..=0x87 => {
+                    let n = (b - 0x84) as usize;
+                    if self.stack.len() < n {
+                        return Err(err(format!("needs {n} items on the stack")));
+                    }
+                    let t: Rc<[Value]> = self.stack.drain(self.stack.len() - n..).collect();
+                    self.stack.push(Value::Tuple(t));
+                }
+                b'g' | b'h' | b'j' => {
+                    let id = match b {
+                        b'g' => {
+                            input.line_into(&mut self.scratch, op.name)?;
+                            text_index(&self.scratch, at)?
+                        }
+                        b'h' => input.array::<1>(op.name)?[0] as u32,
+                        _ => u32::from_le_bytes(input.array::<4>(op.name)?),
+                    };
+                    let v = self.memo.get(id).map_err(err)?.clone();
+                    self.stack.push(v);
+                }
+                b'p' | b'q' | b'r' | 0x94 => {
+                    let id = match b {
+                        b'p' => {
+                            input.line_into(&mut self.scratch, op.name)?;
+                            text_index(&self.scratch, at)?
+                        }
+                        b'q' => input.array::<1>(op.name)?[0] as u32,
+                        b'r' => u32::from_le_bytes(input.array::<4>(op.name)?),
+                        _ => self.memo.len(),
+                    };
+                    let top = self.top().map_err(err)?.clone();
+                    self.memo.put(id, top).map_err(err)?;
+                }
+                _ => {
+                    return Err(err("is not handled by this reader".into()));
+                }
+            }
+        }
+    }
+
+    /// Offers the dict starting here to the sink, when it is an item of a list and every
+    /// earlier item of this batch was taken already (so the sink keeps the list's order).
+    fn fast_dict<R: Read>(
+        &mut self,
+        input: &mut Input<R>,
+    ) -> Result<Option<FastDict>, PickleError> {
+        let Some(&m) = self.marks.last() else {
+            return Ok(None);
+        };
+        let Some(Value::List(list)) = m.checked_sub(1).and_then(|t| self.stack.get(t)) else {
+            return Ok(None);
+        };
+        if self.stack.len() > m && !matches!(self.stack.last(), Some(Value::Taken)) {
+            return Ok(None);
+        }
+        let list = list.clone();
+        let bytes = input.window(1 << 16)?;
+        let fast = Fast {
+            bytes,
+            memo: &self.memo,
+            next_memo: self.memo.len(),
+        };
+        Ok(self.sink.fast_dict(&list, &fast))
+    }
+
+    fn top(&self) -> Result<&Value, String> {
+        self.stack
+            .last()
+            .ok_or_else(|| "the stack is empty".to_string())
+    }
+
+    /// The stack position of the last mark, which is removed.
+    fn mark(&mut self) -> Result<usize, String> {
+        let m = self
+            .marks
+            .pop()
+            .ok_or_else(|| "no MARK to go back to".to_string())?;
+        if m > self.stack.len() {
+            return Err("the stack is shorter than its MARK".into());
+        }
+        Ok(m)
+    }
+
+    fn extend(
+        &mut self,
+        list: &Rc<List>,
+        items: impl IntoIterator<Item = Value>,
+    ) -> Result<(), String> {
+        for item in items {
+            if matches!(item, Value::Taken) {
+                continue;
+            }
+            if let Some(v) = self.sink.append(list, item)? {
+                list.items.borrow_mut().push(v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes just read as a `str` (text opcodes) or `bytes`.
+    fn text_or_bytes(&self, opcode: u8) -> Value {
+        match opcode {
+            // Python 3 reads protocol-1/2 byte strings as text too (encoding "ASCII" by
+            // default); invalid sequences are replaced rather than refused.
+            b'U' | b'T' | b'X' | 0x8c | 0x8d => match std::str::from_utf8(&self.scratch) {
+                Ok(s) => Value::str(s),
+                Err(_) => Value::Str(Rc::from(String::from_utf8_lossy(&self.scratch).as_ref())),
+            },
+            _ => Value::Bytes(Rc::from(self.scratch.as_slice())),
+        }
+    }
+}
+
+fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Result<(), String> {
+    if items.len() % 2 != 0 {
+        return Err(format!("{} items do not make key/value pairs", items.len()));
+    }
+    let mut d = dict.items.borrow_mut();
+    d.reserve(items.len() / 2);
+    let mut it = items;
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if !matches!(
+            k,
+            Value::Str(_)
+                | Value::Short(_)
+                | Value::Int(_)
+                | Value::Bool(_)
+                | Value::None
+                | Value::Tuple(_)
+        ) {
+            return Err(format!("a {} cannot be a dict key", k.type_name()));
+        }
+        // A repeated key is kept twice; lookups take the last, as Python keeps the last.
+        d.push((k, v));
+    }
+    Ok(())
+}
+
+/// A little-endian two's-complement integer (`LONG1`, `LONG4`) that must fit in 64 bits.
+fn long(bytes: &[u8]) -> Result<i64, String> {
+    let Some(&last) = bytes.last() else {
+        return Ok(0);
+    };
+    if bytes.len() > 16 {
+        return Err(format!("an integer of {} bytes", bytes.len()));
+    }
+    let mut wide = [if last & 0x80 != 0 { 0xff } else { 0 }; 16];
+    wide[..bytes.len()].copy_from_slice(bytes);
+    let v = i128::from_le_bytes(wide);
+    i64::try_from(v).map_err(|_| format!("the integer {v} does not fit in 64 bits"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::long;
+
+    #[test]
+    fn longs_are_twos_complement_little_endian() {
+        assert_eq!(long(&[]).unwrap(), 0);
+        assert_eq!(long(&[0xff]).unwrap(), -1);
+        assert_eq!(long(&[0x00, 0x01]).unwrap(), 256);
+        assert_eq!(long(&[0xff, 0x00]).unwrap(), 255);
+        assert_eq!(
+            long(&[0x00, 0x00, 0x40, 0x1b, 0x43, 0x7f, 0x00]).unwrap(),
+            0x7f43_1b40_0000
+        );
+        assert!(long(&[0, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+    }
+}

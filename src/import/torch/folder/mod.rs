@@ -1,0 +1,485 @@
+//! `headroom import torch SNAPSHOT`: one run folder per device of the snapshot, holding what
+//! a run writes — `timeline.csv`, `events.csv`, `alloc-log.csv`, `summary.json` and the
+//! reports derived from them — so `report`, `compare` and `merge` read it like any run.
+//!
+//! The trace is replayed through headroom's caching-allocator model with the snapshot's own
+//! settings on a simulated device (`device::choose`); every view comes from that replay, at
+//! the trace's own times, and the fidelity figure says how closely the replay made PyTorch's
+//! own segment decisions. A device without a trace (a snapshot taken without history) gets a
+//! folder with the state its segments show.
+
+mod events;
+mod observer;
+mod state;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+
+use crate::alloc::adaptors::LoggingAdaptor;
+use crate::alloc::caching::CachingConfig;
+use crate::alloc::replay::{RecordedOptions, replay_recorded};
+use crate::alloc::{Allocator, AllocatorSpec};
+use crate::device::prelude::*;
+use crate::device::sim::SimDevice;
+use crate::outdir;
+use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
+use crate::report::summary::{
+    Idle, IdleReading, Peaks, PhaseStatus, PhaseSummary, PolledPeaks, RunStatus, Summary,
+    WorkloadInfo,
+};
+use crate::run::{ALLOC_LOG, write_summary};
+use crate::units::{utc_folder_stamp, utc_timestamp};
+
+use super::device::{ReplayDevice, choose, pytorch_reserved};
+use super::live::{by_origin, live_at, origin};
+use super::model::{DeviceTrace, Snapshot};
+use super::requests::TorchRequests;
+use super::settings;
+use events::EVENTS_MAX;
+use observer::{Timeline, stream_name};
+
+/// How to import.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// The folder to write (new or empty); with several devices, one sub-folder each.
+    pub out: Option<PathBuf>,
+    /// Where `<UTC stamp>-torch-<name>-device<N>/` folders go without `out`.
+    pub results_root: PathBuf,
+    /// A simulated profile to replay on instead of the one `device::choose` picks.
+    pub profile: Option<String>,
+    /// Settings to replay with instead of the snapshot's own.
+    pub settings: Option<CachingConfig>,
+}
+
+/// One device's folder.
+pub struct Imported {
+    pub device: u32,
+    pub dir: PathBuf,
+    pub summary: Summary,
+}
+
+/// Largest allocations and origins listed in the report.
+const TOP: usize = 10;
+
+/// Imports every device of the snapshot (those with a trace, and those with segments only).
+pub fn import(snap: &Snapshot, opts: &ImportOptions) -> anyhow::Result<Vec<Imported>> {
+    let mut devices: BTreeSet<u32> = snap.traced_devices().iter().map(|t| t.device).collect();
+    devices.extend(
+        snap.segments
+            .iter()
+            .filter_map(|s| u32::try_from(s.device).ok()),
+    );
+    if devices.is_empty() {
+        anyhow::bail!(
+            "{}: the snapshot holds no segments and no trace entries: nothing to import (was memory allocated on the GPU before it was taken?)",
+            snap.source
+        );
+    }
+    let stem = Path::new(&snap.source)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "snapshot".into());
+    let several = devices.len() > 1;
+    let stamp = utc_folder_stamp(SystemTime::now());
+    let mut out = Vec::new();
+    for d in devices {
+        let dir = match &opts.out {
+            Some(o) if several => outdir::create(Some(&o.join(format!("device-{d}"))), o, "", "")?,
+            Some(o) => outdir::create(Some(o), o, "", "")?,
+            None => outdir::create(
+                None,
+                &opts.results_root,
+                &stamp,
+                &format!("torch-{stem}-device{d}"),
+            )?,
+        };
+        let trace = snap
+            .traces
+            .iter()
+            .find(|t| t.device == d && !t.is_empty())
+            .copied();
+        let imported = match trace {
+            Some(t) => one_device(snap, t, &dir, opts),
+            None => state::state_only(snap, d, &dir, opts),
+        }
+        .with_context(|| format!("importing device {d} into {}", dir.display()))?;
+        out.push(imported);
+    }
+    Ok(out)
+}
+
+/// `PYTORCH_CUDA_ALLOC_CONF` as recorded (none before PyTorch 2.5).
+fn recorded_conf(snap: &Snapshot) -> Option<String> {
+    snap.settings.as_ref().map(|s| s.conf.clone())
+}
+
+fn utc_of(time_us: Option<i64>) -> Option<String> {
+    time_us
+        .filter(|t| *t > 946_684_800_000_000)
+        .map(|t| utc_timestamp(SystemTime::UNIX_EPOCH + Duration::from_micros(t as u64)))
+}
+
+/// The live allocations at `entry`, for the report.
+pub(super) fn live_summary(snap: &Snapshot, trace: DeviceTrace, entry: u64) -> LiveAt {
+    let live = live_at(snap, trace, entry);
+    let largest = live
+        .iter()
+        .take(TOP)
+        .map(|l| {
+            let (o, path) = origin(snap, l.stack, l.entry);
+            LiveAllocation {
+                requested_bytes: l.bytes,
+                entry: l.entry,
+                origin: o,
+                origin_path: path,
+                stream: stream_name(snap, l.stream),
+            }
+        })
+        .collect();
+    LiveAt {
+        entry,
+        live_bytes: live.iter().map(|l| l.bytes).sum(),
+        live_allocations: live.len() as u64,
+        largest,
+        by_origin: by_origin(snap, &live)
+            .into_iter()
+            .take(TOP)
+            .map(|(origin, bytes, allocations)| OriginTotal {
+                origin,
+                bytes,
+                allocations,
+            })
+            .collect(),
+    }
+}
+
+/// Everything `summary.json` holds that does not depend on how the views were obtained.
+pub(super) struct Frame<'a> {
+    pub snap: &'a Snapshot,
+    pub device: u32,
+    pub dev: &'a mut SimDevice,
+    pub rdev: &'a ReplayDevice,
+    pub config: &'a CachingConfig,
+    pub idle: Reading,
+    pub recorder: Recorder,
+    pub end_ns: u64,
+    pub status: RunStatus,
+    pub requests: u64,
+}
+
+/// Fills the summary common to both kinds of import, writes it and the derived reports.
+pub(super) fn finish(
+    f: Frame<'_>,
+    dir: &Path,
+    import: ImportInfo,
+    ooms: Vec<crate::oom::OomRecord>,
+    allocator_stats: crate::alloc::AllocStats,
+    event_rows: u64,
+    times: (Option<i64>, Option<i64>),
+) -> anyhow::Result<Imported> {
+    let mut recorder = f.recorder;
+    recorder.flush().context("writing timeline.csv")?;
+    let mut polled = std::collections::BTreeMap::new();
+    for (poller, (name, period)) in recorder.pollers.iter_mut().zip(POLLERS) {
+        let (peaks, ticks) = poller.finish(f.end_ns);
+        polled.insert(
+            name.to_string(),
+            PolledPeaks {
+                period_ns: *period,
+                ticks,
+                peaks: View::ALL
+                    .iter()
+                    .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
+                    .collect(),
+            },
+        );
+    }
+    let info = f.dev.info().clone();
+    let before = f.dev.before_context();
+    let run_peaks = recorder.run.to_map();
+    let phase_peaks = recorder
+        .phases
+        .first()
+        .map(|p| p.to_map())
+        .unwrap_or_default();
+    let now = utc_timestamp(SystemTime::now());
+    let summary = Summary {
+        format_version: FORMAT_VERSION,
+        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
+        status: f.status,
+        status_detail: None,
+        exit_code: Some(0),
+        workload: WorkloadInfo {
+            name: format!(
+                "torch snapshot {} device {}",
+                Path::new(&f.snap.source)
+                    .file_name()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                f.device
+            ),
+            file: f.snap.source.clone(),
+            description: format!(
+                "PyTorch memory snapshot ({}), device {}, replayed through the caching-allocator model",
+                f.snap.encoding, f.device
+            ),
+            allocator: crate::alloc::AllocatorKind::Caching,
+            allocator_settings: serde_json::to_value(AllocatorSpec::Caching(f.config.clone()))
+                .unwrap_or_default(),
+            sample_interval_ns: 0,
+            keep_free_bytes: 0,
+            allow_oom: true,
+        },
+        device: info.clone(),
+        started_utc: utc_of(times.0).unwrap_or_else(|| now.clone()),
+        finished_utc: Some(utc_of(times.1).unwrap_or(now)),
+        start_ns: 0,
+        end_ns: Some(f.end_ns),
+        idle: Idle {
+            before_context: Some(before),
+            after_context: IdleReading {
+                t_ns: 0,
+                device_free_bytes: f.idle.device_free_bytes,
+                device_used_bytes: info.total_bytes.saturating_sub(f.idle.device_free_bytes),
+                device_total_bytes: info.total_bytes,
+                nvml: None,
+            },
+            context_overhead_bytes: Some(f.rdev.profile.memory.context_overhead_bytes.0),
+            kernels: None,
+            processes: None,
+            processes_doubt: None,
+        },
+        phases: vec![PhaseSummary {
+            name: "trace".into(),
+            status: if f.status == RunStatus::Oom {
+                PhaseStatus::Oom
+            } else {
+                PhaseStatus::Completed
+            },
+            start_ns: Some(0),
+            end_ns: Some(f.end_ns),
+            actions_run: f.requests,
+            actions_planned: f.requests,
+            peaks: phase_peaks,
+        }],
+        peaks: Peaks {
+            headroom_at_peak_bytes: run_peaks
+                .get(View::DeviceUsed.key())
+                .map(|p| info.total_bytes.saturating_sub(p.bytes)),
+            run: run_peaks,
+            polled,
+            pool_high_water: None,
+        },
+        sampler: Default::default(),
+        sampler_perturbation: None,
+        latency: Default::default(),
+        ooms,
+        mismatches: Vec::new(),
+        expectations: Vec::new(),
+        release: None,
+        allocator_stats: Some(allocator_stats),
+        plan: None,
+        graphs: None,
+        import: Some(import),
+        timeline_rows: recorder.rows_written,
+        event_rows,
+        watch: None,
+    };
+    drop(recorder);
+    write_summary(dir, &summary).context("writing summary.json")?;
+    if let Err(e) = crate::report::artifacts::write_all(dir, &summary) {
+        eprintln!("warning: writing the reports of {}: {e:#}", dir.display());
+    }
+    Ok(Imported {
+        device: f.device,
+        dir: dir.to_path_buf(),
+        summary,
+    })
+}
+
+fn one_device(
+    snap: &Snapshot,
+    trace: DeviceTrace,
+    dir: &Path,
+    opts: &ImportOptions,
+) -> anyhow::Result<Imported> {
+    let (config, mut notes) = match &opts.settings {
+        Some(c) => (c.clone(), Vec::new()),
+        None => {
+            let s = settings::recorded(snap);
+            (s.config, s.notes)
+        }
+    };
+    let mut source = TorchRequests::new(snap, trace);
+    let rdev = choose(
+        snap,
+        trace,
+        source.pre_trace_segment_bytes,
+        opts.profile.as_deref(),
+    )?;
+    let mut dev = SimDevice::open(rdev.profile.clone(), trace.device);
+    let total = dev.info().total_bytes;
+    let idle_mem = dev.mem_info()?;
+    let spec = AllocatorSpec::Caching(config.clone());
+    let built = spec
+        .build(&mut dev)
+        .map_err(|e| anyhow::anyhow!("cannot set up the caching allocator: {e}"))?;
+    let log_path = dir.join(ALLOC_LOG);
+    let mut alloc = LoggingAdaptor::create(built, &log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let mut recorder = Recorder::create(dir, vec!["trace".into()], total, 0)
+        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
+    let idle = Reading {
+        t_ns: 0,
+        phase: NO_PHASE,
+        source: Source::Idle,
+        device_free_bytes: idle_mem.free_bytes,
+        views: ViewSet::default().with(View::OwnBytes, 0),
+    };
+    recorder.push(idle);
+    let mut tl = Timeline::new(snap, trace, recorder, idle_mem.free_bytes);
+    let report = replay_recorded(
+        &mut source,
+        &mut alloc,
+        &spec.to_string(),
+        &mut dev,
+        RecordedOptions {
+            keep_going: true,
+            compare: true,
+        },
+        &mut tl,
+    )?;
+    tl.flush_bucket();
+    let final_stats = alloc.stats();
+    if let Err(e) = alloc.release_all(&mut dev) {
+        notes.push(format!("releasing the replay's memory failed: {e}"));
+    }
+    alloc.flush().context("writing alloc-log.csv")?;
+    let mut events = EventLog::create(dir)
+        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let event_rows = events::write(&mut events, snap, trace).context("writing events.csv")?;
+    events.flush().context("writing events.csv")?;
+
+    notes.extend(source.notes.iter().cloned());
+    let sk = source.skipped;
+    if sk.pre_trace_block_frees > 0 || sk.pre_trace_segment_frees > 0 {
+        notes.push(format!(
+            "{} frees of blocks and {} releases of segments the trace never allocated (held before recording began) were left out",
+            sk.pre_trace_block_frees, sk.pre_trace_segment_frees
+        ));
+    }
+    if sk.private_pool_entries > 0 {
+        notes.push(format!(
+            "{} entries belong to private pools (CUDA graphs, torch.cuda.MemPool), which the model does not keep apart: they were replayed in the default pool",
+            sk.private_pool_entries
+        ));
+    }
+    if sk.releases_before_alloc > 0 {
+        notes.push(format!(
+            "{} releases of cached segments right before an allocation were replayed as empty_cache(): PyTorch records its out-of-memory retry and empty_cache() alike",
+            sk.releases_before_alloc
+        ));
+    }
+    if !snap.unknown_actions.is_empty() {
+        notes.push(format!(
+            "trace actions this reader does not know were skipped: {}",
+            snap.unknown_actions
+                .iter()
+                .map(|(k, v)| format!("{k} ×{v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !snap.ignored_keys.is_empty() {
+        notes.push(format!(
+            "snapshot keys not used: {}",
+            snap.ignored_keys.join(", ")
+        ));
+    }
+    if report.bad_rows.len() as u64 > sk.pre_trace_block_frees {
+        notes.push(format!(
+            "{} requests could not be applied (first: entry {}: {})",
+            report.bad_rows.len(),
+            report.bad_rows[0].line,
+            report.bad_rows[0].message
+        ));
+    }
+    if trace.len() > EVENTS_MAX {
+        notes.push(format!(
+            "events.csv is thinned to {EVENTS_MAX} rows: every segment decision and OOM is there, allocations and frees evenly"
+        ));
+    }
+    let mut pt_peak = 0;
+    pytorch_reserved(snap, trace, source.pre_trace_segment_bytes, |_, r| {
+        pt_peak = pt_peak.max(r)
+    });
+    let e = &snap.entries;
+    let first_time = (trace.start..trace.end).find_map(|i| e.get(i).time_us);
+    let last_time = (trace.start..trace.end)
+        .rev()
+        .find_map(|i| e.get(i).time_us);
+    let at_peak = (tl.peak_allocated.0 > 0).then(|| live_summary(snap, trace, tl.peak_allocated.1));
+    let at_first_oom = tl.first_oom_entry.map(|at| live_summary(snap, trace, at));
+    let import = ImportInfo {
+        kind: "PyTorch memory snapshot".into(),
+        source: snap.source.clone(),
+        encoding: snap.encoding.to_string(),
+        device_index: trace.device,
+        trace_entries: trace.len() as u64,
+        actions: snap
+            .action_counts(&trace)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        replayed_settings: config.to_string(),
+        recorded_settings: recorded_conf(snap),
+        device_note: rdev.note.clone(),
+        time_base: if first_time.is_some() {
+            "the trace's time_us (microseconds), from its first entry".into()
+        } else {
+            "entry order, one microsecond each (the snapshot records no times)".into()
+        },
+        pytorch_reserved_peak_bytes: pt_peak,
+        pre_trace_segments: source.pre_trace_segments,
+        pre_trace_segment_bytes: source.pre_trace_segment_bytes,
+        fidelity: report.fidelity.clone(),
+        at_peak,
+        at_first_oom,
+        events_written: event_rows,
+        notes,
+    };
+    let status = if tl.ooms.is_empty() {
+        RunStatus::Completed
+    } else {
+        RunStatus::Oom
+    };
+    let end_ns = tl.last_t_ns;
+    let requests = tl.requests;
+    let ooms = std::mem::take(&mut tl.ooms);
+    let recorder = tl.recorder;
+    finish(
+        Frame {
+            snap,
+            device: trace.device,
+            dev: &mut dev,
+            rdev: &rdev,
+            config: &config,
+            idle,
+            recorder,
+            end_ns,
+            status,
+            requests,
+        },
+        dir,
+        import,
+        ooms,
+        final_stats,
+        event_rows,
+        (first_time, last_time),
+    )
+}

@@ -1,0 +1,224 @@
+//! The timeline of an imported trace: a reading of every view after each replayed request,
+//! at the trace's own time, and an OOM record with its evidence for each refused request.
+//!
+//! Past `READINGS_MAX` readings the timeline is thinned per bucket of consecutive readings,
+//! keeping the first, the last and each view's highest and lowest reading, so every true
+//! peak stays exact.
+
+use std::time::{Duration, SystemTime};
+
+use crate::alloc::replay::{Observer, Outcome, Recorded, ReplayError};
+use crate::alloc::{AllocStats, Allocator};
+use crate::device::Device;
+use crate::oom::{Diagnosis, OomRecord};
+use crate::record::timeline::Recorder;
+use crate::record::{Reading, Source, View};
+use crate::units::{Bytes, utc_timestamp};
+
+use super::super::frames::{short, user_frame};
+use super::super::model::{DeviceTrace, Snapshot};
+
+/// Most readings a timeline.csv of an import holds before thinning.
+pub const READINGS_MAX: usize = 100_000;
+/// The idle reading sits at 0; trace times start here.
+pub const TRACE_T0_NS: u64 = 1_000;
+
+pub(super) struct Timeline<'a> {
+    pub snap: &'a Snapshot,
+    pub trace: DeviceTrace,
+    pub recorder: Recorder,
+    bucket: Vec<Reading>,
+    bucket_size: usize,
+    pub ooms: Vec<OomRecord>,
+    pub idle_free_bytes: u64,
+    pub last_t_ns: u64,
+    pub requests: u64,
+    /// The model's allocated peak and the entry where it was first reached.
+    pub peak_allocated: (u64, u64),
+    pub first_oom_entry: Option<u64>,
+}
+
+impl<'a> Timeline<'a> {
+    pub fn new(
+        snap: &'a Snapshot,
+        trace: DeviceTrace,
+        recorder: Recorder,
+        idle_free_bytes: u64,
+    ) -> Timeline<'a> {
+        let per_bucket = READINGS_MAX / 12;
+        Timeline {
+            snap,
+            trace,
+            recorder,
+            bucket: Vec::new(),
+            bucket_size: trace.len().div_ceil(per_bucket).max(1),
+            ooms: Vec::new(),
+            idle_free_bytes,
+            last_t_ns: TRACE_T0_NS,
+            requests: 0,
+            peak_allocated: (0, 0),
+            first_oom_entry: None,
+        }
+    }
+
+    fn push(&mut self, r: Reading) -> Result<(), ReplayError> {
+        if self.bucket_size == 1 {
+            self.recorder.push(r);
+        } else {
+            self.bucket.push(r);
+            if self.bucket.len() >= self.bucket_size {
+                self.flush_bucket();
+            }
+        }
+        self.recorder
+            .release_until(self.last_t_ns)
+            .map_err(|error| ReplayError::Io {
+                source_name: "timeline.csv".into(),
+                error,
+            })
+    }
+
+    /// Writes the kept readings of the current bucket.
+    pub fn flush_bucket(&mut self) {
+        let b = std::mem::take(&mut self.bucket);
+        if b.is_empty() {
+            return;
+        }
+        let mut keep = vec![false; b.len()];
+        keep[0] = true;
+        keep[b.len() - 1] = true;
+        let value = |r: &Reading, v: View| r.views.get(v).unwrap_or(0);
+        for v in View::ALL {
+            let hi = (0..b.len()).max_by_key(|&i| (value(&b[i], v), usize::MAX - i));
+            let lo = (0..b.len()).min_by_key(|&i| (value(&b[i], v), i));
+            for i in hi.into_iter().chain(lo) {
+                keep[i] = true;
+            }
+        }
+        if let Some(i) = (0..b.len()).min_by_key(|&i| (b[i].device_free_bytes, i)) {
+            keep[i] = true;
+        }
+        for (r, k) in b.into_iter().zip(keep) {
+            if k {
+                self.recorder.push(r);
+            }
+        }
+    }
+
+    fn oom(
+        &mut self,
+        r: &Recorded,
+        o: &crate::alloc::OomRequest,
+        s: &AllocStats,
+        alloc: &dyn Allocator,
+        dev: &mut dyn Device,
+        reading: &Reading,
+    ) -> Result<(), ReplayError> {
+        let i = self.trace.start + r.at as usize;
+        let entry = self.snap.entries.get(i);
+        let total = dev.info().total_bytes;
+        let used = total.saturating_sub(reading.device_free_bytes);
+        let utc = entry
+            .time_us
+            .filter(|t| *t > 946_684_800_000_000)
+            .map(|t| utc_timestamp(SystemTime::UNIX_EPOCH + Duration::from_micros(t as u64)))
+            .unwrap_or_else(|| "unknown (no time recorded)".into());
+        let mut rec = OomRecord {
+            utc,
+            t_ns: reading.t_ns,
+            phase: "trace".into(),
+            step: format!("entry {}", r.at),
+            op: "allocate".into(),
+            name: short(user_frame(self.snap, entry.stack)),
+            via: crate::oom::RefusedBy::Caching,
+            requested_bytes: o.requested_bytes,
+            rounded_bytes: o.rounded_bytes,
+            driver_request_bytes: o.driver_request_bytes,
+            pool: o.pool.clone(),
+            stream: stream_name(self.snap, entry.stream),
+            retries: o.retries.clone(),
+            device_total_bytes: total,
+            device_free_bytes: reading.device_free_bytes,
+            device_used_bytes: used,
+            idle_device_free_bytes: self.idle_free_bytes,
+            own_bytes: s.reserved_bytes,
+            outside_allocator_bytes: 0,
+            alloc_allocated_bytes: s.allocated_bytes,
+            alloc_reserved_bytes: s.reserved_bytes,
+            reserved_but_unallocated_bytes: s.reserved_bytes.saturating_sub(s.allocated_bytes),
+            largest_free_block_bytes: alloc.largest_free_for(o.requested_bytes),
+            inactive_split_count: s.inactive_split_count,
+            inactive_split_bytes: s.inactive_split_bytes,
+            unexplained_used_bytes: 0,
+            graph_used_bytes: None,
+            graph_reserved_bytes: None,
+            graph_exec_bytes: None,
+            nvml: None,
+            processes: None,
+            processes_doubt: None,
+            diagnosis: Diagnosis {
+                observation: String::new(),
+                causes: vec![],
+                findings: vec![],
+                check_next: vec![],
+            },
+        };
+        rec.diagnose();
+        if entry.action == super::super::model::Action::Oom {
+            rec.diagnosis.findings.insert(
+                1,
+                format!(
+                    "PyTorch itself refused this request when recording (trace entry {}), with {} free on its device (`device_free`).",
+                    r.at,
+                    Bytes(entry.addr)
+                ),
+            );
+        }
+        self.ooms.push(rec);
+        Ok(())
+    }
+}
+
+/// How a stream of the snapshot is named in outputs: `0` for the default stream, the
+/// `cudaStream_t` in hex otherwise.
+pub fn stream_name(snap: &Snapshot, stream: u16) -> String {
+    match snap.streams.values.get(stream as usize) {
+        Some(0) | None => "0".into(),
+        Some(s) => format!("{s:#x}"),
+    }
+}
+
+impl Observer for Timeline<'_> {
+    fn seen(
+        &mut self,
+        r: &Recorded,
+        outcome: &Outcome,
+        alloc: &dyn Allocator,
+        dev: &mut dyn Device,
+    ) -> Result<(), ReplayError> {
+        if r.setup {
+            return Ok(());
+        }
+        self.requests += 1;
+        let s = alloc.stats();
+        let mem = dev.mem_info().map_err(ReplayError::Device)?;
+        let mut views = s.views();
+        views.set(View::OwnBytes, s.reserved_bytes);
+        self.last_t_ns = self.last_t_ns.max(TRACE_T0_NS + r.t_ns);
+        let reading = Reading {
+            t_ns: self.last_t_ns,
+            phase: 0,
+            source: Source::Event,
+            device_free_bytes: mem.free_bytes,
+            views,
+        };
+        if s.allocated_bytes > self.peak_allocated.0 {
+            self.peak_allocated = (s.allocated_bytes, r.at);
+        }
+        if let Outcome::Refused(o) = outcome {
+            self.first_oom_entry.get_or_insert(r.at);
+            self.oom(r, o, &s, alloc, dev, &reading)?;
+        }
+        self.push(reading)
+    }
+}
