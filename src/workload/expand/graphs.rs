@@ -49,7 +49,10 @@ struct GraphInfo {
 struct OpenCapture {
     graph: String,
     stream: String,
+    /// The capture's allocation nodes, in order, and the same names for lookups (a capture
+    /// of many nodes must not search a list per node).
     allocated: Vec<String>,
+    allocated_set: std::collections::HashSet<String>,
     uses: BTreeSet<String>,
     frees: Vec<String>,
 }
@@ -101,7 +104,7 @@ impl GraphBook {
             _ => return,
         };
         for n in names {
-            if !c.allocated.contains(n) {
+            if !c.allocated_set.contains(n) {
                 c.uses.insert(n.clone());
             }
         }
@@ -207,7 +210,14 @@ impl Emitter<'_, '_> {
         size: &SizeSpec,
         count: u32,
     ) -> Result<(), WorkloadError> {
-        let Some(c) = self.names.graphs.capture.clone() else {
+        // The capture's graph and stream only: the capture itself grows with every node.
+        let Some((graph, stream)) = self
+            .names
+            .graphs
+            .capture
+            .as_ref()
+            .map(|c| (c.graph.clone(), c.stream.clone()))
+        else {
             return Err(self.err("an allocation node needs a capture"));
         };
         if count == 0 {
@@ -230,17 +240,18 @@ impl Emitter<'_, '_> {
                     name: n.clone(),
                     bytes,
                     via: ViaSpec::Allocator,
-                    stream: c.stream.clone(),
+                    stream: stream.clone(),
                 },
             )?;
             if let Some(open) = self.book().capture.as_mut() {
                 open.allocated.push(n.clone());
+                open.allocated_set.insert(n.clone());
             }
             self.push(Action::GraphAllocate {
                 name: n,
                 bytes,
-                graph: c.graph.clone(),
-                stream: c.stream.clone(),
+                graph: graph.clone(),
+                stream: stream.clone(),
             })?;
         }
         Ok(())
@@ -253,8 +264,15 @@ impl Emitter<'_, '_> {
             self.multi = true;
         }
         for t in targets {
-            if let Some(c) = self.names.graphs.capture.clone() {
-                if c.allocated.contains(&t) {
+            let capture = self.names.graphs.capture.as_ref().map(|c| {
+                (
+                    c.graph.clone(),
+                    c.stream.clone(),
+                    c.allocated_set.contains(&t),
+                )
+            });
+            if let Some((graph, stream, allocated_here)) = capture {
+                if allocated_here {
                     self.names.live.remove(&t);
                 } else if self.names.graphs.owners.contains_key(&t) {
                     // Freed by this graph's free node each time it runs.
@@ -263,14 +281,10 @@ impl Emitter<'_, '_> {
                     }
                 } else {
                     return Err(self.err(format!(
-                        "free of {t:?} inside the capture of graph {:?}: {t:?} was not allocated by a graph, and a free node can only free graph allocations (free it outside the capture, or allocate it inside)",
-                        c.graph
+                        "free of {t:?} inside the capture of graph {graph:?}: {t:?} was not allocated by a graph, and a free node can only free graph allocations (free it outside the capture, or allocate it inside)"
                     )));
                 }
-                self.push(Action::GraphFree {
-                    name: t,
-                    stream: c.stream,
-                })?;
+                self.push(Action::GraphFree { name: t, stream })?;
             } else if let Some((_, stream)) = self.book().owners.remove(&t) {
                 self.names.live.remove(&t);
                 self.book().freed_outside(&t);
@@ -335,6 +349,7 @@ impl Emitter<'_, '_> {
             graph: graph.into(),
             stream: stream.into(),
             allocated: Vec::new(),
+            allocated_set: Default::default(),
             uses: BTreeSet::new(),
             frees: Vec::new(),
         });
