@@ -1,6 +1,7 @@
 //! Memory and time bounded by design: a workload that would expand past the bound is refused
 //! at once (file, phase, step), a signal while a workload loads ends the process at once, and
-//! `hold` exits 130 when interrupted.
+//! `hold` exits 130 when interrupted; lenient inputs (a device the profile lacks, a synchronize of
+//! an unused stream, a hold past the device, a string format_version) are refused.
 
 mod common;
 
@@ -170,4 +171,86 @@ fn a_full_stdout_is_an_error_and_a_closed_one_ends_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn lenient_inputs_are_refused_with_their_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A device the simulated profile does not have.
+    let wl = workload(
+        d,
+        "one",
+        "[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"a\", size = \"1MiB\" }]\n",
+    );
+    let run = headroom(
+        d,
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "--device",
+            "99",
+            "-q",
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("there is no simulated device 99")
+            && run.stderr.contains("tiny-4g is one device (0)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!d.join("results").exists(), "nothing was written");
+
+    // A synchronize of a stream no step before it uses.
+    let wl = workload(
+        d,
+        "sync",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "a", size = "1MiB", stream = "copy" },
+  { op = "synchronize", stream = "cpy" },
+]
+"#,
+    );
+    let (out, _, out_dir) = run_tiny(d, &wl, &[]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("sync.toml")
+            && out.stderr.contains("phase 1")
+            && out.stderr.contains("synchronize of stream \"cpy\"")
+            && out.stderr.contains("streams so far: copy, main"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out_dir.exists());
+
+    // Holding more than the device has.
+    let out = headroom(d, &["hold", "1TiB", "--for", "1s", "--profile", "tiny-4g"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("cannot hold 1.00 TiB (1099511627776 bytes)")
+            && out.stderr.contains("the device has 4.00 GiB in all"),
+        "{}",
+        out.stderr
+    );
+
+    // A format_version written as a string is named for what it is.
+    let fake = d.join("stringy");
+    std::fs::create_dir(&fake).unwrap();
+    std::fs::write(fake.join("summary.json"), r#"{"format_version": "1"}"#).unwrap();
+    std::fs::write(fake.join("timeline.csv"), "").unwrap();
+    std::fs::write(fake.join("events.csv"), "").unwrap();
+    let out = headroom(d, &["report", fake.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("summary.json: format_version is \"1\", not a whole number"),
+        "{}",
+        out.stderr
+    );
 }

@@ -27,6 +27,14 @@ pub fn hold(
 
     let mut opened = select::open_noted(dev.backend, dev.one_gpu("hold")?, dev.profile.as_deref())?;
     let d = opened.device.as_mut();
+    let total = d.info().total_bytes;
+    anyhow::ensure!(
+        args.size <= total,
+        "cannot hold {} ({} bytes): the device has {} in all",
+        Bytes(args.size),
+        args.size,
+        Bytes(total)
+    );
     let simulated = d.info().is_sim();
     let ptr = if simulated {
         None

@@ -175,6 +175,13 @@ impl NodeProfile {
     /// simulated device always has); a node has only its own cards.
     pub fn card(&self, index: u32) -> anyhow::Result<SimProfile> {
         if !self.is_node {
+            if index != 0 {
+                bail!(
+                    "there is no simulated device {index}: profile {} is one device (0); a node \
+                     profile such as 8xh100-80g has several",
+                    self.name
+                );
+            }
             return Ok(self.cards[0].clone());
         }
         match self.cards.get(index as usize) {
@@ -236,7 +243,9 @@ mod tests {
         let n = NodeProfile::resolve("tiny-4g").unwrap();
         assert!(!n.is_node);
         assert_eq!(n.device_count(), 1);
-        assert_eq!(n.card(5).unwrap().memory.total_bytes.0, 4 * GIB);
+        assert_eq!(n.card(0).unwrap().memory.total_bytes.0, 4 * GIB);
+        let err = n.card(5).unwrap_err().to_string();
+        assert!(err.contains("no simulated device 5"), "{err}");
     }
 
     #[test]

@@ -152,11 +152,17 @@ pub fn load_summary(dir: &Path) -> anyhow::Result<Summary> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not valid JSON", path.display()))?;
-    let Some(version) = value.get("format_version").and_then(|v| v.as_u64()) else {
-        bail!(
+    let version = match value.get("format_version") {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: format_version is {v}, not a whole number: not a summary headroom wrote",
+                path.display()
+            )
+        })?,
+        None => bail!(
             "{}: has no format_version: not a headroom summary",
             path.display()
-        );
+        ),
     };
     if version != u64::from(FORMAT_VERSION) {
         let writer = value

@@ -39,6 +39,8 @@ struct Names<'a> {
     file: &'a Path,
     /// Actions expanded so far (bounded by `MAX_ACTIONS`).
     actions: u64,
+    /// Streams the steps so far queue work on (`main` always exists).
+    streams: std::collections::BTreeSet<String>,
     total_bytes: u64,
     /// The run's rank (`comm` sizes its buffers by the rank count).
     rank: Rank,
@@ -262,6 +264,22 @@ impl Emitter<'_, '_> {
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
         self.bound(1)?;
         self.names.actions += 1;
+        match &action {
+            Action::Synchronize { stream: Some(s) } if !self.names.streams.contains(s) => {
+                let known: Vec<&str> = self.names.streams.iter().map(String::as_str).collect();
+                return Err(self.err(format!(
+                    "synchronize of stream {s:?}, which no step before it uses: nothing is queued \
+                     there (streams so far: {})",
+                    known.join(", ")
+                )));
+            }
+            Action::Synchronize { .. } => {}
+            a => {
+                if let Some(s) = a.stream() {
+                    self.names.streams.insert(s.to_string());
+                }
+            }
+        }
         self.names.check(&self.place, &action)?;
         self.names.graphs.note_use(&action);
         let label = if self.multi {
@@ -557,6 +575,7 @@ pub fn expand(
     let mut names = Names {
         file: path,
         actions: 0,
+        streams: std::collections::BTreeSet::from(["main".to_string()]),
         total_bytes,
         rank,
         live: BTreeMap::new(),
