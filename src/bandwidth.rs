@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
-use crate::units::{Bytes, round_up};
+use crate::units::{Bytes, checked_round_up};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -64,10 +64,18 @@ pub fn measure(
         "--size must be a positive multiple of 4 bytes, not {size_bytes}"
     );
     anyhow::ensure!(repeats > 0, "--repeats must be at least 1");
+    let total = dev.info().total_bytes;
+    let need = checked_round_up(size_bytes, 2 << 20).and_then(|b| b.checked_mul(3));
+    let Some(need) = need.filter(|&n| n <= total) else {
+        anyhow::bail!(
+            "--size {size_bytes}B ({}): three buffers of it need more than the device's {} in total; choose a smaller --size",
+            Bytes(size_bytes),
+            Bytes(total)
+        );
+    };
     let free = dev.mem_info()?.free_bytes;
-    let need = 3 * round_up(size_bytes, 2 << 20);
     anyhow::ensure!(
-        free >= need + keep_free_bytes,
+        free >= need.saturating_add(keep_free_bytes),
         "three buffers of {} need {} with {} free and a floor of {}; choose a smaller --size",
         Bytes(size_bytes),
         Bytes(need),

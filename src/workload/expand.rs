@@ -12,7 +12,7 @@ mod patterns;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::units::Bytes;
+use crate::units::{Bytes, MAX_DURATION_NS};
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 
@@ -36,6 +36,8 @@ struct Names<'a> {
     filled: std::collections::BTreeSet<String>,
     /// Graphs, the capture in progress, and the names graphs allocate.
     graphs: graphs::GraphBook,
+    /// Host and stream time the actions so far state (sleeps and spins), in nanoseconds.
+    stated_ns: u64,
 }
 
 impl Names<'_> {
@@ -238,6 +240,15 @@ impl Emitter<'_, '_> {
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
         self.names.check(&self.place, &action)?;
         self.names.graphs.note_use(&action);
+        if let Action::Sleep { duration_ns } | Action::Spin { duration_ns, .. } = &action {
+            self.names.stated_ns = self.names.stated_ns.saturating_add(*duration_ns);
+            if self.names.stated_ns > MAX_DURATION_NS {
+                return Err(self.err(format!(
+                    "the workload's sleeps and spins come to more than 30 days in all here ({} ns), the longest a workload may state",
+                    self.names.stated_ns
+                )));
+            }
+        }
         let label = if self.multi {
             format!("{}.{}", self.label, self.out.len() + 1)
         } else {
@@ -519,6 +530,7 @@ pub fn expand(
         live: BTreeMap::new(),
         filled: Default::default(),
         graphs: Default::default(),
+        stated_ns: 0,
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {

@@ -184,12 +184,14 @@ impl<'a> Replay<'a> {
     fn pace_to(&mut self, mut t: u64) {
         const DAY_NS: u64 = 86_400 * 1_000_000_000;
         // RMM's time of day wraps at midnight: a jump back by more than half a day is one.
-        if self.format == LogFormat::Rmm && t + DAY_NS / 2 < self.last_log_ns {
-            t += DAY_NS * ((self.last_log_ns - t) / DAY_NS + 1);
+        if self.format == LogFormat::Rmm && t.saturating_add(DAY_NS / 2) < self.last_log_ns {
+            let days = (self.last_log_ns - t) / DAY_NS + 1;
+            t = t.saturating_add(DAY_NS.saturating_mul(days));
         }
         self.last_log_ns = self.last_log_ns.max(t);
         let origin = *self.log_origin_ns.get_or_insert(t);
-        let target = self.start_ns + t.saturating_sub(origin);
+        // Saturating: a log time near 2^64 ns must not wrap the device clock back.
+        let target = self.start_ns.saturating_add(t.saturating_sub(origin));
         let now = self.dev.now_ns();
         if target > now {
             self.dev.sleep(target - now);

@@ -50,6 +50,12 @@ impl Tenant {
 /// Where simulated allocations live: far apart, never reused, so addresses stay unique.
 const VA_BASE: DevPtr = 0x7f00_0000_0000;
 
+/// The size-dependent part of an allocation's latency: `per_gib_ns` for each GiB of `bytes`,
+/// saturating for sizes no device has.
+fn per_gib_ns(per_gib_ns: u64, bytes: u64) -> u64 {
+    u64::try_from((u128::from(per_gib_ns) * u128::from(bytes)) >> 30).unwrap_or(u64::MAX)
+}
+
 pub struct SimDevice {
     profile: SimProfile,
     info: DeviceInfo,
@@ -207,11 +213,23 @@ impl SimDevice {
         }
     }
 
-    fn take_va(&mut self, bytes: u64) -> DevPtr {
+    /// A fresh virtual range of `bytes` (page-rounded). Refused as out of memory when the
+    /// 64-bit address space has no room left for it (a request near 2^64 bytes).
+    fn take_va(&mut self, bytes: u64) -> DevResult<DevPtr> {
         let page = self.profile.memory.page_bytes.0;
         let ptr = self.next_va;
-        self.next_va += bytes.div_ceil(page).max(1) * page;
-        ptr
+        self.next_va = crate::units::checked_round_up(bytes.max(1), page)
+            .and_then(|span| ptr.checked_add(span))
+            .ok_or(DeviceError::OutOfMemory {
+                requested_bytes: bytes,
+            })?;
+        Ok(ptr)
+    }
+
+    /// Moves the host clock forward. Saturates rather than wraps: durations are capped at
+    /// `units::MAX_DURATION_NS`, so only a broken profile could get near `u64::MAX`.
+    fn advance(&mut self, ns: u64) {
+        self.host_ns = self.host_ns.saturating_add(ns);
     }
 
     fn stream_index(&self, s: StreamId) -> DevResult<usize> {
@@ -225,9 +243,9 @@ impl SimDevice {
 
     /// Queues `duration_ns` of GPU work on a stream after a host-side launch.
     fn enqueue(&mut self, stream: usize, duration_ns: u64) -> u64 {
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         let start = self.streams[stream].max(self.host_ns);
-        self.streams[stream] = start + duration_ns;
+        self.streams[stream] = start.saturating_add(duration_ns);
         duration_ns
     }
 
@@ -281,7 +299,7 @@ impl SimDevice {
         let inside = self
             .sizes
             .iter()
-            .any(|(base, size)| *base <= ptr && ptr + bytes <= base + size);
+            .any(|(base, size)| *base <= ptr && ptr.saturating_add(bytes) <= base + size);
         if inside || self.vmm.covers(ptr, bytes) {
             Ok(())
         } else {
@@ -354,7 +372,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn mem_info(&mut self) -> DevResult<MemInfo> {
-        self.host_ns += self.profile.latency.mem_get_info.0;
+        self.advance(self.profile.latency.mem_get_info.0);
         Ok(MemInfo {
             free_bytes: self.free_at(self.host_ns),
             total_bytes: self.info.total_bytes,
@@ -362,7 +380,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn nvml_memory(&mut self) -> Option<NvmlMemory> {
-        self.host_ns += self.profile.latency.nvml_memory.0;
+        self.advance(self.profile.latency.nvml_memory.0);
         Some(self.nvml_at(self.host_ns))
     }
 
@@ -388,7 +406,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn sleep(&mut self, duration_ns: u64) {
-        self.host_ns += duration_ns;
+        self.advance(duration_ns);
     }
 
     fn start_sampler(
@@ -450,8 +468,7 @@ impl Memory for SimDevice {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
         }
         let lat = &self.profile.latency;
-        self.host_ns +=
-            lat.malloc_base.0 + ((lat.malloc_per_gib.0 as u128 * bytes as u128) >> 30) as u64;
+        self.advance(lat.malloc_base.0.saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)));
         let m = &self.profile.memory;
         let free = self.free_at(self.host_ns);
         let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
@@ -473,13 +490,14 @@ impl Memory for SimDevice {
                 }
             }
         } else {
+            // A size whose page multiple passes 2^64 fits nowhere (`round_up` saturates).
             let rounded = crate::units::round_up(bytes, m.page_bytes.0);
             if rounded > free {
                 return Err(DeviceError::OutOfMemory {
                     requested_bytes: bytes,
                 });
             }
-            let ptr = self.take_va(rounded);
+            let ptr = self.take_va(rounded)?;
             self.large.insert(ptr, rounded);
             self.large_bytes += rounded;
             ptr
@@ -491,7 +509,7 @@ impl Memory for SimDevice {
     fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
         // cuMemFree may synchronize the device [doc]: the host waits for queued work.
         let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy) + self.profile.latency.free.0;
+        self.host_ns = self.host_ns.max(busy).saturating_add(self.profile.latency.free.0);
         if let Some(rounded) = self.large.remove(&ptr) {
             self.large_bytes -= rounded;
         } else if self.small.free(ptr).is_none() {
@@ -509,7 +527,7 @@ impl Memory for SimDevice {
         let si = self.stream_index(stream)?;
         self.refuse_while_capturing("a word written from the host", Some(stream))?;
         self.check_range("write_word", addr, 4)?;
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         // The copy lands when the stream reaches it, and the host waits for that.
         self.host_ns = self.host_ns.max(self.streams[si]);
         self.streams[si] = self.host_ns;
@@ -520,7 +538,7 @@ impl Memory for SimDevice {
 
 impl Streams for SimDevice {
     fn create_stream(&mut self) -> DevResult<StreamId> {
-        self.host_ns += self.profile.latency.stream_create.0;
+        self.advance(self.profile.latency.stream_create.0);
         self.streams.push(self.host_ns);
         Ok(StreamId(self.streams.len() as u32 - 1))
     }
@@ -528,7 +546,7 @@ impl Streams for SimDevice {
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
         let i = self.stream_index(stream)?;
         self.refuse_while_capturing("cuStreamSynchronize", Some(stream))?;
-        self.host_ns = self.host_ns.max(self.streams[i]) + self.profile.latency.synchronize.0;
+        self.host_ns = self.host_ns.max(self.streams[i]).saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(Some(stream), self.host_ns);
         Ok(())
     }
@@ -536,7 +554,7 @@ impl Streams for SimDevice {
     fn synchronize(&mut self) -> DevResult<()> {
         self.refuse_while_capturing("cuCtxSynchronize", None)?;
         let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy) + self.profile.latency.synchronize.0;
+        self.host_ns = self.host_ns.max(busy).saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(None, self.host_ns);
         Ok(())
     }
@@ -595,7 +613,7 @@ impl Kernels for SimDevice {
         let mut total = 0;
         for _ in 0..repeats {
             self.apply_kernel(&kernel)?;
-            total += self.enqueue(si, self.kernel_ns(&kernel));
+            total = self.enqueue(si, self.kernel_ns(&kernel)).saturating_add(total);
         }
         self.host_ns = self.host_ns.max(self.streams[si]);
         Ok(total)
@@ -616,7 +634,9 @@ impl Kernels for SimDevice {
         } else {
             0
         };
-        let need = wanted.len() as u64 * self.profile.kernels.module_bytes.0 + buffer;
+        let need = (wanted.len() as u64)
+            .saturating_mul(self.profile.kernels.module_bytes.0)
+            .saturating_add(buffer);
         if need > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
                 requested_bytes: need,
@@ -642,7 +662,7 @@ impl StreamOrderedPool for SimDevice {
         }
         let si = self.stream_index(stream)?;
         self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
-        self.host_ns += self.profile.latency.malloc_async.0;
+        self.advance(self.profile.latency.malloc_async.0);
         let can_grow = self.pool.rounded(bytes) <= self.free_at(self.host_ns);
         let ptr = match self.pool.take(bytes, stream, self.host_ns, can_grow) {
             Take::Reused { ptr, reuse } => {
@@ -657,7 +677,7 @@ impl StreamOrderedPool for SimDevice {
                         requested_bytes: bytes,
                     });
                 }
-                let ptr = self.take_va(rounded);
+                let ptr = self.take_va(rounded)?;
                 self.pool.grow(ptr, rounded);
                 ptr
             }
@@ -669,7 +689,7 @@ impl StreamOrderedPool for SimDevice {
     fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
         let si = self.stream_index(stream)?;
         self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
-        self.host_ns += self.profile.latency.free_async.0;
+        self.advance(self.profile.latency.free_async.0);
         let completes_at = self.streams[si].max(self.host_ns);
         if self.pool.free_async(ptr, stream, completes_at).is_none() {
             return Err(DeviceError::Invalid(format!(
@@ -683,7 +703,7 @@ impl StreamOrderedPool for SimDevice {
     }
 
     fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        self.host_ns += self.profile.latency.synchronize.0;
+        self.advance(self.profile.latency.synchronize.0);
         self.pool.trim_to(keep_bytes);
         Ok(())
     }
