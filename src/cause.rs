@@ -71,7 +71,8 @@ impl Cause {
             Cause::PendingFree => "workloads/oom/pending-free.toml",
             Cause::HeldOutsideAnyAllocator => "workloads/oom/context-and-stack.toml",
             Cause::PeakNotIdle | Cause::Capacity => "workloads/oom/peak-not-idle.toml",
-            Cause::GraphMemory | Cause::FractionCap => return None,
+            Cause::FractionCap => "workloads/oom/fraction-cap.toml",
+            Cause::GraphMemory => return None,
         })
     }
 }

@@ -542,8 +542,15 @@ mod tests {
     fn rounding_near_two_to_the_64_saturates_instead_of_wrapping() {
         let huge = u64::MAX - 3;
         assert_eq!(checked_round_up(huge, 2 * MIB), None);
-        assert_eq!(round_up(huge, 2 * MIB), u64::MAX, "never 0: it must not fit");
-        assert_eq!(checked_round_up(u64::MAX - 2 * MIB + 1, 2 * MIB), Some(u64::MAX - 2 * MIB + 1));
+        assert_eq!(
+            round_up(huge, 2 * MIB),
+            u64::MAX,
+            "never 0: it must not fit"
+        );
+        assert_eq!(
+            checked_round_up(u64::MAX - 2 * MIB + 1, 2 * MIB),
+            Some(u64::MAX - 2 * MIB + 1)
+        );
     }
 
     #[test]

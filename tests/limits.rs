@@ -79,7 +79,13 @@ fn bandwidth_beyond_the_device_exits_2_naming_the_size() {
     }
     let r = headroom(
         tmp.path(),
-        &["bandwidth", "--size", "18446744073709551612B", "--profile", "tiny-4g"],
+        &[
+            "bandwidth",
+            "--size",
+            "18446744073709551612B",
+            "--profile",
+            "tiny-4g",
+        ],
     );
     assert!(
         r.stderr.contains("three buffers") && r.stderr.contains("4.00 GiB"),

@@ -262,3 +262,57 @@ fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
     assert_eq!(oom["diagnosis"]["causes"][0], "fragmentation");
     assert_eq!(s["release"]["difference_bytes"], 0);
 }
+
+#[test]
+fn the_fraction_cap_is_the_cause_and_names_its_allowed_bytes() {
+    let (_, s, _, _d) = scenario("fraction-cap", &[]);
+    let oom = &s["ooms"][0];
+    assert_eq!(
+        (oom["phase"].as_str(), oom["via"].as_str()),
+        (Some("workspace"), Some("caching"))
+    );
+    // 25% of tiny-4g's 4 GiB; weights took 20% (four 204.8 MiB tensors, each its own segment).
+    let allowed = GIB;
+    // 10% of the device, rounded down to a 2 MiB page.
+    assert_eq!(u(&oom["requested_bytes"]), 408 * MIB);
+    let caps: Vec<&serde_json::Value> = oom["retries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.get("fraction_cap"))
+        .collect();
+    assert_eq!(
+        caps.len(),
+        2,
+        "the first attempt and the retry: {}",
+        oom["retries"]
+    );
+    let last = caps[1];
+    assert_eq!(u(&last["allowed_bytes"]), allowed);
+    assert_eq!(u(&last["held_bytes"]), u(&oom["alloc_reserved_bytes"]));
+    assert!(u(&last["held_bytes"]) + u(&last["more_bytes"]) > allowed);
+    // The device had room: this is the cap, not the peak.
+    assert!(u(&oom["device_free_bytes"]) > 2 * GIB);
+    assert_eq!(
+        u(&oom["driver_request_bytes"]),
+        0,
+        "the driver was never asked"
+    );
+    let d = &oom["diagnosis"];
+    assert_eq!(d["causes"][0], "fraction-cap", "{d}");
+    assert!(
+        !d["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "peak-not-idle"),
+        "{d}"
+    );
+    assert!(
+        d["findings"].as_array().unwrap().iter().any(|f| f
+            .as_str()
+            .unwrap()
+            .contains("1.00 GiB allowed (1073741824 bytes)")),
+        "{d}"
+    );
+}

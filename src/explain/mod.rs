@@ -53,11 +53,8 @@ pub mod cause {
 
 /// The shipped workload that reproduces a cause (`workloads/oom/…`), if one does.
 pub fn scenario(cause: Cause) -> Option<&'static str> {
-    match cause {
-        // A message's "capacity" is demand beyond the card, which peak-not-idle shows.
-        Cause::FractionCap => None,
-        c => c.scenario(),
-    }
+    // A message's "capacity" is demand beyond the card, which peak-not-idle shows.
+    cause.scenario()
 }
 
 /// One line of arithmetic: a derived figure, how it was derived, and its bounds.

@@ -8,7 +8,7 @@
 //! `per_process_memory_fraction` setting.
 
 use crate::alloc::ptr_map::PtrMap;
-use crate::alloc::{AllocError, AllocStats, Allocator, Block, OomRequest};
+use crate::alloc::{AllocError, AllocStats, Allocator, Block, OomRequest, RetryStep};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, StreamId};
 
@@ -93,10 +93,10 @@ impl Allocator for LimitingAdaptor {
                 driver_request_bytes: 0,
                 pool: "limit".into(),
                 stream,
-                retries: vec![format!(
+                retries: vec![RetryStep::said(format!(
                     "refused by the limiting adaptor: {} bytes in use + {rounded} would pass the limit of {} bytes",
                     self.used_bytes, self.limit_bytes
-                )],
+                ))],
             })));
         }
         let b = self.upstream.allocate(dev, bytes, stream)?;
@@ -160,7 +160,7 @@ mod tests {
             (30 * MIB, 30 * MIB, "limit")
         );
         assert!(
-            oom.retries[0].contains("1048576000 bytes in use"),
+            oom.retries[0].text.contains("1048576000 bytes in use"),
             "{:?}",
             oom.retries
         );

@@ -474,7 +474,9 @@ fn expandable_out_of_memory_unmaps_what_it_mapped() {
     };
     assert_eq!(oom.retries.len(), 4);
     assert!(
-        oom.retries[0].contains("expandable segment pages refused"),
+        oom.retries[0]
+            .text
+            .contains("expandable segment pages refused"),
         "{:?}",
         oom.retries
     );
@@ -500,7 +502,9 @@ fn per_process_memory_fraction_refuses_before_the_driver() {
         panic!("expected an OOM")
     };
     assert!(
-        oom.retries[0].contains("per-process memory fraction (1073741824 bytes allowed"),
+        oom.retries[0]
+            .text
+            .contains("per-process memory fraction (1073741824 bytes allowed"),
         "{:?}",
         oom.retries
     );

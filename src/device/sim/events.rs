@@ -76,7 +76,10 @@ impl SimDevice {
 
     pub(super) fn sim_event_synchronize(&mut self, event: EventId) -> DevResult<()> {
         let t = self.events.completes_at(event)?;
-        self.host_ns = self.host_ns.max(t).saturating_add(self.profile.latency.synchronize.0);
+        self.host_ns = self
+            .host_ns
+            .max(t)
+            .saturating_add(self.profile.latency.synchronize.0);
         Ok(())
     }
 

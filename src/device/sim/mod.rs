@@ -468,7 +468,11 @@ impl Memory for SimDevice {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
         }
         let lat = &self.profile.latency;
-        self.advance(lat.malloc_base.0.saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)));
+        self.advance(
+            lat.malloc_base
+                .0
+                .saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)),
+        );
         let m = &self.profile.memory;
         let free = self.free_at(self.host_ns);
         let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
@@ -509,7 +513,10 @@ impl Memory for SimDevice {
     fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
         // cuMemFree may synchronize the device [doc]: the host waits for queued work.
         let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy).saturating_add(self.profile.latency.free.0);
+        self.host_ns = self
+            .host_ns
+            .max(busy)
+            .saturating_add(self.profile.latency.free.0);
         if let Some(rounded) = self.large.remove(&ptr) {
             self.large_bytes -= rounded;
         } else if self.small.free(ptr).is_none() {
@@ -546,7 +553,10 @@ impl Streams for SimDevice {
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
         let i = self.stream_index(stream)?;
         self.refuse_while_capturing("cuStreamSynchronize", Some(stream))?;
-        self.host_ns = self.host_ns.max(self.streams[i]).saturating_add(self.profile.latency.synchronize.0);
+        self.host_ns = self
+            .host_ns
+            .max(self.streams[i])
+            .saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(Some(stream), self.host_ns);
         Ok(())
     }
@@ -554,7 +564,10 @@ impl Streams for SimDevice {
     fn synchronize(&mut self) -> DevResult<()> {
         self.refuse_while_capturing("cuCtxSynchronize", None)?;
         let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy).saturating_add(self.profile.latency.synchronize.0);
+        self.host_ns = self
+            .host_ns
+            .max(busy)
+            .saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(None, self.host_ns);
         Ok(())
     }
@@ -613,7 +626,9 @@ impl Kernels for SimDevice {
         let mut total = 0;
         for _ in 0..repeats {
             self.apply_kernel(&kernel)?;
-            total = self.enqueue(si, self.kernel_ns(&kernel)).saturating_add(total);
+            total = self
+                .enqueue(si, self.kernel_ns(&kernel))
+                .saturating_add(total);
         }
         self.host_ns = self.host_ns.max(self.streams[si]);
         Ok(total)

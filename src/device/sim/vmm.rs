@@ -195,7 +195,11 @@ impl SimDevice {
     pub(super) fn sim_vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
         self.vmm.check_map(ptr, bytes)?;
         let lat = &self.profile.latency;
-        self.advance(lat.malloc_base.0.saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)));
+        self.advance(
+            lat.malloc_base
+                .0
+                .saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)),
+        );
         if bytes > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
                 requested_bytes: bytes,
