@@ -9,7 +9,7 @@ use crate::alloc::{AllocError, Allocator};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, DeviceError, StreamId};
 
-use super::parse::{Event, parse_headroom, parse_rmm};
+use super::parse::{Event, LogStream, parse_headroom, parse_rmm};
 use super::{
     BadRow, BadRowPolicy, LogFormat, RMM_HEADER, ReplayError, ReplayFailure, ReplayOptions,
     ReplayPeaks, ReplayReport,
@@ -198,7 +198,8 @@ impl<'a> Replay<'a> {
         }
     }
 
-    fn stream(&mut self, label: u64) -> Result<StreamId, DeviceError> {
+    fn stream(&mut self, label: LogStream) -> Result<StreamId, DeviceError> {
+        let label = label.id;
         if let Some((_, s)) = self.streams.iter().find(|(l, _)| *l == label) {
             return Ok(*s);
         }
@@ -327,7 +328,7 @@ impl<'a> Replay<'a> {
         &mut self,
         line: u64,
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
         e: AllocError,
     ) -> Result<(), ReplayError> {
         let s = self.alloc.stats();
