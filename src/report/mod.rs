@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod compare;
+pub mod escape;
 pub mod graphs;
 pub mod junit;
 pub mod markdown;

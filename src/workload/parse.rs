@@ -160,6 +160,16 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             "missing section; it needs at least `name`",
         )
     })?;
+    if head.name.chars().any(char::is_control) {
+        return Err(WorkloadError::new(
+            file,
+            "[workload] name",
+            format!(
+                "{:?} contains a control character; names are printed to terminals and reports",
+                head.name
+            ),
+        ));
+    }
     let settings = match section::<SettingsSection>(file, &table, "settings")? {
         None => Settings::default(),
         Some(s) => Settings {
@@ -194,6 +204,13 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         let place = format!("phase {} ({:?})", i + 1, p.name);
         if p.name.trim().is_empty() {
             return Err(WorkloadError::new(file, &place, "the phase name is empty"));
+        }
+        if p.name.chars().any(char::is_control) {
+            return Err(WorkloadError::new(
+                file,
+                &place,
+                "the phase name contains a control character; names are printed to terminals and reports",
+            ));
         }
         if phases.iter().any(|(n, _): &(String, _)| *n == p.name) {
             return Err(WorkloadError::new(
