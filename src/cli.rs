@@ -146,7 +146,7 @@ pub struct MergeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The log: headroom's allocator log (`t_ns,event,…`) or RMM's
+    /// The log: headroom's allocator log (`t_ns,action,ptr,bytes,stream,detail`) or RMM's
     /// `Thread,Time,Action,Pointer,Size,Stream` CSV.
     pub log: PathBuf,
     /// The allocator to replay against.

@@ -194,6 +194,24 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
+/// Every value of `events.csv`'s `result` column, with what it means.
+pub const EVENT_RESULTS: [(&str, &str); 5] = [
+    ("ok", "the action completed"),
+    ("oom", "the request was refused for lack of memory"),
+    (
+        "full",
+        "the refusal that ends an allocation with count = \"fill\"",
+    ),
+    (
+        "stopped",
+        "not run: below the free-memory floor, or interrupted",
+    ),
+    (
+        "error",
+        "the call failed other than by running out of memory",
+    ),
+];
+
 /// One row of `events.csv`: an allocate, free, launch, sync or failure.
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRow<'a> {
@@ -206,7 +224,7 @@ pub struct EventRow<'a> {
     pub requested_bytes: Option<u64>,
     pub size_bytes: Option<u64>,
     pub latency_ns: u64,
-    /// `ok`, `oom` or `error`.
+    /// One of `EVENT_RESULTS`.
     pub result: &'a str,
     pub device_free_bytes: Option<u64>,
     pub detail: &'a str,
