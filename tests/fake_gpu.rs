@@ -376,7 +376,7 @@ steps = [
         out.stderr
     );
     assert_eq!(s["status"], "oom");
-    assert_eq!(s["ooms"][0]["step"], "2");
+    assert_eq!(s["ooms"][0]["step"], "s2");
     assert_eq!(u(&s["ooms"][0]["requested_bytes"]), 64 * MIB);
     let rows = csv_rows(&out_dir.join("events.csv"));
     assert_eq!(rows[1]["result"], "oom");
@@ -423,7 +423,7 @@ steps = [
     assert_eq!(s["exit_code"], 2);
     let detail = s["status_detail"].as_str().unwrap();
     assert!(
-        detail.contains("wedged") && detail.contains("\"wedged\", step 1 (synchronize)"),
+        detail.contains("wedged") && detail.contains("\"wedged\", step s1 (synchronize)"),
         "{detail}"
     );
     assert_eq!(s["phases"][0]["status"], "completed");

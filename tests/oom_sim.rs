@@ -37,7 +37,7 @@ fn pending_free_fails_on_another_stream_and_succeeds_after_synchronize() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("allocate-on-b", "1")
+        ("allocate-on-b", "s1")
     );
     assert_eq!(oom["stream"], "b");
     assert_eq!(u(&oom["requested_bytes"]), 2456 * MIB);
@@ -149,7 +149,7 @@ fn the_activation_peak_fails_where_idle_said_it_would_fit() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("train-step", "1.33")
+        ("train-step", "s1.33")
     );
     assert_eq!(oom["name"], "act[8]");
     assert_eq!(u(&oom["requested_bytes"]), 204 * MIB);
@@ -241,7 +241,7 @@ fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("request", "1")
+        ("request", "s1")
     );
     assert_eq!(u(&oom["rounded_bytes"]), 20 * MIB);
     assert_eq!(u(&oom["alloc_reserved_bytes"]), 192 * 20 * MIB);

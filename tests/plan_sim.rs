@@ -486,7 +486,7 @@ fn validate_tiny_page_rounding_of_1_5_mib_blocks_over_admits_by_5() {
     // 21 requests: 256 + 2048 + 21 × 64 + 384 = 4032 MiB, and the 128 MiB workspace is refused.
     let o = &v["planned_run"]["outcome"];
     assert_eq!(o["result"], "oom");
-    assert_eq!(o["at"], "other-peak/2");
+    assert_eq!(o["at"], "other-peak/s2");
     assert_eq!(u(&o["requested_bytes"]), 128 * MIB);
     assert!(v["margin_held"].is_null(), "an OOM never reaches the peak");
     // The page rounding measured: 21 × 32 blocks × 0.5 MiB.
@@ -696,7 +696,7 @@ fn validate_with_no_margin_stops_at_the_first_oom_and_notes_the_floor() {
     assert_eq!(v["admission"]["first_failure"]["outcome"]["result"], "oom");
     assert_eq!(
         v["admission"]["first_failure"]["outcome"]["at"],
-        "other-peak/2"
+        "other-peak/s2"
     );
     assert_eq!(u(&v["floor_bytes"]), 256 * MIB);
     let at_limit = v["admission"]["probes"]

@@ -16,7 +16,7 @@ use crate::record::peaks::{PeakSet, Poller};
 use crate::record::{NO_PHASE, Reading, Source, View};
 
 /// The format version written into every output; bumped when a column or key changes meaning.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Pollers replayed over every run: what a dashboard at that rate would have shown.
 pub const POLLERS: &[(&str, u64)] = &[("1hz", 1_000_000_000), ("10hz", 100_000_000)];

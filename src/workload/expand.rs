@@ -250,7 +250,7 @@ impl Emitter<'_, '_> {
             }
         }
         let label = if self.multi {
-            format!("{}.{}", self.label, self.out.len() + 1)
+            crate::workload::step_id::of_action(&self.label, self.out.len() + 1)
         } else {
             self.label.clone()
         };
@@ -543,7 +543,7 @@ pub fn expand(
                     pi + 1,
                     step.op()
                 ),
-                label: pos.to_string(),
+                label: crate::workload::step_id::of_step(*pos),
                 origin: step.op(),
                 out: Vec::new(),
                 multi: false,
@@ -568,7 +568,9 @@ pub fn expand(
             return Err(WorkloadError::new(
                 path,
                 "[expect]",
-                format!("oom = {at:?} names no step; write \"phase name/step number\""),
+                format!(
+                    "oom = {at:?} names no step; write \"phase name/step id\" (e.g. \"decode/s3\")"
+                ),
             ));
         }
     }

@@ -9,6 +9,7 @@ pub mod action;
 pub mod expand;
 pub mod parse;
 pub mod step;
+pub mod step_id;
 
 use std::path::{Path, PathBuf};
 

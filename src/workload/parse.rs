@@ -316,13 +316,15 @@ fn parse_expect(file: &Path, e: ExpectSection) -> Result<Expect, WorkloadError> 
         Some(toml::Value::Boolean(true)) => OomExpectation::Any,
         Some(toml::Value::String(s)) if s == "none" => OomExpectation::None,
         Some(toml::Value::String(s)) if s == "any" => OomExpectation::Any,
-        Some(toml::Value::String(s)) if s.contains('/') => OomExpectation::At(s),
+        Some(toml::Value::String(s)) if s.contains('/') => {
+            OomExpectation::At(crate::workload::step_id::canonical_at(&s))
+        }
         Some(other) => {
             return Err(WorkloadError::new(
                 file,
                 place,
                 format!(
-                    "oom = {other} is not understood; use false, true, or \"phase/step\" (e.g. \"decode/3\")"
+                    "oom = {other} is not understood; use false, true, or \"phase/step\" (e.g. \"decode/s3\")"
                 ),
             ));
         }
