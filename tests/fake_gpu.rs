@@ -565,5 +565,13 @@ fn the_gpu_check_runs_on_the_fake_driver_and_agrees_with_the_simulator() {
         ],
     );
     assert_eq!(cross.code, 0, "{}\n{}", cross.stdout, cross.stderr);
+    // The fake driver grows its pool before making another stream wait, as the simulator does.
+    assert!(
+        cross.stdout.lines().any(|l| l.starts_with("pool-reuse")
+            && l.contains("pool_reserved_bytes")
+            && l.trim_end().ends_with("yes")),
+        "{}",
+        cross.stdout
+    );
     assert_eq!(runs.len(), std::fs::read_dir(&sim).unwrap().count());
 }
