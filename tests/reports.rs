@@ -134,6 +134,11 @@ fn regenerate() {
             junit_normalized(&dir),
         )
         .unwrap();
+        std::fs::write(
+            snaps.join(format!("{name}.timeline.svg")),
+            read(&dir.join("timeline.svg")),
+        )
+        .unwrap();
     }
     let cmp = |extra: &str| {
         let mut args = vec![
