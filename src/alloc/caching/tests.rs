@@ -473,12 +473,10 @@ fn expandable_out_of_memory_unmaps_what_it_mapped() {
         panic!("expected an OOM")
     };
     assert_eq!(oom.retries.len(), 4);
+    let first = &oom.retries[0].text;
     assert!(
-        oom.retries[0]
-            .text
-            .contains("expandable segment pages refused"),
-        "{:?}",
-        oom.retries
+        first.contains("expandable segment pages refused"),
+        "{first}"
     );
     assert_eq!(
         oom.driver_request_bytes,
@@ -501,12 +499,10 @@ fn per_process_memory_fraction_refuses_before_the_driver() {
     let AllocError::OutOfMemory(oom) = e else {
         panic!("expected an OOM")
     };
+    let first = &oom.retries[0].text;
     assert!(
-        oom.retries[0]
-            .text
-            .contains("per-process memory fraction (1073741824 bytes allowed"),
-        "{:?}",
-        oom.retries
+        first.contains("memory fraction (1073741824 bytes allowed"),
+        "{first}"
     );
     assert_eq!(device_bytes(&mut d), GIB);
 }

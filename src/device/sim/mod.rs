@@ -9,6 +9,8 @@
 mod content;
 mod events;
 mod graphs;
+mod kernels;
+mod memory;
 mod pages;
 mod pool;
 mod vmm;
@@ -20,7 +22,7 @@ use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::{
     DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
 };
 use crate::sampler::{LiveViews, VirtualSampler};
 
@@ -28,7 +30,7 @@ use content::ContentModel;
 use events::SimEvents;
 use graphs::SimGraphs;
 use pages::SmallHeap;
-use pool::{Reuse, SimPool, Take};
+use pool::SimPool;
 use vmm::SimVmm;
 
 /// Another process holding memory on the simulated device for a while.
@@ -462,87 +464,6 @@ impl DeviceCore for SimDevice {
     }
 }
 
-impl Memory for SimDevice {
-    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
-        if bytes == 0 {
-            return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
-        }
-        let lat = &self.profile.latency;
-        self.advance(
-            lat.malloc_base
-                .0
-                .saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)),
-        );
-        let m = &self.profile.memory;
-        let free = self.free_at(self.host_ns);
-        let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
-            let page = m.page_bytes.0;
-            let may_add = page <= free;
-            let mut va = self.next_va;
-            let placed = self.small.alloc(bytes, may_add, || {
-                let p = va;
-                va += page;
-                p
-            });
-            self.next_va = self.next_va.max(va);
-            match placed {
-                Some(a) => a.ptr,
-                None => {
-                    return Err(DeviceError::OutOfMemory {
-                        requested_bytes: bytes,
-                    });
-                }
-            }
-        } else {
-            // A size whose page multiple passes 2^64 fits nowhere (`round_up` saturates).
-            let rounded = crate::units::round_up(bytes, m.page_bytes.0);
-            if rounded > free {
-                return Err(DeviceError::OutOfMemory {
-                    requested_bytes: bytes,
-                });
-            }
-            let ptr = self.take_va(rounded)?;
-            self.large.insert(ptr, rounded);
-            self.large_bytes += rounded;
-            ptr
-        };
-        self.sizes.insert(ptr, bytes);
-        Ok(ptr)
-    }
-
-    fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
-        // cuMemFree may synchronize the device [doc]: the host waits for queued work.
-        let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self
-            .host_ns
-            .max(busy)
-            .saturating_add(self.profile.latency.free.0);
-        if let Some(rounded) = self.large.remove(&ptr) {
-            self.large_bytes -= rounded;
-        } else if self.small.free(ptr).is_none() {
-            return Err(DeviceError::Invalid(format!(
-                "cuMemFree of {ptr:#x}, which is not a live allocation"
-            )));
-        }
-        if let Some(bytes) = self.sizes.remove(&ptr) {
-            self.content.forget(ptr, bytes);
-        }
-        Ok(())
-    }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a word written from the host", Some(stream))?;
-        self.check_range("write_word", addr, 4)?;
-        self.advance(self.profile.latency.launch.0);
-        // The copy lands when the stream reaches it, and the host waits for that.
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        self.streams[si] = self.host_ns;
-        self.content.write_word(addr, value);
-        Ok(())
-    }
-}
-
 impl Streams for SimDevice {
     fn create_stream(&mut self) -> DevResult<StreamId> {
         self.advance(self.profile.latency.stream_create.0);
@@ -586,145 +507,6 @@ impl Streams for SimDevice {
 
     fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
         self.sim_event_destroy(event)
-    }
-}
-
-impl Kernels for SimDevice {
-    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
-        let si = self.stream_index(stream)?;
-        if self.graphs.is_capturing(stream) {
-            self.sim_graph_capture_kernel(kernel, stream)?;
-            return Ok(KernelOutcome::default());
-        }
-        let limit_before_bytes = self.stack_per_thread_bytes;
-        let mismatch = self.apply_kernel(&kernel)?;
-        let gpu_ns = self.enqueue(si, self.kernel_ns(&kernel));
-        if matches!(kernel, Kernel::Verify { .. }) {
-            // The mismatch count is read back: the host waits for the kernel.
-            self.host_ns = self.host_ns.max(self.streams[si]);
-        }
-        let stack = match kernel {
-            Kernel::Stack { frame_bytes } => Some(crate::device::StackChange {
-                local_bytes_per_thread: crate::kernels::stack_function(frame_bytes)?
-                    .frame_bytes()
-                    .unwrap_or(frame_bytes) as u64,
-                limit_before_bytes,
-                limit_after_bytes: self.stack_per_thread_bytes,
-            }),
-            _ => None,
-        };
-        Ok(KernelOutcome {
-            gpu_ns: Some(gpu_ns),
-            mismatch,
-            stack,
-        })
-    }
-
-    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a timed launch", Some(stream))?;
-        let mut total = 0;
-        for _ in 0..repeats {
-            self.apply_kernel(&kernel)?;
-            total = self
-                .enqueue(si, self.kernel_ns(&kernel))
-                .saturating_add(total);
-        }
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        Ok(total)
-    }
-
-    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32> {
-        use crate::kernels::Module;
-        let mut wanted = modules
-            .iter()
-            .copied()
-            .filter(|m| !self.modules_loaded[m.index()])
-            .collect::<Vec<_>>();
-        wanted.sort_by_key(|m| m.index());
-        wanted.dedup();
-        // `verify`'s result buffer, a small allocation, opens a shared page.
-        let buffer = if wanted.contains(&Module::Verify) {
-            self.profile.memory.page_bytes.0
-        } else {
-            0
-        };
-        let need = (wanted.len() as u64)
-            .saturating_mul(self.profile.kernels.module_bytes.0)
-            .saturating_add(buffer);
-        if need > self.free_at(self.host_ns) {
-            return Err(DeviceError::OutOfMemory {
-                requested_bytes: need,
-            });
-        }
-        for m in &wanted {
-            self.modules_loaded[m.index()] = true;
-        }
-        self.kernel_bytes += need;
-        Ok(wanted.len() as u32)
-    }
-}
-
-impl StreamOrderedPool for SimDevice {
-    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
-        self.pool.config = config;
-        Ok(())
-    }
-
-    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
-        if bytes == 0 {
-            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
-        }
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
-        self.advance(self.profile.latency.malloc_async.0);
-        let can_grow = self.pool.rounded(bytes) <= self.free_at(self.host_ns);
-        let ptr = match self.pool.take(bytes, stream, self.host_ns, can_grow) {
-            Take::Reused { ptr, reuse } => {
-                if let Reuse::WaitUntil(t) = reuse {
-                    self.streams[si] = self.streams[si].max(t);
-                }
-                ptr
-            }
-            Take::MustGrow(rounded) => {
-                if rounded > self.free_at(self.host_ns) {
-                    return Err(DeviceError::OutOfMemory {
-                        requested_bytes: bytes,
-                    });
-                }
-                let ptr = self.take_va(rounded)?;
-                self.pool.grow(ptr, rounded);
-                ptr
-            }
-        };
-        self.sizes.insert(ptr, bytes);
-        Ok(ptr)
-    }
-
-    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
-        self.advance(self.profile.latency.free_async.0);
-        let completes_at = self.streams[si].max(self.host_ns);
-        if self.pool.free_async(ptr, stream, completes_at).is_none() {
-            return Err(DeviceError::Invalid(format!(
-                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
-            )));
-        }
-        if let Some(bytes) = self.sizes.remove(&ptr) {
-            self.content.forget(ptr, bytes);
-        }
-        Ok(())
-    }
-
-    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        self.advance(self.profile.latency.synchronize.0);
-        self.pool.trim_to(keep_bytes);
-        Ok(())
-    }
-
-    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
-        Ok(self.pool.usage())
     }
 }
 
