@@ -11,7 +11,7 @@ use crate::device::prelude::*;
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
 use crate::units::{Bytes, checked_round_up};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub name: &'static str,
     /// How the bytes are counted.
@@ -22,7 +22,7 @@ pub struct Row {
     pub bytes_per_s: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Ratio {
     pub name: &'static str,
     pub value: f64,
@@ -30,7 +30,7 @@ pub struct Ratio {
     pub met: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BandwidthReport {
     pub device: DeviceInfo,
     pub size_bytes: u64,

@@ -5,7 +5,19 @@
 use serde::{Deserialize, Serialize};
 
 /// One cause, serialized by its name (`fragmentation`, `other-process`, …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cause {
     /// Free pieces inside the allocator's segments, none large enough for the request.

@@ -23,6 +23,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod schema;
 pub mod tenant;
 
 pub mod units;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::cause::Cause;
 
 /// What refused a request, as `summary.json` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusedBy {
     /// `cuMemAlloc` outside any allocator, or the driver itself (a kernel's stack).
@@ -48,7 +48,7 @@ use crate::device::{NvmlMemory, ProcessUsage};
 use crate::units::Bytes;
 
 /// Everything known at the moment a request was refused. Byte counts are raw.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomRecord {
     pub utc: String,
     pub t_ns: u64,
@@ -108,7 +108,7 @@ pub struct OomRecord {
 }
 
 /// Which observation from the article applies, what the numbers show, and what to check next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// The article's table row that fits best.
     pub observation: String,

@@ -304,6 +304,17 @@ impl serde::Serialize for Size {
     }
 }
 
+/// Written as raw bytes, an unsigned integer.
+impl schemars::JsonSchema for Size {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Bytes".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 0})
+    }
+}
+
 /// A size in a workload that may be relative to the device: `"512MiB"`, or `"60% of total"`
 /// (a share of the CUDA-visible total, rounded down to a whole 2 MiB page), so one scenario
 /// file means the same pressure on a 4 GiB test device and a 141 GB H200.

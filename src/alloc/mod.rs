@@ -32,7 +32,7 @@ pub struct Block {
 }
 
 /// The allocator's side of an out-of-memory: what was asked and how it was rounded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomRequest {
     pub requested_bytes: u64,
     /// The request after the allocator's rounding (what PyTorch prints as "Tried to allocate").
@@ -48,7 +48,7 @@ pub struct OomRequest {
 
 /// One step an allocator took before it gave up on a request: what it tried and what came of
 /// it, and, when its own cap refused the attempt, the bytes that cap allows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(from = "RetryStepRepr")]
 pub struct RetryStep {
     /// For people: the attempt and its outcome, with raw byte counts.
@@ -60,7 +60,7 @@ pub struct RetryStep {
 
 /// An attempt refused by the caching allocator's `per_process_memory_fraction`: held + more
 /// would pass what the fraction allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FractionCapRefusal {
     /// `allowed_memory_maximum`: fraction × device total (PyTorch's "N allowed;").
     pub allowed_bytes: u64,
@@ -93,7 +93,7 @@ impl PartialEq<String> for RetryStep {
 }
 
 /// A step as written: an object, or the bare sentence older files hold.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum RetryStepRepr {
     Text(String),
@@ -130,7 +130,9 @@ impl AllocError {
 }
 
 /// An allocator's counters at one instant (PyTorch's `memory_stats` vocabulary).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct AllocStats {
     /// Live blocks, at their accounted size.
     pub allocated_bytes: u64,
@@ -163,7 +165,18 @@ impl AllocStats {
 }
 
 /// Which allocator serves a workload's requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AllocatorKind {
     /// One `cuMemAlloc` per request.

@@ -102,7 +102,7 @@ pub struct Session<'d> {
 pub struct Interrupted;
 
 /// How one probe ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Outcome {
     /// Completed with at least the margin free at the true peak.
@@ -131,7 +131,7 @@ impl Outcome {
 }
 
 /// One probe: a request count, its outcome and its peak.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProbeRecord {
     pub requests: u64,
     pub outcome: Outcome,
@@ -146,7 +146,7 @@ pub struct ProbeRecord {
 }
 
 /// One planned category next to what the planned run measured for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct CategoryRow {
     pub category: String,
     pub planned_bytes: u64,
@@ -158,7 +158,7 @@ pub struct CategoryRow {
 
 /// One view's true peak in the planned run, next to what the plan's categories add up to in
 /// that view's scope.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ViewRow {
     pub view: String,
     pub peak_bytes: u64,
@@ -166,7 +166,7 @@ pub struct ViewRow {
 }
 
 /// The planned run, measured.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PlannedRun {
     pub requests: u64,
     pub dir: String,
@@ -178,7 +178,7 @@ pub struct PlannedRun {
 }
 
 /// Memory at the planned run's peak that none of the plan's categories named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Unnamed {
     /// Device used at the idle reading after the context: context, other processes, driver.
     pub idle_used_bytes: u64,
@@ -202,7 +202,7 @@ pub struct Unnamed {
 }
 
 /// Where admission really stops, next to the planned count.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Admission {
     pub planned_requests: u64,
     /// The most requests admitted (None: not even zero fit).
@@ -219,7 +219,7 @@ pub struct Admission {
 }
 
 /// The plan as it was checked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PlanReport {
     pub name: String,
     pub description: String,
@@ -237,7 +237,7 @@ pub struct PlanReport {
 }
 
 /// Everything `validation.json` holds for one plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Validation {
     pub format_version: u32,
     pub plan: PlanReport,
@@ -355,7 +355,7 @@ impl Prober<'_, '_> {
 }
 
 /// The search's result: the largest admitted and the smallest failed count probed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Limit {
     pub admitted: Option<u64>,
     pub first_failure: Option<u64>,

@@ -8,7 +8,7 @@ use crate::alloc::{AllocStats, OomRequest};
 use crate::units::Bytes;
 
 /// Which log format a file is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     Headroom,
@@ -25,14 +25,14 @@ impl LogFormat {
 }
 
 /// A line skipped under `BadRowPolicy::Collect`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BadRow {
     pub line: u64,
     pub message: String,
 }
 
 /// The highest value of a view and the log line where it was first reached.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Peak {
     pub bytes: u64,
     pub line: u64,
@@ -46,7 +46,7 @@ impl Peak {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayPeaks {
     pub alloc_allocated: Peak,
     pub alloc_reserved: Peak,
@@ -56,7 +56,7 @@ pub struct ReplayPeaks {
 }
 
 /// The allocation the allocator refused, and the views at that moment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayFailure {
     pub line: u64,
     pub requested_bytes: u64,
@@ -71,7 +71,7 @@ pub struct ReplayFailure {
     pub device_free_bytes: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayReport {
     /// The log's file name (or what the caller called the input).
     pub source: String,
