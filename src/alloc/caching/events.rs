@@ -153,7 +153,7 @@ impl CachingAllocator {
 #[cfg(test)]
 mod tests {
     use crate::alloc::caching::CachingConfig;
-    use crate::alloc::{Allocator, AllocatorSpec};
+    use crate::alloc::AllocatorSpec;
     use crate::device::prelude::*;
     use crate::device::profile::SimProfile;
     use crate::device::sim::SimDevice;
