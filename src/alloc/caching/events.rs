@@ -152,8 +152,8 @@ impl CachingAllocator {
 
 #[cfg(test)]
 mod tests {
-    use crate::alloc::caching::CachingConfig;
     use crate::alloc::AllocatorSpec;
+    use crate::alloc::caching::CachingConfig;
     use crate::device::prelude::*;
     use crate::device::profile::SimProfile;
     use crate::device::sim::SimDevice;
