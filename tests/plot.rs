@@ -99,17 +99,25 @@ fn labels_cover_neither_labels_nor_marks() {
         .shapes
         .iter()
         .find_map(|s| match s {
-            Shape::Path { points, .. } if points.len() == 2 && points[0].1 != points[1].1 => {
-                Some(points[0])
+            // A diagonal of the cross (the OOM's dashed line is vertical).
+            Shape::Path { points, .. }
+                if points.len() == 2
+                    && points[0].0 != points[1].0
+                    && points[0].1 != points[1].1 =>
+            {
+                Some((
+                    (points[0].0 + points[1].0) / 2.0,
+                    (points[0].1 + points[1].1) / 2.0,
+                ))
             }
             _ => None,
         })
         .unwrap();
     let mark = Box2 {
-        x0: cross.0 - 1.0,
-        y0: cross.1 - 1.0,
-        x1: cross.0 + 13.0,
-        y1: cross.1 + 13.0,
+        x0: cross.0 - 6.0,
+        y0: cross.1 - 6.0,
+        x1: cross.0 + 6.0,
+        y1: cross.1 + 6.0,
     };
     for (id, text, b) in labels(&scene) {
         assert!(
