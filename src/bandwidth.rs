@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
+use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, checked_round_up};
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -272,21 +273,21 @@ pub fn render(r: &BandwidthReport) -> String {
             ""
         }
     );
-    let _ = writeln!(
-        o,
-        "{:<14} {:>12} {:>12}  bytes counted",
-        "operation", "GB/s", "time"
-    );
+    let mut t = TextTable::new(&[
+        ("operation", Align::Left),
+        ("GB/s", Align::Right),
+        ("time", Align::Right),
+        ("bytes counted", Align::Left),
+    ]);
     for row in &r.rows {
-        let _ = writeln!(
-            o,
-            "{:<14} {:>12.1} {:>12}  {}",
-            row.name,
-            row.bytes_per_s / 1e9,
+        t.row([
+            row.name.to_string(),
+            format!("{:.1}", row.bytes_per_s / 1e9),
             crate::units::Nanos(row.gpu_ns).to_string(),
-            row.counted_as
-        );
+            row.counted_as.to_string(),
+        ]);
     }
+    o.push_str(&t.render());
     for q in &r.ratios {
         let _ = writeln!(
             o,

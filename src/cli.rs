@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::device::select::Backend;
+use crate::node::selection::DeviceSelection;
 use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]
@@ -30,18 +31,35 @@ pub struct DeviceArgs {
     /// Which device backend to use.
     #[arg(long, global = true, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// The CUDA device index (or the simulated device's index).
+    /// The CUDA device index (or the simulated device's index); for run, validate, bandwidth
+    /// and calibrate also `all` or a list such as `0,2,5`: one worker process per GPU, into a
+    /// node folder (a GPU other processes use is skipped unless --shared-ok).
     #[arg(
         long = "device",
         global = true,
-        default_value_t = 0,
-        value_name = "INDEX"
+        default_value = "0",
+        value_name = "INDEX|all|LIST",
+        value_parser = DeviceSelection::parse
     )]
-    pub index: u32,
+    pub device: DeviceSelection,
     /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200) or a TOML file.
     /// Implies the sim backend under --backend auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+}
+
+impl DeviceArgs {
+    /// The one GPU a command that drives a single device runs on; `--device all` or a list is
+    /// refused with the command's name.
+    pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {
+        self.device.one().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--device {}: `headroom {command}` drives one GPU; give one index (all and lists \
+                 are for run, validate, bandwidth and calibrate)",
+                self.device
+            )
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +108,71 @@ what the numbers rule out or leave undecided, and the next checks as commands.\n
 listed); 2 the input could not be read."
     )]
     Explain(ExplainArgs),
+    /// Run a command (or attach to a process) and record the device's and the job's own
+    /// memory until it ends: idle vs true vs polled peaks, phases it marks, out-of-memory
+    /// messages in its stderr with a diagnosis. Exits with the job's status.
+    #[command(
+        override_usage = "headroom watch [OPTIONS] -- CMD [ARGS]...\n       headroom watch [OPTIONS] --pid PID",
+        long_about = "Run a command (after --) and sample the GPU until it exits: device used \
+through NVML at --interval (no CUDA context: watching takes no device memory) and the job's own \
+memory from NVML's process list, summed over its process tree, at a slower interval chosen from \
+the list's measured cost. The job can mark phases by writing a line to the file named in \
+HEADROOM_MARK (docs/headroom_mark.py). Its stderr passes through unchanged; every CUDA \
+out-of-memory message in it is recorded with headroom's readings at that instant and a \
+diagnosis. Ctrl-C and SIGTERM reach the job. The result folder is a run's: timeline.csv, \
+events.csv, summary.json, report.md, plots, junit.xml, trace.json.\n\nExit codes: the job's \
+status (128 + the signal that killed it); with --pid, 0 once the watch ends; 2 when the watch \
+could not start (bad input, no NVML)."
+    )]
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The command to run and watch, after `--` (e.g. `-- python train.py`).
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "pid",
+        conflicts_with = "pid"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+    /// Attach to a running process instead (watched until it exits, --duration or Ctrl-C;
+    /// it is never signalled).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// How often device used is read; 0ns reads back to back.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = duration_arg)]
+    pub interval: u64,
+    /// How often the process list is read [default: 20× its measured cost, at least 10 ms
+    /// and at least --interval].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub process_interval: Option<u64>,
+    /// Stop watching after this long (a launched job is then sent SIGTERM, and SIGKILL 10 s
+    /// later).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: Option<u64>,
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where result folders are created.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub results: PathBuf,
+    /// Also read cuMemGetInfo from a CUDA context of headroom's own (which costs device
+    /// memory; the cost is measured and reported).
+    #[arg(long)]
+    pub cuda_info: bool,
+    /// Without a driver: replay this usage script (what the job holds over time) on the
+    /// simulated device.
+    #[arg(long, value_name = "FILE")]
+    pub sim_script: Option<PathBuf>,
+    /// Print summary.json to stdout when the job has ended.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing of headroom's own but errors (the job's output still passes through).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,7 +213,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// Result folders, or folders holding result folders (e.g. results/).
+    /// Result folders, node folders (--device all), or folders holding them (e.g. results/).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Write the merged CSV (one row per run) to this file.
@@ -142,6 +225,10 @@ pub struct MergeArgs {
     /// Print the CSV to stdout instead of the Markdown table.
     #[arg(long)]
     pub csv: bool,
+    /// Leave out incomplete folders (a killed run: summary.json missing or still "running",
+    /// CSVs ending mid-row) and list them, instead of failing (exit 2) at the first.
+    #[arg(long)]
+    pub skip_incomplete: bool,
 }
 
 #[derive(Debug, Args)]
@@ -170,12 +257,16 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Where to write the profile (must not exist).
-    #[arg(long, value_name = "FILE", default_value = "calibrated-profile.toml")]
-    pub out: PathBuf,
+    /// Where to write the profile (must not exist) [default: calibrated-profile.toml]; with
+    /// --device all or a list, the node folder (new or empty), one profile.toml per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub out: Option<PathBuf>,
     /// The profile's name.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
+    /// With --device all or a list: also calibrate GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
@@ -213,16 +304,21 @@ pub struct BandwidthArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the JSON report to this file (which must not exist).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the JSON report to this file (which must not exist); with --device all or
+    /// a list, the node folder (new or empty), one bandwidth.json per GPU.
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
+    /// With --device all or a list: also measure GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The workload file (TOML), e.g. workloads/quickstart.toml.
     pub workload: PathBuf,
-    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/.
+    /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/
+    /// (with --device all or a list: the node folder, results/<UTC stamp>-node-<name>/).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Where result folders are created.
@@ -248,7 +344,8 @@ pub struct RunArgs {
     /// Exit 1 if any verify step finds a wrong word.
     #[arg(long)]
     pub fail_on_mismatch: bool,
-    /// Run even though other processes hold memory on the GPU (their usage is recorded).
+    /// Run even though other processes hold memory on the GPU (their usage is recorded); with
+    /// --device all or a list, run on such GPUs instead of skipping them.
     #[arg(long)]
     pub shared_ok: bool,
 

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::record::View;
 use crate::report::summary::Summary;
+use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, MIB, SignedBytes};
 
 /// One workload and view.
@@ -152,42 +153,45 @@ pub fn render(c: &Crosscheck) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let cell = |v: Option<u64>| v.map_or("-".to_string(), |b| Bytes(b).to_string());
-    let _ = writeln!(
-        o,
-        "{:<26} {:<24} {:>12} {:>12} {:>13} {:>8}  agree",
-        "workload", "view", "real peak", "sim peak", "sim − real", "% total"
-    );
+    let mut peaks = TextTable::new(&[
+        ("workload", Align::Left),
+        ("view", Align::Left),
+        ("real peak", Align::Right),
+        ("sim peak", Align::Right),
+        ("sim − real", Align::Right),
+        ("% total", Align::Right),
+        ("agree", Align::Left),
+    ]);
     for r in &c.rows {
-        let _ = writeln!(
-            o,
-            "{:<26} {:<24} {:>12} {:>12} {:>13} {:>8}  {}",
-            r.workload,
-            r.view,
+        peaks.row([
+            r.workload.clone(),
+            r.view.clone(),
             cell(r.real_peak_bytes),
             cell(r.sim_peak_bytes),
             r.difference_bytes
                 .map_or("-".into(), |d| SignedBytes(d as i128).to_string()),
             r.difference_pct_of_total
                 .map_or("-".into(), |p| format!("{p:.2}")),
-            if r.within_tolerance { "yes" } else { "NO" }
-        );
+            (if r.within_tolerance { "yes" } else { "NO" }).to_string(),
+        ]);
     }
+    o.push_str(&peaks.render());
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<26} {:<28} {:<28} agree",
-        "workload", "OOM on the GPU", "OOM on the simulator"
-    );
+    let mut ooms = TextTable::new(&[
+        ("workload", Align::Left),
+        ("OOM on the GPU", Align::Left),
+        ("OOM on the simulator", Align::Left),
+        ("agree", Align::Left),
+    ]);
     for x in &c.outcomes {
-        let _ = writeln!(
-            o,
-            "{:<26} {:<28} {:<28} {}",
-            x.workload,
-            x.real_oom,
-            x.sim_oom,
-            if x.agree { "yes" } else { "NO" }
-        );
+        ooms.row([
+            x.workload.clone(),
+            x.real_oom.clone(),
+            x.sim_oom.clone(),
+            (if x.agree { "yes" } else { "NO" }).to_string(),
+        ]);
     }
+    o.push_str(&ooms.render());
     for u in &c.unpaired {
         let _ = writeln!(o, "ran on one side only: {u}");
     }

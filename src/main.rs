@@ -13,8 +13,13 @@ fn main() -> ExitCode {
     // First Ctrl-C: stop after the current step, release everything, write results.
     // Second: leave at once (the driver reclaims a dead process's memory).
     let _ = ctrlc::set_handler(move || {
+        // Reading input holds nothing: leave at once.
+        if headroom::signals::exit_at_once() {
+            std::process::exit(130);
+        }
         if flag.swap(true, Ordering::SeqCst) {
             headroom::tenant::stop_all();
+            headroom::node::workers::kill_all();
             std::process::exit(130);
         }
 

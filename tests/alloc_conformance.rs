@@ -1,5 +1,5 @@
 //! One conformance suite for every allocator — direct, pool, caching, caching with expandable
-//! segments — bare and under each adaptor, on the simulated device (`tiny-4g`).
+//! segments — bare and under the logging adaptor, on the simulated device (`tiny-4g`).
 //!
 //! A fixed pseudo-random trace of allocations (mixed sizes, three streams), frees,
 //! `record_stream`, `empty_cache`, waits and synchronizes runs against each; after every step:
@@ -8,9 +8,7 @@
 //! Freeing an unknown or already freed pointer must be an error, and `release_all` must give
 //! every byte back.
 
-use headroom::alloc::adaptors::{
-    LimitingAdaptor, LoggingAdaptor, StatisticsAdaptor, TrackingAdaptor,
-};
+use headroom::alloc::adaptors::LoggingAdaptor;
 use headroom::alloc::caching::CachingConfig;
 use headroom::alloc::{Allocator, AllocatorSpec, Block};
 use headroom::device::prelude::*;
@@ -22,7 +20,6 @@ use headroom::record::{NO_PHASE, Reading, Source, View};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
 
 /// How exactly an allocator's views match its blocks and the device.
 #[derive(Debug, Clone, Copy)]
@@ -58,19 +55,6 @@ fn caching_expandable(d: &mut SimDevice) -> Box<dyn Allocator> {
 
 fn bare(a: Box<dyn Allocator>) -> Box<dyn Allocator> {
     a
-}
-
-fn statistics(a: Box<dyn Allocator>) -> Box<dyn Allocator> {
-    Box::new(StatisticsAdaptor::new(a))
-}
-
-fn tracking(a: Box<dyn Allocator>) -> Box<dyn Allocator> {
-    Box::new(TrackingAdaptor::new(a))
-}
-
-fn limiting(a: Box<dyn Allocator>) -> Box<dyn Allocator> {
-    // Above what tiny-4g can hold: the cap never decides here, the device does.
-    Box::new(LimitingAdaptor::new(a, 64 * GIB))
 }
 
 fn logging(a: Box<dyn Allocator>) -> Box<dyn Allocator> {
@@ -309,9 +293,6 @@ macro_rules! conformance {
             mod $name {
                 use super::*;
                 #[test] fn bare() { suite($make, super::bare, $exact) }
-                #[test] fn statistics() { suite($make, super::statistics, $exact) }
-                #[test] fn tracking() { suite($make, super::tracking, $exact) }
-                #[test] fn limiting() { suite($make, super::limiting, $exact) }
                 #[test] fn logging() { suite($make, super::logging, $exact) }
             }
         )*

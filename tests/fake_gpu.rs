@@ -249,35 +249,28 @@ steps = [
     assert!(u(&p["alloc_free_p50_with_sampler_ns"]) > 0, "{p}");
 }
 
-/// Two phases: one that completes, then one with kernels (and a synchronize after the second
-/// fill when `sync`, where an asynchronous error surfaces).
-fn two_phases(dir: &Path, sync: bool) -> PathBuf {
-    let sync = if sync {
-        "{ op = \"synchronize\" },"
-    } else {
-        ""
-    };
+/// Two phases: one that completes, then one with kernels and a synchronize after the second
+/// fill, where an asynchronous error surfaces at the latest.
+fn two_phases(dir: &Path) -> PathBuf {
     workload(
         dir,
         "two",
-        &format!(
-            r#"[[phase]]
+        r#"[[phase]]
 name = "first"
 steps = [
-  {{ op = "allocate", name = "a", size = "64MiB", via = "driver" }},
-  {{ op = "touch", name = "a" }},
+  { op = "allocate", name = "a", size = "64MiB", via = "driver" },
+  { op = "touch", name = "a" },
 ]
 
 [[phase]]
 name = "kernels"
 steps = [
-  {{ op = "fill", name = "a" }},
-  {{ op = "fill", name = "a" }},
-  {sync}
-  {{ op = "touch", name = "a" }},
+  { op = "fill", name = "a" },
+  { op = "fill", name = "a" },
+  { op = "synchronize" },
+  { op = "touch", name = "a" },
 ]
-"#
-        ),
+"#,
     )
 }
 
@@ -292,7 +285,7 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
         let fault = format!("cuLaunchKernel@2={error}");
         let (out, s, out_dir) = fake_run(
             dir.path(),
-            &two_phases(dir.path(), true),
+            &two_phases(dir.path()),
             &[],
             &[("HEADROOM_FAKE_FAULTS", &fault)],
         );
@@ -310,8 +303,12 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
         assert_eq!(failed.len(), 1, "{error}: {rows:?}");
         assert_eq!(failed[0]["phase"], "kernels");
         assert!(failed[0]["detail"].contains(error), "{error}: {failed:?}");
-        // The error surfaced at the synchronize, the first call after the kernel faulted.
-        assert_eq!(failed[0]["op"], "synchronize");
+        // The error surfaced at the first call after the kernel faulted: the reading after
+        // the faulting fill when the kernel had already run, else the synchronize.
+        assert!(
+            ["fill", "synchronize"].contains(&failed[0]["op"].as_str()),
+            "{error}: {failed:?}"
+        );
         // The first phase's rows are all there.
         assert_eq!(
             rows.iter()
@@ -325,14 +322,31 @@ fn a_faulting_kernel_fails_its_phase_and_keeps_the_one_before() {
 #[test]
 fn a_kernel_fault_seen_only_after_the_last_step_still_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
+    // The run's only kernel, its last step, faults; kernels run 500 times slower than modeled
+    // (its 1 ms becomes 0.5 s), so the step and its reading are done before it does.
+    let wl = workload(
+        dir.path(),
+        "late",
+        r#"[[phase]]
+name = "first"
+steps = [{ op = "allocate", name = "a", size = "64MiB", via = "driver" }]
+
+[[phase]]
+name = "kernels"
+steps = [{ op = "touch", name = "a" }]
+"#,
+    );
     let (out, s, out_dir) = fake_run(
         dir.path(),
-        &two_phases(dir.path(), false),
+        &wl,
         &[],
-        &[(
-            "HEADROOM_FAKE_FAULTS",
-            "cuLaunchKernel@2=CUDA_ERROR_ILLEGAL_ADDRESS",
-        )],
+        &[
+            (
+                "HEADROOM_FAKE_FAULTS",
+                "cuLaunchKernel@1=CUDA_ERROR_ILLEGAL_ADDRESS",
+            ),
+            ("HEADROOM_FAKE_TIME_SCALE", "500"),
+        ],
     );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert_eq!(s["status"], "failed");
@@ -574,4 +588,81 @@ fn the_gpu_check_runs_on_the_fake_driver_and_agrees_with_the_simulator() {
         cross.stdout
     );
     assert_eq!(runs.len(), std::fs::read_dir(&sim).unwrap().count());
+    // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's
+    // 512 MiB), seen through NVML by a headroom that took no device memory itself.
+    let w: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("watch/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(w["exit_code"], 0, "{w}");
+    assert_eq!(w["watch"]["sampling"]["device_view"], "nvml");
+    assert_eq!(u(&w["peaks"]["run"]["job_used_bytes"]["bytes"]), 1024 * MIB);
+    assert_eq!(
+        u(&w["peaks"]["run"]["device_used_bytes"]["bytes"]),
+        1024 * MIB
+    );
+}
+
+#[test]
+fn ctrl_c_during_a_sleep_interrupts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "nap",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "a", size = "64MiB" },
+  { op = "sleep", for = "60s" },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new("bash")
+        .arg(root().join("scripts/fake-gpu"))
+        .arg(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            wl.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "-q",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .current_dir(dir.path())
+        .env_remove("HEADROOM_FAKE_STATE")
+        .spawn()
+        .unwrap();
+    // Wait until the sleep has started: the allocation's row is on disk.
+    let started = Instant::now();
+    while !std::fs::read_to_string(out_dir.join("events.csv")).is_ok_and(|t| t.contains("allocate"))
+    {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "the run never got to its sleep"
+        );
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the run ended early: {st}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let interrupted_at = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert!(
+        interrupted_at.elapsed().as_secs() < 10,
+        "the sleep was cut short"
+    );
+    assert_eq!(status.code(), Some(130));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["status"], "interrupted");
+    assert_eq!(s["release"]["difference_bytes"], 0);
+    let rows = csv_rows(&out_dir.join("events.csv"));
+    assert_eq!(rows.last().unwrap()["result"], "stopped");
 }

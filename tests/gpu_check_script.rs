@@ -31,6 +31,8 @@ fn the_gpu_check_script_runs_dry_on_the_simulator() {
         "crosscheck.csv",
         "crosscheck.txt",
         "gpu-check.log",
+        "watch/summary.json",
+        "watch/report.md",
     ] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
@@ -63,4 +65,10 @@ fn the_gpu_check_script_runs_dry_on_the_simulator() {
             .any(|l| l.starts_with("pool-reuse") && l.contains("pool_reserved_bytes")),
         "{stdout}"
     );
+    // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
+    let w: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("watch/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);
+    assert_eq!(w["exit_code"], 0);
 }

@@ -55,6 +55,21 @@ fn pending_free_fails_on_another_stream_and_succeeds_after_synchronize() {
         (last["name"].as_str(), last["result"].as_str()),
         ("on-b-after-sync", "ok")
     );
+    // The free is ordered on the stream its block was allocated on, and recorded there.
+    let free = events.iter().find(|e| e["op"] == "free").unwrap();
+    assert_eq!(
+        (free["name"].as_str(), free["stream"].as_str()),
+        ("big", "a")
+    );
+    let trace = std::fs::read_to_string(out_dir.join("trace.json")).unwrap();
+    let trace: serde_json::Value = serde_json::from_str(&trace).unwrap();
+    let free_event = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str().is_some_and(|n| n.starts_with("free")))
+        .unwrap_or_else(|| panic!("no free in trace.json"));
+    assert_eq!(free_event["args"]["stream"], "a", "{free_event}");
     // The retry reused the pool's block: the pool never held more than one.
     assert_eq!(
         u(&s["peaks"]["run"]["pool_reserved_bytes"]["bytes"]),

@@ -1,13 +1,43 @@
 //! `headroom bandwidth`.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
 use anyhow::Context;
 
 use crate::bandwidth::{measure, render};
 use crate::cli::{BandwidthArgs, DeviceArgs};
 use crate::device::select;
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::run::default_keep_free;
 
-pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> {
+pub fn bandwidth(
+    dev: &DeviceArgs,
+    args: &BandwidthArgs,
+    interrupted: Arc<AtomicBool>,
+) -> anyhow::Result<i32> {
+    if dev.device.is_node() {
+        let job = NodeJob {
+            command: NodeCommand::Bandwidth,
+            label: "bandwidth".into(),
+            input: None,
+            workload_check: None,
+            worker_args: vec![
+                "bandwidth".into(),
+                "--size".into(),
+                format!("{}B", args.size).into(),
+                "--repeats".into(),
+                args.repeats.to_string().into(),
+            ],
+            out: args.out.clone(),
+            results_root: "results".into(),
+            shared_ok: args.shared_ok,
+            json: args.json,
+            quiet: false,
+        };
+        return run_node(dev, &job, interrupted);
+    }
     if let Some(out) = &args.out {
         anyhow::ensure!(
             !out.exists(),
@@ -15,10 +45,11 @@ pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> 
             out.display()
         );
     }
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened = select::open_noted(
+        dev.backend,
+        dev.one_gpu("bandwidth")?,
+        dev.profile.as_deref(),
+    )?;
     let keep = default_keep_free(opened.device.info().total_bytes);
     let report = measure(opened.device.as_mut(), args.size, args.repeats, keep)?;
     let json = serde_json::to_string_pretty(&report)?;
@@ -27,9 +58,9 @@ pub fn bandwidth(dev: &DeviceArgs, args: &BandwidthArgs) -> anyhow::Result<i32> 
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if args.json {
-        println!("{json}");
+        crate::outln!("{json}")?;
     } else {
-        print!("{}", render(&report));
+        crate::out!("{}", render(&report))?;
     }
     Ok(if report.verify_mismatches == 0 { 0 } else { 1 })
 }

@@ -1,25 +1,57 @@
 //! `headroom calibrate`.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::Context;
 
 use crate::calibrate::{calibrate as measure, to_toml};
 use crate::cli::{CalibrateArgs, DeviceArgs};
 use crate::device::select;
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::units::{Bytes, Nanos, utc_timestamp};
 
-pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> {
-    let mut file = std::fs::File::create_new(&args.out).with_context(|| {
+pub fn calibrate(
+    dev: &DeviceArgs,
+    args: &CalibrateArgs,
+    interrupted: Arc<AtomicBool>,
+) -> anyhow::Result<i32> {
+    if dev.device.is_node() {
+        let job = NodeJob {
+            command: NodeCommand::Calibrate,
+            label: "calibrate".into(),
+            input: None,
+            workload_check: None,
+            worker_args: vec![
+                "calibrate".into(),
+                "--name".into(),
+                args.name.clone().into(),
+            ],
+            out: args.out.clone(),
+            results_root: "results".into(),
+            shared_ok: args.shared_ok,
+            json: false,
+            quiet: false,
+        };
+        return run_node(dev, &job, interrupted);
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| "calibrated-profile.toml".into());
+    let mut file = std::fs::File::create_new(&out).with_context(|| {
         format!(
             "{}: cannot create it (an existing profile is never overwritten)",
-            args.out.display()
+            out.display()
         )
     })?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened = select::open_noted(
+        dev.backend,
+        dev.one_gpu("calibrate")?,
+        dev.profile.as_deref(),
+    )?;
     let info = opened.device.info().clone();
     let result = measure(
         opened.device.as_mut(),
@@ -32,7 +64,7 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         Ok(c) => c,
         Err(e) => {
             drop(file);
-            let _ = std::fs::remove_file(&args.out);
+            let _ = std::fs::remove_file(&out);
             return Err(e.context("calibration failed"));
         }
     };
@@ -44,12 +76,12 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         info.index,
         info.driver_version,
         utc_timestamp(std::time::SystemTime::now()),
-        args.out.display()
+        out.display()
     );
     file.write_all(to_toml(&c, &header).as_bytes())?;
     let p = &c.profile;
-    println!("calibrated {} → {}", info.name, args.out.display());
-    println!(
+    crate::outln!("calibrated {} → {}", info.name, out.display())?;
+    crate::outln!(
         "  total {} · context {} · NVML reserved {} · pages {} · small allocations ≤ {} packed at {}",
         Bytes(p.memory.total_bytes.0),
         Bytes(p.memory.context_overhead_bytes.0),
@@ -57,8 +89,8 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         Bytes(p.memory.page_bytes.0),
         Bytes(p.memory.small_alloc_limit_bytes.0),
         Bytes(p.memory.small_alloc_spacing_bytes.0)
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  cuMemGetInfo {} · cuMemAlloc {} + {} per GiB · launch {} · copy {:.0} GB/s · fill {:.0} GB/s",
         Nanos(p.latency.mem_get_info.0),
         Nanos(p.latency.malloc_base.0),
@@ -66,11 +98,11 @@ pub fn calibrate(dev: &DeviceArgs, args: &CalibrateArgs) -> anyhow::Result<i32> 
         Nanos(p.latency.launch.0),
         p.bandwidth.copy_bytes_per_s / 1e9,
         p.bandwidth.fill_bytes_per_s / 1e9
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  stack: {} threads per SM, {} per thread by default",
         p.stack.threads_per_multiprocessor,
         Bytes(p.stack.default_per_thread_bytes.0)
-    );
+    )?;
     Ok(0)
 }

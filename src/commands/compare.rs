@@ -6,11 +6,11 @@ use crate::report::compare;
 pub fn compare(args: &CompareArgs) -> anyhow::Result<i32> {
     let c = compare::load(&args.a, &args.b)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&c)?)?;
     } else if args.markdown {
-        print!("{}", compare::render_markdown(&c));
+        crate::out!("{}", compare::render_markdown(&c))?;
     } else {
-        print!("{}", compare::render_text(&c));
+        crate::out!("{}", compare::render_text(&c))?;
     }
     Ok(0)
 }

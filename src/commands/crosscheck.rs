@@ -18,9 +18,9 @@ pub fn crosscheck(args: &CrosscheckArgs) -> anyhow::Result<i32> {
         std::fs::write(p, to_csv(&c)?).with_context(|| format!("writing {}", p.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&c)?)?;
     } else {
-        print!("{}", render(&c));
+        crate::out!("{}", render(&c))?;
     }
     Ok(if c.all_agree() { 0 } else { 1 })
 }

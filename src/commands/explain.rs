@@ -12,9 +12,9 @@ pub fn explain(args: &ExplainArgs) -> anyhow::Result<i32> {
     let text = read_input(args)?;
     let report = explain_text(&text);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", render::render_text(&report));
+        crate::out!("{}", render::render_text(&report))?;
     }
     Ok(if report.explanations.is_empty() { 1 } else { 0 })
 }

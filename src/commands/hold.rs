@@ -25,7 +25,7 @@ pub fn hold(
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(std::os::unix::process::parent_id);
 
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    let mut opened = select::open_noted(dev.backend, dev.one_gpu("hold")?, dev.profile.as_deref())?;
     let d = opened.device.as_mut();
     let simulated = d.info().is_sim();
     let ptr = if simulated {
@@ -46,7 +46,7 @@ pub fn hold(
         d.synchronize()?;
         Some(p)
     };
-    println!(
+    crate::outln!(
         "holding {} bytes ({}) on {} as pid {} for {}{}",
         args.size,
         Bytes(args.size),
@@ -58,7 +58,7 @@ pub fn hold(
         } else {
             ""
         }
-    );
+    )?;
     std::io::stdout().flush()?;
     let end = Instant::now() + Duration::from_nanos(args.duration);
     let mut why = "the time was up";
@@ -79,5 +79,6 @@ pub fn hold(
         d.free(p)?;
     }
     eprintln!("released {} ({why})", Bytes(args.size));
-    Ok(0)
+    // Interrupted by a signal is exit 130, as for every command.
+    Ok(if why == "interrupted" { 130 } else { 0 })
 }

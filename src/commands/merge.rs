@@ -6,16 +6,31 @@ use crate::cli::MergeArgs;
 use crate::report::merge;
 
 pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
-    let runs = merge::load(&args.dirs)?;
-    let csv = merge::csv(&runs)?;
+    let m = merge::load(&args.dirs, args.skip_incomplete)?;
+    for (dir, why) in &m.skipped {
+        eprintln!("skipped {}: incomplete: {why}", dir.display());
+    }
+    for note in &m.node_notes {
+        eprintln!("note: {note}");
+    }
+    let csv = merge::csv(&m.runs)?;
     if let Some(out) = &args.out {
         merge::write_new(out, &csv, args.force)?;
-        eprintln!("wrote {} ({} runs)", out.display(), runs.len());
+        eprintln!(
+            "wrote {} ({} runs{})",
+            out.display(),
+            m.runs.len(),
+            if m.skipped.is_empty() {
+                String::new()
+            } else {
+                format!(", {} incomplete skipped", m.skipped.len())
+            }
+        );
     }
     if args.csv {
         std::io::stdout().write_all(&csv)?;
     } else {
-        print!("{}", merge::markdown(&runs));
+        crate::out!("{}", merge::markdown(&m))?;
     }
     Ok(0)
 }

@@ -13,6 +13,7 @@ mod replay;
 mod report;
 mod run;
 mod validate;
+mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -21,12 +22,14 @@ use crate::cli::{Cli, Command};
 
 /// Runs the parsed command line. `interrupted` is set by Ctrl-C.
 pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
+    // A node's worker stops, as if interrupted, when the node's process is gone.
+    crate::node::workers::watch_parent(interrupted.clone());
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
-        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args),
+        Command::Bandwidth(args) => bandwidth::bandwidth(&cli.device, &args, interrupted),
         Command::Hold(args) => hold::hold(&cli.device, &args, interrupted),
-        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args),
+        Command::Calibrate(args) => calibrate::calibrate(&cli.device, &args, interrupted),
         Command::Crosscheck(args) => crosscheck::crosscheck(&args),
         Command::Replay(args) => replay::replay(&cli.device, &args),
         Command::Plan(args) => plan::plan(&cli.device, &args),
@@ -35,5 +38,6 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),
         Command::Explain(args) => explain::explain(&args),
+        Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
     }
 }

@@ -38,10 +38,8 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
     let device = match plan.capacity_bytes {
         Some(_) => None,
         None => {
-            let opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-            if let Some(n) = &opened.notice {
-                eprintln!("note: {n}");
-            }
+            let opened =
+                select::open_noted(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
             Some(opened.device.info().clone())
         }
     };
@@ -63,9 +61,9 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
             claimed_concurrency: claim,
             device: device.as_ref(),
         };
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&j)?)?;
     } else {
-        print!("{}", render::plan_text(&plan, &budget, device.as_ref()));
+        crate::out!("{}", render::plan_text(&plan, &budget, device.as_ref()))?;
     }
     Ok(if claim.is_some_and(|c| c > budget.requests) {
         1

@@ -21,10 +21,8 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         "{}: no such log file",
         args.log.display()
     );
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened =
+        select::open_noted(dev.backend, dev.one_gpu("replay")?, dev.profile.as_deref())?;
     let opts = ReplayOptions {
         on_bad_row: if args.keep_going {
             BadRowPolicy::Collect
@@ -35,9 +33,9 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
     };
     let report = replay_file(&args.log, &spec, opened.device.as_mut(), &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{report}");
+        crate::out!("{report}")?;
     }
     Ok(if report.fits { 0 } else { 1 })
 }

@@ -17,7 +17,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<i32> {
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();
-        println!("{}: {}", run.dir.display(), names.join(", "));
+        crate::outln!("{}: {}", run.dir.display(), names.join(", "))?;
     }
     Ok(0)
 }

@@ -5,23 +5,42 @@ use std::sync::atomic::AtomicBool;
 
 use crate::cli::{DeviceArgs, RunArgs};
 use crate::device::select::{self, Opened};
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::report::table;
 use crate::run::{RunOptions, TenantLaunch, run as run_workload};
 use crate::units::Bytes;
-use crate::workload::Workload;
+use crate::workload::{Rank, WorkloadFile};
 
 /// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
 /// (it holds no memory there); tests use it to check that children are always reaped.
 pub const TENANT_PROCESS_ENV: &str = "HEADROOM_TENANT_PROCESS";
 
 pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
-    // Every check that needs no device runs before the device is opened.
-    Workload::load(&args.workload, u64::MAX)?;
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
+    if dev.device.is_node() {
+        // Each worker's workload is checked (for its rank) before any of them starts; the
+        // node folder is named after the file (a name may carry `{rank}`).
+        let stem = args
+            .workload
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy();
+        return run_node(dev, &node_job(args, &stem), interrupted);
+    }
+    // The file is read once (for this run's rank); every check that needs no device runs
+    // before it is opened. While it is read and expanded nothing is written and no memory
+    // taken, so a signal then ends the process at once.
+    let loading = crate::signals::loading();
+    let file = WorkloadFile::read_ranked(&args.workload, Rank::from_env()?)?;
+    file.check()?;
+    drop(loading);
+    let mut opened = select::open_noted(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
-    let wl = Workload::load(&args.workload, opened.device.info().total_bytes)?;
+    let loading = crate::signals::loading();
+    let wl = file.expand(opened.device.info().total_bytes)?;
+    drop(loading);
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),
@@ -38,9 +57,9 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     };
     let report = run_workload(&wl, opened, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.summary)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report.summary)?)?;
     } else if !args.quiet {
-        print!("{}", table::render(&report.summary, &report.dir));
+        crate::out!("{}", table::render(&report.summary, &report.dir))?;
     }
     Ok(report.exit_code)
 }
@@ -92,7 +111,7 @@ fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<Ten
         "--backend".to_string(),
         info.backend.to_string(),
         "--device".to_string(),
-        dev.index.to_string(),
+        dev.one_gpu("run")?.to_string(),
     ];
     if let Some(p) = &dev.profile {
         device_args.extend(["--profile".to_string(), p.clone()]);
@@ -101,4 +120,38 @@ fn tenant_launch(opened: &Opened, dev: &DeviceArgs) -> anyhow::Result<Option<Ten
         exe: std::env::current_exe()?,
         device_args,
     }))
+}
+
+/// The same run on every GPU of a node: each worker gets these arguments (and its `--out`).
+fn node_job(args: &RunArgs, label: &str) -> NodeJob {
+    let mut w: Vec<std::ffi::OsString> =
+        vec!["run".into(), args.workload.clone().into(), "--quiet".into()];
+    let flags = [
+        (args.allow_oom, "--allow-oom"),
+        (args.expect_oom, "--expect-oom"),
+        (args.fail_on_mismatch, "--fail-on-mismatch"),
+        (args.shared_ok, "--shared-ok"),
+    ];
+    w.extend(flags.iter().filter(|(on, _)| *on).map(|(_, f)| (*f).into()));
+    if let Some(b) = args.keep_free {
+        w.extend(["--keep-free".into(), format!("{b}B").into()]);
+    }
+    if let Some(ns) = args.sample_interval {
+        w.extend(["--sample-interval".into(), format!("{ns}ns").into()]);
+    }
+    if let Some(ns) = args.watchdog {
+        w.extend(["--watchdog".into(), format!("{ns}ns").into()]);
+    }
+    NodeJob {
+        command: NodeCommand::Run,
+        label: label.to_string(),
+        input: Some(args.workload.clone()),
+        worker_args: w,
+        workload_check: Some(args.workload.clone()),
+        out: args.out.clone(),
+        results_root: args.results.clone(),
+        shared_ok: args.shared_ok,
+        json: args.json,
+        quiet: args.quiet,
+    }
 }

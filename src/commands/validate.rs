@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 
 use crate::cli::DeviceArgs;
 use crate::device::select;
+use crate::node::summary::NodeCommand;
+use crate::node::{NodeJob, run_node};
 use crate::outdir;
 use crate::plan::args::ValidateArgs;
 use crate::plan::budget::Short;
@@ -62,6 +64,9 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
             e.context(label.to_string())
         }
     };
+    if dev.device.is_node() {
+        return run_node(dev, &node_job(args, &points[0].1.name), interrupted);
+    }
     for (label, p) in &points {
         let checked = p
             .blocks_per_request()
@@ -73,10 +78,11 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         checked.map_err(|e| context(label, e))?;
     }
 
-    let mut opened = select::open(dev.backend, dev.index, dev.profile.as_deref())?;
-    if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
-    }
+    let mut opened = select::open_noted(
+        dev.backend,
+        dev.one_gpu("validate")?,
+        dev.profile.as_deref(),
+    )?;
     let total = opened.device.info().total_bytes;
     let resolved: Vec<(String, Resolved)> = points
         .iter()
@@ -123,9 +129,9 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         }
         let v = validate::validate(r, &mut session, &dir)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
         } else if !args.quiet {
-            print!("{}", render::validation_text(&v, &r.plan, &dir));
+            crate::out!("{}", render::validation_text(&v, &r.plan, &dir))?;
         }
         return Ok(v.exit_code);
     };
@@ -149,9 +155,9 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
             points: &results,
             exit_code,
         };
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&j)?)?;
     } else if !args.quiet {
-        print!("{}", sweep::text(&spec, &results, &dir));
+        crate::out!("{}", sweep::text(&spec, &results, &dir))?;
     }
     Ok(exit_code)
 }
@@ -181,4 +187,37 @@ fn write_sweep(
             exit_code,
         },
     )
+}
+
+/// The same validation on every GPU of a node: each worker gets these arguments (and `--out`).
+fn node_job(args: &ValidateArgs, plan_name: &str) -> NodeJob {
+    let mut w: Vec<std::ffi::OsString> = vec!["validate".into(), args.plan.clone().into()];
+    let i = &args.inputs;
+    for (flag, v) in [
+        ("--capacity", i.capacity),
+        ("--weights", i.weights),
+        ("--other-peak", i.other_peak),
+        ("--margin", i.margin),
+        ("--kv-per-request", i.kv_per_request),
+    ] {
+        if let Some(b) = v {
+            w.extend([flag.into(), format!("{b}B").into()]);
+        }
+    }
+    if let Some(s) = &args.sweep {
+        w.extend(["--sweep".into(), s.into()]);
+    }
+    w.push("--quiet".into());
+    NodeJob {
+        command: NodeCommand::Validate,
+        label: format!("validate-{plan_name}"),
+        input: Some(args.plan.clone()),
+        worker_args: w,
+        workload_check: None,
+        out: args.out.clone(),
+        results_root: args.results.clone(),
+        shared_ok: args.shared_ok,
+        json: args.json,
+        quiet: args.quiet,
+    }
 }

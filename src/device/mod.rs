@@ -7,6 +7,7 @@
 
 pub mod caps;
 pub mod cuda;
+pub mod node_profile;
 pub mod nvml;
 pub mod profile;
 pub mod select;
@@ -93,7 +94,6 @@ pub fn process_list_doubt(
     processes: &[ProcessUsage],
     nvml_used_bytes: Option<u64>,
 ) -> Option<String> {
-    const TOLERANCE_BYTES: u64 = 64 << 20;
     if !processes.iter().any(|p| p.is_self) {
         return Some(format!(
             "this process (pid {}) is not in the driver's process list, as inside a PID \
@@ -101,6 +101,17 @@ pub fn process_list_doubt(
             std::process::id()
         ));
     }
+    process_sum_doubt(processes, nvml_used_bytes)
+}
+
+/// The half of `process_list_doubt` that needs no process of ours on the device: the list is
+/// doubted when the memory of the processes it names is more than 64 MiB away from NVML's
+/// whole-device `used` (a PID namespace may hide processes from it entirely).
+pub fn process_sum_doubt(
+    processes: &[ProcessUsage],
+    nvml_used_bytes: Option<u64>,
+) -> Option<String> {
+    const TOLERANCE_BYTES: u64 = 64 << 20;
     let listed: u64 = processes.iter().filter_map(|p| p.used_bytes).sum();
     let used = nvml_used_bytes?;
     if listed.abs_diff(used) > TOLERANCE_BYTES {

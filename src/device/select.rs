@@ -4,8 +4,9 @@ use anyhow::{Context, bail};
 
 use crate::device::NvmlMemory;
 use crate::device::cuda::{self, CudaDevice};
+use crate::device::node_profile::NodeProfile;
 use crate::device::prelude::*;
-use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
+use crate::device::profile::DEFAULT_PROFILE;
 use crate::device::sim::SimDevice;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -30,8 +31,17 @@ pub struct Opened {
     pub context_create_ns: u64,
 }
 
-/// Opens device `index` on the chosen backend. `profile` (a built-in name or a file) selects
-/// the simulated device and implies `sim` under `auto`.
+/// `open`, with its notice (why the simulator was chosen) printed on stderr once.
+pub fn open_noted(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Result<Opened> {
+    let mut opened = open(backend, index, profile)?;
+    if let Some(n) = opened.notice.take() {
+        eprintln!("note: {n}");
+    }
+    Ok(opened)
+}
+
+/// Opens device `index` on the chosen backend. `profile` (a built-in name or a file, of one
+/// device or of a node) selects the simulated device and implies `sim` under `auto`.
 pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Result<Opened> {
     let use_sim = match backend {
         Backend::Sim => true,
@@ -47,7 +57,7 @@ pub fn open(backend: Backend, index: u32, profile: Option<&str>) -> anyhow::Resu
     };
     if use_sim {
         let name = profile.unwrap_or(DEFAULT_PROFILE);
-        let p = SimProfile::resolve(name)?;
+        let p = NodeProfile::resolve(name)?.card(index)?;
         let notice = match (backend, profile) {
             (Backend::Auto, None) => Some(format!(
                 "{}; using the simulated device (profile {})",

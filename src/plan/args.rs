@@ -144,4 +144,7 @@ every point's planned count was admitted with its margin, 1 otherwise."
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// With --device all or a list: also validate on GPUs other processes are using.
+    #[arg(long)]
+    pub shared_ok: bool,
 }

@@ -9,6 +9,7 @@
 pub mod args;
 pub mod budget;
 pub mod file;
+pub mod findings;
 pub mod probe;
 pub mod render;
 pub mod sweep;

@@ -9,6 +9,7 @@ use crate::device::DeviceInfo;
 use crate::plan::budget::{Budget, Short};
 use crate::plan::file::{CapacitySource, Plan};
 use crate::plan::validate::{Outcome, Validation};
+use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, SignedBytes};
 
 fn device_words(d: &DeviceInfo) -> String {
@@ -141,6 +142,27 @@ fn outcome_words(o: &Outcome) -> String {
 /// `headroom validate`: what was planned, what was measured, where admission stops.
 pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
     let mut o = String::new();
+    header(&mut o, v, plan);
+    planned_run(&mut o, v);
+    margin_and_unnamed(&mut o, v);
+    admission(&mut o, v);
+    let n = v.planned_requests;
+    let result = if v.planned_admitted {
+        format!("the plan holds: {n} requests admitted with the margin free at the peak")
+    } else {
+        format!(
+            "the plan fails: {} at the planned {n} request{}",
+            v.planned_run.outcome.word(),
+            plural(n)
+        )
+    };
+    let _ = writeln!(o, "result: {result} (exit {})", v.exit_code);
+    let _ = writeln!(o, "results: {}", dir.display());
+    o
+}
+
+/// The device, the plan's arithmetic, the workload shape and the count validated.
+fn header(o: &mut String, v: &Validation, plan: &Plan) {
     let b = &v.plan.budget;
     let _ = writeln!(
         o,
@@ -162,8 +184,12 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         }
     );
     let _ = writeln!(o);
+}
 
+/// The planned run: each category planned vs what it took, each view's true peak vs plan.
+fn planned_run(o: &mut String, v: &Validation) {
     let pr = &v.planned_run;
+    let n = v.planned_requests;
     let _ = writeln!(
         o,
         "planned run, {n} request{}: {} ({})",
@@ -171,49 +197,48 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         outcome_words(&pr.outcome),
         pr.dir
     );
-    let _ = writeln!(
-        o,
-        "{:<22} {:>12} {:>14} {:>14}",
-        "category", "planned", "asked (own)", "device used"
-    );
+    let mut categories = TextTable::new(&[
+        ("category", Align::Left),
+        ("planned", Align::Right),
+        ("asked (own)", Align::Right),
+        ("device used", Align::Right),
+    ]);
     for c in &pr.categories {
-        let _ = writeln!(
-            o,
-            "{:<22} {:>12} {:>14} {:>14}",
-            c.category,
+        categories.row([
+            c.category.to_string(),
             Bytes(c.planned_bytes).to_string(),
             opt(c.own_bytes),
-            opt(c.device_bytes)
-        );
+            opt(c.device_bytes),
+        ]);
     }
-    let _ = writeln!(
-        o,
-        "{:<22} {:>12} {:>14} {:>14}",
-        "idle (context, others)",
-        "-",
-        "-",
-        Bytes(v.unnamed.idle_used_bytes).to_string()
-    );
+    categories.row([
+        "idle (context, others)".to_string(),
+        "-".into(),
+        "-".into(),
+        Bytes(v.unnamed.idle_used_bytes).to_string(),
+    ]);
+    o.push_str(&categories.render());
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<24} {:>12} {:>12} {:>13}   scope",
-        "view", "true peak", "planned", "difference"
-    );
+    let mut views = TextTable::new(&[
+        ("view", Align::Left),
+        ("true peak", Align::Right),
+        ("planned", Align::Right),
+        ("difference", Align::Right),
+        ("scope", Align::Left),
+    ]);
     for row in &pr.views {
         let scope = crate::record::View::from_key(&row.view).map_or("", |v| v.scope());
-        let _ = writeln!(
-            o,
-            "{:<24} {:>12} {:>12} {:>13}   {scope}",
-            row.view,
+        views.row([
+            row.view.clone(),
             Bytes(row.peak_bytes).to_string(),
             opt(row.planned_bytes),
-            row.planned_bytes.map_or("-".into(), |p| SignedBytes(
-                row.peak_bytes as i128 - p as i128
-            )
-            .to_string())
-        );
+            row.planned_bytes.map_or("-".into(), |p| {
+                SignedBytes(row.peak_bytes as i128 - p as i128).to_string()
+            }),
+            scope.to_string(),
+        ]);
     }
+    o.push_str(&views.render());
     let _ = writeln!(
         o,
         "(planned: weights + KV + other peak; the allocator's views leave out the {} workspace, \
@@ -221,7 +246,12 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         Bytes(v.plan.workspace_bytes)
     );
     let _ = writeln!(o);
+}
 
+/// Whether the margin held at the true peak, and the memory the plan did not name.
+fn margin_and_unnamed(o: &mut String, v: &Validation) {
+    let pr = &v.planned_run;
+    let n = v.planned_requests;
     let held = match v.margin_held {
         Some(true) => "held".to_string(),
         Some(false) => "VIOLATED".to_string(),
@@ -283,7 +313,11 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         SignedBytes(u.plan_slack_bytes as i128)
     );
     let _ = writeln!(o);
+}
 
+/// The real admission limit and the probes that found it.
+fn admission(o: &mut String, v: &Validation) {
+    let n = v.planned_requests;
     let a = &v.admission;
     let limit = match a.admitted_requests {
         Some(l) => format!("{l} request{}", plural(l)),
@@ -307,27 +341,31 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         "probes (each a run in its folder, OOM allowed; the {} floor a run without --allow-oom keeps does not stop them):",
         Bytes(v.floor_bytes)
     );
-    let _ = writeln!(
-        o,
-        "{:>9}  {:<17} {:>16} {:>14}  folder",
-        "requests", "outcome", "device used peak", "free at peak"
-    );
+    let mut probes = TextTable::new(&[
+        ("requests", Align::Right),
+        ("outcome", Align::Left),
+        ("device used peak", Align::Right),
+        ("free at peak", Align::Right),
+        ("folder", Align::Left),
+    ]);
     for p in &a.probes {
-        let _ = writeln!(
-            o,
-            "{:>9}  {:<17} {:>16} {:>14}  {}{}",
-            p.requests,
-            p.outcome.word(),
+        probes.row([
+            p.requests.to_string(),
+            p.outcome.word().to_string(),
             opt(p.device_used_peak_bytes),
             opt(p.headroom_at_peak_bytes),
-            p.dir,
-            if p.below_floor && p.outcome.admitted() {
-                "  (below the floor)"
-            } else {
-                ""
-            }
-        );
+            format!(
+                "{}{}",
+                p.dir,
+                if p.below_floor && p.outcome.admitted() {
+                    "  (below the floor)"
+                } else {
+                    ""
+                }
+            ),
+        ]);
     }
+    o.push_str(&probes.render());
     if v.margin_bytes < v.floor_bytes {
         let _ = writeln!(
             o,
@@ -337,16 +375,4 @@ pub fn validation_text(v: &Validation, plan: &Plan, dir: &Path) -> String {
         );
     }
     let _ = writeln!(o);
-    let result = if v.planned_admitted {
-        format!("the plan holds: {n} requests admitted with the margin free at the peak")
-    } else {
-        format!(
-            "the plan fails: {} at the planned {n} request{}",
-            pr.outcome.word(),
-            plural(n)
-        )
-    };
-    let _ = writeln!(o, "result: {result} (exit {})", v.exit_code);
-    let _ = writeln!(o, "results: {}", dir.display());
-    o
 }

@@ -37,10 +37,13 @@ pub enum View {
     GraphUsed,
     /// Graph allocation nodes: bytes held for graphs (driver attribute).
     GraphReserved,
+    /// A watched job's processes (`headroom watch`): the sum of their entries in NVML's
+    /// process list, contexts included. Read at the process list's own, slower rate.
+    JobUsed,
 }
 
 impl View {
-    pub const ALL: [View; 12] = [
+    pub const ALL: [View; 13] = [
         View::DeviceUsed,
         View::OwnBytes,
         View::AllocAllocated,
@@ -53,6 +56,7 @@ impl View {
         View::PoolReserved,
         View::GraphUsed,
         View::GraphReserved,
+        View::JobUsed,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -71,6 +75,7 @@ impl View {
             View::PoolReserved => "pool_reserved_bytes",
             View::GraphUsed => "graph_used_bytes",
             View::GraphReserved => "graph_reserved_bytes",
+            View::JobUsed => "job_used_bytes",
         }
     }
 
@@ -89,6 +94,7 @@ impl View {
             View::PoolReserved => "stream-ordered pool, held",
             View::GraphUsed => "graph memory, live",
             View::GraphReserved => "graph memory, held",
+            View::JobUsed => "the watched job's processes, contexts included (NVML process list)",
         }
     }
 

@@ -97,6 +97,14 @@ impl Recorder {
         })
     }
 
+    /// Adds a phase after the start (a watched job names its phases as it goes); returns its
+    /// index for the readings taken in it.
+    pub fn add_phase(&mut self, name: &str) -> u32 {
+        self.phase_cells.push(csv_cell(name));
+        self.phases.push(PeakSet::default());
+        (self.phases.len() - 1) as u32
+    }
+
     /// Adds a reading; it is written once the watermark passes it.
     pub fn push(&mut self, mut r: Reading) {
         r.views.set(

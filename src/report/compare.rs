@@ -126,7 +126,19 @@ fn info(dir: &Path, s: &Summary) -> RunInfo {
 
 /// Reads two result folders and compares them.
 pub fn load(a: &Path, b: &Path) -> anyhow::Result<Comparison> {
-    Ok(compare(a, &load_summary(a)?, b, &load_summary(b)?))
+    Ok(compare(a, &finished(a)?, b, &finished(b)?))
+}
+
+/// A finished run's summary; a folder a killed run left is refused as incomplete (exit 2).
+fn finished(dir: &Path) -> anyhow::Result<Summary> {
+    let reasons = crate::report::complete::incomplete_reasons(dir);
+    anyhow::ensure!(
+        reasons.is_empty(),
+        "{}: incomplete, not a result to compare: {}",
+        dir.display(),
+        crate::report::complete::describe(&reasons)
+    );
+    load_summary(dir)
 }
 
 /// Compares two summaries.

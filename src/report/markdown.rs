@@ -32,6 +32,9 @@ pub fn status_name(s: &Summary) -> String {
 /// The report of a run. Every name and message from the run is escaped (`escape::md`), and
 /// no control character is left in the document.
 pub fn render(run: &RunData) -> String {
+    if let Some(w) = &run.watch {
+        return crate::report::watch_markdown::render(run, w);
+    }
     let s = &run.summary;
     let mut o = String::new();
     let _ = writeln!(
@@ -159,17 +162,7 @@ fn mismatches(o: &mut String, s: &Summary) {
     }
     let _ = writeln!(o, "\n## Verify mismatches\n");
     for m in &s.mismatches {
-        let _ = writeln!(
-            o,
-            "- {} ({} step {}): {} wrong words, first at {:#x}: expected {:#010x}, read {:#010x}",
-            md(&m.name),
-            md(&m.phase),
-            md(&m.step),
-            m.mismatch.count,
-            m.mismatch.first_address,
-            m.mismatch.expected,
-            m.mismatch.actual
-        );
+        let _ = writeln!(o, "- {}", md(&m.line()));
     }
 }
 
@@ -240,7 +233,7 @@ fn peaks(o: &mut String, s: &Summary) {
     if let Some(c) = s.idle.context_overhead_bytes {
         let _ = write!(o, "; creating the context took {}", Bytes(c));
     }
-    if let Some(k) = s.idle.kernels {
+    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
         let _ = write!(
             o,
             "; loading headroom's {} kernel modules before it took {}",

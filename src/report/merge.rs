@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::node::summary::{NODE_FILE, NodeCommand, NodeStatus, NodeSummary, Outcome};
 use crate::record::View;
 use crate::record::timeline::FORMAT_VERSION;
+use crate::report::complete::{describe, incomplete_reasons};
 use crate::report::markdown::{cell, status_name};
 use crate::report::rundata::{ORIGINAL_FILES, load_summary};
 use crate::report::summary::Summary;
@@ -18,47 +20,127 @@ use crate::units::Bytes;
 pub struct MergedRun {
     pub dir: PathBuf,
     pub summary: Summary,
+    /// The node folder it was a GPU of, if any.
+    pub node: Option<PathBuf>,
 }
 
-/// The result folders named by `dirs`: each is a result folder, or a folder of result folders
-/// (as `results/` after a fleet run), taken in name order. A sub-folder holding any of a run's
-/// files counts, so an incomplete run (a node that crashed) is reported, never skipped.
-pub fn expand(dirs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// Everything `merge` read: the runs, what it skipped, and what the nodes said.
+#[derive(Debug, Clone, Default)]
+pub struct Merged {
+    pub runs: Vec<MergedRun>,
+    /// Incomplete folders left out under `--skip-incomplete`, with why.
+    pub skipped: Vec<(PathBuf, String)>,
+    /// Lines from the node folders: GPUs a node skipped or lost, nodes that never finished.
+    pub node_notes: Vec<String>,
+}
+
+/// A result folder to read, and the node it belongs to.
+type Found = (PathBuf, Option<PathBuf>);
+
+fn is_run(p: &Path) -> bool {
+    ORIGINAL_FILES.iter().any(|f| p.join(f).exists())
+}
+
+fn is_node(p: &Path) -> bool {
+    p.join(NODE_FILE).is_file()
+}
+
+/// The result folders named by `dirs`: each is a result folder, a node folder (its GPUs'
+/// folders), or a folder of those (as `results/` after a fleet run), taken in name order. A
+/// sub-folder holding any of a run's files counts, so an incomplete run (a node that crashed)
+/// is reported, never silently dropped.
+pub fn expand(dirs: &[PathBuf], notes: &mut Vec<String>) -> anyhow::Result<Vec<Found>> {
     let mut out = Vec::new();
     for d in dirs {
-        let is_run = |p: &Path| ORIGINAL_FILES.iter().any(|f| p.join(f).exists());
+        if is_node(d) {
+            out.extend(node_runs(d, notes)?);
+            continue;
+        }
         if is_run(d) || !d.is_dir() {
-            out.push(d.clone());
+            out.push((d.clone(), None));
             continue;
         }
         let mut inner: Vec<PathBuf> = std::fs::read_dir(d)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", d.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_run(p))
+            .filter(|p| is_run(p) || is_node(p))
             .collect();
         if inner.is_empty() {
             // Not a folder of runs either: let the loader name what is missing.
-            out.push(d.clone());
+            out.push((d.clone(), None));
         }
         inner.sort();
-        out.extend(inner);
+        for p in inner {
+            if is_node(&p) {
+                out.extend(node_runs(&p, notes)?);
+            } else {
+                out.push((p, None));
+            }
+        }
     }
     Ok(out)
 }
 
-/// Reads every result folder, failing on the first that is incomplete or of another format.
-pub fn load(dirs: &[PathBuf]) -> anyhow::Result<Vec<MergedRun>> {
-    let mut runs = Vec::new();
-    for dir in expand(dirs)? {
-        let summary = load_summary(&dir)?;
-        runs.push(MergedRun { dir, summary });
+/// The GPU folders of a node folder that hold a run; the GPUs it skipped become notes.
+fn node_runs(node: &Path, notes: &mut Vec<String>) -> anyhow::Result<Vec<Found>> {
+    let n = NodeSummary::load(node)?;
+    anyhow::ensure!(
+        n.command == NodeCommand::Run,
+        "{}: a node folder of `headroom {}`; merge reads runs",
+        node.display(),
+        n.command.name()
+    );
+    if n.status == NodeStatus::Running {
+        notes.push(format!(
+            "{}: the node never finished ({NODE_FILE} still says running); its GPUs are judged one by one",
+            node.display()
+        ));
     }
-    runs.sort_by(|a, b| {
+    let mut out = Vec::new();
+    for g in &n.gpus {
+        let dir = node.join(&g.folder);
+        if g.outcome == Outcome::Skipped {
+            notes.push(format!(
+                "{}: GPU {} ({}) was not run: {}",
+                node.display(),
+                g.gpu.index,
+                g.gpu.uuid,
+                g.reason.as_deref().unwrap_or("skipped")
+            ));
+        } else {
+            out.push((dir, Some(node.to_path_buf())));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads every result folder. An incomplete one (a killed run) fails the merge, naming it,
+/// unless `skip_incomplete`, which leaves it out and lists it; a folder of another format
+/// version always fails.
+pub fn load(dirs: &[PathBuf], skip_incomplete: bool) -> anyhow::Result<Merged> {
+    let mut m = Merged::default();
+    for (dir, node) in expand(dirs, &mut m.node_notes)? {
+        let reasons = incomplete_reasons(&dir);
+        if !reasons.is_empty() {
+            let why = describe(&reasons);
+            if skip_incomplete {
+                m.skipped.push((dir, why));
+                continue;
+            }
+            anyhow::bail!(
+                "{}: incomplete, not a result: {why}; pass --skip-incomplete to merge the others and list it",
+                dir.display()
+            );
+        }
+        let summary = load_summary(&dir)?;
+        m.runs.push(MergedRun { dir, summary, node });
+    }
+    m.runs.sort_by(|a, b| {
         group_key(&a.summary)
             .cmp(&group_key(&b.summary))
             .then(a.dir.cmp(&b.dir))
     });
-    Ok(runs)
+    Ok(m)
 }
 
 fn group_key(s: &Summary) -> (String, String) {
@@ -100,6 +182,7 @@ pub fn header() -> Vec<String> {
             "expectations_held",
             "expectations_failed",
             "release_difference_bytes",
+            "node",
         ]
         .map(String::from),
     );
@@ -160,6 +243,7 @@ fn row(r: &MergedRun) -> Vec<String> {
             .count()
             .to_string(),
         opt(s.release.as_ref().map(|r| r.difference_bytes)),
+        opt(r.node.as_ref().map(|n| n.display())),
     ]);
     row
 }
@@ -182,8 +266,10 @@ fn human(v: Option<u64>) -> String {
     v.map_or("-".into(), |b| Bytes(b).to_string())
 }
 
-/// The merged Markdown: one table per GPU model and driver.
-pub fn markdown(runs: &[MergedRun]) -> String {
+/// The merged Markdown: one table per GPU model and driver, the GPUs that differ from the
+/// others of their group, and what was skipped.
+pub fn markdown(m: &Merged) -> String {
+    let runs = &m.runs;
     let mut groups: BTreeMap<(String, String), Vec<&MergedRun>> = BTreeMap::new();
     for r in runs {
         groups.entry(group_key(&r.summary)).or_default().push(r);
@@ -231,9 +317,7 @@ pub fn markdown(runs: &[MergedRun]) -> String {
         );
         for r in rs {
             let s = &r.summary;
-            let name = r.dir.file_name().map_or(r.dir.display().to_string(), |n| {
-                n.to_string_lossy().into_owned()
-            });
+            let name = run_name(r);
             let oom = match s.ooms.first() {
                 None => "-".to_string(),
                 Some(o) => format!(
@@ -266,8 +350,94 @@ pub fn markdown(runs: &[MergedRun]) -> String {
                 s.expectations.len()
             );
         }
+        let odd = outliers(rs);
+        if !odd.is_empty() {
+            let _ = writeln!(o, "\nGPUs that differ from the others of this group:\n");
+            for line in odd {
+                let _ = writeln!(o, "- {}", cell(&line));
+            }
+        }
+    }
+    if !m.skipped.is_empty() {
+        let _ = writeln!(o, "\n### Skipped: incomplete ({})\n", m.skipped.len());
+        for (dir, why) in &m.skipped {
+            let _ = writeln!(o, "- {}: {}", cell(&dir.display().to_string()), cell(why));
+        }
+    }
+    if !m.node_notes.is_empty() {
+        let _ = writeln!(o, "\n### From the node folders\n");
+        for n in &m.node_notes {
+            let _ = writeln!(o, "- {}", cell(n));
+        }
     }
     o
+}
+
+/// A run's name in the tables: its folder, after its node's when it was a GPU of one.
+fn run_name(r: &MergedRun) -> String {
+    let base = |p: &Path| {
+        p.file_name().map_or(p.display().to_string(), |n| {
+            n.to_string_lossy().into_owned()
+        })
+    };
+    match &r.node {
+        Some(n) => format!("{}/{}", base(n), base(&r.dir)),
+        None => base(&r.dir),
+    }
+}
+
+/// One figure of a run, for the outlier check.
+type Figure = fn(&Summary) -> Option<u64>;
+
+/// Runs of one workload in a group whose figures are further than 64 MiB from the median of
+/// those runs (the node summary's rule), one line each.
+fn outliers(rs: &[&MergedRun]) -> Vec<String> {
+    const THRESHOLD_BYTES: u64 = 64 << 20;
+    let mut by_workload: BTreeMap<&str, Vec<&MergedRun>> = BTreeMap::new();
+    for r in rs {
+        by_workload
+            .entry(&r.summary.workload.name)
+            .or_default()
+            .push(r);
+    }
+    let mut lines = Vec::new();
+    for runs in by_workload.values().filter(|v| v.len() > 1) {
+        let figures: [(&str, Figure); 4] = [
+            ("CUDA-visible total", |s| Some(s.device.total_bytes)),
+            ("idle device used", |s| {
+                Some(s.idle.after_context.device_used_bytes)
+            }),
+            ("peak device used", |s| peak(s, View::DeviceUsed)),
+            ("headroom at peak", |s| s.peaks.headroom_at_peak_bytes),
+        ];
+        for (what, get) in figures {
+            let vals: Vec<(&MergedRun, u64)> = runs
+                .iter()
+                .filter_map(|r| get(&r.summary).map(|v| (*r, v)))
+                .collect();
+            if vals.len() < 2 {
+                continue;
+            }
+            let mut sorted: Vec<u64> = vals.iter().map(|(_, v)| *v).collect();
+            sorted.sort_unstable();
+            let median = sorted[sorted.len() / 2];
+            for (r, v) in vals {
+                if v.abs_diff(median) > THRESHOLD_BYTES {
+                    lines.push(format!(
+                        "{} (GPU {}, {}): {what} {} is {} {} the median {}",
+                        run_name(r),
+                        r.summary.device.index,
+                        r.summary.device.uuid.as_deref().unwrap_or("no UUID"),
+                        Bytes(v),
+                        Bytes(v.abs_diff(median)),
+                        if v < median { "below" } else { "above" },
+                        Bytes(median)
+                    ));
+                }
+            }
+        }
+    }
+    lines
 }
 
 /// Writes `bytes` to `path`, refusing to replace an existing file unless `force`.

@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod compare;
+pub mod complete;
 pub mod escape;
 pub mod graphs;
 pub mod junit;
@@ -13,7 +14,10 @@ pub mod plot;
 pub mod rundata;
 pub mod summary;
 pub mod table;
+pub mod text_table;
 pub mod trace;
+pub mod watch;
+pub mod watch_markdown;
 
 /// Text escaped for XML content and attribute values.
 pub fn xml_escape(s: &str) -> String {

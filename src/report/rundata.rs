@@ -77,13 +77,17 @@ pub struct RunData {
     pub summary: Summary,
     pub timeline: Timeline,
     pub events: Vec<Event>,
+    /// The watched job's section of `summary.json`, for a `headroom watch` folder.
+    pub watch: Option<crate::report::watch::WatchSection>,
 }
 
 impl RunData {
     /// Reads and checks a whole result folder.
     pub fn load(dir: &Path) -> anyhow::Result<RunData> {
         let summary = load_summary(dir)?;
-        Self::with_summary(dir, summary)
+        let mut run = Self::with_summary(dir, summary)?;
+        run.watch = crate::report::watch::load(dir)?;
+        Ok(run)
     }
 
     /// Reads the CSVs of a folder whose summary is already in hand (a run that just finished).
@@ -96,6 +100,7 @@ impl RunData {
             summary,
             timeline,
             events,
+            watch: None,
         })
     }
 
@@ -177,6 +182,10 @@ pub fn load_summary(dir: &Path) -> anyhow::Result<Summary> {
     })
 }
 
+/// Views added to format_version 1 after its first release, as its last columns: a timeline
+/// written before them lacks those columns, which then read as never measured.
+const VIEWS_ADDED_LATER: &[View] = &[View::JobUsed];
+
 /// The header `timeline.csv` has in this format version.
 pub fn timeline_header() -> Vec<&'static str> {
     let mut h = vec!["t_ns", "phase", "source", "device_free_bytes"];
@@ -198,7 +207,10 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
         .iter()
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .collect();
-    if found != expected {
+    let oldest = expected.len() - VIEWS_ADDED_LATER.len();
+    let older_complete = (oldest..expected.len()).contains(&found.len())
+        && found.iter().zip(&expected).all(|(f, e)| f == e);
+    if found != expected && !older_complete {
         let at = expected
             .iter()
             .zip(&found)

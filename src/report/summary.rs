@@ -137,6 +137,31 @@ pub struct MismatchRecord {
     pub mismatch: Mismatch,
 }
 
+/// One verify's mismatches for people: `3 mismatches; first at 0x7f…00 (offset 1048576):
+/// expected 0x1234abcd, read 0xdeadbeef` (the offset when the buffer's base is known).
+pub fn mismatch_line(m: &crate::device::Mismatch, base: Option<crate::device::DevPtr>) -> String {
+    let offset = base.map_or(String::new(), |b| {
+        format!(" (offset {})", m.first_address.saturating_sub(b))
+    });
+    format!(
+        "{} mismatches; first at {:#x}{offset}: expected {:#010x}, read {:#010x}",
+        m.count, m.first_address, m.expected, m.actual
+    )
+}
+
+impl MismatchRecord {
+    /// `buf (phase step 2): 1 mismatches; first at …`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} ({} step {}): {}",
+            self.name,
+            self.phase,
+            self.step,
+            mismatch_line(&self.mismatch, None)
+        )
+    }
+}
+
 /// The check that the run gave back everything it took.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Release {
@@ -236,4 +261,7 @@ pub struct Summary {
     pub graphs: Option<crate::report::graphs::GraphsSummary>,
     pub timeline_rows: u64,
     pub event_rows: u64,
+    /// A `headroom watch` folder's section: the watched job, its phases and its messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<crate::report::watch::WatchSection>,
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::record::View;
 use crate::report::summary::Summary;
+use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
 fn cell(v: Option<u64>) -> String {
@@ -35,7 +36,7 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         let _ = write!(o, " (creating the context took {})", Bytes(c));
     }
     let _ = writeln!(o);
-    if let Some(k) = s.idle.kernels {
+    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
         let _ = writeln!(
             o,
             "kernels: loading {} modules before the idle reading took {}",
@@ -44,54 +45,56 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         );
     }
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<28} {:>12} {:>12} {:>12} {:>12}",
-        "view", "idle", "true peak", "1 Hz poll", "10 Hz poll"
-    );
+    let mut views = TextTable::new(&[
+        ("view", Align::Left),
+        ("idle", Align::Right),
+        ("true peak", Align::Right),
+        ("1 Hz poll", Align::Right),
+        ("10 Hz poll", Align::Right),
+    ]);
     for v in View::ALL {
         let peak = s.peaks.run.get(v.key()).map(|p| p.bytes);
         if peak.is_none() {
             continue;
         }
-        let idle_v = s.idle_view(v);
         let polled = |k: &str| s.polled_peak(k, v);
-        let _ = writeln!(
-            o,
-            "{:<28} {:>12} {:>12} {:>12} {:>12}",
-            v.key(),
-            cell(idle_v),
+        views.row([
+            v.key().to_string(),
+            cell(s.idle_view(v)),
             cell(peak),
             cell(polled("1hz")),
-            cell(polled("10hz"))
-        );
+            cell(polled("10hz")),
+        ]);
     }
+    o.push_str(&views.render());
     if let Some(h) = s.peaks.headroom_at_peak_bytes {
         let _ = writeln!(o, "headroom at the device-used peak: {} free", Bytes(h));
     }
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<20} {:<10} {:>10} {:>14} {:>12} {:>14}",
-        "phase", "status", "time", "device used", "own", "alloc reserved"
-    );
+    let mut phases = TextTable::new(&[
+        ("phase", Align::Left),
+        ("status", Align::Left),
+        ("time", Align::Right),
+        ("device used", Align::Right),
+        ("own", Align::Right),
+        ("alloc reserved", Align::Right),
+    ]);
     for p in &s.phases {
         let time = match (p.start_ns, p.end_ns) {
             (Some(a), Some(b)) => Nanos(b - a).to_string(),
             _ => "-".into(),
         };
         let peak = |v: View| cell(p.peaks.get(v.key()).map(|x| x.bytes));
-        let _ = writeln!(
-            o,
-            "{:<20} {:<10} {:>10} {:>14} {:>12} {:>14}",
-            p.name,
+        phases.row([
+            p.name.clone(),
             format!("{:?}", p.status).to_lowercase(),
             time,
             peak(View::DeviceUsed),
             peak(View::OwnBytes),
-            peak(View::AllocReserved)
-        );
+            peak(View::AllocReserved),
+        ]);
     }
+    o.push_str(&phases.render());
     let sm = &s.sampler;
     let _ = writeln!(o);
     let _ = writeln!(
@@ -127,17 +130,7 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         crate::report::graphs::render(g, &mut o);
     }
     for m in &s.mismatches {
-        let _ = writeln!(
-            o,
-            "verify {} ({} step {}): {} mismatches, first at {:#x}: expected {:#010x}, read {:#010x}",
-            m.name,
-            m.phase,
-            m.step,
-            m.mismatch.count,
-            m.mismatch.first_address,
-            m.mismatch.expected,
-            m.mismatch.actual
-        );
+        let _ = writeln!(o, "verify {}", m.line());
     }
     for oom in &s.ooms {
         let _ = writeln!(o);

@@ -1,41 +1,46 @@
 //! Running a workload on a device and recording every view as it goes.
 //!
-//! The order of a run: idle readings (before and after the context), then each phase's actions
-//! with an event-synchronous reading after every one, the background sampler filling in between;
-//! after every phase the CSVs are flushed and `summary.json` rewritten, so a later OOM, error or
-//! Ctrl-C never loses what came before. Whatever happens, the run then releases everything it
-//! took and checks that device free memory is back at the idle reading.
+//! The order of a run (`run_on`): the kernels loaded and the idle reading taken (`setup`),
+//! then each phase's steps (`steps`), each one acted out by its handler (`actions`), read back
+//! and recorded (`recording`), an OOM with its evidence (`evidence`); after every phase the
+//! CSVs are flushed and `summary.json` rewritten, so a later OOM, error or Ctrl-C never loses
+//! what came before. Whatever happens, the run then releases everything it took and checks
+//! that device free memory is back at the idle reading (`finish`). `holdings` is what the run
+//! holds on the device by name; `watchdog` ends a run whose driver call never returns.
 
+mod actions;
 mod evidence;
-mod exec;
-mod graphs;
-mod groups;
+mod finish;
+mod holdings;
 mod progress;
+mod recording;
+mod setup;
+mod steps;
 pub mod watchdog;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::SystemTime;
 
 use anyhow::Context;
 
 use crate::alloc::Allocator;
 use crate::alloc::adaptors::logging::LoggingAdaptor;
-use crate::device::prelude::*;
 use crate::device::select::Opened;
-use crate::device::{NvmlMemory, StreamId, process_list_doubt};
+use crate::device::{Device, NvmlMemory};
 use crate::oom::OomRecord;
-use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
+use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
-use crate::report::summary::{
-    Idle, IdleReading, MismatchRecord, Peaks, PhaseStatus, PhaseSummary, PolledPeaks, Release,
-    RunStatus, Summary, WorkloadInfo,
-};
-use crate::sampler::{LatencyHistogram, LiveViews};
-use crate::units::{GIB, MIB, Nanos, utc_folder_stamp, utc_timestamp};
-use crate::workload::{Via, Workload};
+use crate::report::summary::{MismatchRecord, RunStatus, Summary};
+use crate::sampler::LiveViews;
+use crate::units::{GIB, utc_folder_stamp};
+use crate::workload::{Action, Workload};
+
+use actions::Floor;
+pub(crate) use actions::GraphRun;
+use holdings::Holdings;
+use recording::Recording;
 
 /// How to run, beyond what the workload file says.
 #[derive(Debug, Clone)]
@@ -109,15 +114,7 @@ pub struct RunReport {
     pub exit_code: i32,
 }
 
-/// One live allocation of the workload.
-#[derive(Debug, Clone)]
-pub(crate) struct LiveAlloc {
-    pub ptr: u64,
-    pub bytes: u64,
-    pub via: Via,
-}
-
-/// What ended the action loop early.
+/// What ended the step loop early.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Stop {
     Oom,
@@ -126,48 +123,43 @@ pub(crate) enum Stop {
     Failed(String),
 }
 
-pub(crate) struct Runner<'w, 'd> {
-    pub dev: &'d mut dyn Device,
-    pub alloc: Box<dyn Allocator>,
-    pub wl: &'w Workload,
-    pub live: HashMap<String, LiveAlloc>,
-    pub streams: HashMap<String, StreamId>,
-    /// Bytes taken with `via = "driver"`, outside the allocator.
-    pub driver_bytes: u64,
-    pub recorder: Recorder,
-    pub events: EventLog,
-    pub live_views: Arc<LiveViews>,
-    pub phase: u32,
-    pub alloc_latency: LatencyHistogram,
-    pub free_latency: LatencyHistogram,
-    pub query_latency: LatencyHistogram,
-    pub ooms: Vec<OomRecord>,
-    pub mismatches: Vec<MismatchRecord>,
-    pub keep_free_bytes: u64,
-    pub allow_oom: bool,
-    pub idle_free_bytes: u64,
-    pub idle_used_bytes: u64,
-    /// Memory other processes held at the idle reading.
-    pub idle_others_bytes: u64,
-    /// Nanoseconds of reorder slack for sampler readings that arrive late (real GPU only).
-    pub watermark_slack_ns: u64,
+/// The idle reading the run is measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Baseline {
+    pub free_bytes: u64,
+    pub used_bytes: u64,
+    /// Memory other processes held then (0 when their list cannot be believed).
+    pub others_bytes: u64,
+}
+
+/// What bounds the run: the free-memory floor, Ctrl-C, the watchdog, how tenants start.
+pub(crate) struct Limits {
+    pub floor: Floor,
+    /// Set by Ctrl-C; checked between steps.
     pub interrupted: Arc<AtomicBool>,
-    /// Whether kernels were loaded or the stack raised: memory the context keeps.
-    pub context_grew: bool,
-    pub progress: progress::Progress,
-    /// `headroom hold` children started by `tenant` steps; stopped and reaped at the end.
-    pub tenants: Vec<crate::tenant::TenantProcess>,
-    pub tenant_launch: Option<TenantLaunch>,
-    /// Names whose allocation hit an OOM the workload continued past.
-    pub failed_names: std::collections::HashSet<String>,
-    /// CUDA graphs: handles, graph allocations, and what was measured.
-    pub graphs: graphs::GraphRun,
     /// Ends the process if a driver call never returns (real drivers only).
     pub watchdog: Option<watchdog::Watchdog>,
     /// The longest `spin` of the workload: what a synchronize may legitimately wait for.
     pub longest_spin_ns: u64,
-    /// Background readings between events, until the run ends.
-    pub sampler: Option<Box<dyn crate::device::Sampler>>,
+    /// How `tenant` steps start a real process; `None` on the simulator.
+    pub tenant_launch: Option<TenantLaunch>,
+}
+
+/// One run in progress: the device and allocator it drives, what it holds, how it records.
+pub(crate) struct Runner<'w, 'd> {
+    dev: &'d mut dyn Device,
+    alloc: Box<dyn Allocator>,
+    wl: &'w Workload,
+    held: Holdings,
+    rec: Recording,
+    limits: Limits,
+    baseline: Baseline,
+    /// Index of the phase running (`NO_PHASE` outside them).
+    phase: u32,
+    ooms: Vec<OomRecord>,
+    mismatches: Vec<MismatchRecord>,
+    /// A kernel raised the stack reservation: memory the context keeps.
+    context_grew: bool,
 }
 
 /// Runs a parsed workload on an opened device and writes its results.
@@ -202,40 +194,7 @@ pub fn run_on(
     let sample_interval_ns = opts
         .sample_interval_ns
         .unwrap_or(wl.settings.sample_interval_ns);
-
-    // The kernels the workload launches are loaded first: their modules are the context's
-    // memory from then on, not a drop in the middle of the first kernel step.
-    let kernels = load_kernels(wl, device)?;
-    let sampler_perturbation = if sample_interval_ns == 0 && !info.is_sim() {
-        Some(sampler_perturbation(device).context("measuring the sampler's cost to allocations")?)
-    } else {
-        None
-    };
-    // Idle, after the context: one reading before anything of the workload exists.
-    let idle_mem = device
-        .mem_info()
-        .context("the idle reading (cuMemGetInfo) failed")?;
-    let idle_nvml = device.nvml_memory();
-    let idle_processes = device.processes();
-    let idle_t = device.now_ns();
-    let idle = Idle {
-        before_context,
-        after_context: IdleReading {
-            t_ns: idle_t,
-            device_free_bytes: idle_mem.free_bytes,
-            device_used_bytes: idle_mem.used_bytes(),
-            device_total_bytes: idle_mem.total_bytes,
-            nvml: idle_nvml,
-        },
-        // The kernels loaded since are not the context's creation cost.
-        context_overhead_bytes: context_overhead(before_context, idle_nvml)
-            .map(|b| b.saturating_sub(kernels.map_or(0, |k| k.device_bytes.max(0) as u64))),
-        kernels,
-        processes_doubt: idle_processes
-            .as_deref()
-            .and_then(|ps| process_list_doubt(ps, idle_nvml.map(|n| n.used_bytes))),
-        processes: idle_processes,
-    };
+    let mut before = setup::before_first_step(wl, device, before_context, sample_interval_ns)?;
 
     let alloc = wl.allocator.build(&mut *device).map_err(|e| {
         anyhow::anyhow!(
@@ -251,156 +210,67 @@ pub fn run_on(
         LoggingAdaptor::create(alloc, &log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?,
     );
-    let phase_names: Vec<String> = wl.phases.iter().map(|p| p.name.clone()).collect();
     let start_ns = device.now_ns();
-    let mut recorder = Recorder::create(&dir, phase_names, info.total_bytes, start_ns)
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
-    let mut events = EventLog::create(&dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
-    let is_sim = info.is_sim();
-    // On a real driver every row reaches the file at once: a run that ends inside a wedged
-    // driver call keeps every step before it.
-    events.set_flush_each_row(!is_sim);
-    let watchdog = match opts
-        .watchdog_ns
-        .or((!is_sim).then_some(watchdog::DEFAULT_WATCHDOG_NS))
-    {
-        Some(ns) if ns > 0 => {
-            Some(watchdog::Watchdog::start(dir.clone(), ns).context("cannot start the watchdog")?)
-        }
-        _ => None,
+    let rec = start_recording(wl, device, &dir, &before, sample_interval_ns, opts, &*alloc)?;
+    let limits = Limits {
+        floor: Floor {
+            keep_free_bytes,
+            allow_oom,
+        },
+        interrupted: opts.interrupted.clone(),
+        watchdog: start_watchdog(&dir, opts, info.is_sim())?,
+        longest_spin_ns: wl
+            .actions()
+            .filter_map(|(_, p)| match p.action {
+                Action::Spin { duration_ns, .. } => Some(duration_ns),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0),
+        tenant_launch: opts.tenant_launch.clone(),
     };
-    let longest_spin_ns = wl
-        .actions()
-        .filter_map(|(_, p)| match p.action {
-            crate::workload::Action::Spin { duration_ns, .. } => Some(duration_ns),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    recorder.push(Reading {
-        t_ns: idle_t,
-        phase: NO_PHASE,
-        source: Source::Idle,
-        device_free_bytes: idle_mem.free_bytes,
-        views: ViewSet::default().with(View::OwnBytes, 0),
-    });
-
-    let live_views = Arc::new(LiveViews::default());
-    live_views.publish(alloc.stats().views().with(View::OwnBytes, 0));
-    let sampler = device
-        .start_sampler(sample_interval_ns, live_views.clone())
-        .context("cannot start the background sampler")?;
-    let watermark_slack_ns = if info.is_sim() { 0 } else { 5_000_000 };
-
     let mut runner = Runner {
         dev: device,
         alloc,
         wl,
-        live: HashMap::new(),
-        streams: HashMap::from([("main".to_string(), StreamId::MAIN)]),
-        driver_bytes: 0,
-        recorder,
-        events,
-        live_views,
+        held: Holdings::new(),
+        rec,
+        limits,
+        baseline: before.baseline,
         phase: NO_PHASE,
-        alloc_latency: LatencyHistogram::default(),
-        free_latency: LatencyHistogram::default(),
-        query_latency: LatencyHistogram::default(),
         ooms: Vec::new(),
         mismatches: Vec::new(),
-        keep_free_bytes,
-        allow_oom,
-        idle_free_bytes: idle_mem.free_bytes,
-        idle_used_bytes: idle_mem.used_bytes(),
-        idle_others_bytes: if idle.processes_doubt.is_none() {
-            others_bytes(&idle.processes).min(idle_mem.used_bytes())
-        } else {
-            0
-        },
-        watermark_slack_ns,
-        interrupted: opts.interrupted.clone(),
         context_grew: false,
-        progress: progress::Progress::new(
-            opts.progress,
-            wl.phases.iter().map(|p| p.actions.len() as u64).sum(),
-        ),
-        failed_names: Default::default(),
-        tenants: Vec::new(),
-        tenant_launch: opts.tenant_launch.clone(),
-        graphs: Default::default(),
-        watchdog,
-        longest_spin_ns,
-        sampler: Some(sampler),
     };
-    runner.graph_start()?;
-    runner.live_views.publish(runner.harness_views());
-    let mut summary = Summary {
-        format_version: FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: RunStatus::Running,
-        status_detail: None,
-        exit_code: None,
-        workload: WorkloadInfo {
-            name: wl.name.clone(),
-            file: wl.file.display().to_string(),
-            description: wl.description.clone(),
-            allocator: wl.allocator.kind(),
-            allocator_settings: serde_json::to_value(&wl.allocator).unwrap_or_default(),
+    runner.held.graphs.start(wl, &mut *runner.dev)?;
+    let views = runner
+        .held
+        .views(runner.alloc.kind(), &runner.alloc.stats());
+    runner.rec.live.publish(views);
+    let mut summary = setup::initial_summary(
+        setup::SummaryStart {
+            wl,
+            device: info,
+            started,
+            start_ns,
             sample_interval_ns,
             keep_free_bytes,
             allow_oom,
+            plan: opts.plan.clone(),
         },
-        device: info,
-        started_utc: utc_timestamp(started),
-        finished_utc: None,
-        start_ns,
-        end_ns: None,
-        idle,
-        phases: wl
-            .phases
-            .iter()
-            .map(|p| PhaseSummary {
-                name: p.name.clone(),
-                status: PhaseStatus::Pending,
-                start_ns: None,
-                end_ns: None,
-                actions_run: 0,
-                actions_planned: p.actions.len() as u64,
-                peaks: BTreeMap::new(),
-            })
-            .collect(),
-        peaks: Peaks {
-            run: BTreeMap::new(),
-            headroom_at_peak_bytes: None,
-            polled: BTreeMap::new(),
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
-        sampler_perturbation,
-        latency: BTreeMap::new(),
-        ooms: Vec::new(),
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: None,
-        plan: opts.plan.clone(),
-        graphs: None,
-        timeline_rows: 0,
-        event_rows: 0,
-    };
+        &mut before,
+    );
 
     // The record exists from the start: a run that never finishes still has one.
     write_summary(&dir, &summary).context("writing summary.json")?;
     let stop = runner.run_phases(&mut summary, &dir);
-    let status = match &stop {
+    summary.status = match &stop {
         None => RunStatus::Completed,
         Some(Stop::Oom) => RunStatus::Oom,
         Some(Stop::Floor(_)) => RunStatus::StoppedAtFloor,
         Some(Stop::Interrupted) => RunStatus::Interrupted,
         Some(Stop::Failed(_)) => RunStatus::Failed,
     };
-    summary.status = status;
     summary.status_detail = match &stop {
         Some(Stop::Floor(m)) | Some(Stop::Failed(m)) => Some(m.clone()),
         Some(Stop::Interrupted) => Some("interrupted by Ctrl-C".into()),
@@ -415,486 +285,80 @@ pub fn run_on(
     })
 }
 
-/// Loads the kernel modules `wl` needs, if any, and measures what they took.
-fn load_kernels(
+/// The timeline and event files, the idle reading written first, and the sampler started.
+fn start_recording(
     wl: &Workload,
     device: &mut dyn Device,
-) -> anyhow::Result<Option<crate::report::summary::KernelLoad>> {
-    let mut needed: Vec<_> = wl
-        .actions()
-        .filter_map(|(_, p)| p.action.kernel_module())
-        .collect();
-    if needed.is_empty() {
-        return Ok(None);
+    dir: &Path,
+    before: &setup::Before,
+    sample_interval_ns: u64,
+    opts: &RunOptions,
+    alloc: &dyn Allocator,
+) -> anyhow::Result<Recording> {
+    let info = device.info();
+    let phase_names: Vec<String> = wl.phases.iter().map(|p| p.name.clone()).collect();
+    let mut timeline = Recorder::create(dir, phase_names, info.total_bytes, device.now_ns())
+        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
+    let mut events = EventLog::create(dir)
+        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    // On a real driver every row reaches the file at once: a run that ends inside a wedged
+    // driver call keeps every step before it.
+    events.set_flush_each_row(!info.is_sim());
+    let idle = &before.idle.after_context;
+    timeline.push(Reading {
+        t_ns: idle.t_ns,
+        phase: NO_PHASE,
+        source: Source::Idle,
+        device_free_bytes: idle.device_free_bytes,
+        views: ViewSet::default().with(View::OwnBytes, 0),
+    });
+    let live = Arc::new(LiveViews::default());
+    live.publish(alloc.stats().views().with(View::OwnBytes, 0));
+    // Readings from a thread arrive late; they are held back this long on a real GPU.
+    let watermark_slack_ns = if info.is_sim() { 0 } else { 5_000_000 };
+    let sampler = device
+        .start_sampler(sample_interval_ns, live.clone())
+        .context("cannot start the background sampler")?;
+    let progress = progress::Progress::new(
+        opts.progress,
+        wl.phases.iter().map(|p| p.actions.len() as u64).sum(),
+    );
+    Ok(Recording::new(
+        timeline,
+        events,
+        live,
+        sampler,
+        watermark_slack_ns,
+        progress,
+    ))
+}
+
+/// The watchdog: by default on a real driver only (the simulator's calls cannot hang).
+fn start_watchdog(
+    dir: &Path,
+    opts: &RunOptions,
+    is_sim: bool,
+) -> anyhow::Result<Option<watchdog::Watchdog>> {
+    match opts
+        .watchdog_ns
+        .or((!is_sim).then_some(watchdog::DEFAULT_WATCHDOG_NS))
+    {
+        Some(ns) if ns > 0 => Ok(Some(
+            watchdog::Watchdog::start(dir.to_path_buf(), ns)
+                .context("cannot start the watchdog")?,
+        )),
+        _ => Ok(None),
     }
-    needed.sort_by_key(|m| m.index());
-    needed.dedup();
-    let before = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
-    let modules = device
-        .load_kernels(&needed)
-        .context("loading headroom's kernels failed")?;
-    let after = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
-    Ok(Some(crate::report::summary::KernelLoad {
-        modules,
-        device_bytes: before as i64 - after as i64,
-    }))
-}
-
-/// Times 2 MiB allocate/free pairs without and with a full-rate sampler running (which is
-/// then stopped and its readings dropped).
-fn sampler_perturbation(
-    device: &mut dyn Device,
-) -> anyhow::Result<crate::report::summary::SamplerPerturbation> {
-    const PAIRS: u32 = 64;
-    let time_pairs = |device: &mut dyn Device| -> anyhow::Result<u64> {
-        let mut ns = Vec::with_capacity(PAIRS as usize);
-        for _ in 0..PAIRS {
-            let t0 = device.now_ns();
-            let p = device.malloc(2 * MIB)?;
-            device.free(p)?;
-            ns.push(device.now_ns() - t0);
-        }
-        ns.sort_unstable();
-        Ok(ns[ns.len() / 2])
-    };
-    let without = time_pairs(device)?;
-    let sampler = device.start_sampler(0, Arc::new(LiveViews::default()))?;
-    let with = time_pairs(device);
-    sampler.stop(&*device, &mut Vec::new());
-    Ok(crate::report::summary::SamplerPerturbation {
-        pairs: PAIRS,
-        alloc_free_p50_without_sampler_ns: without,
-        alloc_free_p50_with_sampler_ns: with?,
-    })
-}
-
-fn others_bytes(processes: &Option<Vec<crate::device::ProcessUsage>>) -> u64 {
-    processes
-        .iter()
-        .flatten()
-        .filter(|p| !p.is_self)
-        .filter_map(|p| p.used_bytes)
-        .sum()
-}
-
-fn context_overhead(before: Option<NvmlMemory>, after: Option<NvmlMemory>) -> Option<u64> {
-    Some(after?.used_bytes.saturating_sub(before?.used_bytes))
 }
 
 impl Runner<'_, '_> {
-    /// Runs every phase; returns what stopped it early, if anything.
-    fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
-        let wl = self.wl;
-        for (pi, phase) in wl.phases.iter().enumerate() {
-            self.phase = pi as u32;
-            self.live_views.set_phase(self.phase);
-            let ps = &mut summary.phases[pi];
-            ps.status = PhaseStatus::Running;
-            ps.start_ns = Some(self.dev.now_ns());
-            let mut stop = None;
-            for planned in &phase.actions {
-                let done = summary.phases.iter().map(|p| p.actions_run).sum();
-                self.progress
-                    .step(pi, wl.phases.len(), &phase.name, &planned.label, done);
-                if self.interrupted.load(Ordering::Relaxed) {
-                    stop = Some(Stop::Interrupted);
-                    break;
-                }
-                if let Some(fault) = self.device_fault() {
-                    stop = Some(self.stop_on_fault(&phase.name, planned, &fault));
-                    break;
-                }
-                self.arm_watchdog(&phase.name, planned);
-                let outcome = self.exec(&phase.name, planned);
-                if let Some(w) = &self.watchdog {
-                    w.disarm();
-                }
-                match outcome {
-                    Ok(None) => summary.phases[pi].actions_run += 1,
-                    Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
-                        summary.phases[pi].actions_run += 1;
-                    }
-                    Ok(Some(s)) => {
-                        if s == Stop::Oom {
-                            summary.phases[pi].actions_run += 1;
-                        }
-                        stop = Some(s);
-                        break;
-                    }
-                    Err(e) => {
-                        stop = Some(Stop::Failed(format!(
-                            "phase {:?}, step {}: {e:#}",
-                            phase.name, planned.label
-                        )));
-                        break;
-                    }
-                }
-            }
-            let ps = &mut summary.phases[pi];
-            ps.end_ns = Some(self.dev.now_ns());
-            ps.status = match &stop {
-                None => PhaseStatus::Completed,
-                Some(Stop::Oom) => PhaseStatus::Oom,
-                Some(_) => PhaseStatus::Stopped,
-            };
-            self.checkpoint(summary, dir);
-            if stop.is_some() {
-                for later in &mut summary.phases[pi + 1..] {
-                    later.status = PhaseStatus::Skipped;
-                }
-                return stop;
-            }
-        }
-        None
-    }
-
-    /// Drains the sampler into the recorder and writes readings past the watermark.
-    pub(crate) fn pump(&mut self) {
-        let mut buf = Vec::new();
-        if let Some(s) = &mut self.sampler {
-            s.drain(&*self.dev, &mut buf);
-        }
-        for r in buf {
-            self.recorder.push(r);
-        }
-        let wm = self.dev.now_ns().saturating_sub(self.watermark_slack_ns);
-        if let Err(e) = self.recorder.release_until(wm) {
-            eprintln!("warning: writing timeline.csv: {e}");
-        }
-    }
-
-    /// The harness-side views right now (no device query).
-    pub(crate) fn harness_views(&self) -> ViewSet {
-        let s = self.alloc.stats();
-        let mut v = s.views();
-        v.set(View::OwnBytes, self.driver_bytes + s.reserved_bytes);
-        if self.alloc.kind() == crate::alloc::AllocatorKind::Pool {
-            v.set(View::PoolUsed, s.allocated_bytes);
-            v.set(View::PoolReserved, s.reserved_bytes);
-        }
-        self.graphs.views(&mut v);
-        v
-    }
-
-    /// Takes an event-synchronous reading and publishes the harness views to the sampler.
-    pub(crate) fn event_reading(&mut self) -> anyhow::Result<Reading> {
-        self.pump();
-        let views = self.harness_views();
-        self.live_views.publish(views);
-        let t0 = self.dev.now_ns();
-        let mem = self.dev.mem_info().context("cuMemGetInfo failed")?;
-        let t1 = self.dev.now_ns();
-        self.query_latency.record(t1 - t0);
-        self.progress.device_used(mem.used_bytes());
-        let r = Reading {
-            t_ns: t1,
-            phase: self.phase,
-            source: Source::Event,
-            device_free_bytes: mem.free_bytes,
-            views,
-        };
-        self.recorder.push(r);
-        Ok(r)
-    }
-
-    /// Flushes files and rewrites `summary.json` so that what ran so far is on disk.
-    fn checkpoint(&mut self, summary: &mut Summary, dir: &Path) {
-        self.pump();
-        if let Err(e) = self.recorder.flush().and_then(|_| self.events.flush()) {
-            eprintln!("warning: flushing results: {e}");
-        }
-        self.fill_summary(summary);
-        if let Err(e) = write_summary(dir, summary) {
-            eprintln!("warning: writing summary.json: {e}");
-        }
-    }
-
-    fn fill_summary(&mut self, summary: &mut Summary) {
-        summary.peaks.run = self.recorder.run.to_map();
-        summary.peaks.headroom_at_peak_bytes = self
-            .recorder
-            .run
-            .get(View::DeviceUsed)
-            .map(|p| summary.device.total_bytes.saturating_sub(p.bytes));
-        for (ps, set) in summary.phases.iter_mut().zip(&self.recorder.phases) {
-            ps.peaks = set.to_map();
-        }
+    /// Everything recorded so far, into `summary`.
+    fn fill_summary(&self, summary: &mut Summary) {
+        self.rec.fill_summary(summary);
         summary.ooms = self.ooms.clone();
         summary.mismatches = self.mismatches.clone();
-        summary.latency = BTreeMap::from([
-            ("allocate".to_string(), self.alloc_latency.percentiles()),
-            ("free".to_string(), self.free_latency.percentiles()),
-            ("mem_get_info".to_string(), self.query_latency.percentiles()),
-        ]);
         let driver_usage = summary.graphs.as_ref().and_then(|g| g.driver_usage);
-        summary.graphs = self.graphs.summary(driver_usage);
-        summary.timeline_rows = self.recorder.rows_written;
-        summary.event_rows = self.events.rows_written;
-    }
-
-    /// Ends the run: sampler off, everything released, baseline checked, results written.
-    fn finish(
-        &mut self,
-        summary: &mut Summary,
-        dir: &Path,
-        opts: &RunOptions,
-    ) -> anyhow::Result<()> {
-        self.progress.finish();
-        if let Some(w) = &self.watchdog {
-            let scope = watchdog::Scope {
-                phase: "release",
-                step: "",
-                op: "release",
-                name: "",
-                stream: "",
-            };
-            // Tenants may take a while to stop and their memory to come back.
-            w.arm(
-                scope,
-                self.dev.now_ns(),
-                10_000_000_000 + self.longest_spin_ns,
-            );
-        }
-        self.pump();
-        let end_ns = self.dev.now_ns();
-        summary.end_ns = Some(end_ns);
-        if let Some(s) = self.sampler.take() {
-            let mut buf = Vec::new();
-            summary.sampler = s.stop(&*self.dev, &mut buf);
-            for r in buf {
-                self.recorder.push(r);
-            }
-        }
-        self.pump();
-        if self.alloc.kind() == crate::alloc::AllocatorKind::Pool {
-            summary.peaks.pool_high_water = self.dev.pool_usage().ok();
-        }
-        summary.allocator_stats = Some(self.alloc.stats());
-        if self.graphs.enabled() {
-            summary.graphs = self.graphs.summary(self.dev.graph_mem_usage().ok());
-        }
-        // Release everything, whatever happened.
-        let mut release_errors = Vec::new();
-        if let Err(e) = self.graph_abort_capture() {
-            release_errors.push(format!("ending an open capture: {e}"));
-        }
-        let mut driver_ptrs: Vec<(String, u64)> = self
-            .live
-            .iter()
-            .filter(|(_, a)| a.via == Via::Driver)
-            .map(|(n, a)| (n.clone(), a.ptr))
-            .collect();
-        driver_ptrs.sort();
-        for (name, ptr) in driver_ptrs {
-            if let Err(e) = self.dev.free(ptr) {
-                release_errors.push(format!("{name}: {e}"));
-            }
-        }
-        self.live.clear();
-        self.driver_bytes = 0;
-        let stopped_tenants = !self.tenants.is_empty();
-        for t in self.tenants.drain(..) {
-            let pid = t.pid;
-            if let Err(e) = t.stop() {
-                release_errors.push(format!("tenant pid {pid}: {e:#}"));
-            }
-        }
-
-        if let Err(e) = self.alloc.release_all(&mut *self.dev) {
-            release_errors.push(format!("allocator: {e}"));
-        }
-        if let Err(e) = self.dev.release_all().and_then(|_| self.dev.synchronize()) {
-            release_errors.push(format!("device: {e}"));
-        }
-        self.live_views.set_phase(NO_PHASE);
-        let tenant_settle_ns = stopped_tenants.then(|| self.settle_after_tenants());
-        let fin = self.dev.mem_info();
-        if let Ok(mem) = fin {
-            self.recorder.push(Reading {
-                t_ns: self.dev.now_ns(),
-                phase: NO_PHASE,
-                source: Source::Final,
-                device_free_bytes: mem.free_bytes,
-                views: ViewSet::default().with(View::OwnBytes, 0),
-            });
-            let diff = mem.free_bytes as i64 - self.idle_free_bytes as i64;
-            summary.release = Some(Release {
-                idle_device_free_bytes: self.idle_free_bytes,
-                final_device_free_bytes: mem.free_bytes,
-                difference_bytes: diff,
-                within_one_page: diff.unsigned_abs() <= 2 * MIB,
-                note: if !release_errors.is_empty() {
-                    Some(format!(
-                        "errors while releasing: {}",
-                        release_errors.join("; ")
-                    ))
-                } else if self.context_grew {
-                    Some("kernels were loaded or the stack reservation was raised: the context keeps that memory until it is destroyed".into())
-                } else {
-                    None
-                },
-                tenant_settle_ns,
-            });
-        }
-        // Pollers see the run up to its end.
-        for (poller, (name, period)) in self.recorder.pollers.iter_mut().zip(POLLERS) {
-            let (peaks, ticks) = poller.finish(end_ns);
-            summary.peaks.polled.insert(
-                name.to_string(),
-                PolledPeaks {
-                    period_ns: *period,
-                    ticks,
-                    peaks: View::ALL
-                        .iter()
-                        .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
-                        .collect(),
-                },
-            );
-        }
-        // A device error that surfaced only now (a kernel that faulted after the last step's
-        // reading) fails a run that looked complete: it is never exit 0.
-        let late_fault = summary
-            .sampler
-            .first_error
-            .as_ref()
-            .map(|e| {
-                format!(
-                    "{} (first seen by the sampler at {})",
-                    e.error,
-                    Nanos(e.t_ns)
-                )
-            })
-            .or_else(|| (!release_errors.is_empty()).then(|| release_errors.join("; ")));
-        if let Some(fault) = late_fault
-            && matches!(summary.status, RunStatus::Completed | RunStatus::Oom)
-        {
-            let detail = format!(
-                "the device reported an error after the last step had run: {fault}; work the steps \
-                 queued failed on the device"
-            );
-            let _ = self.events.write(&crate::record::timeline::EventRow {
-                t_ns: self.dev.now_ns(),
-                phase: "",
-                step: "",
-                op: "release",
-                name: "",
-                stream: "",
-                requested_bytes: None,
-                size_bytes: None,
-                latency_ns: 0,
-                result: "error",
-                device_free_bytes: None,
-                detail: &detail,
-            });
-            summary.status = RunStatus::Failed;
-            summary.status_detail = Some(detail);
-        }
-        self.recorder.flush().context("flushing timeline.csv")?;
-        self.events.flush().context("flushing events.csv")?;
-        self.fill_summary(summary);
-        summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
-        summary.expectations = crate::expect::evaluate(
-            &self.wl.expect,
-            opts.expect_oom,
-            opts.fail_on_mismatch,
-            summary,
-        );
-        summary.exit_code = Some(exit_code(summary));
-        write_summary(dir, summary).context("writing summary.json")?;
-        // The run's record is complete on disk; a report that cannot be written is a warning
-        // (`headroom report DIR` can write it again), not a different outcome of the run.
-        if let Err(e) = crate::report::artifacts::write_all(dir, summary) {
-            eprintln!("warning: writing the run's reports: {e:#}");
-        }
-        if !release_errors.is_empty() {
-            eprintln!(
-                "warning: could not release everything: {}",
-                release_errors.join("; ")
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Runner<'_, '_> {
-    /// A device error the sampler saw between the run's own calls, if any.
-    fn device_fault(&self) -> Option<crate::sampler::SamplerError> {
-        self.sampler.as_ref()?.first_error()
-    }
-
-    /// The step about to run is not run: the device already failed. Its row says why.
-    fn stop_on_fault(
-        &mut self,
-        phase: &str,
-        p: &crate::workload::Planned,
-        fault: &crate::sampler::SamplerError,
-    ) -> Stop {
-        let seen_in = self
-            .wl
-            .phases
-            .get(fault.phase as usize)
-            .map_or("before the first phase".to_string(), |ph| {
-                format!("during phase {:?}", ph.name)
-            });
-        let detail = format!(
-            "not run: the device reported {} at {} {seen_in} (seen by the sampler)",
-            fault.error,
-            Nanos(fault.t_ns)
-        );
-        let done = exec::Done {
-            detail: detail.clone(),
-            ..exec::Done::timed(0)
-        };
-        let name = p.action.name().unwrap_or("").to_string();
-        let stream = p.action.stream().unwrap_or("main").to_string();
-        if let Err(e) = self.row(phase, p, &name, &stream, &done, "error", None) {
-            eprintln!("warning: writing events.csv: {e:#}");
-        }
-        Stop::Failed(format!("phase {phase:?}, step {}: {detail}", p.label))
-    }
-
-    /// Arms the watchdog for one action, with the waiting the action itself does.
-    fn arm_watchdog(&self, phase: &str, p: &crate::workload::Planned) {
-        use crate::workload::Action;
-        let Some(w) = &self.watchdog else {
-            return;
-        };
-        let expected_ns = match &p.action {
-            Action::Sleep { duration_ns } => *duration_ns,
-            Action::Spin { duration_ns, .. } => *duration_ns,
-            // A tenant process has a minute to start and report.
-            Action::Tenant { .. } => 60_000_000_000,
-            // Anything else may wait for a spin queued before it.
-            _ => self.longest_spin_ns,
-        };
-        let scope = watchdog::Scope {
-            phase,
-            step: &p.label,
-            op: p.action.op(),
-            name: p.action.name().unwrap_or(""),
-            stream: p.action.stream().unwrap_or("main"),
-        };
-        w.arm(scope, self.dev.now_ns(), expected_ns);
-    }
-
-    /// After tenant processes were stopped, waits (at most `TENANT_SETTLE_NS`) until device
-    /// free is back within a page of the idle reading: the driver gives a killed process's
-    /// memory back some time after it exits. Returns how long that took.
-    fn settle_after_tenants(&mut self) -> u64 {
-        const TENANT_SETTLE_NS: u64 = 2_000_000_000;
-        const POLL_NS: u64 = 20_000_000;
-        let start = self.dev.now_ns();
-        loop {
-            let back = self
-                .dev
-                .mem_info()
-                .is_ok_and(|m| m.free_bytes + 2 * MIB >= self.idle_free_bytes);
-            let waited = self.dev.now_ns() - start;
-            if back || waited >= TENANT_SETTLE_NS {
-                return waited;
-            }
-            self.dev.sleep(POLL_NS);
-        }
+        summary.graphs = self.held.graphs.summary(driver_usage);
     }
 }
 

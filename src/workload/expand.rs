@@ -5,6 +5,7 @@
 //! every action is known in advance: freeing an unknown name, verifying a buffer never filled,
 //! or allocating more than the device holds is caught here, before anything is allocated.
 
+mod comm;
 mod graphs;
 mod graphs_pattern;
 mod patterns;
@@ -16,6 +17,7 @@ use crate::units::{Bytes, MAX_DURATION_NS};
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 
+use crate::workload::rank::Rank;
 use crate::workload::{Phase, Workload};
 
 pub use crate::workload::action::{Action, Planned, Via};
@@ -28,9 +30,18 @@ struct LiveName {
 }
 
 /// The checker's view of which names are live, walked in program order.
+/// The most actions a workload may expand to, and the most allocations a `count = "fill"`
+/// may make: a run's memory is bounded by what its file asks for, so what a file may ask for
+/// is bounded. (A probe of `headroom validate` stays below it.)
+pub const MAX_ACTIONS: u64 = 1_000_000;
+
 struct Names<'a> {
     file: &'a Path,
+    /// Actions expanded so far (bounded by `MAX_ACTIONS`).
+    actions: u64,
     total_bytes: u64,
+    /// The run's rank (`comm` sizes its buffers by the rank count).
+    rank: Rank,
     live: BTreeMap<String, LiveName>,
     /// Groups allocated with `count = "fill"`: their members are known only at run time.
     filled: std::collections::BTreeSet<String>,
@@ -237,7 +248,22 @@ struct Emitter<'n, 'f> {
 }
 
 impl Emitter<'_, '_> {
+    /// Refuses a step that would take the workload past `MAX_ACTIONS`, before it expands.
+    fn bound(&self, adding: u64) -> Result<(), WorkloadError> {
+        if self.names.actions.saturating_add(adding) > MAX_ACTIONS {
+            return Err(self.err(format!(
+                "this step would take the workload to {} actions, more than the {MAX_ACTIONS} \
+                 headroom expands (its memory is bounded by what a file asks for): split the \
+                 workload into several runs",
+                self.names.actions.saturating_add(adding)
+            )));
+        }
+        Ok(())
+    }
+
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
+        self.bound(1)?;
+        self.names.actions += 1;
         self.names.check(&self.place, &action)?;
         self.names.graphs.note_use(&action);
         if let Action::Sleep { duration_ns } | Action::Spin { duration_ns, .. } = &action {
@@ -338,9 +364,21 @@ impl Emitter<'_, '_> {
                         return Err(self.err("count = \"fill\" cannot be captured into a graph"));
                     }
                     Count::Fill => {
+                        let bytes = size.resolve(self.names.total_bytes);
+                        // The device can hold at most this many (allocations take ≥ 512 B).
+                        let most = self.names.total_bytes / bytes.max(512);
+                        // Checked against a real device only (before one is known, the total
+                        // is unbounded).
+                        if self.names.total_bytes < u64::MAX && most > MAX_ACTIONS {
+                            return Err(self.err(format!(
+                                "count = \"fill\" of {bytes}-byte allocations could make {most} \
+                                 allocations on this device, more than the {MAX_ACTIONS} a run \
+                                 makes: use a larger size"
+                            )));
+                        }
                         return self.push(Action::FillDevice {
                             name: name.clone(),
-                            bytes: size.resolve(self.names.total_bytes),
+                            bytes,
                             via: *via,
                             stream: stream.clone(),
                         });
@@ -353,6 +391,7 @@ impl Emitter<'_, '_> {
                 if count == 0 {
                     return Err(self.err("count must be at least 1"));
                 }
+                self.bound(count as u64)?;
                 if count > 1 {
                     self.multi = true;
                 }
@@ -360,7 +399,7 @@ impl Emitter<'_, '_> {
                     let n = if count == 1 {
                         name.clone()
                     } else {
-                        format!("{name}[{i}]")
+                        crate::workload::member_name(name, i)
                     };
                     self.push(Action::Allocate {
                         name: n,
@@ -513,6 +552,7 @@ impl Emitter<'_, '_> {
             | Step::Activations { .. }
             | Step::Workspace { .. }
             | Step::Kv { .. } => self.pattern(step)?,
+            Step::Comm { .. } => self.comm(step)?,
         }
         Ok(())
     }
@@ -523,10 +563,13 @@ pub fn expand(
     file: FileWorkload,
     path: &Path,
     total_bytes: u64,
+    rank: Rank,
 ) -> Result<Workload, WorkloadError> {
     let mut names = Names {
         file: path,
+        actions: 0,
         total_bytes,
+        rank,
         live: BTreeMap::new(),
         filled: Default::default(),
         graphs: Default::default(),

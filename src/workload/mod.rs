@@ -8,6 +8,7 @@
 pub mod action;
 pub mod expand;
 pub mod parse;
+pub mod rank;
 pub mod step;
 pub mod step_id;
 
@@ -18,6 +19,7 @@ use serde::Serialize;
 use crate::alloc::AllocatorSpec;
 
 pub use expand::{Action, Planned, Via};
+pub use rank::Rank;
 pub use step::Step;
 
 /// A workload, parsed and expanded, ready to run.
@@ -65,6 +67,20 @@ pub struct Expect {
     pub max_mismatches: Option<u64>,
 }
 
+/// The name of member `index` of the group `group`: `w[3]`.
+pub fn member_name(group: &str, index: impl std::fmt::Display) -> String {
+    format!("{group}[{index}]")
+}
+
+/// The index of `name` as a member of `group` (`w[3]` → 3), if it is one.
+pub fn member_index(group: &str, name: &str) -> Option<u64> {
+    name.strip_prefix(group)?
+        .strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
 /// Whether the run should end in an out-of-memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,14 +116,63 @@ pub struct Phase {
     pub actions: Vec<Planned>,
 }
 
+/// A workload file read and parsed once, to be expanded for a device (sizes given as a share
+/// of the device resolve against its total).
+#[derive(Debug, Clone)]
+pub struct WorkloadFile {
+    path: std::path::PathBuf,
+    parsed: parse::FileWorkload,
+    /// The rank it was read for (`{rank}` replaced; `comm` sizes by the rank count).
+    rank: Rank,
+}
+
+impl WorkloadFile {
+    /// Reads and parses `path`: every key, size and step is checked.
+    pub fn read(path: &Path) -> Result<WorkloadFile, parse::WorkloadError> {
+        WorkloadFile::read_ranked(path, Rank::SINGLE)
+    }
+
+    /// `read` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
+    /// replaced with its numbers before it is parsed.
+    pub fn read_ranked(path: &Path, rank: Rank) -> Result<WorkloadFile, parse::WorkloadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
+        })?;
+        Ok(WorkloadFile {
+            path: path.to_path_buf(),
+            parsed: parse::parse(&rank.substitute(&text), path)?,
+            rank,
+        })
+    }
+
+    /// The workload for a device of `total_bytes` (CUDA-visible): every action expanded and
+    /// checked, no single allocation above the total.
+    pub fn expand(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        expand::expand(self.parsed.clone(), &self.path, total_bytes, self.rank)
+    }
+
+    /// Everything that can be checked before a device is known (an expansion against an
+    /// unbounded device), so a bad file is refused before any GPU is touched.
+    pub fn check(&self) -> Result<(), parse::WorkloadError> {
+        self.expand(u64::MAX).map(|_| ())
+    }
+}
+
 impl Workload {
     /// Reads, parses and expands a workload file. `total_bytes` is the device's CUDA-visible
     /// total, for the check that no single allocation exceeds it.
     pub fn load(path: &Path, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
-        })?;
-        Workload::from_toml(&text, path, total_bytes)
+        WorkloadFile::read(path)?.expand(total_bytes)
+    }
+
+    /// `load` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
+    /// replaced with its numbers before it is parsed.
+    pub fn load_ranked(
+        path: &Path,
+        total_bytes: u64,
+        rank: Rank,
+    ) -> Result<Workload, parse::WorkloadError> {
+        WorkloadFile::read_ranked(path, rank)?.expand(total_bytes)
     }
 
     pub fn from_toml(
@@ -115,8 +180,18 @@ impl Workload {
         path: &Path,
         total_bytes: u64,
     ) -> Result<Workload, parse::WorkloadError> {
+        Workload::from_toml_ranked(text, path, total_bytes, Rank::SINGLE)
+    }
+
+    /// Parses and expands text whose `{rank}` placeholders are already replaced.
+    pub fn from_toml_ranked(
+        text: &str,
+        path: &Path,
+        total_bytes: u64,
+        rank: Rank,
+    ) -> Result<Workload, parse::WorkloadError> {
         let file = parse::parse(text, path)?;
-        expand::expand(file, path, total_bytes)
+        expand::expand(file, path, total_bytes, rank)
     }
 
     /// The largest sum of bytes the workload's own allocations hold at once, as planned

@@ -37,6 +37,9 @@ fn act_name() -> String {
 fn ws_name() -> String {
     "ws".into()
 }
+fn comm_name() -> String {
+    "comm".into()
+}
 fn kv_name() -> String {
     "kv".into()
 }
@@ -107,6 +110,18 @@ pub enum OnOom {
     #[default]
     Stop,
     Continue,
+}
+
+/// Which peers a rank of a `comm` pattern keeps buffers for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommTopology {
+    /// A ring: a send buffer to the next rank and a receive buffer from the previous one, per
+    /// channel (as NCCL's ring all-reduce keeps).
+    #[default]
+    Ring,
+    /// Every other rank: a send and a receive buffer per peer and channel (all-to-all).
+    AllToAll,
 }
 
 /// The order a training-like activation chain frees in.
@@ -339,6 +354,27 @@ pub enum Step {
         #[serde(default = "yes")]
         auto_free: bool,
     },
+    /// Pattern: a communicator's buffers, held outside any allocator (`cuMemAlloc`, as NCCL's
+    /// are) until the end of the run, sized for this rank: `base` once, then per channel a
+    /// send and a receive buffer for each peer the topology gives (a ring: two per channel; all
+    /// to all: two per other rank and channel). Named `NAME[0]`, `NAME[1]`, … (`base` first),
+    /// so `free NAME` destroys the communicator.
+    Comm {
+        #[serde(default = "comm_name")]
+        name: String,
+        #[serde(default)]
+        topology: CommTopology,
+        /// Bytes of one buffer (one peer, one direction, one channel).
+        buffer: Size,
+        #[serde(default = "one")]
+        channels: u32,
+        /// Ranks in the communicator (default: the run's rank count, `HEADROOM_RANK_COUNT`).
+        #[serde(default)]
+        rank_count: Option<u32>,
+        /// Memory the communicator takes besides its buffers (its own structures).
+        #[serde(default)]
+        base: Option<SizeSpec>,
+    },
     /// Pattern: a KV cache growing as requests arrive and shrinking as they finish.
     Kv {
         #[serde(default = "kv_name")]
@@ -393,6 +429,7 @@ impl Step {
             Step::Activations { .. } => "activations",
             Step::Workspace { .. } => "workspace",
             Step::Kv { .. } => "kv",
+            Step::Comm { .. } => "comm",
         }
     }
 }

@@ -14,8 +14,10 @@ use std::collections::{HashMap, HashSet};
 use cudarc::driver::result;
 use cudarc::driver::sys;
 
+use super::CudaDevice;
 use super::driver_err;
-use crate::device::{DevPtr, DevResult, DeviceError, GraphId, GraphMemUsage, GraphShape};
+use crate::device::prelude::*;
+use crate::device::{DevPtr, DevResult, DeviceError, GraphId, GraphMemUsage, GraphShape, StreamId};
 
 /// A captured graph that may move between threads with the device that owns it.
 #[derive(Debug, Clone, Copy)]
@@ -363,5 +365,64 @@ impl CudaGraphs {
         note(result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e)));
         note(Self::trim(ordinal));
         first.map_or(Ok(()), Err)
+    }
+}
+
+impl Graphs for CudaDevice {
+    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // Module loading is not captured: a run loads its kernels before its idle reading.
+        self.graphs.begin_capture(stream.0 as usize, s)
+    }
+
+    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.end_capture(stream.0 as usize, s)
+    }
+
+    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.malloc(stream.0 as usize, s, bytes)
+    }
+
+    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.free(stream.0 as usize, s, ptr)
+    }
+
+    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()> {
+        self.bind()?;
+        self.graphs.instantiate(graph, auto_free_on_launch)
+    }
+
+    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.upload(graph, s)
+    }
+
+    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        self.graphs.launch(graph, s)
+    }
+
+    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()> {
+        self.bind()?;
+        self.graphs.destroy(graph)
+    }
+
+    fn graph_mem_trim(&mut self) -> DevResult<()> {
+        self.bind()?;
+        CudaGraphs::trim(self.info.index as i32)
+    }
+
+    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage> {
+        self.bind()?;
+        CudaGraphs::usage(self.info.index as i32)
     }
 }

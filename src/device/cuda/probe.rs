@@ -130,7 +130,7 @@ fn missing_symbols() -> Vec<&'static str> {
 }
 
 /// The driver's version as `major.minor` (e.g. `12.4`).
-pub(super) fn cuda_driver_version() -> String {
+pub fn cuda_driver_version() -> String {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: writes one int through a valid pointer; the library is loaded (probe ran).
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use cudarc::driver::sys;
 
+use super::CudaDevice;
 use super::driver_err;
+use crate::device::prelude::*;
 use crate::device::{DevPtr, DevResult, DeviceError};
 
 /// A physical allocation handle mapped at some address.
@@ -233,5 +235,32 @@ impl CudaVmm {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+}
+
+impl VirtualMemory for CudaDevice {
+    fn vmm_granularity(&mut self) -> DevResult<u64> {
+        self.bind()?;
+        self.vmm.granularity(self.info.index as i32)
+    }
+
+    fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        self.bind()?;
+        self.vmm.reserve(self.info.index as i32, bytes)
+    }
+
+    fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.map(self.info.index as i32, ptr, bytes)
+    }
+
+    fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.unmap(ptr, bytes)
+    }
+
+    fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        self.bind()?;
+        self.vmm.free(ptr)
     }
 }

@@ -13,7 +13,10 @@ mod kernels;
 mod memory;
 mod pages;
 mod pool;
+mod uuid;
 mod vmm;
+
+pub use uuid::sim_uuid;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,7 +120,7 @@ impl SimDevice {
             total_bytes: m.total_bytes.0,
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
-            uuid: None,
+            uuid: Some(sim_uuid(&profile.name, index)),
         };
         let mut dev = SimDevice {
             info,

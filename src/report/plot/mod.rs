@@ -9,6 +9,7 @@
 pub mod axis;
 pub mod downsample;
 pub mod font;
+mod job;
 pub mod labels;
 mod marks;
 pub mod png;
@@ -107,6 +108,9 @@ pub fn scene(run: &RunData) -> Scene {
     }
     for (i, oom) in s.ooms.iter().enumerate() {
         groups.push(marks::oom(i, oom, &f, &mut placer));
+    }
+    for (i, oom) in run.watch.iter().flat_map(|w| &w.ooms).enumerate() {
+        groups.push(job::oom_mark(s.ooms.len() + i, oom, &f, &mut placer));
     }
     groups.push(legend(run, &f, show_total, bands));
     Scene {
@@ -358,7 +362,7 @@ fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool) -> Group {
     if show_total {
         entries.push((sample(Stroke::solid(TOTAL, 1.2)), "device total".into()));
     }
-    if !s.ooms.is_empty() {
+    if !s.ooms.is_empty() || run.watch.as_ref().is_some_and(|w| !w.ooms.is_empty()) {
         let [a, b] = cross(13.0, -4.0, 5.0, OOM);
         entries.push((vec![a, b], "OOM".into()));
     }

@@ -16,7 +16,7 @@ use super::downsample;
 use super::scene::{Color, Group, Shape, Stroke};
 
 /// The views drawn, in drawing order, each narrower than the one it may lie on.
-pub const SERIES: [(View, Stroke, &str); 6] = [
+pub const SERIES: [(View, Stroke, &str); 7] = [
     (
         View::GraphReserved,
         Stroke {
@@ -70,6 +70,15 @@ pub const SERIES: [(View, Stroke, &str); 6] = [
             dash: None,
         },
         "device used (whole device, all processes)",
+    ),
+    (
+        View::JobUsed,
+        Stroke {
+            color: Color(0x99, 0x55, 0x00),
+            width: 2.0,
+            dash: Some([5.0, 3.0]),
+        },
+        "job used (the watched job's processes, NVML)",
     ),
 ];
 

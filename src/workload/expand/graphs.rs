@@ -132,13 +132,9 @@ fn patch_stream(v: &mut toml::Value, stream: &str) {
 
 /// `g[b]` for a group `g`: the members of a graph group, by index.
 fn members(graphs: &BTreeMap<String, GraphInfo>, group: &str) -> Vec<String> {
-    let prefix = format!("{group}[");
     let mut m: Vec<(u64, String)> = graphs
         .keys()
-        .filter_map(|k| {
-            let idx = k.strip_prefix(&prefix)?.strip_suffix(']')?.parse().ok()?;
-            Some((idx, k.clone()))
-        })
+        .filter_map(|k| Some((crate::workload::member_index(group, k)?, k.clone())))
         .collect();
     m.sort();
     m.into_iter().map(|(_, k)| k).collect()
@@ -224,7 +220,7 @@ impl Emitter<'_, '_> {
             let n = if count == 1 {
                 name.to_string()
             } else {
-                format!("{name}[{i}]")
+                crate::workload::member_name(name, i)
             };
             let bytes = size.resolve(self.names.total_bytes);
             // The same checks (and live set) as a plain allocation.

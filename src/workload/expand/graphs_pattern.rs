@@ -111,9 +111,10 @@ impl Emitter<'_, '_> {
         sample: bool,
     ) -> Result<(String, Option<String>), WorkloadError> {
         let s = spec.stream.clone();
-        let graph = format!("{prefix}[{b}]");
-        let ws = format!("{prefix}.ws[{b}]");
-        let out = (spec.output_per_batch_bytes > 0).then(|| format!("{prefix}.out[{b}]"));
+        let graph = crate::workload::member_name(prefix, b);
+        let ws = crate::workload::member_name(&format!("{prefix}.ws"), b);
+        let out = (spec.output_per_batch_bytes > 0)
+            .then(|| crate::workload::member_name(&format!("{prefix}.out"), b));
         let alloc = |n: &str, per_batch: u64| Step::Allocate {
             name: n.into(),
             size: SizeSpec::Bytes(per_batch * b as u64),

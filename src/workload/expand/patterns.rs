@@ -24,7 +24,7 @@ impl Emitter<'_, '_> {
                 let each = total.resolve(self.names.total_bytes) / *tensors as u64;
                 let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
                 for i in 0..*tensors {
-                    let n = format!("{name}[{i}]");
+                    let n = crate::workload::member_name(name, i);
                     let bytes = if i + 1 == *tensors { last } else { each };
                     self.push(Action::Allocate {
                         name: n.clone(),
@@ -60,7 +60,7 @@ impl Emitter<'_, '_> {
                     via: ViaSpec::Allocator,
                     stream: "main".into(),
                 };
-                let layer_n = |i: u32| format!("{name}[{i}]");
+                let layer_n = |i: u32| crate::workload::member_name(name, i);
                 let scratch_n = format!("{name}.scratch");
                 let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
                     if let Some(s) = scratch {

@@ -200,3 +200,95 @@ fn bad_workloads_name_file_phase_step_and_key() {
     let e = error("[workload\nname = 1");
     assert!(e.contains("line 1") && e.contains("not valid TOML"), "{e}");
 }
+
+fn load_rank(text: &str, index: u32, count: u32) -> Result<Workload, WorkloadError> {
+    let rank = crate::workload::Rank { index, count };
+    Workload::from_toml_ranked(&rank.substitute(text), Path::new("w.toml"), 4 * GIB, rank)
+}
+
+fn driver_allocs(w: &Workload) -> Vec<(String, u64)> {
+    w.actions()
+        .filter_map(|(_, a)| match &a.action {
+            Action::Allocate {
+                name,
+                bytes,
+                via: crate::workload::step::ViaSpec::Driver,
+                ..
+            } => Some((name.clone(), *bytes)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn comm_ring_holds_a_send_and_a_receive_buffer_per_channel_outside_the_allocator() {
+    let text = format!(
+        "{HEAD}[[phase]]\nname = \"p\"\nsteps = [{{ op = \"comm\", name = \"nccl\", buffer = \"4MiB\", channels = 2, base = \"64MiB\" }}]\n"
+    );
+    let w = load_rank(&text, 3, 8).unwrap();
+    assert_eq!(
+        driver_allocs(&w),
+        [
+            ("nccl[0]".to_string(), 64 * MIB),
+            ("nccl[1]".to_string(), 4 * MIB),
+            ("nccl[2]".to_string(), 4 * MIB),
+            ("nccl[3]".to_string(), 4 * MIB),
+            ("nccl[4]".to_string(), 4 * MIB),
+        ]
+    );
+    assert_eq!(w.planned_peak_bytes(), 80 * MIB);
+    // One rank alone has no peer: only the base.
+    assert_eq!(driver_allocs(&load_rank(&text, 0, 1).unwrap()).len(), 1);
+}
+
+#[test]
+fn comm_all_to_all_grows_with_the_rank_count_and_frees_as_a_group() {
+    let text = |ranks: &str| {
+        format!(
+            "{HEAD}[[phase]]\nname = \"p\"\nsteps = [\n {{ op = \"comm\", topology = \"all_to_all\", buffer = \"2MiB\"{ranks} }},\n {{ op = \"free\", name = \"comm\" }},\n]\n"
+        )
+    };
+    // Four ranks: three peers, a send and a receive buffer each.
+    let w = load_rank(&text(""), 1, 4).unwrap();
+    let a = driver_allocs(&w);
+    assert_eq!(a.len(), 6);
+    assert!(a.iter().all(|(_, b)| *b == 2 * MIB));
+    assert_eq!(a[5].0, "comm[5]");
+    assert_eq!(w.planned_peak_bytes(), 12 * MIB);
+    assert_eq!(ops(&w, 0).iter().filter(|o| o.starts_with('-')).count(), 6);
+    // rank_count in the file wins over the run's.
+    let w = load_rank(&text(", rank_count = 8"), 1, 4).unwrap();
+    assert_eq!(w.planned_peak_bytes(), 28 * MIB);
+}
+
+#[test]
+fn comm_refuses_what_holds_nothing_or_names_a_rank_outside_it() {
+    let one = format!(
+        "{HEAD}[[phase]]\nname = \"p\"\nsteps = [{{ op = \"comm\", buffer = \"2MiB\" }}]\n"
+    );
+    let e = load_rank(&one, 0, 1).unwrap_err().to_string();
+    assert!(e.contains("holds nothing"), "{e}");
+    let small = format!(
+        "{HEAD}[[phase]]\nname = \"p\"\nsteps = [{{ op = \"comm\", buffer = \"2MiB\", rank_count = 2 }}]\n"
+    );
+    let e = load_rank(&small, 3, 4).unwrap_err().to_string();
+    assert!(
+        e.contains("step 1 (comm)") && e.contains("rank 3 but the communicator has rank_count = 2"),
+        "{e}"
+    );
+    let zero = small.replace("\"2MiB\"", "\"0B\"");
+    assert!(
+        load_rank(&zero, 0, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("above zero")
+    );
+}
+
+#[test]
+fn rank_placeholders_name_each_ranks_buffers() {
+    let text = "[workload]\nname = \"r{rank}\"\n[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"kv.r{rank}of{rank_count}\", size = \"1MiB\" }]\n";
+    let w = load_rank(text, 5, 8).unwrap();
+    assert_eq!(w.name, "r5");
+    assert_eq!(ops(&w, 0), ["+kv.r5of8:1048576"]);
+}

@@ -15,6 +15,8 @@ use crate::profile::{self, Profile};
 pub struct Config {
     pub profile: Profile,
     pub devices: u32,
+    /// Each device's CUDA-visible total (a node profile's cards may differ).
+    pub totals: Vec<u64>,
     /// The cross-process state file; `None`: state is this process's own.
     pub state_path: Option<PathBuf>,
     pub release_delay: Duration,
@@ -98,9 +100,11 @@ impl Config {
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let profile_name = var("HEADROOM_FAKE_PROFILE").unwrap_or_else(|| profile::DEFAULT.into());
-        let profile = Profile::resolve(profile_name.trim())?;
+        let resolved = profile::Devices::resolve(profile_name.trim())?;
+        let profile = resolved.profile;
+        let node_count = resolved.card_totals.as_ref().map(|t| t.len() as u32);
         let devices = match var("HEADROOM_FAKE_DEVICES") {
-            None => 1,
+            None => node_count.unwrap_or(1),
             Some(v) => v
                 .trim()
                 .parse::<u32>()
@@ -150,9 +154,19 @@ impl Config {
                 .filter(|x| x.is_finite() && *x >= 0.0)
                 .ok_or_else(|| format!("HEADROOM_FAKE_TIME_SCALE={v:?}: give a number ≥ 0"))?,
         };
+        let totals = (0..devices as usize)
+            .map(|i| {
+                resolved
+                    .card_totals
+                    .as_ref()
+                    .and_then(|t| t.get(i).copied())
+                    .unwrap_or(profile.memory.total_bytes.0)
+            })
+            .collect();
         Ok(Config {
             profile,
             devices,
+            totals,
             state_path: var("HEADROOM_FAKE_STATE").map(PathBuf::from),
             release_delay,
             exclusive_process,
@@ -160,6 +174,14 @@ impl Config {
             faults,
             time_scale,
         })
+    }
+
+    /// Device `device`'s CUDA-visible total.
+    pub fn total_bytes(&self, device: u32) -> u64 {
+        self.totals
+            .get(device as usize)
+            .copied()
+            .unwrap_or(self.profile.memory.total_bytes.0)
     }
 
     /// Modeled GPU time for `seconds` of work at full speed, times `HEADROOM_FAKE_TIME_SCALE`.
@@ -194,6 +216,10 @@ mod tests {
         )])
         .unwrap_err();
         assert!(e.contains("cuMemAlloc_v2@x"), "{e}");
+        let node = cfg(&[("HEADROOM_FAKE_PROFILE", "8xh100-80g")]).unwrap();
+        assert_eq!(node.devices, 8);
+        assert_eq!(node.total_bytes(3), 80961 << 20);
+        assert_eq!(node.total_bytes(0), 81089 << 20);
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
     }

@@ -215,7 +215,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
 /// (total, reserved, used, free) as NVML v2 reports them.
 fn memory(d: &Driver, device: u32) -> (u64, u64, u64, u64) {
     let m = &d.cfg.profile.memory;
-    let visible = m.total_bytes.0;
+    let visible = d.cfg.total_bytes(device);
     let used = d.shared.device_used(device).min(visible);
     (
         visible + m.nvml_reserved_bytes.0,

@@ -170,6 +170,95 @@ pub struct Kernels {
     pub module_bytes: Size,
 }
 
+/// A node profile's `[node]` table: `devices` cards of the `base` profile, some with another
+/// CUDA-visible total (headroom's node profiles; other per-card keys are not modeled).
+#[derive(Debug, Clone, Deserialize)]
+struct NodeSection {
+    base: String,
+    devices: u32,
+    #[serde(default)]
+    card: Vec<CardSection>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct CardSection {
+    index: u32,
+    total_bytes: Option<Size>,
+}
+
+/// The devices a profile describes: one (a device profile) or a node's cards.
+#[derive(Debug, Clone)]
+pub struct Devices {
+    pub profile: Profile,
+    /// Each card's CUDA-visible total; `None` for a device profile (any count of it).
+    pub card_totals: Option<Vec<u64>>,
+}
+
+/// headroom's built-in node profiles.
+pub const BUILTIN_NODES: &[(&str, &str)] = &[(
+    "8xh100-80g",
+    include_str!("../../../profiles/8xh100-80g.toml"),
+)];
+
+impl Devices {
+    /// A built-in device or node profile by name, or a file of either kind.
+    pub fn resolve(name_or_path: &str) -> Result<Devices, String> {
+        let node_text = match BUILTIN_NODES.iter().find(|(n, _)| *n == name_or_path) {
+            Some((_, t)) => Some((t.to_string(), None)),
+            None if !BUILTIN.iter().any(|(n, _)| *n == name_or_path) => {
+                std::fs::read_to_string(name_or_path).ok().and_then(|t| {
+                    let table: toml::Table = toml::from_str(&t).ok()?;
+                    table.contains_key("node").then(|| {
+                        let dir = std::path::Path::new(name_or_path)
+                            .parent()
+                            .map(|d| d.to_path_buf());
+                        (t, dir)
+                    })
+                })
+            }
+            None => None,
+        };
+        let Some((text, dir)) = node_text else {
+            return Ok(Devices {
+                profile: Profile::resolve(name_or_path)?,
+                card_totals: None,
+            });
+        };
+        #[derive(Deserialize)]
+        struct File {
+            node: NodeSection,
+        }
+        let f: File =
+            toml::from_str(&text).map_err(|e| format!("node profile {name_or_path}: {e}"))?;
+        let n = f.node;
+        let base = match dir {
+            Some(d) if !BUILTIN.iter().any(|(b, _)| *b == n.base) => {
+                d.join(&n.base).display().to_string()
+            }
+            _ => n.base.clone(),
+        };
+        let profile = Profile::resolve(&base)?;
+        if !(1..=64).contains(&n.devices) {
+            return Err(format!(
+                "node profile {name_or_path}: devices must be from 1 to 64"
+            ));
+        }
+        let mut totals = vec![profile.memory.total_bytes.0; n.devices as usize];
+        for c in &n.card {
+            let slot = totals
+                .get_mut(c.index as usize)
+                .ok_or_else(|| format!("node profile {name_or_path}: no card {}", c.index))?;
+            if let Some(t) = c.total_bytes {
+                *slot = t.0;
+            }
+        }
+        Ok(Devices {
+            profile,
+            card_totals: Some(totals),
+        })
+    }
+}
+
 impl Profile {
     /// A built-in profile by name, or a profile file by path.
     pub fn resolve(name_or_path: &str) -> Result<Profile, String> {

@@ -312,10 +312,7 @@ impl Driver {
     /// Free device memory, every process counted.
     pub fn free_bytes(&self, device: u32) -> u64 {
         self.cfg
-            .profile
-            .memory
-            .total_bytes
-            .0
+            .total_bytes(device)
             .saturating_sub(self.shared.device_used(device))
     }
 

@@ -204,7 +204,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
             let p = &d.cfg.profile;
             Ok((
                 d.free_bytes(dev),
-                p.memory.total_bytes.0,
+                d.cfg.total_bytes(dev),
                 p.latency.mem_get_info.0,
             ))
         })?;

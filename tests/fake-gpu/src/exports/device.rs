@@ -130,7 +130,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     cuda("cuDeviceTotalMem_v2", || {
-        let total = cu(|d| d.device(dev).map(|_| d.cfg.profile.memory.total_bytes.0))?;
+        let total = cu(|d| d.device(dev).map(|i| d.cfg.total_bytes(i)))?;
         // SAFETY: the caller passes a valid out-pointer (null is refused).
         unsafe { out(bytes, total as usize) }
     })

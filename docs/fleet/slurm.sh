@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# headroom on a Slurm cluster: one array task per node, every GPU of it at once (--device all),
+# into a shared results folder; then one merge after the last task, whatever became of them.
+#
+#   jid=$(sbatch --parsable docs/fleet/slurm.sh)
+#   sbatch --dependency=afterany:"$jid" --job-name=headroom-merge --wrap "docs/fleet/slurm.sh merge $jid"
+#
+# Each task writes $RESULTS/<array job id>/node-<task id>/ (a node folder: gpu<i>-<uuid>/ per
+# GPU, node.json, node.md) and exits with the worst GPU's code (0 ok, 1 an expectation failed,
+# 2 could not run). The merge writes fleet.csv (one row per GPU run) and fleet.md (grouped by GPU
+# model and driver, outlier GPUs named); a task that was killed leaves folders that merge lists
+# as incomplete and skips.
+#
+# Settings (environment): RESULTS (a folder every node sees; default $HOME/headroom-results),
+# WORKLOAD (default workloads/serving.toml), HEADROOM_DEVICE_ARGS (default
+# "--backend cuda --device all"; "--profile 8xh100-80g --device all" runs it on the simulator).
+#SBATCH --job-name=headroom-fleet
+#SBATCH --array=0-63
+#SBATCH --nodes=1
+#SBATCH --exclusive
+#SBATCH --gpus-per-node=8
+#SBATCH --time=00:30:00
+#SBATCH --output=headroom-%A-%a.log
+set -euo pipefail
+
+RESULTS=${RESULTS:-$HOME/headroom-results}
+WORKLOAD=${WORKLOAD:-workloads/serving.toml}
+read -r -a DEVICE_ARGS <<<"${HEADROOM_DEVICE_ARGS:---backend cuda --device all}"
+
+if [ "${1:-}" = merge ]; then
+  # The final step: every node folder of the array job, incomplete ones listed and skipped.
+  job=${2:?usage: slurm.sh merge ARRAY_JOB_ID}
+  dir="$RESULTS/$job"
+  exec headroom merge "$dir" --skip-incomplete --out "$dir/fleet.csv" --force >"$dir/fleet.md"
+fi
+
+job=${SLURM_ARRAY_JOB_ID:?run under sbatch (or set SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID)}
+task=${SLURM_ARRAY_TASK_ID:?run as an array task}
+mkdir -p "$RESULTS/$job"
+exec headroom run "$WORKLOAD" "${DEVICE_ARGS[@]}" --out "$RESULTS/$job/node-$task" --quiet

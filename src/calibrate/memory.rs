@@ -1,0 +1,139 @@
+//! Memory figures: the context's overhead and NVML's reserved share, page granularity, how
+//! small allocations pack, the stream-ordered pool's granule and what a kernel module costs,
+//! each from the drop in free memory a call causes.
+
+use crate::calibrate::{Notes, drop_of};
+use crate::device::profile::{MemoryModel, SimProfile};
+use crate::device::{Device, NvmlMemory, PoolConfig, StreamId};
+use crate::kernels;
+use crate::units::{MIB, Size};
+
+pub(super) fn measure(
+    dev: &mut dyn Device,
+    before_context: Option<NvmlMemory>,
+    fallback: &SimProfile,
+    notes: &mut Notes,
+) -> anyhow::Result<MemoryModel> {
+    let mem0 = dev.mem_info()?;
+    let nvml = dev.nvml_memory();
+    // Context overhead: NVML used after the context minus before it.
+    let context_overhead = match (before_context, nvml) {
+        (Some(b), Some(a)) => {
+            notes.insert(
+                "memory.context_overhead_bytes",
+                "NVML used after the context was created minus before".into(),
+            );
+            a.used_bytes.saturating_sub(b.used_bytes)
+        }
+        _ => {
+            notes.insert(
+                "memory.context_overhead_bytes",
+                "NOT MEASURED (no NVML): the h200 profile's figure".into(),
+            );
+            fallback.memory.context_overhead_bytes.0
+        }
+    };
+    let nvml_reserved = match nvml {
+        Some(n) => {
+            notes.insert(
+                "memory.nvml_reserved_bytes",
+                "NVML memory info v2 `reserved`".into(),
+            );
+            n.reserved_bytes
+        }
+        None => {
+            notes.insert(
+                "memory.nvml_reserved_bytes",
+                "NOT MEASURED (no NVML): the h200 profile's figure".into(),
+            );
+            fallback.memory.nvml_reserved_bytes.0
+        }
+    };
+    notes.insert("memory.total_bytes", "cuMemGetInfo total".into());
+
+    // Page granularity: the drop a 1 MiB + 4 KiB allocation causes.
+    let (page_drop, p) = drop_of(dev, |d| Ok(d.malloc(MIB + 4096)?))?;
+    dev.free(p)?;
+    let page_bytes = (page_drop.max(1) as u64).next_power_of_two();
+    notes.insert(
+        "memory.page_bytes",
+        format!("free memory dropped {page_drop} bytes for a 1 MiB + 4 KiB cuMemAlloc"),
+    );
+
+    // Small-allocation packing: the distance between two small allocations in one page.
+    let (first_drop, a) = drop_of(dev, |d| Ok(d.malloc(100)?))?;
+    let (second_drop, b) = drop_of(dev, |d| Ok(d.malloc(100)?))?;
+    let spacing = if second_drop == 0 && b > a {
+        (b - a).next_power_of_two()
+    } else {
+        512
+    };
+    notes.insert(
+        "memory.small_alloc_spacing_bytes",
+        format!("two 100-byte cuMemAllocs: the first took {first_drop} bytes, the second {second_drop}, {} bytes apart", b.abs_diff(a)),
+    );
+    dev.free(a)?;
+    dev.free(b)?;
+
+    // The largest size whose second allocation shares the first one's page.
+    let mut small_limit = 0;
+    for size in [64 << 10, 256 << 10, 512 << 10, MIB, MIB + 512, 2 * MIB] {
+        let x = dev.malloc(size)?;
+        let (d2, y) = drop_of(dev, |d| Ok(d.malloc(size)?))?;
+        dev.free(y)?;
+        dev.free(x)?;
+        if d2 == 0 {
+            small_limit = size;
+        }
+    }
+    notes.insert(
+        "memory.small_alloc_limit_bytes",
+        "largest of 64 KiB…2 MiB whose second allocation took no new page".into(),
+    );
+
+    // The pool's granule: what a 1-byte stream-ordered allocation reserves.
+    dev.pool_configure(PoolConfig::default())?;
+    let p = dev.malloc_async(1, StreamId::MAIN)?;
+    let pool_granule = dev.pool_usage()?.reserved_current_bytes;
+    dev.free_async(p, StreamId::MAIN)?;
+    dev.synchronize()?;
+    let released = dev.pool_usage()?.reserved_current_bytes == 0;
+    notes.insert(
+        "memory.pool_granularity_bytes",
+        format!("pool reserved after a 1-byte stream-ordered allocation; released at synchronize with threshold 0: {released}"),
+    );
+    Ok(MemoryModel {
+        total_bytes: Size(mem0.total_bytes),
+        nvml_reserved_bytes: Size(nvml_reserved),
+        context_overhead_bytes: Size(context_overhead),
+        page_bytes: Size(page_bytes),
+        small_alloc_limit_bytes: Size(small_limit.min(page_bytes)),
+        small_alloc_spacing_bytes: Size(spacing),
+        pool_granularity_bytes: Size(pool_granule.max(1).next_power_of_two()),
+    })
+}
+
+/// What one loaded kernel module takes: loading headroom's kernels (all but the stack
+/// kernels), less the page verify's 16-byte result buffer opens.
+pub(super) fn kernel_modules(
+    dev: &mut dyn Device,
+    page_bytes: u64,
+    notes: &mut Notes,
+) -> anyhow::Result<u64> {
+    let all_but_stack: Vec<_> = kernels::Module::ALL
+        .into_iter()
+        .filter(|m| *m != kernels::Module::Stack)
+        .collect();
+    let (kernels_drop, modules) = drop_of(dev, |d| Ok(d.load_kernels(&all_but_stack)?))?;
+    let module_bytes =
+        (kernels_drop.max(0) as u64).saturating_sub(page_bytes) / modules.max(1) as u64;
+    notes.insert(
+        "kernels.module_bytes",
+        format!(
+            "free memory dropped {kernels_drop} bytes when {modules} modules and verify's result \
+             buffer (one page) were loaded"
+        ),
+    );
+
+    Ok(module_bytes)
+}

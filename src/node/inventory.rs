@@ -1,0 +1,198 @@
+//! The GPUs of a node and who is on them: model, UUID, CUDA-visible total, driver, NVML's
+//! memory and process list, read without creating a context (a node's parent process never
+//! holds a GPU; its workers do). `headroom devices` lists the same fields.
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::cuda::{self, CudaDevice};
+use crate::device::node_profile::NodeProfile;
+use crate::device::nvml::NvmlDevice;
+use crate::device::prelude::*;
+use crate::device::profile::DEFAULT_PROFILE;
+use crate::device::select::Backend;
+use crate::device::sim::{SimDevice, sim_uuid};
+use crate::device::{BackendKind, NvmlMemory, ProcessUsage};
+
+/// One GPU as a node sees it before anything runs on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuIdentity {
+    pub index: u32,
+    /// The model, as the driver names it.
+    pub name: String,
+    pub uuid: String,
+    pub compute_capability: String,
+    pub multiprocessors: u32,
+    pub compute_mode: String,
+    /// CUDA-visible total (`cuDeviceTotalMem`).
+    pub total_bytes: u64,
+    /// CUDA-visible free (total − NVML used), where known.
+    pub free_bytes: Option<u64>,
+    pub driver_version: Option<String>,
+    pub nvml: Option<NvmlMemory>,
+    /// Every compute process on the GPU (`None` without NVML).
+    pub processes: Option<Vec<ProcessUsage>>,
+}
+
+impl GpuIdentity {
+    /// The first eight hex digits of the UUID, for folder names (`gpu3-1a2b3c4d`).
+    pub fn uuid_prefix(&self) -> String {
+        let hex: String = self
+            .uuid
+            .trim_start_matches("GPU-")
+            .chars()
+            .filter(char::is_ascii_hexdigit)
+            .take(8)
+            .collect();
+        if hex.is_empty() {
+            "nouuid".into()
+        } else {
+            hex.to_ascii_lowercase()
+        }
+    }
+
+    /// The worker's folder inside the node folder.
+    pub fn folder_name(&self) -> String {
+        format!("gpu{}-{}", self.index, self.uuid_prefix())
+    }
+}
+
+/// Every GPU of the node on one backend.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub backend: BackendKind,
+    /// The simulated (node) profile's name.
+    pub profile: Option<String>,
+    pub gpus: Vec<GpuIdentity>,
+    /// Why the simulator was chosen, when `--backend auto` fell back to it.
+    pub notice: Option<String>,
+}
+
+/// Reads every GPU as `select::open` would choose the backend. `open_for_free`: where NVML
+/// cannot tell free memory, open a context to read it (`devices` does; a node never does).
+pub fn inventory(
+    backend: Backend,
+    profile: Option<&str>,
+    open_for_free: bool,
+) -> anyhow::Result<Inventory> {
+    let use_sim = match backend {
+        Backend::Sim => true,
+        Backend::Cuda => {
+            anyhow::ensure!(
+                profile.is_none(),
+                "--profile selects a simulated device; it cannot be used with --backend cuda"
+            );
+            false
+        }
+        Backend::Auto => profile.is_some() || cuda::probe().is_err(),
+    };
+    if use_sim {
+        let notice = match (backend, profile) {
+            (Backend::Auto, None) => cuda::probe().err(),
+            _ => None,
+        };
+        let node = NodeProfile::resolve(profile.unwrap_or(DEFAULT_PROFILE))?;
+        return Ok(Inventory {
+            backend: BackendKind::Sim,
+            profile: Some(node.name.clone()),
+            gpus: sim_gpus(&node),
+            notice,
+        });
+    }
+    let count = cuda::probe().map_err(anyhow::Error::msg)?;
+    Ok(Inventory {
+        backend: BackendKind::Cuda,
+        profile: None,
+        gpus: cuda_gpus(count, open_for_free)?,
+        notice: None,
+    })
+}
+
+/// The cards of a simulated node, as NVML would show them before any context: the profile's
+/// other processes present from the start, and their memory.
+pub fn sim_gpus(node: &NodeProfile) -> Vec<GpuIdentity> {
+    node.cards
+        .iter()
+        .enumerate()
+        .map(|(i, card)| {
+            let index = i as u32;
+            let before = SimDevice::open(card.clone(), index).before_context();
+            let processes = card
+                .other_processes
+                .iter()
+                .filter(|p| p.start.0 == 0)
+                .map(|p| ProcessUsage {
+                    pid: p.pid,
+                    used_bytes: Some(p.bytes.0),
+                    is_self: false,
+                })
+                .collect();
+            GpuIdentity {
+                index,
+                name: card.gpu_name.clone(),
+                uuid: sim_uuid(&card.name, index),
+                compute_capability: card.compute_capability.clone(),
+                multiprocessors: card.multiprocessors,
+                compute_mode: "default".into(),
+                total_bytes: card.memory.total_bytes.0,
+                free_bytes: Some(card.memory.total_bytes.0.saturating_sub(before.used_bytes)),
+                driver_version: Some(card.driver_version.clone()),
+                nvml: Some(before),
+                processes: Some(processes),
+            }
+        })
+        .collect()
+}
+
+fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>> {
+    let mut rows = Vec::new();
+    for index in 0..count {
+        let f = cuda::device_facts(index)?;
+        let nvml = NvmlDevice::open(&f.uuid);
+        let nvml_mem = nvml.as_ref().and_then(|n| n.memory());
+        let free_bytes = match nvml_mem {
+            Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
+            None if open_for_free => CudaDevice::open(index)
+                .ok()
+                .and_then(|(mut d, _, _)| d.mem_info().ok())
+                .map(|m| m.free_bytes),
+            None => None,
+        };
+        rows.push(GpuIdentity {
+            index,
+            name: f.name,
+            uuid: f.uuid,
+            compute_capability: f.compute_capability,
+            multiprocessors: f.multiprocessors,
+            compute_mode: f.compute_mode,
+            total_bytes: f.total_bytes,
+            free_bytes,
+            driver_version: nvml.as_ref().and_then(|n| n.driver_version()),
+            nvml: nvml_mem,
+            processes: nvml.as_ref().and_then(|n| n.processes()),
+        });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_simulated_node_shows_its_busy_card_and_distinct_folders() {
+        let inv = inventory(Backend::Sim, Some("8xh100-80g"), false).unwrap();
+        assert_eq!(inv.gpus.len(), 8);
+        assert_eq!(inv.profile.as_deref(), Some("8xh100-80g"));
+        let busy = &inv.gpus[5];
+        let ps = busy.processes.as_ref().unwrap();
+        assert_eq!((ps.len(), ps[0].pid), (1, 4242));
+        assert_eq!(busy.nvml.unwrap().used_bytes, 20 << 30);
+        assert_eq!(busy.free_bytes, Some(busy.total_bytes - (20 << 30)));
+        assert_eq!(inv.gpus[3].total_bytes, 80961 << 20);
+        let folders: std::collections::BTreeSet<String> =
+            inv.gpus.iter().map(GpuIdentity::folder_name).collect();
+        assert_eq!(folders.len(), 8);
+        assert!(inv.gpus[2].folder_name().starts_with("gpu2-"));
+        assert_eq!(inv.gpus[2].uuid_prefix().len(), 8);
+    }
+}

@@ -1,0 +1,238 @@
+//! The end of every run, whatever stopped it: the sampler stopped, everything the run took
+//! released (tenant processes too), device free checked against the idle reading, the polled
+//! replays closed, the expectations evaluated and the record written.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::Context;
+
+use crate::alloc::AllocatorKind;
+use crate::record::timeline::POLLERS;
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::summary::{PolledPeaks, Release, RunStatus, Summary};
+use crate::run::actions::Done;
+use crate::run::recording::RowKey;
+use crate::run::{RunOptions, Runner, watchdog, write_summary};
+use crate::units::{MIB, Nanos, utc_timestamp};
+
+/// How long the release check waits for a stopped tenant's memory to come back.
+const TENANT_SETTLE_NS: u64 = 2_000_000_000;
+
+/// What releasing the run's memory left to report.
+struct Released {
+    /// What could not be given back.
+    errors: Vec<String>,
+    /// How long a stopped tenant's memory took to come back, when tenants were stopped.
+    tenant_settle_ns: Option<u64>,
+}
+
+impl Runner<'_, '_> {
+    /// Ends the run: sampler off, everything released, baseline checked, results written.
+    pub(super) fn finish(
+        &mut self,
+        summary: &mut Summary,
+        dir: &Path,
+        opts: &RunOptions,
+    ) -> anyhow::Result<()> {
+        self.rec.progress.finish();
+        if let Some(w) = &self.limits.watchdog {
+            let scope = watchdog::Scope {
+                phase: "release",
+                step: "",
+                op: "release",
+                name: "",
+                stream: "",
+            };
+            // Tenants may take a while to stop and their memory to come back.
+            w.arm(
+                scope,
+                self.dev.now_ns(),
+                10_000_000_000 + self.limits.longest_spin_ns,
+            );
+        }
+        self.rec.pump(&*self.dev);
+        let end_ns = self.dev.now_ns();
+        summary.end_ns = Some(end_ns);
+        summary.sampler = self.rec.stop_sampler(&*self.dev);
+        self.rec.pump(&*self.dev);
+        if self.alloc.kind() == AllocatorKind::Pool {
+            summary.peaks.pool_high_water = self.dev.pool_usage().ok();
+        }
+        summary.allocator_stats = Some(self.alloc.stats());
+        if self.held.graphs.enabled() {
+            summary.graphs = self.held.graphs.summary(self.dev.graph_mem_usage().ok());
+        }
+        let released = self.release();
+        self.rec.live.set_phase(NO_PHASE);
+        self.check_release(summary, &released);
+        self.close_pollers(summary, end_ns);
+        self.fail_on_late_fault(summary, &released.errors);
+        self.rec.timeline.flush().context("flushing timeline.csv")?;
+        self.rec.events.flush().context("flushing events.csv")?;
+        self.fill_summary(summary);
+        summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
+        summary.expectations = crate::expect::evaluate(
+            &self.wl.expect,
+            opts.expect_oom,
+            opts.fail_on_mismatch,
+            summary,
+        );
+        summary.exit_code = Some(super::exit_code(summary));
+        write_summary(dir, summary).context("writing summary.json")?;
+        // The run's record is complete on disk; a report that cannot be written is a warning
+        // (`headroom report DIR` can write it again), not a different outcome of the run.
+        if let Err(e) = crate::report::artifacts::write_all(dir, summary) {
+            eprintln!("warning: writing the run's reports: {e:#}");
+        }
+        if !released.errors.is_empty() {
+            eprintln!(
+                "warning: could not release everything: {}",
+                released.errors.join("; ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Gives back everything the run took.
+    fn release(&mut self) -> Released {
+        let mut errors = Vec::new();
+        if let Err(e) = self.held.graphs.abort_capture(&mut *self.dev) {
+            errors.push(format!("ending an open capture: {e}"));
+        }
+        for (name, ptr) in self.held.driver_allocations() {
+            if let Err(e) = self.dev.free(ptr) {
+                errors.push(format!("{name}: {e}"));
+            }
+        }
+        self.held.clear_allocations();
+        let stopped_tenants = !self.held.tenants.is_empty();
+        for t in self.held.tenants.drain(..) {
+            let pid = t.pid;
+            if let Err(e) = t.stop() {
+                errors.push(format!("tenant pid {pid}: {e:#}"));
+            }
+        }
+        if let Err(e) = self.alloc.release_all(&mut *self.dev) {
+            errors.push(format!("allocator: {e}"));
+        }
+        if let Err(e) = self.dev.release_all().and_then(|_| self.dev.synchronize()) {
+            errors.push(format!("device: {e}"));
+        }
+        Released {
+            errors,
+            tenant_settle_ns: stopped_tenants.then(|| self.settle_after_tenants()),
+        }
+    }
+
+    /// After tenant processes were stopped, waits (at most `TENANT_SETTLE_NS`) until device
+    /// free is back within a page of the idle reading: the driver gives a killed process's
+    /// memory back some time after it exits. Returns how long that took.
+    fn settle_after_tenants(&mut self) -> u64 {
+        const POLL_NS: u64 = 20_000_000;
+        let start = self.dev.now_ns();
+        loop {
+            let back = self
+                .dev
+                .mem_info()
+                .is_ok_and(|m| m.free_bytes + 2 * MIB >= self.baseline.free_bytes);
+            let waited = self.dev.now_ns() - start;
+            if back || waited >= TENANT_SETTLE_NS {
+                return waited;
+            }
+            self.dev.sleep(POLL_NS);
+        }
+    }
+
+    /// The final reading and the release check against the idle reading.
+    fn check_release(&mut self, summary: &mut Summary, released: &Released) {
+        let Ok(mem) = self.dev.mem_info() else {
+            return;
+        };
+        self.rec.timeline.push(Reading {
+            t_ns: self.dev.now_ns(),
+            phase: NO_PHASE,
+            source: Source::Final,
+            device_free_bytes: mem.free_bytes,
+            views: ViewSet::default().with(View::OwnBytes, 0),
+        });
+        let diff = mem.free_bytes as i64 - self.baseline.free_bytes as i64;
+        summary.release = Some(Release {
+            idle_device_free_bytes: self.baseline.free_bytes,
+            final_device_free_bytes: mem.free_bytes,
+            difference_bytes: diff,
+            within_one_page: diff.unsigned_abs() <= 2 * MIB,
+            note: if !released.errors.is_empty() {
+                Some(format!(
+                    "errors while releasing: {}",
+                    released.errors.join("; ")
+                ))
+            } else if self.context_grew {
+                Some("kernels were loaded or the stack reservation was raised: the context keeps that memory until it is destroyed".into())
+            } else {
+                None
+            },
+            tenant_settle_ns: released.tenant_settle_ns,
+        });
+    }
+
+    /// The pollers see the run up to its end.
+    fn close_pollers(&mut self, summary: &mut Summary, end_ns: u64) {
+        for (poller, (name, period)) in self.rec.timeline.pollers.iter_mut().zip(POLLERS) {
+            let (peaks, ticks) = poller.finish(end_ns);
+            summary.peaks.polled.insert(
+                name.to_string(),
+                PolledPeaks {
+                    period_ns: *period,
+                    ticks,
+                    peaks: View::ALL
+                        .iter()
+                        .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
+                        .collect(),
+                },
+            );
+        }
+    }
+
+    /// A device error that surfaced only now (a kernel that faulted after the last step's
+    /// reading) fails a run that looked complete: it is never exit 0.
+    fn fail_on_late_fault(&mut self, summary: &mut Summary, release_errors: &[String]) {
+        let late_fault = summary
+            .sampler
+            .first_error
+            .as_ref()
+            .map(|e| {
+                format!(
+                    "{} (first seen by the sampler at {})",
+                    e.error,
+                    Nanos(e.t_ns)
+                )
+            })
+            .or_else(|| (!release_errors.is_empty()).then(|| release_errors.join("; ")));
+        let Some(fault) = late_fault else {
+            return;
+        };
+        if !matches!(summary.status, RunStatus::Completed | RunStatus::Oom) {
+            return;
+        }
+        let done = Done {
+            detail: format!(
+                "the device reported an error after the last step had run: {fault}; work the \
+                 steps queued failed on the device"
+            ),
+            ..Done::default()
+        };
+        let key = RowKey {
+            phase: "",
+            step: "",
+            op: "release",
+            name: "",
+            stream: "",
+        };
+        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+            eprintln!("warning: {e:#}");
+        }
+        summary.status = RunStatus::Failed;
+        summary.status_detail = Some(done.detail);
+    }
+}

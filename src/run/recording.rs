@@ -1,0 +1,178 @@
+//! A run's record as it goes: the timeline (readings, peaks and polled replays), the event
+//! log, the background sampler and the views it tags its readings with, and the latency
+//! histograms of the run's own calls. Nothing here calls the device except to read it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::device::{Device, Sampler};
+use crate::record::timeline::{EventLog, EventRow, Recorder};
+use crate::record::{Reading, Source, ViewSet};
+use crate::report::summary::Summary;
+use crate::run::actions::Done;
+use crate::run::progress::Progress;
+use crate::sampler::{LatencyHistogram, LiveViews, SamplerError};
+
+pub(crate) struct Recording {
+    pub timeline: Recorder,
+    pub events: EventLog,
+    /// The harness's own views and phase, published for the sampler's readings.
+    pub live: Arc<LiveViews>,
+    sampler: Option<Box<dyn Sampler>>,
+    /// Late sampler readings are held this long before they are written (real GPU only).
+    watermark_slack_ns: u64,
+    pub alloc_latency: LatencyHistogram,
+    pub free_latency: LatencyHistogram,
+    pub query_latency: LatencyHistogram,
+    pub progress: Progress,
+}
+
+/// An event row's identity: which step, what op, on which name and stream.
+pub(crate) struct RowKey<'a> {
+    pub phase: &'a str,
+    pub step: &'a str,
+    pub op: &'a str,
+    pub name: &'a str,
+    pub stream: &'a str,
+}
+
+impl Recording {
+    pub fn new(
+        timeline: Recorder,
+        events: EventLog,
+        live: Arc<LiveViews>,
+        sampler: Box<dyn Sampler>,
+        watermark_slack_ns: u64,
+        progress: Progress,
+    ) -> Recording {
+        Recording {
+            timeline,
+            events,
+            live,
+            sampler: Some(sampler),
+            watermark_slack_ns,
+            alloc_latency: LatencyHistogram::default(),
+            free_latency: LatencyHistogram::default(),
+            query_latency: LatencyHistogram::default(),
+            progress,
+        }
+    }
+
+    /// Drains the sampler into the timeline and writes readings past the watermark.
+    pub fn pump(&mut self, dev: &dyn Device) {
+        let mut buf = Vec::new();
+        if let Some(s) = &mut self.sampler {
+            s.drain(dev, &mut buf);
+        }
+        for r in buf {
+            self.timeline.push(r);
+        }
+        let wm = dev.now_ns().saturating_sub(self.watermark_slack_ns);
+        if let Err(e) = self.timeline.release_until(wm) {
+            eprintln!("warning: writing timeline.csv: {e}");
+        }
+    }
+
+    /// A device error the sampler saw between the run's own calls, if any.
+    pub fn sampler_error(&self) -> Option<SamplerError> {
+        self.sampler.as_ref()?.first_error()
+    }
+
+    /// Stops the sampler (its last readings go into the timeline); returns its statistics.
+    pub fn stop_sampler(&mut self, dev: &dyn Device) -> crate::sampler::SamplerStats {
+        let Some(s) = self.sampler.take() else {
+            return Default::default();
+        };
+        let mut buf = Vec::new();
+        let stats = s.stop(dev, &mut buf);
+        for r in buf {
+            self.timeline.push(r);
+        }
+        stats
+    }
+
+    /// Publishes `views` and takes an event-synchronous reading of device free memory.
+    pub fn reading(
+        &mut self,
+        dev: &mut dyn Device,
+        phase: u32,
+        views: ViewSet,
+    ) -> anyhow::Result<Reading> {
+        self.pump(dev);
+        self.live.publish(views);
+        let t0 = dev.now_ns();
+        let mem = dev.mem_info().context("cuMemGetInfo failed")?;
+        let t1 = dev.now_ns();
+        self.query_latency.record(t1 - t0);
+        self.progress.device_used(mem.used_bytes());
+        let r = Reading {
+            t_ns: t1,
+            phase,
+            source: Source::Event,
+            device_free_bytes: mem.free_bytes,
+            views,
+        };
+        self.timeline.push(r);
+        Ok(r)
+    }
+
+    /// Writes the row of `events.csv` for what a step did.
+    pub fn row(
+        &mut self,
+        t_ns: u64,
+        key: &RowKey,
+        done: &Done,
+        result: &str,
+        device_free_bytes: Option<u64>,
+    ) -> anyhow::Result<()> {
+        self.events
+            .write(&EventRow {
+                t_ns,
+                phase: key.phase,
+                step: key.step,
+                op: key.op,
+                name: key.name,
+                stream: key.stream,
+                requested_bytes: done.requested_bytes,
+                size_bytes: done.size_bytes,
+                latency_ns: done.latency_ns,
+                result,
+                device_free_bytes,
+                detail: &done.detail,
+            })
+            .context("writing events.csv")
+    }
+
+    /// Flushes both CSVs and rewrites `summary.json`, so that what ran so far is on disk.
+    pub fn checkpoint(&mut self, dev: &dyn Device, summary: &Summary, dir: &Path) {
+        self.pump(dev);
+        if let Err(e) = self.timeline.flush().and_then(|_| self.events.flush()) {
+            eprintln!("warning: flushing results: {e}");
+        }
+        if let Err(e) = crate::run::write_summary(dir, summary) {
+            eprintln!("warning: writing summary.json: {e}");
+        }
+    }
+
+    /// The peaks, latencies and row counts recorded so far, into `summary`.
+    pub fn fill_summary(&self, summary: &mut Summary) {
+        summary.peaks.run = self.timeline.run.to_map();
+        summary.peaks.headroom_at_peak_bytes = self
+            .timeline
+            .run
+            .get(crate::record::View::DeviceUsed)
+            .map(|p| summary.device.total_bytes.saturating_sub(p.bytes));
+        for (ps, set) in summary.phases.iter_mut().zip(&self.timeline.phases) {
+            ps.peaks = set.to_map();
+        }
+        summary.latency = std::collections::BTreeMap::from([
+            ("allocate".to_string(), self.alloc_latency.percentiles()),
+            ("free".to_string(), self.free_latency.percentiles()),
+            ("mem_get_info".to_string(), self.query_latency.percentiles()),
+        ]);
+        summary.timeline_rows = self.timeline.rows_written;
+        summary.event_rows = self.events.rows_written;
+    }
+}

@@ -1,0 +1,480 @@
+//! The step loop: each phase's actions in order, each one run by its handler
+//! (`run::actions`), read back, written as its `events.csv` row and — when memory was refused —
+//! recorded with the evidence of that instant. Between steps it listens for Ctrl-C and for
+//! device errors the sampler saw; after each phase it puts everything on disk.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use anyhow::bail;
+
+use crate::record::NO_PHASE;
+use crate::report::summary::{MismatchRecord, PhaseStatus, Summary};
+use crate::run::actions::{self, Done, Failure, Target};
+use crate::run::recording::RowKey;
+use crate::run::{Runner, Stop, watchdog};
+use crate::units::Nanos;
+use crate::workload::{Action, Planned, Via, member_name};
+
+/// What a refused allocation means for the step that asked.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// An out-of-memory result: recorded with its evidence; the run stops (unless the step
+    /// continues past it).
+    Oom,
+    /// The end of a fill of the device after `count` allocations: the point of the step.
+    EndsFill { count: u64 },
+}
+
+impl Runner<'_, '_> {
+    /// Runs every phase; returns what stopped it early, if anything.
+    pub(super) fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
+        let wl = self.wl;
+        for (pi, phase) in wl.phases.iter().enumerate() {
+            self.phase = pi as u32;
+            self.rec.live.set_phase(self.phase);
+            summary.phases[pi].status = PhaseStatus::Running;
+            summary.phases[pi].start_ns = Some(self.dev.now_ns());
+            let mut stop = None;
+            for planned in &phase.actions {
+                let done = summary.phases.iter().map(|p| p.actions_run).sum();
+                self.rec
+                    .progress
+                    .step(pi, wl.phases.len(), &phase.name, &planned.label, done);
+                if self.limits.interrupted.load(Ordering::Relaxed) {
+                    stop = Some(Stop::Interrupted);
+                    break;
+                }
+                if let Some(fault) = self.rec.sampler_error() {
+                    stop = Some(self.stop_on_fault(&phase.name, planned, &fault));
+                    break;
+                }
+                self.arm_watchdog(&phase.name, planned);
+                let outcome = self.step(&phase.name, planned);
+                if let Some(w) = &self.limits.watchdog {
+                    w.disarm();
+                }
+                match outcome {
+                    Ok(None) => summary.phases[pi].actions_run += 1,
+                    Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
+                        summary.phases[pi].actions_run += 1;
+                    }
+                    Ok(Some(s)) => {
+                        if s == Stop::Oom {
+                            summary.phases[pi].actions_run += 1;
+                        }
+                        stop = Some(s);
+                        break;
+                    }
+                    Err(e) => {
+                        stop = Some(Stop::Failed(format!(
+                            "phase {:?}, step {}: {e:#}",
+                            phase.name, planned.label
+                        )));
+                        break;
+                    }
+                }
+            }
+            let ps = &mut summary.phases[pi];
+            ps.end_ns = Some(self.dev.now_ns());
+            ps.status = match &stop {
+                None => PhaseStatus::Completed,
+                Some(Stop::Oom) => PhaseStatus::Oom,
+                Some(_) => PhaseStatus::Stopped,
+            };
+            self.fill_summary(summary);
+            self.rec.checkpoint(&*self.dev, summary, dir);
+            if stop.is_some() {
+                for later in &mut summary.phases[pi + 1..] {
+                    later.status = PhaseStatus::Skipped;
+                }
+                return stop;
+            }
+        }
+        None
+    }
+
+    /// What a handler acts on, borrowed from the runner.
+    fn target<'a>(&'a mut self, phase: &'a str, step: &'a str) -> Target<'a> {
+        Target {
+            dev: &mut *self.dev,
+            alloc: &mut *self.alloc,
+            held: &mut self.held,
+            floor: self.limits.floor,
+            tenant_launch: self.limits.tenant_launch.as_ref(),
+            phase,
+            step,
+        }
+    }
+
+    /// Runs one planned action. `Ok(Some(stop))` ends the run early; `Err` is a failure to run.
+    fn step(&mut self, phase: &str, p: &Planned) -> anyhow::Result<Option<Stop>> {
+        match &p.action {
+            Action::FillDevice {
+                name,
+                bytes,
+                via,
+                stream,
+            } => return self.fill_device(phase, p, name, *bytes, *via, stream),
+            Action::FreeGroup { name, keep_every } => {
+                return self.free_group(phase, p, name, *keep_every);
+            }
+            _ => {}
+        }
+        let name = p.action.name().unwrap_or("");
+        // A free is ordered on the stream its block was allocated on.
+        let stream_name = match &p.action {
+            Action::Free { name } => self
+                .held
+                .live(name)
+                .map_or("main".to_string(), |a| a.stream.clone()),
+            a => a.stream().unwrap_or("main").to_string(),
+        };
+        let stream = self.held.stream(&mut *self.dev, &stream_name)?;
+        let is_alloc = matches!(p.action, Action::Allocate { .. });
+        let key = RowKey {
+            phase,
+            step: &p.label,
+            op: p.action.op(),
+            name,
+            stream: &stream_name,
+        };
+        if !is_alloc && self.held.failed(name) {
+            let done = Done {
+                detail: format!("skipped: the allocation of {name:?} failed earlier"),
+                ..Done::default()
+            };
+            self.rec
+                .row(self.dev.now_ns(), &key, &done, "skipped", None)?;
+            return Ok(None);
+        }
+        // Readings due before this action see the state before it.
+        self.rec.pump(&*self.dev);
+        let res = match &p.action {
+            Action::Sleep { duration_ns } => {
+                let slept_ns = self.sleep(*duration_ns);
+                if slept_ns < *duration_ns {
+                    // Ctrl-C during the sleep: the run is interrupted, not failed.
+                    let done = Done {
+                        detail: "interrupted during the sleep".into(),
+                        ..Done::timed(slept_ns)
+                    };
+                    self.rec
+                        .row(self.dev.now_ns(), &key, &done, "stopped", None)?;
+                    return Ok(Some(Stop::Interrupted));
+                }
+                Ok(Done::timed(*duration_ns))
+            }
+            action => actions::act(&mut self.target(phase, &p.label), action, stream),
+        };
+        if is_alloc {
+            self.held
+                .set_failed(name, matches!(res, Err(Failure::Oom { .. })));
+        }
+        self.note_latency(&p.action, &res);
+        self.finish_step(&key, p, res, Refusal::Oom)
+    }
+
+    /// Records a latency in the histogram of its call.
+    fn note_latency(&mut self, action: &Action, res: &Result<Done, Failure>) {
+        let latency_ns = match res {
+            Ok(d) => d.latency_ns,
+            Err(Failure::Oom { latency_ns, .. }) => *latency_ns,
+            Err(_) => return,
+        };
+        match action {
+            Action::Allocate { .. } => self.rec.alloc_latency.record(latency_ns),
+            Action::Free { .. } => self.rec.free_latency.record(latency_ns),
+            _ => {}
+        }
+    }
+
+    /// The reading after a step, its event row, and what it means for the run.
+    fn finish_step(
+        &mut self,
+        key: &RowKey,
+        p: &Planned,
+        res: Result<Done, Failure>,
+        refusal: Refusal,
+    ) -> anyhow::Result<Option<Stop>> {
+        match res {
+            Ok(done) => {
+                // A device error that surfaces only at the reading (a kernel that faulted
+                // asynchronously) is this step's: its row names the call and the error.
+                let r = match self.reading() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let failed = Done {
+                            detail: format!("the reading after the step failed: {e:#}"),
+                            ..done
+                        };
+                        self.rec
+                            .row(self.dev.now_ns(), key, &failed, "error", None)?;
+                        bail!("{} {}: {}", key.op, key.name, failed.detail)
+                    }
+                };
+                if let Some(m) = done.mismatch {
+                    self.mismatches.push(MismatchRecord {
+                        phase: key.phase.to_string(),
+                        step: p.label.clone(),
+                        name: key.name.to_string(),
+                        bytes: done.requested_bytes.unwrap_or(0),
+                        mismatch: m,
+                    });
+                }
+                self.context_grew |= done.stack_raised;
+                self.rec.row(
+                    self.dev.now_ns(),
+                    key,
+                    &done,
+                    "ok",
+                    Some(r.device_free_bytes),
+                )?;
+                Ok(None)
+            }
+            Err(Failure::Oom {
+                request,
+                latency_ns,
+            }) => {
+                let r = self.reading()?;
+                let done = Done {
+                    requested_bytes: Some(request.requested_bytes),
+                    size_bytes: Some(request.rounded_bytes),
+                    latency_ns,
+                    ..Done::default()
+                };
+                match refusal {
+                    Refusal::EndsFill { count } => {
+                        let done = Done {
+                            detail: format!(
+                                "full after {count} allocations: the {} allocator refused the next",
+                                request.pool
+                            ),
+                            ..done
+                        };
+                        self.rec.row(
+                            self.dev.now_ns(),
+                            key,
+                            &done,
+                            "full",
+                            Some(r.device_free_bytes),
+                        )?;
+                        Ok(None)
+                    }
+                    Refusal::Oom => {
+                        let rec = self.oom_record(key, p, &request, r)?;
+                        let done = Done {
+                            detail: format!(
+                                "{}: {}",
+                                rec.diagnosis.observation,
+                                crate::cause::join(&rec.diagnosis.causes, ", ")
+                            ),
+                            ..done
+                        };
+                        self.rec.row(
+                            self.dev.now_ns(),
+                            key,
+                            &done,
+                            "oom",
+                            Some(r.device_free_bytes),
+                        )?;
+                        self.ooms.push(rec);
+                        Ok(Some(Stop::Oom))
+                    }
+                }
+            }
+            Err(Failure::Floor(msg)) => {
+                let (result, detail) = match refusal {
+                    Refusal::EndsFill { count } => {
+                        ("full", format!("full after {count} allocations: {msg}"))
+                    }
+                    Refusal::Oom => ("stopped", msg.clone()),
+                };
+                let done = Done {
+                    detail,
+                    ..Done::default()
+                };
+                self.rec.row(self.dev.now_ns(), key, &done, result, None)?;
+                Ok(match refusal {
+                    Refusal::EndsFill { .. } => None,
+                    Refusal::Oom => Some(Stop::Floor(format!(
+                        "phase {:?}, step {}: {msg}",
+                        key.phase, p.label
+                    ))),
+                })
+            }
+            Err(Failure::Error(msg)) => {
+                let done = Done {
+                    detail: msg.clone(),
+                    ..Done::default()
+                };
+                self.rec.row(self.dev.now_ns(), key, &done, "error", None)?;
+                bail!("{} {}: {msg}", key.op, key.name)
+            }
+        }
+    }
+
+    /// The event-synchronous reading, with the harness's views of now.
+    pub(super) fn reading(&mut self) -> anyhow::Result<crate::record::Reading> {
+        let views = self.held.views(self.alloc.kind(), &self.alloc.stats());
+        self.rec.reading(&mut *self.dev, self.phase, views)
+    }
+
+    /// Allocates `name[0]`, `name[1]`, … until the allocator or the device refuses (or the
+    /// free-memory floor is reached, unless OOM is allowed). The refusal ends the fill; it is
+    /// the point of the step, not an OOM result.
+    fn fill_device(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        bytes: u64,
+        via: Via,
+        stream_name: &str,
+    ) -> anyhow::Result<Option<Stop>> {
+        let stream = self.held.stream(&mut *self.dev, stream_name)?;
+        for i in 0u64.. {
+            if self.limits.interrupted.load(Ordering::Relaxed) {
+                return Ok(Some(Stop::Interrupted));
+            }
+            let member = member_name(name, i);
+            let one = Planned {
+                label: format!("{}.{}", p.label, i + 1),
+                origin: p.origin,
+                action: Action::Allocate {
+                    name: member.clone(),
+                    bytes,
+                    via,
+                    stream: stream_name.to_string(),
+                },
+                continue_on_oom: false,
+            };
+            self.rec.pump(&*self.dev);
+            let res = actions::act(&mut self.target(phase, &one.label), &one.action, stream);
+            self.note_latency(&one.action, &res);
+            let ends = matches!(res, Err(Failure::Oom { .. } | Failure::Floor(_)));
+            let key = RowKey {
+                phase,
+                step: &one.label,
+                op: one.action.op(),
+                name: &member,
+                stream: stream_name,
+            };
+            let stop = self.finish_step(&key, &one, res, Refusal::EndsFill { count: i })?;
+            if ends || stop.is_some() {
+                return Ok(stop);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Frees the live members of a filled group, keeping every `keep_every`-th by index.
+    fn free_group(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        name: &str,
+        keep_every: Option<u32>,
+    ) -> anyhow::Result<Option<Stop>> {
+        let members = self.held.members(name);
+        for (n, (idx, member)) in members.into_iter().enumerate() {
+            if keep_every.is_some_and(|k| idx % k as u64 == 0) {
+                continue;
+            }
+            let one = Planned {
+                label: format!("{}.{}", p.label, n + 1),
+                origin: p.origin,
+                action: Action::Free { name: member },
+                continue_on_oom: false,
+            };
+            if let Some(stop) = self.step(phase, &one)? {
+                return Ok(Some(stop));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The host waits: in slices on a real GPU, so the sampler is drained and Ctrl-C is heard.
+    /// Returns how long it waited (less than asked when interrupted).
+    fn sleep(&mut self, duration_ns: u64) -> u64 {
+        if self.dev.info().is_sim() {
+            self.dev.sleep(duration_ns);
+            return duration_ns;
+        }
+        const SLICE_NS: u64 = 20_000_000;
+        let start = self.dev.now_ns();
+        let end = start.saturating_add(duration_ns);
+        loop {
+            let now = self.dev.now_ns();
+            if now >= end {
+                return duration_ns;
+            }
+            if self.limits.interrupted.load(Ordering::Relaxed) {
+                return now - start;
+            }
+            self.dev.sleep((end - now).min(SLICE_NS));
+            self.rec.pump(&*self.dev);
+        }
+    }
+
+    /// The step about to run is not run: the device already failed. Its row says why.
+    fn stop_on_fault(
+        &mut self,
+        phase: &str,
+        p: &Planned,
+        fault: &crate::sampler::SamplerError,
+    ) -> Stop {
+        let seen_in = self
+            .wl
+            .phases
+            .get(fault.phase as usize)
+            .filter(|_| fault.phase != NO_PHASE)
+            .map_or("before the first phase".to_string(), |ph| {
+                format!("during phase {:?}", ph.name)
+            });
+        let done = Done {
+            detail: format!(
+                "not run: the device reported {} at {} {seen_in} (seen by the sampler)",
+                fault.error,
+                Nanos(fault.t_ns)
+            ),
+            ..Done::default()
+        };
+        let key = RowKey {
+            phase,
+            step: &p.label,
+            op: p.action.op(),
+            name: p.action.name().unwrap_or(""),
+            stream: p.action.stream().unwrap_or("main"),
+        };
+        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+            eprintln!("warning: writing events.csv: {e:#}");
+        }
+        Stop::Failed(format!(
+            "phase {phase:?}, step {}: {}",
+            p.label, done.detail
+        ))
+    }
+
+    /// Arms the watchdog for one action, with the waiting the action itself does.
+    fn arm_watchdog(&self, phase: &str, p: &Planned) {
+        let Some(w) = &self.limits.watchdog else {
+            return;
+        };
+        let expected_ns = match &p.action {
+            Action::Sleep { duration_ns } => *duration_ns,
+            Action::Spin { duration_ns, .. } => *duration_ns,
+            Action::Tenant { .. } => actions::TENANT_START_NS,
+            // Anything else may wait for a spin queued before it.
+            _ => self.limits.longest_spin_ns,
+        };
+        let scope = watchdog::Scope {
+            phase,
+            step: &p.label,
+            op: p.action.op(),
+            name: p.action.name().unwrap_or(""),
+            stream: p.action.stream().unwrap_or("main"),
+        };
+        w.arm(scope, self.dev.now_ns(), expected_ns);
+    }
+}

@@ -1,0 +1,339 @@
+//! The end of a watch: the release check, the true and polled peaks, how each view was read,
+//! the status and exit code, then `summary.json` and the reports.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::record::timeline::POLLERS;
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::summary::{ExpectationResult, PolledPeaks, Release, RunStatus, Summary};
+use crate::report::watch::{EndedBy, WatchSection};
+use crate::units::{Bytes, MIB, Nanos, utc_timestamp};
+use crate::watch::drive::End;
+use crate::watch::session::Session;
+use crate::watch::{Inputs, WatchReport, signals};
+
+/// How long device free may take to come back after the job (the driver frees a dead
+/// process's memory late).
+const SETTLE: Duration = Duration::from_secs(2);
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+/// A job that never appears in the process list while device used rises by more than this
+/// makes the list doubted.
+const UNSEEN_RISE_BYTES: u64 = 64 * MIB;
+
+pub fn finish(
+    mut s: Session,
+    inputs: &mut Inputs<'_>,
+    end: End,
+    release_ref: Option<u64>,
+) -> anyhow::Result<WatchReport> {
+    s.settle_ooms(true);
+    s.end_phases(end.t_ns);
+    s.summary.end_ns = Some(end.t_ns);
+    let exit_detail = match end.exit {
+        Some(e) => match e.signal {
+            Some(sig) => format!("killed by {} (status {})", signals::name(sig), e.status),
+            None => format!("exited with status {}", e.status),
+        },
+        None if s.watch.job.attached => "the watch ended".to_string(),
+        None => "its status could not be read".to_string(),
+    };
+    let ok = end.exit.is_none_or(|e| e.status == 0);
+    let pid = s.watch.job.pid.to_string();
+    s.job_event(
+        end.t_ns,
+        "exit",
+        &pid,
+        if ok { "ok" } else { "error" },
+        &exit_detail,
+    );
+    // An attached process still running has nothing to give back yet.
+    let still_running = s.watch.job.attached && end.ended_by != EndedBy::Exit;
+    release(&mut s, inputs, release_ref.filter(|_| !still_running));
+    s.recorder.flush().context("flushing timeline.csv")?;
+    peaks(&mut s, end.t_ns);
+    sampling(&mut s, inputs, &end);
+    s.watch.job.exit = end.exit;
+    s.watch.job.ended_by = end.ended_by;
+    s.watch.job_processes = s.job_processes();
+    s.watch.ooms_beyond_limit = s.ooms_beyond_limit;
+    s.watch.processes_doubt = doubt(&s);
+    let exit_code = outcome(&mut s.summary, &s.watch);
+    s.summary.exit_code = Some(exit_code);
+    s.summary.finished_utc = Some(utc_timestamp(std::time::SystemTime::now()));
+    s.events.flush().context("flushing events.csv")?;
+    s.summary.timeline_rows = s.recorder.rows_written;
+    s.summary.event_rows = s.events.rows_written;
+    crate::report::watch::write_summary(&s.dir, &s.summary, &s.watch)
+        .with_context(|| format!("cannot write {}", s.dir.join("summary.json").display()))?;
+    // The record is on disk; a report that cannot be written is a warning (`headroom report
+    // DIR` writes it again), not another outcome of the job.
+    let reports = crate::report::rundata::RunData::with_summary(&s.dir, s.summary.clone())
+        .and_then(|mut run| {
+            run.watch = Some(s.watch.clone());
+            crate::report::artifacts::write_run(&run)
+        });
+    if let Err(e) = reports {
+        eprintln!("warning: writing the watch's reports: {e:#}");
+    }
+    Ok(WatchReport {
+        dir: s.dir,
+        summary: s.summary,
+        watch: s.watch,
+        exit_code,
+    })
+}
+
+/// Waits (at most `SETTLE`) for device free to come back within a page of `reference`, then
+/// takes the final reading and checks it.
+fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
+    let start = Instant::now();
+    let mut last = None;
+    if reference.is_none() {
+        last = inputs.free_now().ok();
+    }
+    while reference.is_some() {
+        last = inputs.free_now().ok().or(last);
+        let back = matches!((last, reference), (Some(f), Some(r)) if f + 2 * MIB >= r);
+        if back || start.elapsed() >= SETTLE {
+            if back {
+                s.watch.release_settle_ns = Some(start.elapsed().as_nanos() as u64);
+            }
+            break;
+        }
+        std::thread::sleep(SETTLE_POLL);
+    }
+    let Some(free) = last else {
+        return;
+    };
+    s.on_reading(Reading {
+        t_ns: s.now_ns(),
+        phase: NO_PHASE,
+        source: Source::Final,
+        device_free_bytes: free,
+        views: ViewSet::default(),
+    });
+    let Some(reference) = reference else {
+        return;
+    };
+    let diff = free as i64 - reference as i64;
+    let within = diff.unsigned_abs() <= 2 * MIB;
+    let mut notes = Vec::new();
+    if s.watch.job.attached {
+        notes.push(format!(
+            "attached to a running process: the reference is device free at attach plus the {} the job held then",
+            Bytes(reference.saturating_sub(s.summary.idle.after_context.device_free_bytes))
+        ));
+    }
+    if !within {
+        notes.push(format!(
+            "device free did not come back within {}: the job's processes may still hold memory, or other processes took or gave back some meanwhile",
+            Nanos(SETTLE.as_nanos() as u64)
+        ));
+    }
+    if s.summary.idle.context_overhead_bytes.is_some() {
+        notes.push("headroom's own context (--cuda-info) is in both readings".into());
+    }
+    s.summary.release = Some(Release {
+        idle_device_free_bytes: reference,
+        final_device_free_bytes: free,
+        difference_bytes: diff,
+        within_one_page: within,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+        tenant_settle_ns: None,
+    });
+    let detail = format!("device free {free} B, {diff:+} B against the reference");
+    s.job_event(
+        s.now_ns(),
+        "release",
+        "",
+        if within { "ok" } else { "error" },
+        &detail,
+    );
+}
+
+/// True peaks of the whole watch and per phase, and the polled replays (`job_used_bytes`
+/// from its own readings only).
+fn peaks(s: &mut Session, end_ns: u64) {
+    let sum = &mut s.summary;
+    sum.peaks.run = s.recorder.run.to_map();
+    sum.peaks.headroom_at_peak_bytes = s
+        .recorder
+        .run
+        .get(View::DeviceUsed)
+        .map(|p| sum.device.total_bytes.saturating_sub(p.bytes));
+    for (ps, set) in sum.phases.iter_mut().zip(&s.recorder.phases) {
+        ps.peaks = set.to_map();
+    }
+    let polled = |peaks: &crate::record::peaks::PeakSet| -> BTreeMap<String, u64> {
+        View::ALL
+            .iter()
+            .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
+            .collect()
+    };
+    for ((poller, job_poller), (name, period)) in s
+        .recorder
+        .pollers
+        .iter_mut()
+        .zip(s.job_pollers.iter_mut())
+        .zip(POLLERS)
+    {
+        let (seen, ticks) = poller.finish(end_ns);
+        let mut peaks = polled(seen);
+        peaks.remove(View::JobUsed.key());
+        let (job_seen, _) = job_poller.finish(end_ns);
+        if let Some(p) = job_seen.get(View::JobUsed) {
+            peaks.insert(View::JobUsed.key().to_string(), p.bytes);
+        }
+        sum.peaks.polled.insert(
+            name.to_string(),
+            PolledPeaks {
+                period_ns: *period,
+                ticks,
+                peaks,
+            },
+        );
+    }
+}
+
+/// How each view was read: rates achieved, and what the process list's resolution means.
+fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
+    s.summary.sampler = end.device_stats.clone();
+    let device_call = match inputs.device_view {
+        "cuda" => "mem_get_info",
+        "nvml" => "nvml_memory_info",
+        _ => "sim_script_device",
+    };
+    s.summary.latency = BTreeMap::from([
+        (device_call.to_string(), end.device_stats.query_latency),
+        (
+            if inputs.modeled() {
+                "sim_script_processes"
+            } else {
+                "nvml_process_list"
+            }
+            .to_string(),
+            end.process_stats.query_latency,
+        ),
+    ]);
+    let pl = &mut s.watch.sampling.process_list;
+    pl.stats = end.process_stats.clone();
+    pl.changes = s.job_changes;
+    pl.shortest_change_interval_ns = s.shortest_change_ns;
+    let watched_ns = end.t_ns.saturating_sub(s.summary.start_ns).max(1);
+    let lock_share = end.process_stats.query_latency.mean_ns
+        * end.process_stats.query_latency.count as f64
+        / watched_ns as f64;
+    pl.lock_share = Some(lock_share);
+    let device_hz = end.device_stats.achieved_rate_hz;
+    let list_hz = end.process_stats.achieved_rate_hz;
+    let coarser = pl.interval_ns > s.watch.sampling.device_interval_ns || list_hz < device_hz;
+    pl.resolution_note = (pl.stats.readings > 0 && coarser).then(|| {
+            format!(
+                "job_used_bytes was read every {} ({list_hz:.1} readings/s), device_used_bytes every {} ({device_hz:.1}/s): the job's peak and its polled replays have the process list's resolution, not the {} asked with --interval; a spike of the job shorter than that shows in device_used_bytes only",
+                Nanos(pl.interval_ns),
+                Nanos(s.watch.sampling.device_interval_ns),
+                Nanos(s.watch.sampling.device_interval_ns)
+            )
+        });
+}
+
+/// Why `job_used_bytes` may miss part of the job.
+fn doubt(s: &Session) -> Option<String> {
+    if !s.unseen.is_empty() {
+        let pids: Vec<String> = s.unseen.iter().map(u32::to_string).collect();
+        return Some(format!(
+            "NVML listed pid {} that this machine's /proc does not show (another PID namespace, as in a container): if they are the job's, job_used_bytes leaves them out",
+            pids.join(", ")
+        ));
+    }
+    let job_peak = s
+        .summary
+        .peaks
+        .run
+        .get(View::JobUsed.key())
+        .map_or(0, |p| p.bytes);
+    let used_peak = s
+        .summary
+        .peaks
+        .run
+        .get(View::DeviceUsed.key())
+        .map_or(0, |p| p.bytes);
+    let rise = used_peak.saturating_sub(s.summary.idle.after_context.device_used_bytes);
+    (job_peak == 0 && rise > UNSEEN_RISE_BYTES).then(|| {
+        format!(
+            "the job never appeared in NVML's process list, yet device used rose by {}: if that was the job, NVML does not list it here (a PID namespace), and job_used_bytes stays at 0",
+            Bytes(rise)
+        )
+    })
+}
+
+/// Status, detail, expectations and headroom's exit code.
+fn outcome(sum: &mut Summary, w: &WatchSection) -> i32 {
+    let ooms = w.ooms.len() as u64 + w.ooms_beyond_limit;
+    let pid = w.job.pid;
+    let exit_text = w.job.exit.map(|e| match e.signal {
+        Some(sig) => format!("was killed by {} (status {})", signals::name(sig), e.status),
+        None => format!("exited with status {}", e.status),
+    });
+    let ended = match (w.job.attached, w.job.ended_by) {
+        (true, EndedBy::Exit) => format!("pid {pid} exited"),
+        (true, EndedBy::Duration) => format!("--duration ran out; pid {pid} is still running"),
+        (true, EndedBy::Signal) => format!("interrupted; pid {pid} is left running"),
+        (false, by) => format!(
+            "the job {}{}",
+            exit_text.clone().unwrap_or_else(|| "ended".into()),
+            match by {
+                EndedBy::Duration => " after --duration ran out and it was sent SIGTERM",
+                EndedBy::Signal => " after headroom was interrupted",
+                EndedBy::Exit => "",
+            }
+        ),
+    };
+    let status_code = w.job.exit.map(|e| e.status);
+    sum.status = if ooms > 0 {
+        RunStatus::Oom
+    } else if w.job.ended_by == EndedBy::Signal {
+        RunStatus::Interrupted
+    } else if status_code.is_some_and(|c| c != 0) {
+        RunStatus::Failed
+    } else {
+        RunStatus::Completed
+    };
+    sum.status_detail = Some(if ooms > 0 {
+        format!("{ooms} out-of-memory message(s) in the job's stderr; {ended}")
+    } else {
+        ended
+    });
+    if !w.job.attached {
+        sum.expectations = vec![
+            ExpectationResult {
+                name: "the job exits with status 0".into(),
+                expected: "0".into(),
+                actual: status_code.map_or("unknown".into(), |c| c.to_string()),
+                held: status_code == Some(0),
+            },
+            ExpectationResult {
+                name: "no out-of-memory message in the job's stderr".into(),
+                expected: "none".into(),
+                actual: if ooms == 0 {
+                    "none".into()
+                } else {
+                    w.ooms
+                        .iter()
+                        .map(|o| format!("{} at stderr line {}", o.format, o.stderr_line))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+                held: ooms == 0,
+            },
+        ];
+    }
+    if w.job.attached {
+        0
+    } else {
+        status_code.unwrap_or(2)
+    }
+}

@@ -1,0 +1,198 @@
+//! Where a watch's readings come from: NVML by default (memory info and the process list; no
+//! CUDA context, so watching takes no device memory), headroom's own CUDA context for
+//! `cuMemGetInfo` when asked (`--cuda-info`, whose cost is measured), or a usage script on the
+//! simulated device (`--sim-script`).
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, anyhow, bail};
+
+use crate::cli::DeviceArgs;
+use crate::device::nvml::{NvmlDevice, read_memory, read_processes};
+use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
+use crate::device::select::{self, Backend};
+use crate::device::{BackendKind, DeviceInfo, ProcessUsage, cuda};
+use crate::report::watch::ContextCost;
+use crate::watch::script::{SimJob, UsageScript};
+
+/// One whole-device reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceReading {
+    pub free_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// Whole-device memory, cheap enough to read at every tick.
+pub trait DeviceProbe: Sync {
+    fn read(&self) -> Result<DeviceReading, String>;
+}
+
+/// The processes on the device with their memory: slow, read at its own rate.
+pub trait ProcessProbe: Sync {
+    fn processes(&self) -> Result<Vec<ProcessUsage>, String>;
+}
+
+/// NVML through one device handle, looked up once.
+pub struct NvmlProbe<'a> {
+    device: nvml_wrapper::Device<'a>,
+}
+
+impl<'a> NvmlProbe<'a> {
+    pub fn new(nvml: &'a NvmlDevice) -> anyhow::Result<NvmlProbe<'a>> {
+        let device = nvml
+            .handle()
+            .map_err(|e| anyhow!("NVML lost the device: {e}"))?;
+        Ok(NvmlProbe { device })
+    }
+}
+
+impl DeviceProbe for NvmlProbe<'_> {
+    fn read(&self) -> Result<DeviceReading, String> {
+        let m =
+            read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo_v2: {e}"))?;
+        Ok(DeviceReading {
+            free_bytes: m.free_bytes,
+            used_bytes: m.used_bytes,
+        })
+    }
+}
+
+impl ProcessProbe for NvmlProbe<'_> {
+    fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
+        read_processes(&self.device)
+            .map_err(|e| format!("nvmlDeviceGetComputeRunningProcesses: {e}"))
+    }
+}
+
+/// What a watch reads from.
+pub enum Origin {
+    /// The driver's NVML (and, with `--cuda-info`, headroom's own context beside it).
+    Nvml {
+        nvml: Box<NvmlDevice>,
+        cuda: Option<CudaInfo>,
+    },
+    /// The simulated device with a scripted job.
+    Sim(Box<SimJob>),
+}
+
+/// headroom's own CUDA context, opened for `cuMemGetInfo` (`--cuda-info`).
+pub struct CudaInfo {
+    pub device: Box<dyn crate::device::Device>,
+    pub cost: ContextCost,
+    /// NVML's reading before the context existed.
+    pub before: crate::device::NvmlMemory,
+}
+
+pub struct Opened {
+    pub info: DeviceInfo,
+    pub origin: Origin,
+}
+
+/// Opens what `watch` reads from, before any job starts. Every refusal is an error (exit 2).
+pub fn open(
+    dev: &DeviceArgs,
+    sim_script: Option<&Path>,
+    cuda_info: bool,
+    origin: Instant,
+) -> anyhow::Result<Opened> {
+    let index = dev.one_gpu("watch")?;
+    if let Some(path) = sim_script {
+        if dev.backend == Backend::Cuda {
+            bail!(
+                "--sim-script replays a usage timeline on the simulated device; it cannot be used with --backend cuda"
+            );
+        }
+        if cuda_info {
+            bail!(
+                "--cuda-info reads cuMemGetInfo from a real driver; it cannot be used with --sim-script"
+            );
+        }
+        let profile = SimProfile::resolve(dev.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?;
+        let script = UsageScript::load(path)?;
+        let info = DeviceInfo {
+            backend: BackendKind::Sim,
+            profile: Some(profile.name.clone()),
+            index,
+            name: profile.gpu_name.clone(),
+            compute_capability: profile.compute_capability.clone(),
+            total_bytes: profile.memory.total_bytes.0,
+            driver_version: profile.driver_version.clone(),
+            multiprocessors: profile.multiprocessors,
+            uuid: None,
+        };
+        let job =
+            SimJob::new(profile, script, origin).with_context(|| format!("{}", path.display()))?;
+        return Ok(Opened {
+            info,
+            origin: Origin::Sim(Box::new(job)),
+        });
+    }
+    if dev.backend == Backend::Sim || dev.profile.is_some() {
+        bail!(
+            "a simulated device cannot see another process's memory: give --sim-script FILE (what the job holds over time) to watch on the simulator"
+        );
+    }
+    let count = cuda::probe().map_err(|e| {
+        anyhow!(
+            "{e}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)"
+        )
+    })?;
+    if index >= count {
+        bail!("there is no CUDA device {}: the driver sees {count}", index);
+    }
+    // cuInit and the device's facts only: no context, no device memory.
+    let facts =
+        cuda::device_facts(index).with_context(|| format!("cannot read CUDA device {}", index))?;
+    let nvml = NvmlDevice::try_open(&facts.uuid).map_err(|e| {
+        anyhow!(
+            "NVML is not available for GPU {} ({}): {e}; headroom watch reads device memory and the process list through NVML",
+            index,
+            facts.uuid
+        )
+    })?;
+    let mut info = DeviceInfo {
+        backend: BackendKind::Cuda,
+        profile: None,
+        index,
+        name: facts.name,
+        compute_capability: facts.compute_capability,
+        total_bytes: facts.total_bytes,
+        driver_version: nvml
+            .driver_version()
+            .map_or_else(cuda::cuda_driver_version, |v| {
+                format!("{v} (CUDA {})", cuda::cuda_driver_version())
+            }),
+        multiprocessors: facts.multiprocessors,
+        uuid: Some(facts.uuid),
+    };
+    let cuda = if cuda_info {
+        let before = nvml
+            .memory()
+            .context("NVML's memory info failed before the context")?;
+        let opened = select::open(Backend::Cuda, index, None)?;
+        let after = nvml
+            .memory()
+            .context("NVML's memory info failed after the context")?;
+        info.total_bytes = opened.device.info().total_bytes;
+        Some(CudaInfo {
+            device: opened.device,
+            cost: ContextCost {
+                nvml_used_before_bytes: before.used_bytes,
+                nvml_used_after_bytes: after.used_bytes,
+                cost_bytes: after.used_bytes as i64 - before.used_bytes as i64,
+                create_ns: opened.context_create_ns,
+            },
+            before,
+        })
+    } else {
+        None
+    };
+    Ok(Opened {
+        info,
+        origin: Origin::Nvml {
+            nvml: Box::new(nvml),
+            cuda,
+        },
+    })
+}

@@ -1,0 +1,173 @@
+//! Memory and time bounded by design: a workload that would expand past the bound is refused
+//! at once (file, phase, step), a signal while a workload loads ends the process at once, and
+//! `hold` exits 130 when interrupted.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn refused(body: &str, expect: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(dir.path(), "big", body);
+    let started = Instant::now();
+    let (out, _, out_dir) = run_tiny(dir.path(), &wl, &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "refused quickly: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains(expect), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("big.toml") && out.stderr.contains("phase 1"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out_dir.exists(), "a refused workload leaves no folder");
+}
+
+#[test]
+fn a_count_past_the_bound_is_refused_before_it_expands() {
+    refused(
+        r#"[[phase]]
+name = "p"
+steps = [{ op = "allocate", name = "w", size = "2MiB", count = 4294967295 }]
+"#,
+        "4294967295 actions, more than the 1000000",
+    );
+}
+
+#[test]
+fn a_repeat_past_the_bound_is_refused() {
+    refused(
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "w", size = "4KiB" },
+  { op = "repeat", times = 4294967295, steps = [{ op = "touch", name = "w" }] },
+]
+"#,
+        "1000001 actions, more than the 1000000",
+    );
+}
+
+#[test]
+fn a_fill_of_tiny_allocations_is_refused() {
+    refused(
+        r#"[settings]
+allow_oom = true
+
+[[phase]]
+name = "p"
+steps = [{ op = "allocate", name = "w", size = "513B", count = "fill" }]
+"#,
+        "could make 8372255 allocations",
+    );
+}
+
+#[test]
+fn a_signal_while_a_workload_loads_ends_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Close to the bound: expanding it takes a while (about a second in a debug build).
+    let wl = workload(
+        dir.path(),
+        "slow",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "w", size = "4KiB" },
+  { op = "repeat", times = 999990, steps = [{ op = "touch", name = "w" }] },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let sent = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(130));
+    assert!(took < Duration::from_millis(500), "acted on in {took:?}");
+    assert!(!out_dir.exists(), "nothing was written");
+}
+
+#[test]
+fn hold_exits_130_when_interrupted() {
+    for signal in ["-INT", "-TERM", "-HUP"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["hold", "64MiB", "--for", "60s", "--profile", "tiny-4g"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait for the line that says it holds the memory.
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert!(line.starts_with("holding"), "{line}");
+        assert!(
+            Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert_eq!(child.wait().unwrap().code(), Some(130), "{signal}");
+    }
+}
+
+#[test]
+fn a_full_stdout_is_an_error_and_a_closed_one_ends_quietly() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["devices", "--backend", "sim"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // The reader is gone before anything is written: a quiet exit 0, as ripgrep does.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["devices", "--backend", "sim"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
