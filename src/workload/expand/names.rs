@@ -18,7 +18,6 @@ pub(super) struct LiveName {
 }
 
 /// The checker's view of which names are live, walked in program order.
-
 pub(super) struct Names<'a> {
     pub(super) file: &'a Path,
     /// Actions expanded so far (bounded by `MAX_ACTIONS`).
