@@ -10,9 +10,9 @@ use crate::device::prelude::*;
 
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
 use crate::report::text_table::{Align, TextTable};
-use crate::units::{Bytes, round_up};
+use crate::units::{Bytes, checked_round_up};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub name: &'static str,
     /// How the bytes are counted.
@@ -23,7 +23,7 @@ pub struct Row {
     pub bytes_per_s: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Ratio {
     pub name: &'static str,
     pub value: f64,
@@ -31,7 +31,7 @@ pub struct Ratio {
     pub met: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BandwidthReport {
     pub device: DeviceInfo,
     pub size_bytes: u64,
@@ -65,10 +65,18 @@ pub fn measure(
         "--size must be a positive multiple of 4 bytes, not {size_bytes}"
     );
     anyhow::ensure!(repeats > 0, "--repeats must be at least 1");
+    let total = dev.info().total_bytes;
+    let need = checked_round_up(size_bytes, 2 << 20).and_then(|b| b.checked_mul(3));
+    let Some(need) = need.filter(|&n| n <= total) else {
+        anyhow::bail!(
+            "--size {size_bytes}B ({}): three buffers of it need more than the device's {} in total; choose a smaller --size",
+            Bytes(size_bytes),
+            Bytes(total)
+        );
+    };
     let free = dev.mem_info()?.free_bytes;
-    let need = 3 * round_up(size_bytes, 2 << 20);
     anyhow::ensure!(
-        free >= need + keep_free_bytes,
+        free >= need.saturating_add(keep_free_bytes),
         "three buffers of {} need {} with {} free and a floor of {}; choose a smaller --size",
         Bytes(size_bytes),
         Bytes(need),

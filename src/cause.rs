@@ -5,7 +5,19 @@
 use serde::{Deserialize, Serialize};
 
 /// One cause, serialized by its name (`fragmentation`, `other-process`, …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cause {
     /// Free pieces inside the allocator's segments, none large enough for the request.
@@ -71,7 +83,8 @@ impl Cause {
             Cause::PendingFree => "workloads/oom/pending-free.toml",
             Cause::HeldOutsideAnyAllocator => "workloads/oom/context-and-stack.toml",
             Cause::PeakNotIdle | Cause::Capacity => "workloads/oom/peak-not-idle.toml",
-            Cause::GraphMemory | Cause::FractionCap => return None,
+            Cause::FractionCap => "workloads/oom/fraction-cap.toml",
+            Cause::GraphMemory => return None,
         })
     }
 }

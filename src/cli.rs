@@ -262,7 +262,7 @@ pub struct ImportArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The log: headroom's allocator log (`t_ns,event,…`), RMM's
+    /// The log: headroom's allocator log (`t_ns,action,ptr,bytes,stream,detail`), RMM's
     /// `Thread,Time,Action,Pointer,Size,Stream` CSV, or a PyTorch memory snapshot (pickle or
     /// JSON), told apart by content.
     pub log: PathBuf,

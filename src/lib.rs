@@ -26,6 +26,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod schema;
 pub mod signals;
 pub mod tenant;
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::cause::Cause;
 
 /// What refused a request, as `summary.json` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusedBy {
     /// `cuMemAlloc` outside any allocator, or the driver itself (a kernel's stack).
@@ -48,7 +48,7 @@ use crate::device::{NvmlMemory, ProcessUsage};
 use crate::units::Bytes;
 
 /// Everything known at the moment a request was refused. Byte counts are raw.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomRecord {
     pub utc: String,
     pub t_ns: u64,
@@ -67,7 +67,7 @@ pub struct OomRecord {
     pub pool: String,
     pub stream: String,
     /// Steps the allocator took before giving up, in order.
-    pub retries: Vec<String>,
+    pub retries: Vec<crate::alloc::RetryStep>,
     pub device_total_bytes: u64,
     pub device_free_bytes: u64,
     pub device_used_bytes: u64,
@@ -108,7 +108,7 @@ pub struct OomRecord {
 }
 
 /// Which observation from the article applies, what the numbers show, and what to check next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// The article's table row that fits best.
     pub observation: String,
@@ -156,11 +156,13 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
     ));
 
     if !r.retries.is_empty() {
+        let steps: Vec<&str> = r.retries.iter().map(|s| s.text.as_str()).collect();
         findings.push(format!(
             "Before giving up, the allocator tried: {}.",
-            r.retries.join("; ")
+            steps.join("; ")
         ));
     }
+    fraction_cap(r, &mut observation, &mut causes, &mut findings, &mut check);
 
     if let Some(why) = &r.processes_doubt {
         findings.push(format!(
@@ -293,6 +295,43 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         findings,
         check_next: check,
     }
+}
+
+/// `per_process_memory_fraction`: the allocator's last attempt was refused by its own cap,
+/// before the driver was asked. The cause is the cap, whatever the device had free; PyTorch's
+/// message names it as "N allowed;".
+fn fraction_cap(
+    r: &OomRecord,
+    observation: &mut &'static str,
+    causes: &mut Vec<Cause>,
+    findings: &mut Vec<String>,
+    check: &mut Vec<String>,
+) {
+    let Some(cap) = r.retries.last().and_then(|s| s.fraction_cap) else {
+        return;
+    };
+    causes.push(Cause::FractionCap);
+    *observation = OBS_LOOKS_FREE;
+    let room = if r.device_free_bytes >= cap.more_bytes {
+        format!(
+            "while the device had {} free, room for it",
+            Bytes(r.device_free_bytes)
+        )
+    } else {
+        format!(
+            "and the device, with {} free, had no room for it either",
+            Bytes(r.device_free_bytes)
+        )
+    };
+    findings.push(format!(
+        "The per-process memory fraction refused it: {} allowed ({} bytes); the allocator held {} and needed {} more, {} over the cap — refused without asking the driver, {room}.",
+        Bytes(cap.allowed_bytes),
+        cap.allowed_bytes,
+        Bytes(cap.held_bytes),
+        Bytes(cap.more_bytes),
+        Bytes((cap.held_bytes + cap.more_bytes).saturating_sub(cap.allowed_bytes)),
+    ));
+    check.push("Check the process's memory fraction (torch.cuda.set_per_process_memory_fraction, or per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF) against what the workload needs at its peak; the cap counts what the allocator reserves, cached blocks included, so empty_cache before the peak can also help.".to_string());
 }
 
 /// Graph memory: the graph allocator's reservation, what graphs use of it, and executables.

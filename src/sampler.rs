@@ -54,7 +54,7 @@ impl LiveViews {
 }
 
 /// Percentiles of a latency or interval distribution, in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Percentiles {
     pub count: u64,
     pub p50_ns: u64,
@@ -99,7 +99,7 @@ impl LatencyHistogram {
 
 /// The first reading the sampler could not take: a device error seen between the run's own
 /// calls (a kernel that faulted asynchronously shows here first).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SamplerError {
     /// Device time of the failed reading.
     pub t_ns: u64,
@@ -109,7 +109,7 @@ pub struct SamplerError {
 }
 
 /// What the sampler achieved over a run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SamplerStats {
     /// The interval asked for (0: back to back).
     pub interval_ns: u64,

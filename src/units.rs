@@ -118,7 +118,6 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
     }
 }
 
-/// Parses a duration such as `"50ms"`, `"1.5s"`, `"200us"`, `"10ns"` or `"2min"` into nanoseconds.
 /// A command-line size (`--keep-free 2GiB`), for clap's `value_parser`.
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
@@ -129,6 +128,8 @@ pub fn duration_arg(s: &str) -> Result<u64, String> {
     parse_duration_ns(s).map_err(|e| e.to_string())
 }
 
+/// Parses a duration such as `"50ms"`, `"1.5s"`, `"200us"`, `"10ns"` or `"2min"` into
+/// nanoseconds; anything longer than `MAX_DURATION_NS` (30 days) is refused.
 pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
     let s = input.trim();
     if s.starts_with('-') {
@@ -164,9 +165,19 @@ pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
             input,
             "is not a whole number of nanoseconds",
         )),
-        Ok(Some(v)) => u64::try_from(v).map_err(|_| err("duration", input, "too large")),
+        Ok(Some(v)) if v > u128::from(MAX_DURATION_NS) => Err(err(
+            "duration",
+            input,
+            "is longer than 30 days, the longest duration headroom accepts",
+        )),
+        Ok(Some(v)) => Ok(v as u64),
     }
 }
+
+/// The longest duration headroom accepts anywhere (30 days): every duration a workload, a
+/// profile or a flag states, and the sum of a workload's stated sleeps and spins. Keeping time
+/// far below `u64::MAX` nanoseconds (584 years) means no clock or sum of durations can wrap.
+pub const MAX_DURATION_NS: u64 = 30 * 24 * 3_600 * 1_000_000_000;
 
 /// Bytes in binary units for people: `1.50 GiB`, `2.00 MiB`, `512 B`.
 pub struct Bytes(pub u64);
@@ -224,9 +235,19 @@ impl fmt::Display for Nanos {
     }
 }
 
-/// Rounds `v` up to a multiple of `to` (a power of two or any positive step).
+/// Rounds `v` up to a multiple of `to` (a power of two or any positive step); `None` when that
+/// multiple does not fit in 64 bits.
+pub const fn checked_round_up(v: u64, to: u64) -> Option<u64> {
+    v.div_ceil(to).checked_mul(to)
+}
+
+/// Rounds `v` up to a multiple of `to`, or `u64::MAX` when that multiple does not fit in 64 bits:
+/// a size that large fits on no device, so every "does it fit" comparison still says no.
 pub const fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
+    match checked_round_up(v, to) {
+        Some(r) => r,
+        None => u64::MAX,
+    }
 }
 
 pub const KIB: u64 = 1 << 10;
@@ -280,6 +301,17 @@ impl<'de> serde::Deserialize<'de> for Size {
 impl serde::Serialize for Size {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(self.0)
+    }
+}
+
+/// Written as raw bytes, an unsigned integer.
+impl schemars::JsonSchema for Size {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Bytes".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 0})
     }
 }
 
@@ -395,11 +427,17 @@ impl<'de> serde::Deserialize<'de> for DurationNs {
                 parse_duration_ns(v).map(DurationNs).map_err(E::custom)
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationNs, E> {
-                u64::try_from(v).map(DurationNs).map_err(|_| {
+                let v = u64::try_from(v).map_err(|_| {
                     E::custom(format!("bad duration {v}: durations cannot be negative"))
-                })
+                })?;
+                self.visit_u64(v)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationNs, E> {
+                if v > MAX_DURATION_NS {
+                    return Err(E::custom(format!(
+                        "bad duration {v} (nanoseconds): longer than 30 days, the longest duration headroom accepts"
+                    )));
+                }
                 Ok(DurationNs(v))
             }
         }
@@ -509,5 +547,34 @@ mod tests {
         assert_eq!(Nanos(12_345).to_string(), "12.3 µs");
         assert_eq!(round_up(1_572_864, 2 * MIB), 2 * MIB);
         assert_eq!(round_up(0, 2 * MIB), 0);
+    }
+
+    #[test]
+    fn rounding_near_two_to_the_64_saturates_instead_of_wrapping() {
+        let huge = u64::MAX - 3;
+        assert_eq!(checked_round_up(huge, 2 * MIB), None);
+        assert_eq!(
+            round_up(huge, 2 * MIB),
+            u64::MAX,
+            "never 0: it must not fit"
+        );
+        assert_eq!(
+            checked_round_up(u64::MAX - 2 * MIB + 1, 2 * MIB),
+            Some(u64::MAX - 2 * MIB + 1)
+        );
+    }
+
+    #[test]
+    fn durations_beyond_the_cap_are_refused() {
+        assert_eq!(parse_duration_ns("30min").unwrap(), 1_800_000_000_000);
+        assert_eq!(
+            parse_duration_ns(&format!("{MAX_DURATION_NS}ns")).unwrap(),
+            MAX_DURATION_NS
+        );
+        let e = parse_duration_ns("18446744073709551615ns").unwrap_err();
+        assert!(e.to_string().contains("18446744073709551615ns"), "{e}");
+        assert!(e.to_string().contains("30 days"), "{e}");
+        assert!(parse_duration_ns("721h").is_err());
+        assert!(parse_duration_ns("720h").is_ok());
     }
 }

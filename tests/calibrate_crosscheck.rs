@@ -85,7 +85,7 @@ fn a_calibrated_simulator_agrees_with_the_device_it_measured() {
         rows.iter().all(|r| r["difference_bytes"] == "0"),
         "{rows:?}"
     );
-    assert!(out.stdout.contains("train-step/1.33"), "{}", out.stdout);
+    assert!(out.stdout.contains("train-step/s1.33"), "{}", out.stdout);
 }
 
 #[test]
@@ -131,6 +131,6 @@ fn a_simulator_with_the_wrong_context_overhead_is_flagged() {
         .iter()
         .find(|o| o["workload"] == "oom-peak-not-idle")
         .unwrap();
-    assert_eq!(o["real_oom"], "train-step/1.33");
+    assert_eq!(o["real_oom"], "train-step/s1.33");
     assert_eq!(o["agree"], false);
 }

@@ -58,6 +58,13 @@ fn the_gpu_check_script_runs_dry_on_the_simulator() {
         stdout.contains("oom-pending-free") && !stdout.contains(" NO"),
         "{stdout}"
     );
+    // The pool's reuse order (grow before waiting on another stream) is in the crosscheck.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("pool-reuse") && l.contains("pool_reserved_bytes")),
+        "{stdout}"
+    );
     // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
     let w: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("watch/summary.json")).unwrap())

@@ -72,7 +72,7 @@ fn graph_pool_memory_kept_after_destroy_refuses_a_request_that_fits_once_trimmed
     let oom = &s["ooms"][0];
     assert_eq!(
         (oom["phase"].as_str(), oom["step"].as_str()),
-        (Some("allocate"), Some("1"))
+        (Some("allocate"), Some("s1"))
     );
     assert_eq!(u(&oom["requested_bytes"]), 5 * GIB / 2);
     assert_eq!(u(&oom["device_free_bytes"]), 4 * GIB - CTX - ws);
@@ -368,5 +368,5 @@ fn the_terminal_summary_shows_each_graph_and_the_extrapolation() {
             && p.contains("(+90.0%)"),
         "{p}"
     );
-    assert!(line("trim_graph_memory at teardown/3").contains("released +584.00 MiB"));
+    assert!(line("trim_graph_memory at teardown/s3").contains("released +584.00 MiB"));
 }

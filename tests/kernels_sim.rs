@@ -21,7 +21,7 @@ fn a_planted_corruption_is_found_at_its_address() {
     let base = u64::from_str_radix(events[0]["detail"].trim_start_matches("0x"), 16).unwrap();
     let addr = base + MIB;
     assert_eq!(m[0]["phase"], "plant-and-find");
-    assert_eq!(m[0]["step"], "2");
+    assert_eq!(m[0]["step"], "s2");
     assert_eq!(u(&m[0]["count"]), 1);
     assert_eq!(u(&m[0]["first_address"]), addr);
     assert_eq!(u(&m[0]["expected"]), fill_pattern(addr, 7) as u64);

@@ -37,7 +37,7 @@ fn pending_free_fails_on_another_stream_and_succeeds_after_synchronize() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("allocate-on-b", "1")
+        ("allocate-on-b", "s1")
     );
     assert_eq!(oom["stream"], "b");
     assert_eq!(u(&oom["requested_bytes"]), 2456 * MIB);
@@ -164,7 +164,7 @@ fn the_activation_peak_fails_where_idle_said_it_would_fit() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("train-step", "1.33")
+        ("train-step", "s1.33")
     );
     assert_eq!(oom["name"], "act[8]");
     assert_eq!(u(&oom["requested_bytes"]), 204 * MIB);
@@ -256,7 +256,7 @@ fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
             oom["phase"].as_str().unwrap(),
             oom["step"].as_str().unwrap()
         ),
-        ("request", "1")
+        ("request", "s1")
     );
     assert_eq!(u(&oom["rounded_bytes"]), 20 * MIB);
     assert_eq!(u(&oom["alloc_reserved_bytes"]), 192 * 20 * MIB);
@@ -276,4 +276,58 @@ fn fragmentation_reserved_minus_allocated_predicts_success_wrongly() {
     );
     assert_eq!(oom["diagnosis"]["causes"][0], "fragmentation");
     assert_eq!(s["release"]["difference_bytes"], 0);
+}
+
+#[test]
+fn the_fraction_cap_is_the_cause_and_names_its_allowed_bytes() {
+    let (_, s, _, _d) = scenario("fraction-cap", &[]);
+    let oom = &s["ooms"][0];
+    assert_eq!(
+        (oom["phase"].as_str(), oom["via"].as_str()),
+        (Some("workspace"), Some("caching"))
+    );
+    // 25% of tiny-4g's 4 GiB; weights took 20% (four 204.8 MiB tensors, each its own segment).
+    let allowed = GIB;
+    // 10% of the device, rounded down to a 2 MiB page.
+    assert_eq!(u(&oom["requested_bytes"]), 408 * MIB);
+    let caps: Vec<&serde_json::Value> = oom["retries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.get("fraction_cap"))
+        .collect();
+    assert_eq!(
+        caps.len(),
+        2,
+        "the first attempt and the retry: {}",
+        oom["retries"]
+    );
+    let last = caps[1];
+    assert_eq!(u(&last["allowed_bytes"]), allowed);
+    assert_eq!(u(&last["held_bytes"]), u(&oom["alloc_reserved_bytes"]));
+    assert!(u(&last["held_bytes"]) + u(&last["more_bytes"]) > allowed);
+    // The device had room: this is the cap, not the peak.
+    assert!(u(&oom["device_free_bytes"]) > 2 * GIB);
+    assert_eq!(
+        u(&oom["driver_request_bytes"]),
+        0,
+        "the driver was never asked"
+    );
+    let d = &oom["diagnosis"];
+    assert_eq!(d["causes"][0], "fraction-cap", "{d}");
+    assert!(
+        !d["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "peak-not-idle"),
+        "{d}"
+    );
+    assert!(
+        d["findings"].as_array().unwrap().iter().any(|f| f
+            .as_str()
+            .unwrap()
+            .contains("1.00 GiB allowed (1073741824 bytes)")),
+        "{d}"
+    );
 }

@@ -8,67 +8,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use common::plans::*;
 use common::*;
-
-/// The tiny plan: 2 GiB weights, 512 MiB other peak, 256 MiB margin, 512 tokens of 128 KiB in
-/// 16-token blocks (32 blocks of 2 MiB = 64 MiB per request). `extra` lands in [workload].
-fn tiny_plan(dir: &Path, name: &str, capacity: Option<&str>, extra: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    let capacity = capacity.map_or(String::new(), |c| format!("capacity = \"{c}\"\n"));
-    std::fs::write(
-        &path,
-        format!(
-            "[plan]\nname = \"{name}\"\n{capacity}weights = \"2GiB\"\nother_peak = \"512MiB\"\nmargin = \"256MiB\"\n\n\
-             [workload]\nmodel = \"1B bf16\"\ninput_tokens = 256\noutput_tokens = 256\nblock_tokens = 16\n\
-             kv_bytes_per_token = \"128KiB\"\n{extra}"
-        ),
-    )
-    .unwrap();
-    path
-}
-
-fn validate(
-    dir: &Path,
-    plan: &Path,
-    profile: &str,
-    extra: &[&str],
-) -> (Out, serde_json::Value, PathBuf) {
-    let stem = plan.file_stem().unwrap().to_string_lossy().into_owned();
-    let out_dir = dir.join(format!(
-        "val-{stem}-{}",
-        extra.join("").replace(['-', '='], "")
-    ));
-    let mut args = vec![
-        "validate",
-        plan.to_str().unwrap(),
-        "--profile",
-        profile,
-        "--out",
-        out_dir.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let out = headroom(dir, &args);
-    let v = std::fs::read_to_string(out_dir.join("validation.json"))
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap_or(serde_json::Value::Null);
-    (out, v, out_dir)
-}
-
-fn probes(v: &serde_json::Value) -> Vec<(u64, String)> {
-    v["admission"]["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                u(&p["requests"]),
-                p["outcome"]["result"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
 
 const ARTICLE: [&str; 10] = [
     "--capacity",
@@ -486,7 +429,7 @@ fn validate_tiny_page_rounding_of_1_5_mib_blocks_over_admits_by_5() {
     // 21 requests: 256 + 2048 + 21 × 64 + 384 = 4032 MiB, and the 128 MiB workspace is refused.
     let o = &v["planned_run"]["outcome"];
     assert_eq!(o["result"], "oom");
-    assert_eq!(o["at"], "other-peak/2");
+    assert_eq!(o["at"], "other-peak/s2");
     assert_eq!(u(&o["requested_bytes"]), 128 * MIB);
     assert!(v["margin_held"].is_null(), "an OOM never reaches the peak");
     // The page rounding measured: 21 × 32 blocks × 0.5 MiB.
@@ -574,156 +517,4 @@ fn validate_on_h200_the_context_costs_one_request() {
     );
     assert_eq!(v["admission"]["over_admitted_by"], 1);
     assert_eq!(probes(&v).len(), 2);
-}
-
-#[test]
-fn sweep_other_peak_on_tiny_writes_csv_and_svg() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = tiny_plan(dir.path(), "sweep", None, "");
-    let (out, v, out_dir) = validate(
-        dir.path(),
-        &p,
-        "tiny-4g",
-        &["--sweep", "other_peak=256MiB..1GiB:256MiB"],
-    );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let rows = csv_rows(&out_dir.join("sweep.csv"));
-    let got: Vec<(String, String, String, String)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["other_peak_bytes"].clone(),
-                r["planned_requests"].clone(),
-                r["admitted_requests"].clone(),
-                r["first_failure"].clone(),
-            )
-        })
-        .collect();
-    // Planned = (3328 − O) / 64; measured = (3072 − O) / 64: always 4 fewer, the context.
-    let want: Vec<(String, String, String, String)> =
-        [(256, 24, 20), (512, 20, 16), (768, 16, 12), (1024, 12, 8)]
-            .iter()
-            .map(|(o, p, a)| {
-                (
-                    (o * MIB).to_string(),
-                    p.to_string(),
-                    a.to_string(),
-                    "margin_violated".to_string(),
-                )
-            })
-            .collect();
-    assert_eq!(got, want);
-    assert_eq!(rows[0]["key"], "other_peak");
-    assert_eq!(rows[0]["capacity_bytes"], (4 * GIB).to_string());
-    assert_eq!(rows[0]["unnamed_bytes"], CTX.to_string());
-    let svg = std::fs::read_to_string(out_dir.join("sweep.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert_eq!(svg.matches("<polyline").count(), 2);
-    assert_eq!(v["points"].as_array().unwrap().len(), 4);
-    assert!(
-        out_dir
-            .join("other_peak-256MiB/requests-0020/summary.json")
-            .exists()
-    );
-    assert!(out_dir.join("other_peak-1GiB/validation.json").exists());
-    assert!(
-        out.stdout.contains("sweeping other_peak over 4 values"),
-        "{}",
-        out.stdout
-    );
-
-    // A point whose categories exceed the capacity stops the sweep before anything runs.
-    let (out, _, out_dir) = validate(
-        dir.path(),
-        &p,
-        "tiny-4g",
-        &["--sweep", "other_peak=1GiB,2GiB"],
-    );
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("--sweep other_peak=2 GiB: 4 GiB − 2 GiB − 2 GiB − 256 MiB = −256 MiB: the categories exceed the capacity"),
-        "{}",
-        out.stderr
-    );
-    assert!(!out_dir.exists());
-}
-
-#[test]
-fn sweep_kv_per_request_needs_whole_blocks() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = tiny_plan(dir.path(), "kv", Some("3840MiB"), "");
-    let (out, _, _) = validate(
-        dir.path(),
-        &p,
-        "tiny-4g",
-        &["--sweep", "kv_per_request=64MiB,3MiB"],
-    );
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("not a whole number of 2 MiB blocks"),
-        "{}",
-        out.stderr
-    );
-    let (out, v, _) = validate(
-        dir.path(),
-        &p,
-        "tiny-4g",
-        &["--sweep", "kv_per_request=32MiB,64MiB,128MiB"],
-    );
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let limits: Vec<u64> = v["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| u(&p["admission"]["admitted_requests"]))
-        .collect();
-    assert_eq!(limits, [32, 16, 8]);
-}
-
-#[test]
-fn validate_with_no_margin_stops_at_the_first_oom_and_notes_the_floor() {
-    let dir = tempfile::tempdir().unwrap();
-    // Margin 0: 4096 − 2048 − 512 − 0 = 1536 MiB → 24 planned. On the device the context
-    // leaves 1280 MiB: 20 requests and the other peak fill it to the last byte; with 21, the
-    // KV fits (3648 MiB used) but the other peak's workspace is refused (4032 + 128 > 4096).
-    let p = tiny_plan(dir.path(), "nomargin", None, "");
-    let (out, v, out_dir) = validate(dir.path(), &p, "tiny-4g", &["--margin", "0B"]);
-    assert_eq!(out.code, 1, "{}", out.stderr);
-    assert_eq!(u(&v["planned_requests"]), 24);
-    assert_eq!(v["planned_run"]["outcome"]["result"], "oom");
-    assert_eq!(u(&v["admission"]["admitted_requests"]), 20);
-    assert_eq!(u(&v["admission"]["first_failure"]["requests"]), 21);
-    assert_eq!(v["admission"]["first_failure"]["outcome"]["result"], "oom");
-    assert_eq!(
-        v["admission"]["first_failure"]["outcome"]["at"],
-        "other-peak/2"
-    );
-    assert_eq!(u(&v["floor_bytes"]), 256 * MIB);
-    let at_limit = v["admission"]["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["requests"] == 20)
-        .unwrap();
-    assert_eq!(u(&at_limit["headroom_at_peak_bytes"]), 0);
-    assert_eq!(at_limit["below_floor"], true);
-    assert!(
-        out.stdout.contains("smaller than the floor"),
-        "{}",
-        out.stdout
-    );
-    // The same probe as a plain run, without OOM allowed, stops before the step that would go
-    // below the 256 MiB floor (4096 / 16) and says why: exit 2, could not run.
-    let wl = out_dir.join("requests-0020/workload.toml");
-    let plain = dir.path().join("plain.toml");
-    std::fs::write(
-        &plain,
-        std::fs::read_to_string(&wl)
-            .unwrap()
-            .replace("allow_oom = true", "allow_oom = false"),
-    )
-    .unwrap();
-    let (out, s, _) = run_tiny(dir.path(), &plain, &[]);
-    assert_eq!(out.code, 2, "{}", out.stderr);
-    assert_eq!(s["status"], "stopped_at_floor");
 }

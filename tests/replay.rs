@@ -447,3 +447,34 @@ fn a_runs_allocation_log_replays_and_a_refused_request_can_be_served_elsewhere()
         Some(5 << 30)
     );
 }
+
+#[test]
+fn rmm_streams_written_as_bare_hex_replay_and_are_quoted_as_written() {
+    let log = "Thread,Time,Action,Pointer,Size,Stream
+140573312345856,18:21:24.857582,allocate,0x7f8a40000000,3145728,7f8a38001020
+140573312345856,18:21:24.857590,allocate,0x7f8a50000000,3145728,0
+140573312345856,18:21:24.857600,free,0x7f8a40000000,3145728,7f8a38001020
+140573312345856,18:21:24.857610,allocate,0x7f8a60000000,8589934592,7f8a38001020
+";
+    let r = replay(log, &caching(""), BadRowPolicy::Stop).unwrap();
+    // Two streams: the bare-hex one and the default stream, each with its own 20 MiB segment.
+    assert_eq!(r.peaks.alloc_reserved.bytes, 40 * MIB);
+    let f = r.first_failure.as_ref().unwrap();
+    assert_eq!((f.line, f.log_stream.as_str()), (5, "7f8a38001020"));
+    assert!(r.to_string().contains("on log stream 7f8a38001020)"), "{r}");
+}
+
+#[test]
+fn a_truncated_last_line_points_to_keep_going() {
+    let cut = "Thread,Time,Action,Pointer,Size,Stream
+140573312345856,18:21:24.857582,allocate,0x7f8a40000000,3145728,0x0
+140573312345856,18:21:24.857590,free,0x7f8a4";
+    let e = replay(cut, &caching(""), BadRowPolicy::Stop).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("line 3") && msg.contains("--keep-going"),
+        "{msg}"
+    );
+    let r = replay(cut, &caching(""), BadRowPolicy::Collect).unwrap();
+    assert_eq!((r.allocations, r.bad_rows.len()), (1, 1));
+}

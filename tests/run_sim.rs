@@ -205,7 +205,7 @@ fn an_allowed_oom_is_a_recorded_result_with_evidence() {
     assert_eq!(s["status"], "oom");
     let oom = &s["ooms"][0];
     assert_eq!(oom["phase"], "peak");
-    assert_eq!(oom["step"], "1");
+    assert_eq!(oom["step"], "s1");
     assert_eq!(u(&oom["requested_bytes"]), 1800 * MIB);
     assert_eq!(u(&oom["device_free_bytes"]), 4 * GIB - CTX - 2 * GIB);
     assert_eq!(u(&oom["idle_device_free_bytes"]), 4 * GIB - CTX);

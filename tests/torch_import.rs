@@ -156,7 +156,7 @@ fn an_oom_snapshot_is_replayed_on_its_own_capacity_and_the_oom_recorded() {
     assert!(
         retries
             .iter()
-            .any(|r| r.as_str().unwrap().contains("released 9 segments")),
+            .any(|r| r["text"].as_str().unwrap().contains("released 9 segments")),
         "{retries:?}"
     );
     assert!(

@@ -40,7 +40,7 @@ impl Allocator for DirectAllocator {
             stream,
         };
         self.live.insert(ptr, block);
-        self.bytes += bytes;
+        self.bytes = self.bytes.saturating_add(bytes);
         Ok(block)
     }
 

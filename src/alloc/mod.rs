@@ -32,7 +32,7 @@ pub struct Block {
 }
 
 /// The allocator's side of an out-of-memory: what was asked and how it was rounded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomRequest {
     pub requested_bytes: u64,
     /// The request after the allocator's rounding (what PyTorch prints as "Tried to allocate").
@@ -43,7 +43,74 @@ pub struct OomRequest {
     pub pool: String,
     pub stream: StreamId,
     /// Steps the allocator took before giving up, in order (e.g. "free oversize cached blocks").
-    pub retries: Vec<String>,
+    pub retries: Vec<RetryStep>,
+}
+
+/// One step an allocator took before it gave up on a request: what it tried and what came of
+/// it, and, when its own cap refused the attempt, the bytes that cap allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(from = "RetryStepRepr")]
+pub struct RetryStep {
+    /// For people: the attempt and its outcome, with raw byte counts.
+    pub text: String,
+    /// Set when `per_process_memory_fraction` refused this attempt without asking the driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction_cap: Option<FractionCapRefusal>,
+}
+
+/// An attempt refused by the caching allocator's `per_process_memory_fraction`: held + more
+/// would pass what the fraction allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FractionCapRefusal {
+    /// `allowed_memory_maximum`: fraction × device total (PyTorch's "N allowed;").
+    pub allowed_bytes: u64,
+    /// What the allocator held from the driver then.
+    pub held_bytes: u64,
+    /// The segment (or pages) the attempt needed on top.
+    pub more_bytes: u64,
+}
+
+impl RetryStep {
+    /// A step the driver or the allocator's own rules decided.
+    pub fn said(text: impl Into<String>) -> RetryStep {
+        RetryStep {
+            text: text.into(),
+            fraction_cap: None,
+        }
+    }
+}
+
+impl std::fmt::Display for RetryStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PartialEq<String> for RetryStep {
+    fn eq(&self, other: &String) -> bool {
+        self.text == *other
+    }
+}
+
+/// A step as written: an object, or the bare sentence older files hold.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum RetryStepRepr {
+    Text(String),
+    Step {
+        text: String,
+        #[serde(default)]
+        fraction_cap: Option<FractionCapRefusal>,
+    },
+}
+
+impl From<RetryStepRepr> for RetryStep {
+    fn from(r: RetryStepRepr) -> Self {
+        match r {
+            RetryStepRepr::Text(text) => RetryStep::said(text),
+            RetryStepRepr::Step { text, fraction_cap } => RetryStep { text, fraction_cap },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,7 +130,9 @@ impl AllocError {
 }
 
 /// An allocator's counters at one instant (PyTorch's `memory_stats` vocabulary).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct AllocStats {
     /// Live blocks, at their accounted size.
     pub allocated_bytes: u64,
@@ -96,7 +165,18 @@ impl AllocStats {
 }
 
 /// Which allocator serves a workload's requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AllocatorKind {
     /// One `cuMemAlloc` per request.
@@ -155,6 +235,13 @@ pub trait Allocator: Send {
     /// Brings counters up to date after something outside the allocator's calls (a
     /// synchronize, a trim) may have changed what it holds.
     fn refresh(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+        Ok(())
+    }
+
+    /// Completes every deferred free whose stream work is done, as the allocator's next
+    /// allocation would (PyTorch's `process_events`). A replay calls it before the allocator
+    /// leaves the device it was driven through, so no event of that device is left behind.
+    fn complete_pending_frees(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
         Ok(())
     }
 

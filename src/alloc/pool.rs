@@ -52,7 +52,7 @@ impl Allocator for PoolAllocator {
             stream,
         };
         self.live.insert(ptr, block);
-        self.requested += bytes;
+        self.requested = self.requested.saturating_add(bytes);
         self.refresh(dev)?;
         Ok(block)
     }

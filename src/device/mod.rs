@@ -32,7 +32,19 @@ pub mod prelude {
 pub type DevPtr = u64;
 
 /// A stream created by the harness. `StreamId(0)` is the harness's main stream, created at open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct StreamId(pub u32);
 
 impl StreamId {
@@ -53,7 +65,7 @@ impl MemInfo {
 }
 
 /// NVML's whole-device memory view (v2): `reserved` is what the driver and firmware keep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvmlMemory {
     pub total_bytes: u64,
     pub reserved_bytes: u64,
@@ -62,7 +74,7 @@ pub struct NvmlMemory {
 }
 
 /// One process the driver sees on the device, with its memory (context included).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessUsage {
     pub pid: u32,
     /// `None` where the driver does not report it (e.g. Windows WDDM).
@@ -112,7 +124,9 @@ pub fn process_sum_doubt(
 }
 
 /// The stream-ordered pool's own counters (`CU_MEMPOOL_ATTR_{USED,RESERVED}_MEM_{CURRENT,HIGH}`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct PoolUsage {
     pub used_current_bytes: u64,
     pub used_high_bytes: u64,
@@ -144,7 +158,7 @@ impl Default for PoolConfig {
 }
 
 /// Which backend an opened device runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// The NVIDIA driver (or a library that stands in for it).
@@ -176,7 +190,7 @@ impl std::fmt::Display for BackendKind {
 }
 
 /// What a device is, for reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceInfo {
     pub backend: BackendKind,
     /// The simulated profile's name, or `None` on a real GPU.
@@ -267,7 +281,7 @@ pub fn fill_pattern(addr: DevPtr, seed: u32) -> u32 {
 }
 
 /// The first word `verify` found wrong, and how many were.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Mismatch {
     pub count: u64,
     pub first_address: DevPtr,
@@ -329,7 +343,9 @@ pub struct EventId(pub u64);
 pub struct GraphId(pub u32);
 
 /// What a capture recorded: the nodes the executable graph is built from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct GraphShape {
     /// Kernel launches and driver operations (memset, memcpy).
     pub kernel_nodes: u32,
@@ -347,7 +363,9 @@ pub struct GraphShape {
 /// device-wide, for every graph of this process. `used` is physical memory mapped by at least
 /// one graph or backing a live graph allocation; `reserved` is what the graph allocator holds
 /// from the device (until `cuDeviceGraphMemTrim`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct GraphMemUsage {
     pub used_current_bytes: u64,
     pub used_high_bytes: u64,

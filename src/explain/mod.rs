@@ -53,15 +53,12 @@ pub mod cause {
 
 /// The shipped workload that reproduces a cause (`workloads/oom/…`), if one does.
 pub fn scenario(cause: Cause) -> Option<&'static str> {
-    match cause {
-        // A message's "capacity" is demand beyond the card, which peak-not-idle shows.
-        Cause::FractionCap => None,
-        c => c.scenario(),
-    }
+    // A message's "capacity" is demand beyond the card, which peak-not-idle shows.
+    cause.scenario()
 }
 
 /// One line of arithmetic: a derived figure, how it was derived, and its bounds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Step {
     /// What the figure is, with its unit in the name (`other_processes_bytes`).
     pub name: String,
@@ -71,7 +68,7 @@ pub struct Step {
     pub value: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Value {
     /// Raw bytes, inclusive bounds.
@@ -83,7 +80,7 @@ pub enum Value {
 }
 
 /// A question the numbers cannot settle, and what would.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Undecided {
     pub question: String,
     pub candidates: Vec<Cause>,
@@ -91,7 +88,7 @@ pub struct Undecided {
 }
 
 /// A command to run next, and what it tells.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Check {
     /// Where it runs: `shell`, or `python` (a line for the failing program itself).
     pub kind: CheckKind,
@@ -99,7 +96,7 @@ pub struct Check {
     pub why: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CheckKind {
     Shell,
@@ -107,7 +104,7 @@ pub enum CheckKind {
 }
 
 /// The diagnosis of one message.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Explanation {
     pub message: OomMessage,
     /// One sentence for people.
@@ -124,7 +121,7 @@ pub struct Explanation {
 }
 
 /// Everything `explain` says about a text.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub format_version: u32,
     pub explanations: Vec<Explanation>,

@@ -25,7 +25,7 @@ pub use scan::LineScanner;
 pub use size::{ByteRange, Quantity};
 
 /// Where a message sits in the text it was found in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Span {
     /// Byte offset of the first byte of the message.
     pub start_byte: usize,
@@ -36,7 +36,7 @@ pub struct Span {
 }
 
 /// One out-of-memory message: where it was, its text, and what it says.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct OomMessage {
     #[serde(flatten)]
     pub span: Span,
@@ -55,14 +55,14 @@ impl OomMessage {
 }
 
 /// A process in PyTorch's list (NVML's compute processes on the device).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProcessUse {
     pub pid: u64,
     pub used: Quantity,
 }
 
 /// What the framework's allocator hint at the end of a PyTorch message suggested.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TorchHint {
     ExpandableSegments,
@@ -70,7 +70,7 @@ pub enum TorchHint {
 }
 
 /// TensorFlow's BFC allocator statistics (`AllocatorStats::DebugString`), exact bytes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BfcStats {
     /// 1-based line where `Stats:` was printed.
     pub line: usize,
@@ -85,7 +85,7 @@ pub struct BfcStats {
 
 /// What a message says, by format. Field names carry what PyTorch, vLLM, XLA… call the
 /// quantity; every size is a `Quantity` (printed text + byte interval) or exact bytes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "format", rename_all = "kebab-case")]
 pub enum Detail {
     /// PyTorch's native caching allocator, the sentence form (2.1 and later).
@@ -210,7 +210,7 @@ pub enum Detail {
 }
 
 /// The formats, as `format` names them in JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
     PytorchCaching,
@@ -380,7 +380,7 @@ pub fn find_all(text: &str) -> Vec<OomMessage> {
 }
 
 /// A line that mentions running out of memory but belongs to no recognized message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Unrecognized {
     pub line: usize,
     pub text: String,

@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 /// Inclusive bounds on a byte count. `low == high` when the message printed exact bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ByteRange {
     pub low: u64,
     pub high: u64,
@@ -37,7 +37,7 @@ impl ByteRange {
 }
 
 /// A size as the message printed it, and the bytes it can stand for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Quantity {
     pub printed: String,
     #[serde(flatten)]

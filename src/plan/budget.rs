@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::units::{GIB, KIB, MIB};
 
 /// The four categories and the per-request KV size a plan states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BudgetInputs {
     pub capacity_bytes: u64,
     pub weights_bytes: u64,
@@ -24,7 +24,7 @@ pub struct BudgetInputs {
 }
 
 /// The arithmetic, done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Budget {
     #[serde(flatten)]
     pub inputs: BudgetInputs,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::units::Size;
 
 /// `[workload]` of a plan file: the shape of the serving workload the capacity claim is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Shape {
     /// The model, in words (e.g. "Llama-3-70B, bf16, TP=1").
@@ -109,7 +109,7 @@ pub struct PlanOverrides {
 }
 
 /// Where the capacity came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CapacitySource {
     Flag,

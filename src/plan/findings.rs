@@ -14,7 +14,7 @@ use crate::record::View;
 use crate::report::summary::{RunStatus, Summary};
 
 /// How one probe ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Outcome {
     /// Completed with at least the margin free at the true peak.
@@ -43,7 +43,7 @@ impl Outcome {
 }
 
 /// One probe: a request count, its outcome and its peak.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProbeRecord {
     pub requests: u64,
     pub outcome: Outcome,
@@ -58,7 +58,7 @@ pub struct ProbeRecord {
 }
 
 /// One planned category next to what the planned run measured for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct CategoryRow {
     pub category: String,
     pub planned_bytes: u64,
@@ -70,7 +70,7 @@ pub struct CategoryRow {
 
 /// One view's true peak in the planned run, next to what the plan's categories add up to in
 /// that view's scope.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ViewRow {
     pub view: String,
     pub peak_bytes: u64,
@@ -78,7 +78,7 @@ pub struct ViewRow {
 }
 
 /// The planned run, measured.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PlannedRun {
     pub requests: u64,
     pub dir: String,
@@ -90,7 +90,7 @@ pub struct PlannedRun {
 }
 
 /// Memory at the planned run's peak that none of the plan's categories named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Unnamed {
     /// Device used at the idle reading after the context: context, other processes, driver.
     pub idle_used_bytes: u64,
@@ -114,7 +114,7 @@ pub struct Unnamed {
 }
 
 /// Where admission really stops, next to the planned count.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Admission {
     pub planned_requests: u64,
     /// The most requests admitted (None: not even zero fit).
@@ -131,7 +131,7 @@ pub struct Admission {
 }
 
 /// The plan as it was checked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PlanReport {
     pub name: String,
     pub description: String,
@@ -149,7 +149,7 @@ pub struct PlanReport {
 }
 
 /// Everything `validation.json` holds for one plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Validation {
     pub format_version: u32,
     pub plan: PlanReport,

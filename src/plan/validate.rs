@@ -202,7 +202,7 @@ impl Prober<'_, '_> {
 }
 
 /// The search's result: the largest admitted and the smallest failed count probed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Limit {
     pub admitted: Option<u64>,
     pub first_failure: Option<u64>,

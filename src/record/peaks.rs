@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::{Reading, Source, View};
 
 /// The highest value a view reached, and when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Peak {
     pub bytes: u64,
     pub t_ns: u64,

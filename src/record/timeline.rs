@@ -16,7 +16,7 @@ use crate::record::peaks::{PeakSet, Poller};
 use crate::record::{NO_PHASE, Reading, Source, View};
 
 /// The format version written into every output; bumped when a column or key changes meaning.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Pollers replayed over every run: what a dashboard at that rate would have shown.
 pub const POLLERS: &[(&str, u64)] = &[("1hz", 1_000_000_000), ("10hz", 100_000_000)];
@@ -202,6 +202,24 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
+/// Every value of `events.csv`'s `result` column, with what it means.
+pub const EVENT_RESULTS: [(&str, &str); 5] = [
+    ("ok", "the action completed"),
+    ("oom", "the request was refused for lack of memory"),
+    (
+        "full",
+        "the refusal that ends an allocation with count = \"fill\"",
+    ),
+    (
+        "stopped",
+        "not run: below the free-memory floor, or interrupted",
+    ),
+    (
+        "error",
+        "the call failed other than by running out of memory",
+    ),
+];
+
 /// One row of `events.csv`: an allocate, free, launch, sync or failure.
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRow<'a> {
@@ -214,7 +232,7 @@ pub struct EventRow<'a> {
     pub requested_bytes: Option<u64>,
     pub size_bytes: Option<u64>,
     pub latency_ns: u64,
-    /// `ok`, `oom` or `error`.
+    /// One of `EVENT_RESULTS`.
     pub result: &'a str,
     pub device_free_bytes: Option<u64>,
     pub detail: &'a str,

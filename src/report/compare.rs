@@ -15,7 +15,7 @@ use crate::report::summary::Summary;
 use crate::units::{Bytes, SignedBytes};
 
 /// One side of the comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunInfo {
     pub dir: PathBuf,
     pub workload: String,
@@ -35,7 +35,7 @@ pub struct RunInfo {
 }
 
 /// An OOM in one line.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct OomBrief {
     pub at: String,
     pub op: String,
@@ -46,7 +46,7 @@ pub struct OomBrief {
 }
 
 /// One quantity in both runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub name: String,
     pub a_bytes: Option<u64>,
@@ -77,7 +77,7 @@ impl Row {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
     pub format_version: u32,
     pub a: RunInfo,

@@ -15,7 +15,7 @@ use crate::units::{Bytes, SignedBytes};
 use crate::workload::expand::GraphsSpec;
 
 /// Everything the run measured about CUDA graphs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GraphsSummary {
     /// The driver's graph memory attributes at the end of the run, before anything was
     /// released (the highs are the run's high-water marks).
@@ -26,7 +26,7 @@ pub struct GraphsSummary {
 }
 
 /// One captured graph and what each stage of its life did to device memory.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GraphRecord {
     pub graph: String,
     /// Where it was captured.
@@ -67,7 +67,7 @@ impl GraphRecord {
 }
 
 /// A `cuDeviceGraphMemTrim` and what it returned.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrimRecord {
     pub phase: String,
     pub step: String,
@@ -79,7 +79,7 @@ pub struct TrimRecord {
 }
 
 /// One graph of a `graphs` pattern.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PatternGraph {
     pub batch_size: u32,
     pub graph: String,
@@ -92,7 +92,7 @@ pub struct PatternGraph {
 }
 
 /// A `graphs` pattern: the measured total next to the linear extrapolation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GraphPatternReport {
     pub name: String,
     pub stream: String,

@@ -13,7 +13,7 @@ use crate::report::markdown::cell;
 use crate::units::Bytes;
 
 /// One live allocation at a moment of interest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveAllocation {
     /// Bytes the program asked for.
     pub requested_bytes: u64,
@@ -27,7 +27,7 @@ pub struct LiveAllocation {
 }
 
 /// Live bytes summed by the line that made them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OriginTotal {
     pub origin: String,
     pub bytes: u64,
@@ -35,7 +35,7 @@ pub struct OriginTotal {
 }
 
 /// The live allocations at one trace entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveAt {
     /// Trace entry (0-based, in this device's trace).
     pub entry: u64,
@@ -45,7 +45,7 @@ pub struct LiveAt {
     pub by_origin: Vec<OriginTotal>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImportInfo {
     /// `PyTorch memory snapshot`.
     pub kind: String,

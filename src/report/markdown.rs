@@ -7,13 +7,14 @@ use std::fmt::Write as _;
 
 use crate::oom::OomRecord;
 use crate::record::View;
+use crate::report::escape::{self, md};
 use crate::report::rundata::RunData;
 use crate::report::summary::Summary;
 use crate::units::{Bytes, Nanos, SignedBytes};
 
-/// A Markdown table cell: pipes escaped, line breaks flattened.
+/// A Markdown table cell: text escaped (`escape::md`), pipes escaped, line breaks flattened.
 pub fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+    md(&s.replace(['\n', '\r'], " ")).replace('|', "\\|")
 }
 
 fn bytes(v: Option<u64>) -> String {
@@ -28,21 +29,54 @@ pub fn status_name(s: &Summary) -> String {
         .unwrap_or_default()
 }
 
-/// The report of a run.
+/// The report of a run. Every name and message from the run is escaped (`escape::md`), and
+/// no control character is left in the document.
 pub fn render(run: &RunData) -> String {
     if let Some(w) = &run.watch {
         return crate::report::watch_markdown::render(run, w);
     }
     let s = &run.summary;
-    let d = &s.device;
     let mut o = String::new();
-    let _ = writeln!(o, "# headroom · {} on {}\n", s.workload.name, d.name);
+    let _ = writeln!(
+        o,
+        "# headroom · {} on {}\n",
+        md(&s.workload.name),
+        md(&s.device.name)
+    );
+    header(&mut o, s);
+    if let Some(i) = &s.import {
+        crate::report::imported::section(&mut o, i);
+    }
+    peaks(&mut o, s);
+    phases(&mut o, s);
+    let _ = writeln!(o, "\n## OOMs\n");
+    if s.ooms.is_empty() {
+        let _ = writeln!(o, "None.");
+    }
+    for (i, oom) in s.ooms.iter().enumerate() {
+        oom_section(&mut o, i, oom);
+    }
+    mismatches(&mut o, s);
+    expectations(&mut o, s);
+    release(&mut o, s);
+    let _ = writeln!(
+        o,
+        "\n---\nFiles: `summary.json`, `timeline.csv` ({} readings), `events.csv` ({} events), `alloc-log.csv` (every allocator call, for `headroom replay`); plot `timeline.svg` / `timeline.png`, trace `trace.json` (Perfetto UI, chrome://tracing), `junit.xml`.",
+        run.timeline.len(),
+        run.events.len()
+    );
+    escape::document(&o)
+}
+
+/// The key–value table at the top: status, device, backend, driver, times, workload, shape.
+fn header(o: &mut String, s: &Summary) {
+    let d = &s.device;
     let _ = writeln!(o, "| | |\n| --- | --- |");
     let row = |o: &mut String, k: &str, v: String| {
         let _ = writeln!(o, "| {k} | {} |", cell(&v));
     };
     row(
-        &mut o,
+        o,
         "status",
         format!(
             "{}{}{}",
@@ -57,7 +91,7 @@ pub fn render(run: &RunData) -> String {
         ),
     );
     row(
-        &mut o,
+        o,
         "device",
         format!(
             "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
@@ -73,38 +107,34 @@ pub fn render(run: &RunData) -> String {
         ),
     );
     row(
-        &mut o,
+        o,
         "backend",
         match &d.profile {
             Some(p) => format!("{} (simulated, profile {p})", d.backend),
             None => d.backend.to_string(),
         },
     );
-    row(&mut o, "driver", d.driver_version.clone());
-    row(&mut o, "started (UTC)", s.started_utc.clone());
+    row(o, "driver", d.driver_version.clone());
+    row(o, "started (UTC)", s.started_utc.clone());
     row(
-        &mut o,
+        o,
         "finished (UTC)",
         s.finished_utc.clone().unwrap_or_else(|| "-".into()),
     );
     let w = &s.workload;
     let steps: u64 = s.phases.iter().map(|p| p.actions_planned).sum();
+    let description = if w.description.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", w.description)
+    };
     row(
-        &mut o,
+        o,
         "workload",
-        format!(
-            "{} ({}){}",
-            w.name,
-            w.file,
-            if w.description.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", w.description)
-            }
-        ),
+        format!("{} ({}){description}", w.name, w.file),
     );
     row(
-        &mut o,
+        o,
         "shape",
         format!(
             "{} phases, {steps} steps · allocator {} · sampler every {} · floor {} free · OOM {}",
@@ -120,96 +150,84 @@ pub fn render(run: &RunData) -> String {
         ),
     );
     row(
-        &mut o,
+        o,
         "headroom",
         format!(
             "{}, format_version {}",
             s.headroom_version, s.format_version
         ),
     );
+}
 
-    if let Some(i) = &s.import {
-        crate::report::imported::section(&mut o, i);
+fn mismatches(o: &mut String, s: &Summary) {
+    if s.mismatches.is_empty() {
+        return;
     }
-    peaks(&mut o, s);
-    phases(&mut o, s);
-    let _ = writeln!(o, "\n## OOMs\n");
-    if s.ooms.is_empty() {
-        let _ = writeln!(o, "None.");
+    let _ = writeln!(o, "\n## Verify mismatches\n");
+    for m in &s.mismatches {
+        let _ = writeln!(o, "- {}", md(&m.line()));
     }
-    for (i, oom) in s.ooms.iter().enumerate() {
-        oom_section(&mut o, i, oom);
-    }
-    if !s.mismatches.is_empty() {
-        let _ = writeln!(o, "\n## Verify mismatches\n");
-        for m in &s.mismatches {
-            let _ = writeln!(o, "- {}", m.line());
-        }
-    }
+}
+
+fn expectations(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "\n## Expectations\n");
     if s.expectations.is_empty() {
         let _ = writeln!(o, "None evaluated.");
-    } else {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "| expectation | expected | actual | result |\n| --- | --- | --- | --- |"
+    );
+    for e in &s.expectations {
         let _ = writeln!(
             o,
-            "| expectation | expected | actual | result |\n| --- | --- | --- | --- |"
+            "| {} | {} | {} | {} |",
+            cell(&e.name),
+            cell(&e.expected),
+            cell(&e.actual),
+            if e.held { "held" } else { "**FAILED**" }
         );
-        for e in &s.expectations {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                cell(&e.name),
-                cell(&e.expected),
-                cell(&e.actual),
-                if e.held { "held" } else { "**FAILED**" }
-            );
-        }
     }
+}
+
+fn release(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "\n## Release\n");
-    match &s.release {
-        None if s.import.is_some() => {
+    let Some(r) = &s.release else {
+        if s.import.is_some() {
             let _ = writeln!(
                 o,
                 "Not applicable: the run was imported, not run on this device."
             );
-        }
-        None => {
+        } else {
             let _ = writeln!(o, "Not checked (the final reading failed).");
         }
-        Some(r) => {
-            let _ = writeln!(
-                o,
-                "Device free {} the idle reading: {} at idle, {} at the end (final − idle: {}).{}",
-                if r.within_one_page {
-                    "is back at"
-                } else {
-                    "did **not** return to"
-                },
-                Bytes(r.idle_device_free_bytes),
-                Bytes(r.final_device_free_bytes),
-                if r.difference_bytes == 0 {
-                    "0 B".to_string()
-                } else {
-                    format!(
-                        "{}, {} bytes",
-                        SignedBytes(r.difference_bytes as i128),
-                        r.difference_bytes
-                    )
-                },
-                r.note
-                    .as_ref()
-                    .map(|n| format!(" {n}."))
-                    .unwrap_or_default()
-            );
-        }
-    }
+        return;
+    };
     let _ = writeln!(
         o,
-        "\n---\nFiles: `summary.json`, `timeline.csv` ({} readings), `events.csv` ({} events); plot `timeline.svg` / `timeline.png`, trace `trace.json` (Perfetto UI, chrome://tracing), `junit.xml`.",
-        run.timeline.len(),
-        run.events.len()
+        "Device free {} the idle reading: {} at idle, {} at the end (final − idle: {}).{}",
+        if r.within_one_page {
+            "is back at"
+        } else {
+            "did **not** return to"
+        },
+        Bytes(r.idle_device_free_bytes),
+        Bytes(r.final_device_free_bytes),
+        if r.difference_bytes == 0 {
+            "0 B".to_string()
+        } else {
+            format!(
+                "{}, {} bytes",
+                SignedBytes(r.difference_bytes as i128),
+                r.difference_bytes
+            )
+        },
+        r.note
+            .as_ref()
+            .map(|n| format!(" {}.", md(n)))
+            .unwrap_or_default()
     );
-    o
 }
 
 fn peaks(o: &mut String, s: &Summary) {
@@ -337,28 +355,31 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         o,
         "### OOM {} · {}/{} · {} `{}`\n",
         i + 1,
-        r.phase,
-        r.step,
+        md(&r.phase),
+        md(&r.step),
         r.op,
-        r.name
+        md(&r.name)
     );
     let _ = writeln!(
         o,
         "**Observation:** {} (causes: {})\n",
-        d.observation,
+        md(&d.observation),
         crate::cause::join(&d.causes, ", ")
     );
     for f in &d.findings {
-        let _ = writeln!(o, "- {f}");
+        let _ = writeln!(o, "- {}", md(f));
     }
     let _ = writeln!(o, "\nWhat to check next:\n");
     for c in &d.check_next {
-        let _ = writeln!(o, "- {c}");
+        let _ = writeln!(o, "- {}", md(c));
     }
     let _ = writeln!(
         o,
         "\nEvidence at {} (via {}, pool {}, stream {}):\n",
-        r.utc, r.via, r.pool, r.stream
+        r.utc,
+        r.via,
+        md(&r.pool),
+        md(&r.stream)
     );
     let _ = writeln!(o, "| | bytes | |\n| --- | ---: | ---: |");
     let rows: [(&str, u64); 14] = [
@@ -409,6 +430,6 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         let _ = writeln!(o, "\nProcesses on the device: {}.", list.join(", "));
     }
     if let Some(why) = &r.processes_doubt {
-        let _ = writeln!(o, "\nThe process list cannot be trusted here: {}.", why);
+        let _ = writeln!(o, "\nThe process list cannot be trusted here: {}.", md(why));
     }
 }

@@ -10,7 +10,7 @@ use crate::record::peaks::Peak;
 use crate::sampler::{Percentiles, SamplerStats};
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Still going (a summary written after a phase).
@@ -27,7 +27,7 @@ pub enum RunStatus {
     Failed,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkloadInfo {
     pub name: String,
     pub file: String,
@@ -40,7 +40,7 @@ pub struct WorkloadInfo {
 }
 
 /// One reading of the device taken while nothing of the workload was allocated.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdleReading {
     pub t_ns: u64,
     pub device_free_bytes: u64,
@@ -50,7 +50,7 @@ pub struct IdleReading {
 }
 
 /// A 2 MiB `cuMemAlloc` + `cuMemFree` pair timed without and with the sampler at full rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SamplerPerturbation {
     /// Pairs timed each way.
     pub pairs: u32,
@@ -59,7 +59,7 @@ pub struct SamplerPerturbation {
 }
 
 /// What loading headroom's kernel modules took, measured as a drop in device free memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelLoad {
     /// PTX modules loaded (JIT-compiled by the driver).
     pub modules: u32,
@@ -67,7 +67,7 @@ pub struct KernelLoad {
     pub device_bytes: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Idle {
     /// NVML before this process created its context (None without NVML).
     pub before_context: Option<NvmlMemory>,
@@ -85,7 +85,7 @@ pub struct Idle {
     pub processes_doubt: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseSummary {
     pub name: String,
     pub status: PhaseStatus,
@@ -96,7 +96,7 @@ pub struct PhaseSummary {
     pub peaks: BTreeMap<String, Peak>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseStatus {
     Pending,
@@ -108,14 +108,14 @@ pub enum PhaseStatus {
 }
 
 /// What a poller at a fixed rate would have reported as the peak.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PolledPeaks {
     pub period_ns: u64,
     pub ticks: u64,
     pub peaks: BTreeMap<String, u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Peaks {
     /// True interval peak of each view over the whole run.
     pub run: BTreeMap<String, Peak>,
@@ -127,7 +127,7 @@ pub struct Peaks {
 }
 
 /// A `verify` that found wrong words.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MismatchRecord {
     pub phase: String,
     pub step: String,
@@ -163,7 +163,7 @@ impl MismatchRecord {
 }
 
 /// The check that the run gave back everything it took.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Release {
     pub idle_device_free_bytes: u64,
     pub final_device_free_bytes: u64,
@@ -180,7 +180,7 @@ pub struct Release {
 }
 
 /// One expectation from the workload's `[expect]` and whether the run met it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExpectationResult {
     pub name: String,
     pub expected: String,
@@ -189,7 +189,7 @@ pub struct ExpectationResult {
 }
 
 /// A capacity plan's lines, for reports and plots of a validation run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanMarks {
     /// The capacity the plan starts from.
     pub capacity_bytes: u64,
@@ -220,7 +220,7 @@ impl Summary {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     pub format_version: u32,
     pub headroom_version: String,

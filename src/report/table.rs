@@ -178,5 +178,6 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         );
     }
     let _ = writeln!(o, "results: {}", dir.display());
-    o
+    // Names come from the workload file: none may drive the terminal.
+    crate::report::escape::document(&o)
 }

@@ -6,8 +6,10 @@
 //! its value changes (and at the last reading), which keeps steady sampler rows out without
 //! changing the step line a viewer draws. A run long enough to change a view more than
 //! `COUNTER_POINTS_MAX` times gets that counter reduced to the first, lowest, highest and last
-//! value per time bucket (every peak kept), and more than `EVENTS_MAX` events are thinned
-//! evenly, keeping every OOM, error and stop; `otherData` says so, and the CSVs keep it all.
+//! value per time bucket (every peak kept). A run with more than `EVENTS_MAX` events keeps every
+//! OOM, error, stop and phase as it is and aggregates the completed events per stream and time
+//! bucket into one slice each, counting every allocate, free and launch in it: nothing is
+//! dropped, and `otherData` says how it was done. The CSVs keep every event as it was.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -16,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::record::View;
 use crate::report::plot::downsample::min_max_columns;
-use crate::report::rundata::RunData;
+use crate::report::rundata::{Event, RunData};
 
 const PID: u32 = 1;
 const PHASES_TID: u32 = 1;
@@ -29,25 +31,77 @@ const SPAN_OPS: &[&str] = &["sleep", "spin", "synchronize"];
 
 /// The most value changes one counter track carries before it is reduced per time bucket.
 pub const COUNTER_POINTS_MAX: usize = 20_000;
-/// The most events (allocate, free, launch, …) the trace carries before `ok` ones are thinned.
+/// The most events (allocate, free, launch, …) the trace carries one by one; past it, completed
+/// ones are aggregated.
 pub const EVENTS_MAX: usize = 50_000;
 
 fn us(t_ns: u64, t0_ns: u64) -> f64 {
     t_ns.saturating_sub(t0_ns) as f64 / 1e3
 }
 
+/// A metadata event (`"ph": "M"`), with the category Chrome writes for them.
+fn metadata(name: &str, tid: u32, args: Value) -> Value {
+    json!({"name": name, "cat": "__metadata", "ph": "M", "pid": PID, "tid": tid, "args": args})
+}
+
 /// The trace of a run as JSON text, one event per line.
 pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
+    render_bounded(run, EVENTS_MAX)
+}
+
+/// `render`, aggregating completed events once there are more than `events_max`.
+pub fn render_bounded(run: &RunData, events_max: usize) -> anyhow::Result<Vec<u8>> {
     let s = &run.summary;
     let t0 = run.t0_ns();
     let mut ev: Vec<Value> = Vec::new();
+    let streams = tracks(run, &mut ev);
+    phases_and_marks(run, t0, &mut ev);
+    let counts = events(run, t0, &streams, events_max, &mut ev);
+    let reduced = counters(run, t0, &mut ev);
+    let other = json!({
+        "format_version": s.format_version,
+        "headroom_version": s.headroom_version,
+        "workload": s.workload.name,
+        "device": s.device.name,
+        "driver_version": s.device.driver_version,
+        "started_utc": s.started_utc,
+        "t0_ns": t0,
+        "events_total": run.events.len(),
+        "events_in_trace": counts.single,
+        "events_aggregated": counts.aggregated,
+        "aggregate_bucket_us": counts.bucket_us,
+        "aggregation": if counts.aggregated > 0 {
+            "completed events (result ok) are counted per stream and time bucket in `aggregate` slices; every OOM, error, stop and phase is kept as it is; events.csv has each event"
+        } else {
+            "none: every event is in the trace"
+        },
+        "counters_reduced_per_time_bucket": reduced,
+    });
+    let mut out = Vec::new();
+    writeln!(
+        out,
+        "{{\"displayTimeUnit\":\"ms\",\"otherData\":{other},\"traceEvents\":["
+    )?;
+    for (i, e) in ev.iter().enumerate() {
+        serde_json::to_writer(&mut out, e)?;
+        out.extend_from_slice(if i + 1 < ev.len() { b",\n" } else { b"\n" });
+    }
+    out.extend_from_slice(b"]}\n");
+    Ok(out)
+}
+
+/// The process and its tracks: phases, marks, then one per stream in order of appearance.
+fn tracks<'r>(run: &'r RunData, ev: &mut Vec<Value>) -> BTreeMap<&'r str, u32> {
+    let s = &run.summary;
     let process = format!("headroom · {} on {}", s.workload.name, s.device.name);
-    ev.push(
-        json!({"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": process}}),
-    );
+    ev.push(metadata("process_name", 0, json!({"name": process})));
     let mut thread = |tid: u32, name: &str, sort: u32| {
-        ev.push(json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}}));
-        ev.push(json!({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid, "args": {"sort_index": sort}}));
+        ev.push(metadata("thread_name", tid, json!({"name": name})));
+        ev.push(metadata(
+            "thread_sort_index",
+            tid,
+            json!({"sort_index": sort}),
+        ));
     };
     thread(PHASES_TID, "phases", 0);
     thread(MARKS_TID, "readings and OOMs", 1);
@@ -59,7 +113,12 @@ pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
     for (name, tid) in &streams {
         thread(*tid, &format!("stream {name}"), *tid);
     }
+    streams
+}
 
+/// Phase slices, the idle reading, the release check and every OOM with its diagnosis.
+fn phases_and_marks(run: &RunData, t0: u64, ev: &mut Vec<Value>) {
+    let s = &run.summary;
     for p in &s.phases {
         let (Some(a), Some(b)) = (p.start_ns, p.end_ns) else {
             continue;
@@ -89,60 +148,6 @@ pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
                      "difference_bytes": r.difference_bytes, "within_one_page": r.within_one_page},
         }));
     }
-
-    let kept_ok = EVENTS_MAX.saturating_sub(run.events.iter().filter(|e| e.result != "ok").count());
-    let ok_total = run.events.iter().filter(|e| e.result == "ok").count();
-    let stride = ok_total.div_ceil(kept_ok.max(1)).max(1);
-    let mut ok_seen = 0usize;
-    let mut events_in_trace = 0usize;
-    for e in &run.events {
-        if e.result == "ok" {
-            ok_seen += 1;
-            if (ok_seen - 1) % stride != 0 {
-                continue;
-            }
-        }
-        events_in_trace += 1;
-        let tid = streams[e.stream.as_str()];
-        let name = if e.name.is_empty() {
-            e.op.clone()
-        } else {
-            format!("{} {}", e.op, e.name)
-        };
-        let mut args = json!({
-            "phase": e.phase, "step": e.step, "stream": e.stream, "result": e.result,
-            "latency_ns": e.latency_ns,
-        });
-        for (k, v) in [
-            ("requested_bytes", e.requested_bytes),
-            ("size_bytes", e.size_bytes),
-            ("device_free_bytes", e.device_free_bytes),
-        ] {
-            if let Some(v) = v {
-                args[k] = json!(v);
-            }
-        }
-        if !e.detail.is_empty() {
-            args["detail"] = json!(e.detail);
-        }
-        if e.result == "oom" {
-            ev.push(
-                json!({"name": format!("OOM: {name}"), "cat": "oom", "ph": "i", "s": "g",
-                           "pid": PID, "tid": tid, "ts": us(e.t_ns, t0), "args": args}),
-            );
-        } else if SPAN_OPS.contains(&e.op.as_str()) {
-            let start = e.t_ns.saturating_sub(e.latency_ns);
-            ev.push(
-                json!({"name": name, "cat": e.op, "ph": "X", "pid": PID, "tid": tid,
-                           "ts": us(start, t0), "dur": us(e.t_ns, start), "args": args}),
-            );
-        } else {
-            ev.push(
-                json!({"name": name, "cat": e.op, "ph": "i", "s": "t", "pid": PID, "tid": tid,
-                           "ts": us(e.t_ns, t0), "args": args}),
-            );
-        }
-    }
     for (i, oom) in s.ooms.iter().enumerate() {
         ev.push(json!({
             "name": format!("OOM #{}: {} {} at {}/{}", i + 1, oom.op, oom.name, oom.phase, oom.step),
@@ -152,7 +157,119 @@ pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
                      "device_free_bytes": oom.device_free_bytes, "utc": oom.utc},
         }));
     }
+}
 
+/// How the events went into the trace.
+struct EventCounts {
+    /// Events written one by one.
+    single: usize,
+    /// Completed events counted inside `aggregate` slices.
+    aggregated: usize,
+    /// The aggregation's time bucket (0: none).
+    bucket_us: f64,
+}
+
+/// One event as an instant (or a slice, for ops that take time on their stream).
+fn event_json(e: &Event, tid: u32, t0: u64) -> Value {
+    let name = if e.name.is_empty() {
+        e.op.clone()
+    } else {
+        format!("{} {}", e.op, e.name)
+    };
+    let mut args = json!({
+        "phase": e.phase, "step": e.step, "stream": e.stream, "result": e.result,
+        "latency_ns": e.latency_ns,
+    });
+    for (k, v) in [
+        ("requested_bytes", e.requested_bytes),
+        ("size_bytes", e.size_bytes),
+        ("device_free_bytes", e.device_free_bytes),
+    ] {
+        if let Some(v) = v {
+            args[k] = json!(v);
+        }
+    }
+    if !e.detail.is_empty() {
+        args["detail"] = json!(e.detail);
+    }
+    if e.result == "oom" {
+        json!({"name": format!("OOM: {name}"), "cat": "oom", "ph": "i", "s": "g",
+               "pid": PID, "tid": tid, "ts": us(e.t_ns, t0), "args": args})
+    } else if SPAN_OPS.contains(&e.op.as_str()) {
+        let start = e.t_ns.saturating_sub(e.latency_ns);
+        json!({"name": name, "cat": e.op, "ph": "X", "pid": PID, "tid": tid,
+               "ts": us(start, t0), "dur": us(e.t_ns, start), "args": args})
+    } else {
+        json!({"name": name, "cat": e.op, "ph": "i", "s": "t", "pid": PID, "tid": tid,
+               "ts": us(e.t_ns, t0), "args": args})
+    }
+}
+
+/// Every event; past `events_max`, completed ones aggregated per stream and time bucket.
+fn events(
+    run: &RunData,
+    t0: u64,
+    streams: &BTreeMap<&str, u32>,
+    events_max: usize,
+    ev: &mut Vec<Value>,
+) -> EventCounts {
+    if run.events.len() <= events_max {
+        for e in &run.events {
+            ev.push(event_json(e, streams[e.stream.as_str()], t0));
+        }
+        return EventCounts {
+            single: run.events.len(),
+            aggregated: 0,
+            bucket_us: 0.0,
+        };
+    }
+    let kept: Vec<&Event> = run.events.iter().filter(|e| e.result != "ok").collect();
+    let room = events_max.saturating_sub(kept.len()).max(streams.len());
+    let buckets = (room / streams.len().max(1)).max(1) as u64;
+    let span = run.t1_ns().saturating_sub(t0).max(1);
+    let width = span.div_ceil(buckets).max(1);
+    // (track, bucket) → (first t, last t, per op: count and requested bytes)
+    type Ops<'e> = BTreeMap<&'e str, (u64, u64)>;
+    let mut agg: BTreeMap<(u32, u64), (u64, u64, Ops)> = BTreeMap::new();
+    let mut aggregated = 0;
+    for e in run.events.iter().filter(|e| e.result == "ok") {
+        let tid = streams[e.stream.as_str()];
+        let b = e.t_ns.saturating_sub(t0) / width;
+        let slot = agg
+            .entry((tid, b))
+            .or_insert((e.t_ns, e.t_ns, BTreeMap::new()));
+        slot.0 = slot.0.min(e.t_ns);
+        slot.1 = slot.1.max(e.t_ns);
+        let op = slot.2.entry(e.op.as_str()).or_insert((0, 0));
+        op.0 += 1;
+        op.1 += e.requested_bytes.unwrap_or(0);
+        aggregated += 1;
+    }
+    for ((tid, _), (first, last, ops)) in agg {
+        let total: u64 = ops.values().map(|o| o.0).sum();
+        let parts: Vec<String> = ops.iter().map(|(op, (n, _))| format!("{n} {op}")).collect();
+        let per_op: BTreeMap<&str, Value> = ops
+            .iter()
+            .map(|(op, (n, b))| (*op, json!({"count": n, "requested_bytes": b})))
+            .collect();
+        ev.push(json!({
+            "name": format!("{total} events: {}", parts.join(", ")), "cat": "aggregate",
+            "ph": "X", "pid": PID, "tid": tid, "ts": us(first, t0), "dur": us(last, first),
+            "args": {"events": total, "ops": per_op, "first_t_ns": first, "last_t_ns": last},
+        }));
+    }
+    for e in &kept {
+        ev.push(event_json(e, streams[e.stream.as_str()], t0));
+    }
+    EventCounts {
+        single: kept.len(),
+        aggregated,
+        bucket_us: width as f64 / 1e3,
+    }
+}
+
+/// One counter track per view; returns the views reduced per time bucket.
+fn counters(run: &RunData, t0: u64, ev: &mut Vec<Value>) -> Vec<&'static str> {
     let tl = &run.timeline;
     let span_ns = run.t1_ns().saturating_sub(t0).max(1) as f64;
     let mut reduced = Vec::new();
@@ -186,28 +303,5 @@ pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
             );
         }
     }
-
-    let other = json!({
-        "format_version": s.format_version,
-        "headroom_version": s.headroom_version,
-        "workload": s.workload.name,
-        "device": s.device.name,
-        "driver_version": s.device.driver_version,
-        "started_utc": s.started_utc,
-        "t0_ns": t0,
-        "events_total": run.events.len(),
-        "events_in_trace": events_in_trace,
-        "counters_reduced_per_time_bucket": reduced,
-    });
-    let mut out = Vec::new();
-    writeln!(
-        out,
-        "{{\"displayTimeUnit\":\"ms\",\"otherData\":{other},\"traceEvents\":["
-    )?;
-    for (i, e) in ev.iter().enumerate() {
-        serde_json::to_writer(&mut out, e)?;
-        out.extend_from_slice(if i + 1 < ev.len() { b",\n" } else { b"\n" });
-    }
-    out.extend_from_slice(b"]}\n");
-    Ok(out)
+    reduced
 }

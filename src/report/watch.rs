@@ -17,7 +17,7 @@ use crate::sampler::{Percentiles, SamplerStats};
 /// The environment variable that names the file or FIFO a job writes phase marks to.
 pub const MARK_ENV: &str = "HEADROOM_MARK";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WatchSection {
     pub job: JobInfo,
     pub sampling: Sampling,
@@ -41,7 +41,7 @@ pub struct WatchSection {
 pub const MAX_JOB_PROCESSES: usize = 64;
 
 /// What was watched and how it ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobInfo {
     /// The command as given (`watch -- CMD…`); `None` when attached to a running process.
     pub command: Option<Vec<String>>,
@@ -58,7 +58,7 @@ pub struct JobInfo {
     pub signals: Vec<ReceivedSignal>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndedBy {
     /// The job exited (launched) or disappeared (attached).
@@ -69,7 +69,7 @@ pub enum EndedBy {
     Signal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobExit {
     /// The exit code, when the child exited.
     pub code: Option<i32>,
@@ -79,7 +79,7 @@ pub struct JobExit {
     pub status: i32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReceivedSignal {
     pub t_ns: u64,
     /// `SIGINT`, `SIGTERM`, `SIGHUP`.
@@ -93,7 +93,7 @@ pub struct ReceivedSignal {
 }
 
 /// How each view was read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sampling {
     /// Where `device_used_bytes` came from: `nvml` (memory info, no CUDA context),
     /// `cuda` (`cuMemGetInfo` from headroom's own context, `--cuda-info`) or `sim-script`.
@@ -108,7 +108,7 @@ pub struct Sampling {
 }
 
 /// The process list: read slower than the device, at a rate chosen from its measured cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessListSampling {
     /// `--process-interval` when given.
     pub asked_interval_ns: Option<u64>,
@@ -132,7 +132,7 @@ pub struct ProcessListSampling {
     pub lock_share: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContextCost {
     /// NVML's whole-device used before and after headroom created its context.
     pub nvml_used_before_bytes: u64,
@@ -142,7 +142,7 @@ pub struct ContextCost {
     pub create_ns: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobProcess {
     pub pid: u32,
     /// The most NVML listed for it (context included).
@@ -151,7 +151,7 @@ pub struct JobProcess {
     pub last_seen_ns: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Marks {
     /// The FIFO passed to the job in `HEADROOM_MARK` (removed afterwards); `None` when
     /// attached.
@@ -166,7 +166,7 @@ pub struct Marks {
 pub const MAX_PHASES: usize = 512;
 
 /// An out-of-memory message in the job's stderr, with headroom's own readings at that instant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WatchOom {
     /// When the message's first line reached headroom.
     pub t_ns: u64,
@@ -194,7 +194,7 @@ pub struct WatchOom {
 }
 
 /// headroom's latest readings when a message arrived.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ViewsAt {
     pub device_reading_t_ns: Option<u64>,
     pub device_free_bytes: Option<u64>,
@@ -207,7 +207,7 @@ pub struct ViewsAt {
     pub processes: Option<Vec<ProcessUsage>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NextCheck {
     /// `shell`, or `python` (a line for the failing program).
     pub kind: String,

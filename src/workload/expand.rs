@@ -8,14 +8,16 @@
 mod comm;
 mod graphs;
 mod graphs_pattern;
+mod names;
 mod patterns;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::units::Bytes;
+use crate::units::MAX_DURATION_NS;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
+use names::{LiveName, Names, check_name};
 
 use crate::workload::rank::Rank;
 use crate::workload::{Phase, Workload};
@@ -23,217 +25,10 @@ use crate::workload::{Phase, Workload};
 pub use crate::workload::action::{Action, Planned, Via};
 pub use crate::workload::action::{GraphTag, GraphsSpec};
 
-#[derive(Debug, Clone)]
-struct LiveName {
-    bytes: u64,
-    filled: bool,
-}
-
-/// The checker's view of which names are live, walked in program order.
 /// The most actions a workload may expand to, and the most allocations a `count = "fill"`
 /// may make: a run's memory is bounded by what its file asks for, so what a file may ask for
 /// is bounded. (A probe of `headroom validate` stays below it.)
 pub const MAX_ACTIONS: u64 = 1_000_000;
-
-struct Names<'a> {
-    file: &'a Path,
-    /// Actions expanded so far (bounded by `MAX_ACTIONS`).
-    actions: u64,
-    /// Streams the steps so far queue work on (`main` always exists).
-    streams: std::collections::BTreeSet<String>,
-    total_bytes: u64,
-    /// The run's rank (`comm` sizes its buffers by the rank count).
-    rank: Rank,
-    live: BTreeMap<String, LiveName>,
-    /// Groups allocated with `count = "fill"`: their members are known only at run time.
-    filled: std::collections::BTreeSet<String>,
-    /// Graphs, the capture in progress, and the names graphs allocate.
-    graphs: graphs::GraphBook,
-}
-
-impl Names<'_> {
-    fn err(&self, place: &str, msg: impl Into<String>) -> WorkloadError {
-        WorkloadError::new(self.file, place, msg)
-    }
-
-    /// Exact name if live, else every live member `name[i]` of the group, in index order.
-    fn resolve(&self, place: &str, op: &str, name: &str) -> Result<Vec<String>, WorkloadError> {
-        if self.filled.contains(name) {
-            return Err(self.err(
-                place,
-                format!("{op} of {name:?}: its members are allocated until the device is full, so only `free` can name them"),
-            ));
-        }
-        if self.live.contains_key(name) {
-            return Ok(vec![name.to_string()]);
-        }
-        let prefix = format!("{name}[");
-        let mut members: Vec<(u64, String)> = self
-            .live
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, _)| {
-                let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
-                Some((idx, k.clone()))
-            })
-            .collect();
-        if members.is_empty() {
-            if let Some(why) = self.graphs.why_not_live(name) {
-                return Err(self.err(place, format!("{op} of {name:?}: {why}")));
-            }
-            return Err(self.err(
-                place,
-                format!("{op} of {name:?}, which is not a live allocation at this point"),
-            ));
-        }
-        members.sort();
-        Ok(members.into_iter().map(|(_, k)| k).collect())
-    }
-
-    /// Kernels over several buffers need them live and of one size.
-    fn same_sizes(&self, place: &str, op: &str, names: &[&String]) -> Result<(), WorkloadError> {
-        let mut sizes = Vec::new();
-        for n in names {
-            let l = self.live.get(*n).ok_or_else(|| {
-                self.err(
-                    place,
-                    format!("{op} of {n:?}, which is not a live allocation at this point"),
-                )
-            })?;
-            sizes.push(format!("{n} is {} bytes", l.bytes));
-            if l.bytes != self.live[names[0]].bytes {
-                return Err(self.err(
-                    place,
-                    format!("{op} needs buffers of one size: {}", sizes.join(", ")),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks one primitive action and updates the live set.
-    fn check(&mut self, place: &str, action: &Action) -> Result<(), WorkloadError> {
-        match action {
-            Action::Allocate { name, bytes, .. } => {
-                check_name(self, place, name)?;
-                if *bytes == 0 {
-                    return Err(self.err(place, "size must be above zero"));
-                }
-                if *bytes > self.total_bytes {
-                    return Err(self.err(
-                        place,
-                        format!(
-                            "size {} ({bytes} bytes) exceeds the device's total of {} ({} bytes)",
-                            Bytes(*bytes),
-                            Bytes(self.total_bytes),
-                            self.total_bytes
-                        ),
-                    ));
-                }
-                if self.live.contains_key(name) {
-                    return Err(self.err(
-                        place,
-                        format!("{name:?} is already live; free it first or use another name"),
-                    ));
-                }
-                if let Some(why) = self.graphs.why_not_live(name) {
-                    return Err(self.err(place, format!("{name:?} is taken: {why}")));
-                }
-                self.live.insert(
-                    name.clone(),
-                    LiveName {
-                        bytes: *bytes,
-                        filled: false,
-                    },
-                );
-            }
-            Action::Free { name } => {
-                self.live.remove(name);
-                self.graphs.freed_outside(name);
-            }
-            Action::FillDevice { name, bytes, .. } => {
-                check_name(self, place, name)?;
-                if *bytes == 0 {
-                    return Err(self.err(place, "size must be above zero"));
-                }
-                if self.live.contains_key(name) || self.filled.contains(name) {
-                    return Err(self.err(
-                        place,
-                        format!("{name:?} is already live; free it first or use another name"),
-                    ));
-                }
-                self.filled.insert(name.clone());
-            }
-            Action::FreeGroup {
-                name,
-                keep_every: None,
-            } => {
-                self.filled.remove(name);
-            }
-            Action::Fill { name, .. } => {
-                if let Some(l) = self.live.get_mut(name) {
-                    l.filled = true;
-                }
-            }
-            Action::Verify { name, .. } if self.live.get(name).is_some_and(|l| !l.filled) => {
-                return Err(self.err(
-                    place,
-                    format!(
-                        "verify of {name:?}, which was never filled; add a fill step before it"
-                    ),
-                ));
-            }
-            Action::Corrupt {
-                name, offset_bytes, ..
-            } => {
-                let bytes = self.live.get(name).map_or(0, |l| l.bytes);
-                if offset_bytes % 4 != 0 {
-                    return Err(self.err(
-                        place,
-                        format!("offset {offset_bytes} is not a multiple of 4 bytes"),
-                    ));
-                }
-                if offset_bytes + 4 > bytes {
-                    return Err(self.err(
-                        place,
-                        format!("offset {offset_bytes} is outside {name:?} ({bytes} bytes)"),
-                    ));
-                }
-            }
-            Action::Touch { stride_bytes, .. } if *stride_bytes == 0 || stride_bytes % 4 != 0 => {
-                return Err(self.err(
-                    place,
-                    format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
-                ));
-            }
-            Action::Copy { src, dst, .. } => self.same_sizes(place, "copy", &[src, dst])?,
-            Action::Triad { a, b, c, .. } => self.same_sizes(place, "triad", &[a, b, c])?,
-            Action::Spin { duration_ns, .. } if *duration_ns == 0 => {
-                return Err(self.err(place, "`for` must be above zero"));
-            }
-            Action::Stack { frame_bytes } if *frame_bytes == 0 => {
-                return Err(self.err(place, "frame must be above zero"));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
-fn check_name(names: &Names, place: &str, name: &str) -> Result<(), WorkloadError> {
-    let ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '[' | ']'));
-    if ok {
-        Ok(())
-    } else {
-        Err(names.err(
-            place,
-            format!("name {name:?} may use only letters, digits, '_', '-' and '.'"),
-        ))
-    }
-}
 
 /// Collects actions for one written step, resolving names against the live set as it goes.
 struct Emitter<'n, 'f> {
@@ -282,8 +77,17 @@ impl Emitter<'_, '_> {
         }
         self.names.check(&self.place, &action)?;
         self.names.graphs.note_use(&action);
+        if let Action::Sleep { duration_ns } | Action::Spin { duration_ns, .. } = &action {
+            self.names.stated_ns = self.names.stated_ns.saturating_add(*duration_ns);
+            if self.names.stated_ns > MAX_DURATION_NS {
+                return Err(self.err(format!(
+                    "the workload's sleeps and spins come to more than 30 days in all here ({} ns), the longest a workload may state",
+                    self.names.stated_ns
+                )));
+            }
+        }
         let label = if self.multi {
-            format!("{}.{}", self.label, self.out.len() + 1)
+            crate::workload::step_id::of_action(&self.label, self.out.len() + 1)
         } else {
             self.label.clone()
         };
@@ -581,6 +385,7 @@ pub fn expand(
         live: BTreeMap::new(),
         filled: Default::default(),
         graphs: Default::default(),
+        stated_ns: 0,
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {
@@ -593,7 +398,7 @@ pub fn expand(
                     pi + 1,
                     step.op()
                 ),
-                label: pos.to_string(),
+                label: crate::workload::step_id::of_step(*pos),
                 origin: step.op(),
                 out: Vec::new(),
                 multi: false,
@@ -618,7 +423,9 @@ pub fn expand(
             return Err(WorkloadError::new(
                 path,
                 "[expect]",
-                format!("oom = {at:?} names no step; write \"phase name/step number\""),
+                format!(
+                    "oom = {at:?} names no step; write \"phase name/step id\" (e.g. \"decode/s3\")"
+                ),
             ));
         }
     }

@@ -10,6 +10,7 @@ pub mod expand;
 pub mod parse;
 pub mod rank;
 pub mod step;
+pub mod step_id;
 
 use std::path::{Path, PathBuf};
 

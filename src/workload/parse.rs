@@ -160,6 +160,16 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             "missing section; it needs at least `name`",
         )
     })?;
+    if head.name.chars().any(char::is_control) {
+        return Err(WorkloadError::new(
+            file,
+            "[workload] name",
+            format!(
+                "{:?} contains a control character; names are printed to terminals and reports",
+                head.name
+            ),
+        ));
+    }
     let settings = match section::<SettingsSection>(file, &table, "settings")? {
         None => Settings::default(),
         Some(s) => Settings {
@@ -194,6 +204,13 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         let place = format!("phase {} ({:?})", i + 1, p.name);
         if p.name.trim().is_empty() {
             return Err(WorkloadError::new(file, &place, "the phase name is empty"));
+        }
+        if p.name.chars().any(char::is_control) {
+            return Err(WorkloadError::new(
+                file,
+                &place,
+                "the phase name contains a control character; names are printed to terminals and reports",
+            ));
         }
         if phases.iter().any(|(n, _): &(String, _)| *n == p.name) {
             return Err(WorkloadError::new(
@@ -299,13 +316,15 @@ fn parse_expect(file: &Path, e: ExpectSection) -> Result<Expect, WorkloadError> 
         Some(toml::Value::Boolean(true)) => OomExpectation::Any,
         Some(toml::Value::String(s)) if s == "none" => OomExpectation::None,
         Some(toml::Value::String(s)) if s == "any" => OomExpectation::Any,
-        Some(toml::Value::String(s)) if s.contains('/') => OomExpectation::At(s),
+        Some(toml::Value::String(s)) if s.contains('/') => {
+            OomExpectation::At(crate::workload::step_id::canonical_at(&s))
+        }
         Some(other) => {
             return Err(WorkloadError::new(
                 file,
                 place,
                 format!(
-                    "oom = {other} is not understood; use false, true, or \"phase/step\" (e.g. \"decode/3\")"
+                    "oom = {other} is not understood; use false, true, or \"phase/step\" (e.g. \"decode/s3\")"
                 ),
             ));
         }

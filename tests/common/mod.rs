@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod plans;
+pub mod schema;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -55,6 +58,10 @@ pub fn run_tiny(dir: &Path, wl: &Path, extra: &[&str]) -> (Out, serde_json::Valu
     let summary = std::fs::read_to_string(out_dir.join("summary.json"))
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or(serde_json::Value::Null);
+    if !summary.is_null() {
+        // Every summary a test writes matches the committed schema.
+        schema::check("summary", &summary, &out_dir.display().to_string());
+    }
     (out, summary, out_dir)
 }
 

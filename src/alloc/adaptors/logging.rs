@@ -213,6 +213,10 @@ impl Allocator for LoggingAdaptor {
         self.upstream.refresh(dev)
     }
 
+    fn complete_pending_frees(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+        self.upstream.complete_pending_frees(dev)
+    }
+
     fn stats(&self) -> AllocStats {
         self.upstream.stats()
     }

@@ -149,3 +149,57 @@ impl CachingAllocator {
         Ok(waited)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::AllocatorSpec;
+    use crate::alloc::caching::CachingConfig;
+    use crate::device::prelude::*;
+    use crate::device::profile::SimProfile;
+    use crate::device::sim::SimDevice;
+    use crate::device::{Kernel, StreamId};
+
+    const MIB: u64 = 1 << 20;
+
+    /// After `record_stream` and a free, a synchronize (the streams done) changes nothing the
+    /// allocator reports: the block stays active until the next allocation or `empty_cache`
+    /// processes its events, as in PyTorch.
+    #[test]
+    fn a_pending_free_stays_active_through_a_synchronize_until_malloc_or_empty_cache() {
+        for completes_in in ["malloc", "empty_cache"] {
+            let mut d = SimDevice::open(SimProfile::resolve("tiny-4g").unwrap(), 0);
+            let spec = AllocatorSpec::Caching(CachingConfig::default());
+            let mut a = spec.build(&mut d).unwrap();
+            let s1 = d.create_stream().unwrap();
+            let x = a.allocate(&mut d, 12 * MIB, StreamId::MAIN).unwrap();
+            a.record_stream(&mut d, x.ptr, s1).unwrap();
+            d.launch(
+                Kernel::Spin {
+                    duration_ns: 1_000_000,
+                },
+                s1,
+            )
+            .unwrap();
+            a.free(&mut d, x.ptr).unwrap();
+            d.synchronize().unwrap();
+            a.refresh(&mut d).unwrap();
+            let s = a.stats();
+            assert_eq!(
+                (s.allocated_bytes, s.active_bytes, s.reserved_bytes),
+                (0, 12 * MIB, 12 * MIB),
+                "still active after the synchronize"
+            );
+            match completes_in {
+                "malloc" => {
+                    let y = a.allocate(&mut d, 12 * MIB, StreamId::MAIN).unwrap();
+                    assert_eq!(y.ptr, x.ptr, "the completed free is reused");
+                    assert_eq!(a.stats().active_bytes, 12 * MIB);
+                }
+                _ => {
+                    assert_eq!(a.empty_cache(&mut d).unwrap(), 12 * MIB);
+                    assert_eq!(a.stats().active_bytes, 0);
+                }
+            }
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! The allocation path (`DeviceCachingAllocator::malloc` and what it calls): best fit from
 //! the cache, splitting, asking the driver, and the retry chain when the driver refuses.
 
-use crate::alloc::{AllocError, Block, OomRequest};
+use crate::alloc::{AllocError, Block, FractionCapRefusal, OomRequest, RetryStep};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, StreamId};
 
@@ -31,7 +31,7 @@ pub(super) struct Request {
     /// What the last refused driver call asked for.
     pub driver_bytes: u64,
     /// What the allocator tried, in order, for the OOM report.
-    pub steps: Vec<String>,
+    pub steps: Vec<RetryStep>,
 }
 
 impl CachingAllocator {
@@ -53,7 +53,9 @@ impl CachingAllocator {
                 driver_request_bytes: 0,
                 pool: PoolKind::Large.name().into(),
                 stream,
-                retries: vec!["refused without asking the driver: 1 EiB or more".into()],
+                retries: vec![RetryStep::said(
+                    "refused without asking the driver: 1 EiB or more",
+                )],
             })));
         }
         // `process_events`: frees whose streams have finished become reusable first.
@@ -273,11 +275,19 @@ impl CachingAllocator {
         if let Some(allowed) = self.allowed_bytes
             && self.held_bytes + req.alloc_size > allowed
         {
-            req.driver_bytes = req.alloc_size;
-            req.steps.push(format!(
-                "{attempt}: {} more bytes would pass the per-process memory fraction ({allowed} bytes allowed, {} held)",
-                req.alloc_size, self.held_bytes
-            ));
+            // `alloc_block`: over `allowed_memory_maximum`, refused without a cudaMalloc.
+            req.driver_bytes = 0;
+            req.steps.push(RetryStep {
+                text: format!(
+                    "{attempt}: {} more bytes would pass the per-process memory fraction ({allowed} bytes allowed, {} held); the driver was not asked",
+                    req.alloc_size, self.held_bytes
+                ),
+                fraction_cap: Some(FractionCapRefusal {
+                    allowed_bytes: allowed,
+                    held_bytes: self.held_bytes,
+                    more_bytes: req.alloc_size,
+                }),
+            });
             return Ok(None);
         }
         if self.config.expandable_segments {
@@ -287,7 +297,7 @@ impl CachingAllocator {
                     "{attempt}: mapping {} bytes of expandable segment pages refused",
                     req.driver_bytes
                 );
-                req.steps.push(why);
+                req.steps.push(RetryStep::said(why));
             }
             return Ok(found);
         }
@@ -295,8 +305,10 @@ impl CachingAllocator {
         let ptr = match dev.malloc(req.alloc_size) {
             Ok(p) => p,
             Err(e) if e.is_oom() => {
-                req.steps
-                    .push(format!("{attempt}: cudaMalloc({}) refused", req.alloc_size));
+                req.steps.push(RetryStep::said(format!(
+                    "{attempt}: cudaMalloc({}) refused",
+                    req.alloc_size
+                )));
                 return Ok(None);
             }
             Err(e) => return Err(AllocError::Device(e)),

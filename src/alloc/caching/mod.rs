@@ -212,8 +212,20 @@ impl Allocator for CachingAllocator {
         Ok(before - self.held_bytes)
     }
 
-    /// Completes the pending frees whose events have completed (`process_events`).
-    fn refresh(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    /// Nothing to bring up to date: a synchronize changes nothing the allocator holds. A free
+    /// left pending by `record_stream` stays active, even after its streams have finished,
+    /// until the allocator itself looks at its events. In c10/cuda/CUDACachingAllocator.cpp
+    /// (`DeviceCachingAllocator`, read at commit 001074d) `process_events` is called only at
+    /// the top of `malloc` (skipped while a capture is under way) and, through
+    /// `release_cached_blocks` → `synchronize_and_free_events`, from `emptyCache` and the last
+    /// step of malloc's retry chain; `free`, `recordStream` and a device or stream
+    /// synchronize never call it. So `memory_stats()` keeps such a block in `active_bytes`
+    /// until the next allocation or `empty_cache`, and so does this model.
+    fn refresh(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+        Ok(())
+    }
+
+    fn complete_pending_frees(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
         if !self.pending.is_empty() {
             self.process_events(dev)?;
         }

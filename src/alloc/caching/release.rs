@@ -2,7 +2,7 @@
 //! cached segments back to the driver (`release_block`, `release_available_cached_blocks`,
 //! `release_cached_blocks`, `garbage_collect_cached_blocks`), as in PyTorch.
 
-use crate::alloc::AllocError;
+use crate::alloc::{AllocError, RetryStep};
 use crate::device::prelude::*;
 
 use super::CachingAllocator;
@@ -127,8 +127,9 @@ impl CachingAllocator {
     ) -> Result<bool, AllocError> {
         const NAME: &str = "release_available_cached_blocks";
         if self.max_split_bytes == u64::MAX {
-            req.steps
-                .push(format!("{NAME}: skipped (max_split_size_mb not set)"));
+            req.steps.push(RetryStep::said(format!(
+                "{NAME}: skipped (max_split_size_mb not set)"
+            )));
             return Ok(false);
         }
         let key = req.size.max(self.max_split_bytes);
@@ -139,9 +140,9 @@ impl CachingAllocator {
             .find(|&i| self.releasable(i));
         if let Some(i) = one {
             let size = self.release_block(dev, i)?;
-            req.steps.push(format!(
+            req.steps.push(RetryStep::said(format!(
                 "{NAME}: released one oversize cached segment of {size} bytes"
-            ));
+            )));
             return Ok(true);
         }
         let largest_first: Vec<u32> = by_size
@@ -159,12 +160,13 @@ impl CachingAllocator {
             count += 1;
         }
         if count == 0 {
-            req.steps
-                .push(format!("{NAME}: no oversize cached segment on this stream"));
+            req.steps.push(RetryStep::said(format!(
+                "{NAME}: no oversize cached segment on this stream"
+            )));
         } else {
-            req.steps.push(format!(
+            req.steps.push(RetryStep::said(format!(
                 "{NAME}: released {count} oversize cached segments ({total} bytes)"
-            ));
+            )));
         }
         Ok(total >= key)
     }
@@ -175,17 +177,17 @@ impl CachingAllocator {
     pub(super) fn release_cached_blocks(
         &mut self,
         dev: &mut dyn Device,
-        steps: &mut Vec<String>,
+        steps: &mut Vec<RetryStep>,
     ) -> Result<u64, AllocError> {
         let waited = self.synchronize_and_free_events(dev)?;
         let mut totals = ReleaseTotals::default();
         for pool in [PoolKind::Large, PoolKind::Small] {
             self.release_blocks(dev, pool, &mut totals)?;
         }
-        steps.push(format!(
+        steps.push(RetryStep::said(format!(
             "release_cached_blocks: waited for {waited} pending frees, released {} segments ({} bytes), unmapped {} bytes of expandable segments",
             totals.segments, totals.segment_bytes, totals.unmapped_bytes
-        ));
+        )));
         Ok(totals.segment_bytes + totals.unmapped_bytes)
     }
 
@@ -277,9 +279,9 @@ impl CachingAllocator {
             }
         }
         if released > 0 {
-            req.steps.push(format!(
+            req.steps.push(RetryStep::said(format!(
                 "garbage_collect_cached_blocks: released {released} aged segments ({reclaimed} bytes) above {gc_threshold} bytes"
-            ));
+            )));
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use crate::alloc::{AllocError, Allocator, OomRequest};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, DeviceError, StreamId};
 
-use super::parse::{Event, parse_headroom, parse_rmm};
+use super::parse::{Event, LogStream, parse_headroom, parse_rmm};
 use super::{
     BadRow, BadRowPolicy, LogFormat, RMM_HEADER, ReplayError, ReplayFailure, ReplayOptions,
     ReplayPeaks, ReplayReport,
@@ -216,19 +216,22 @@ impl<'a> Replay<'a> {
     fn pace_to(&mut self, mut t: u64) {
         const DAY_NS: u64 = 86_400 * 1_000_000_000;
         // RMM's time of day wraps at midnight: a jump back by more than half a day is one.
-        if self.format == LogFormat::Rmm && t + DAY_NS / 2 < self.last_log_ns {
-            t += DAY_NS * ((self.last_log_ns - t) / DAY_NS + 1);
+        if self.format == LogFormat::Rmm && t.saturating_add(DAY_NS / 2) < self.last_log_ns {
+            let days = (self.last_log_ns - t) / DAY_NS + 1;
+            t = t.saturating_add(DAY_NS.saturating_mul(days));
         }
         self.last_log_ns = self.last_log_ns.max(t);
         let origin = *self.log_origin_ns.get_or_insert(t);
-        let target = self.start_ns + t.saturating_sub(origin);
+        // Saturating: a log time near 2^64 ns must not wrap the device clock back.
+        let target = self.start_ns.saturating_add(t.saturating_sub(origin));
         let now = self.dev.now_ns();
         if target > now {
             self.dev.sleep(target - now);
         }
     }
 
-    fn stream(&mut self, label: u64) -> Result<StreamId, DeviceError> {
+    fn stream(&mut self, label: LogStream) -> Result<StreamId, DeviceError> {
+        let label = label.id;
         if let Some((_, s)) = self.streams.iter().find(|(l, _)| *l == label) {
             return Ok(*s);
         }
@@ -271,7 +274,7 @@ impl<'a> Replay<'a> {
         self.streams.push((label, stream));
     }
 
-    fn device_stream(&mut self, line: u64, label: u64) -> Result<StreamId, ReplayError> {
+    fn device_stream(&mut self, line: u64, label: LogStream) -> Result<StreamId, ReplayError> {
         self.stream(label)
             .map_err(|e| self.alloc_error(line, AllocError::Device(e)))
     }
@@ -283,7 +286,7 @@ impl<'a> Replay<'a> {
         &mut self,
         line: u64,
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
         counts_against_fit: bool,
     ) -> Result<Step, ReplayError> {
         self.report.logged_failures += 1;
@@ -317,7 +320,7 @@ impl<'a> Replay<'a> {
         line: u64,
         ptr: u64,
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
     ) -> Result<Step, ReplayError> {
         if let Some((_, since)) = self.live.get(&ptr) {
             let msg = format!(
@@ -372,7 +375,7 @@ impl<'a> Replay<'a> {
         &mut self,
         line: u64,
         ptr: u64,
-        stream: u64,
+        stream: LogStream,
     ) -> Result<Step, ReplayError> {
         let Some(&(ours, _)) = self.live.get(&ptr) else {
             self.bad_row(
@@ -441,7 +444,7 @@ impl<'a> Replay<'a> {
         &mut self,
         line: u64,
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
         e: AllocError,
     ) -> Result<(), ReplayError> {
         let s = self.alloc.stats();

@@ -42,7 +42,7 @@ pub struct SegmentOp {
 }
 
 /// The first request where the replay did not do what the recording did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Divergence {
     /// Position in the source (a snapshot's trace entry).
     pub at: u64,
@@ -59,7 +59,7 @@ pub struct Divergence {
 }
 
 /// The agreement over a whole replay.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Fidelity {
     pub requests_compared: u64,
     /// Segment decisions the recording made.

@@ -1,20 +1,65 @@
 //! Reading one log line into an event: headroom's format and RMM's. Errors are messages
 //! that name the column and quote the value; the caller adds the file and line.
 
+/// A stream as a log names it: its number, and how the log wrote it, so messages can quote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LogStream {
+    pub id: u64,
+    form: StreamForm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamForm {
+    Decimal,
+    /// Hexadecimal, as RMM writes a `cudaStream_t` (`%llx`, or `0x…` from an `ostream`).
+    Hex {
+        prefixed: bool,
+        upper: bool,
+    },
+}
+
+/// A stream known only by its number (a snapshot's stream, a lane of the replay's own).
+impl From<u64> for LogStream {
+    fn from(id: u64) -> Self {
+        LogStream {
+            id,
+            form: StreamForm::Decimal,
+        }
+    }
+}
+
+impl std::fmt::Display for LogStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.form {
+            StreamForm::Decimal => write!(f, "{}", self.id),
+            StreamForm::Hex { prefixed, upper } => {
+                if prefixed {
+                    f.write_str("0x")?;
+                }
+                if upper {
+                    write!(f, "{:X}", self.id)
+                } else {
+                    write!(f, "{:x}", self.id)
+                }
+            }
+        }
+    }
+}
+
 /// One event of a log, with the log's own names for addresses and streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Event {
     Allocate {
         ptr: u64,
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
     },
     Free {
         ptr: u64,
     },
     RecordStream {
         ptr: u64,
-        stream: u64,
+        stream: LogStream,
     },
     EmptyCache,
     /// A failure line for anything but an allocation (skipped).
@@ -22,7 +67,7 @@ pub(super) enum Event {
     /// An allocation the log says was refused: tried again, and freed at once if it fits.
     FailedAllocate {
         bytes: u64,
-        stream: u64,
+        stream: LogStream,
     },
 }
 
@@ -34,10 +79,13 @@ fn field<'r>(r: &'r csv::ByteRecord, i: usize, name: &str) -> Result<&'r str, St
 }
 
 fn check_width(r: &csv::ByteRecord) -> Result<(), String> {
-    if r.len() != 6 {
-        return Err(format!("expected 6 columns, found {}", r.len()));
+    match r.len() {
+        6 => Ok(()),
+        n if n < 6 => Err(format!(
+            "expected 6 columns, found {n}: the line is cut short, as the last line of a log is when its process died before the log was flushed; --keep-going skips such a line and replays the rest"
+        )),
+        n => Err(format!("expected 6 columns, found {n}")),
     }
-    Ok(())
 }
 
 fn parse_u64(v: &str, name: &str) -> Result<u64, String> {
@@ -57,16 +105,36 @@ fn parse_ptr(v: &str, name: &str) -> Result<u64, String> {
     u64::from_str_radix(hex, 16).map_err(|_| format!("{name} {v:?} is not a hexadecimal address"))
 }
 
-/// A stream label: `0x`-prefixed hex (RMM's pointer form) or decimal.
-fn parse_stream(v: &str, name: &str) -> Result<u64, String> {
+/// A headroom stream number: decimal, or `0x`-prefixed hex.
+fn parse_stream(v: &str, name: &str) -> Result<LogStream, String> {
     match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        Some(hex) => {
-            u64::from_str_radix(hex, 16).map_err(|_| format!("{name} {v:?} is not a stream"))
-        }
+        Some(_) => parse_hex_stream(v, name),
         None => v
             .parse()
+            .map(|id| LogStream {
+                id,
+                form: StreamForm::Decimal,
+            })
             .map_err(|_| format!("{name} {v:?} is not a stream")),
     }
+}
+
+/// An RMM stream: a `cudaStream_t` in hexadecimal, with `0x` or bare (`%llx`), as RMM's
+/// `format_stream` and older versions wrote it. `0` is the default stream either way.
+fn parse_hex_stream(v: &str, name: &str) -> Result<LogStream, String> {
+    let (prefixed, hex) = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(h) => (true, h),
+        None => (false, v),
+    };
+    let id = u64::from_str_radix(hex, 16)
+        .ok()
+        .filter(|_| !hex.is_empty() && !hex.starts_with('+'))
+        .ok_or_else(|| format!("{name} {v:?} is not a stream (hexadecimal, with or without 0x)"))?;
+    let upper = hex.chars().any(|c| c.is_ascii_uppercase());
+    Ok(LogStream {
+        id,
+        form: StreamForm::Hex { prefixed, upper },
+    })
 }
 
 fn nonzero(bytes: u64) -> Result<u64, String> {
@@ -130,14 +198,14 @@ pub(super) fn parse_rmm(r: &csv::ByteRecord, pace: bool) -> Result<(Option<u64>,
         "allocate" => Event::Allocate {
             ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
             bytes: nonzero(parse_u64(field(r, 4, "Size")?, "Size")?)?,
-            stream: parse_stream(field(r, 5, "Stream")?, "Stream")?,
+            stream: parse_hex_stream(field(r, 5, "Stream")?, "Stream")?,
         },
         "free" | "deallocate" => Event::Free {
             ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
         },
         "allocate failure" => Event::FailedAllocate {
             bytes: nonzero(parse_u64(field(r, 4, "Size")?, "Size")?)?,
-            stream: parse_stream(field(r, 5, "Stream")?, "Stream")?,
+            stream: parse_hex_stream(field(r, 5, "Stream")?, "Stream")?,
         },
         other => {
             return Err(format!(
@@ -216,7 +284,27 @@ mod tests {
         assert_eq!(parse_ptr("0x7f00", "ptr").unwrap(), 0x7f00);
         assert_eq!(parse_ptr("7f00", "ptr").unwrap(), 0x7f00);
         assert!(parse_ptr("0xzz", "ptr").unwrap_err().contains("\"0xzz\""));
-        assert_eq!(parse_stream("0x10", "s").unwrap(), 16);
-        assert_eq!(parse_stream("10", "s").unwrap(), 10);
+        assert_eq!(parse_stream("0x10", "s").unwrap().id, 16);
+        assert_eq!(parse_stream("10", "s").unwrap().id, 10);
+    }
+
+    #[test]
+    fn rmm_streams_are_hex_with_or_without_0x_and_print_as_written() {
+        for (written, id) in [
+            ("7f3a2c000b40", 0x7f3a_2c00_0b40),
+            ("0x7f3a2c000b40", 0x7f3a_2c00_0b40),
+            ("10", 16),
+            ("0", 0),
+            ("7F3A2C000B40", 0x7f3a_2c00_0b40),
+        ] {
+            let s = parse_hex_stream(written, "Stream").unwrap();
+            assert_eq!((s.id, s.to_string()), (id, written.to_string()));
+        }
+        assert!(parse_hex_stream("", "Stream").is_err());
+        assert!(
+            parse_hex_stream("0xzz", "Stream")
+                .unwrap_err()
+                .contains("\"0xzz\"")
+        );
     }
 }

@@ -215,7 +215,7 @@ pub fn replay_recorded(
         };
         let step = match r.request {
             Request::Allocate { ptr, bytes, stream } => {
-                replay.allocate(r.at, ptr, bytes, stream)?
+                replay.allocate(r.at, ptr, bytes, stream.into())?
             }
             Request::Free { ptr } => replay.free(r.at, ptr)?,
             Request::FreeDeferred { ptr } => {
@@ -224,7 +224,7 @@ pub fn replay_recorded(
                 if bound_lanes.insert(label) {
                     replay.bind_stream(label, lane);
                 }
-                let step = match replay.record_stream(r.at, ptr, label)? {
+                let step = match replay.record_stream(r.at, ptr, label.into())? {
                     Step::Skipped => Step::Skipped,
                     _ => {
                         // One request, not two.
@@ -241,7 +241,7 @@ pub fn replay_recorded(
             }
             Request::EmptyCache => replay.empty_cache(r.at)?,
             Request::Refused { bytes, stream } => {
-                replay.retry_refused(r.at, bytes, stream, true)?
+                replay.retry_refused(r.at, bytes, stream.into(), true)?
             }
         };
         lock(&state).take_ops(&mut replayed);
@@ -276,7 +276,7 @@ pub fn replay_recorded(
     // holds no event of it when the caller releases everything on its own device.
     lock(&state).complete_all();
     alloc
-        .refresh(&mut tdev)
+        .complete_pending_frees(&mut tdev)
         .map_err(|error| ReplayError::Allocator {
             source_name: name.clone(),
             line: 0,

@@ -10,7 +10,7 @@ use super::fidelity::Fidelity;
 use crate::units::Bytes;
 
 /// Which log format a file is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     Headroom,
@@ -38,14 +38,14 @@ impl LogFormat {
 }
 
 /// A line skipped under `BadRowPolicy::Collect`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BadRow {
     pub line: u64,
     pub message: String,
 }
 
 /// The highest value of a view and the log line where it was first reached.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Peak {
     pub bytes: u64,
     pub line: u64,
@@ -59,7 +59,7 @@ impl Peak {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayPeaks {
     pub alloc_allocated: Peak,
     pub alloc_reserved: Peak,
@@ -69,7 +69,7 @@ pub struct ReplayPeaks {
 }
 
 /// The allocation the allocator refused, and the views at that moment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayFailure {
     pub line: u64,
     pub requested_bytes: u64,
@@ -87,7 +87,7 @@ pub struct ReplayFailure {
     pub origin: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayReport {
     /// The log's file name (or what the caller called the input).
     pub source: String,

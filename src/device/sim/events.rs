@@ -66,7 +66,7 @@ impl SimDevice {
     pub(super) fn sim_record_event(&mut self, stream: StreamId) -> DevResult<EventId> {
         let i = self.stream_index(stream)?;
         // Recording is a host-side enqueue, like a launch.
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         Ok(self.events.record(self.streams[i]))
     }
 
@@ -76,7 +76,10 @@ impl SimDevice {
 
     pub(super) fn sim_event_synchronize(&mut self, event: EventId) -> DevResult<()> {
         let t = self.events.completes_at(event)?;
-        self.host_ns = self.host_ns.max(t) + self.profile.latency.synchronize.0;
+        self.host_ns = self
+            .host_ns
+            .max(t)
+            .saturating_add(self.profile.latency.synchronize.0);
         Ok(())
     }
 

@@ -219,20 +219,20 @@ fn summarize(nodes: &[Node], granularity: u64) -> (GraphShape, u64, Vec<(DevPtr,
             Node::Kernel(_) => shape.kernel_nodes += 1,
             Node::Alloc { ptr, bytes } => {
                 shape.alloc_nodes += 1;
-                shape.alloc_node_bytes += bytes;
+                shape.alloc_node_bytes = shape.alloc_node_bytes.saturating_add(bytes);
                 let rounded = round_up(bytes, granularity);
                 if freed.contains(&ptr) {
-                    now += rounded;
+                    now = now.saturating_add(rounded);
                     peak = peak.max(now);
                 } else {
-                    shape.unfreed_bytes += bytes;
+                    shape.unfreed_bytes = shape.unfreed_bytes.saturating_add(bytes);
                     unfreed.push((ptr, rounded));
                 }
             }
             Node::Free { ptr } => {
                 shape.free_nodes += 1;
                 if freed.contains(&ptr) {
-                    now -= round_up(own[&ptr], granularity);
+                    now = now.saturating_sub(round_up(own[&ptr], granularity));
                 }
             }
         }
@@ -250,7 +250,7 @@ impl SimDevice {
                 stream.0
             )));
         }
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         self.graphs.captures.insert(stream, Capture::default());
         Ok(())
     }
@@ -265,7 +265,7 @@ impl SimDevice {
                 stream.0
             ))
         })?;
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         let (shape, transient_bytes, unfreed) = summarize(&capture.nodes, self.graphs.granularity);
         let id = self.graphs.next_id;
         self.graphs.next_id += 1;
@@ -313,7 +313,7 @@ impl SimDevice {
                 self.check_range(what, ptr, bytes)?;
             }
         }
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         if let Some(c) = self.graphs.captures.get_mut(&stream) {
             c.nodes.push(Node::Kernel(kernel));
         }
@@ -330,8 +330,8 @@ impl SimDevice {
                 stream.0
             )));
         }
-        self.host_ns += self.profile.latency.malloc_async.0;
-        let ptr = self.take_va(round_up(bytes, self.graphs.granularity));
+        self.advance(self.profile.latency.malloc_async.0);
+        let ptr = self.take_va(round_up(bytes, self.graphs.granularity))?;
         let c = self
             .graphs
             .captures
@@ -344,7 +344,7 @@ impl SimDevice {
 
     pub(super) fn sim_graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
         self.stream_index(stream)?;
-        self.host_ns += self.profile.latency.free_async.0;
+        self.advance(self.profile.latency.free_async.0);
         if let Some(c) = self.graphs.captures.get_mut(&stream) {
             if c.open.remove(&ptr).is_none() && !self.graphs.live.contains_key(&ptr) {
                 return Err(invalid(format!(
@@ -380,7 +380,7 @@ impl SimDevice {
             )));
         }
         let exec_bytes = g.shape.kernel_nodes as u64 * self.graphs.exec_bytes_per_node;
-        self.host_ns += self.profile.latency.malloc_base.0;
+        self.advance(self.profile.latency.malloc_base.0);
         if exec_bytes > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
                 requested_bytes: exec_bytes,
@@ -470,7 +470,7 @@ impl SimDevice {
             },
             live_after,
         );
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         let grow = used_after.saturating_sub(self.graphs.reserved);
         if grow > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
@@ -478,7 +478,7 @@ impl SimDevice {
             });
         }
         self.graphs.reserved += grow;
-        let mut gpu_ns = 0;
+        let mut gpu_ns: u64 = 0;
         if launch {
             for p in own_live {
                 self.graphs.live.remove(&p);
@@ -502,7 +502,7 @@ impl SimDevice {
                     }
                     Node::Kernel(k) => {
                         self.apply_kernel(&k)?;
-                        gpu_ns += self.kernel_ns(&k);
+                        gpu_ns = gpu_ns.saturating_add(self.kernel_ns(&k));
                     }
                     Node::Free { ptr } => {
                         if let Some(b) = self.sizes.remove(&ptr) {
@@ -516,7 +516,7 @@ impl SimDevice {
             }
         }
         let start = self.streams[si].max(self.host_ns);
-        self.streams[si] = start + gpu_ns;
+        self.streams[si] = start.saturating_add(gpu_ns);
         let done = self.streams[si];
         if let Some(exec) = self
             .graphs
@@ -541,14 +541,14 @@ impl SimDevice {
 
     pub(super) fn sim_graph_destroy(&mut self, graph: GraphId) -> DevResult<()> {
         self.graphs.graph(graph)?;
-        self.host_ns += self.profile.latency.free.0;
+        self.advance(self.profile.latency.free.0);
         // Live allocations it left stay live; its mapping returns to the graph pool.
         self.graphs.graphs.remove(&graph.0);
         Ok(())
     }
 
     pub(super) fn sim_graph_mem_trim(&mut self) -> DevResult<()> {
-        self.host_ns += self.profile.latency.synchronize.0;
+        self.advance(self.profile.latency.synchronize.0);
         let now = self.host_ns;
         for g in self.graphs.graphs.values_mut() {
             if let Some(e) = g.exec.as_mut()

@@ -9,6 +9,8 @@
 mod content;
 mod events;
 mod graphs;
+mod kernels;
+mod memory;
 mod pages;
 mod pool;
 mod uuid;
@@ -23,7 +25,7 @@ use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::{
     DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
 };
 use crate::sampler::{LiveViews, VirtualSampler};
 
@@ -31,7 +33,7 @@ use content::ContentModel;
 use events::SimEvents;
 use graphs::SimGraphs;
 use pages::SmallHeap;
-use pool::{Reuse, SimPool, Take};
+use pool::SimPool;
 use vmm::SimVmm;
 
 /// Another process holding memory on the simulated device for a while.
@@ -52,6 +54,12 @@ impl Tenant {
 
 /// Where simulated allocations live: far apart, never reused, so addresses stay unique.
 const VA_BASE: DevPtr = 0x7f00_0000_0000;
+
+/// The size-dependent part of an allocation's latency: `per_gib_ns` for each GiB of `bytes`,
+/// saturating for sizes no device has.
+fn per_gib_ns(per_gib_ns: u64, bytes: u64) -> u64 {
+    u64::try_from((u128::from(per_gib_ns) * u128::from(bytes)) >> 30).unwrap_or(u64::MAX)
+}
 
 pub struct SimDevice {
     profile: SimProfile,
@@ -210,11 +218,23 @@ impl SimDevice {
         }
     }
 
-    fn take_va(&mut self, bytes: u64) -> DevPtr {
+    /// A fresh virtual range of `bytes` (page-rounded). Refused as out of memory when the
+    /// 64-bit address space has no room left for it (a request near 2^64 bytes).
+    fn take_va(&mut self, bytes: u64) -> DevResult<DevPtr> {
         let page = self.profile.memory.page_bytes.0;
         let ptr = self.next_va;
-        self.next_va += bytes.div_ceil(page).max(1) * page;
-        ptr
+        self.next_va = crate::units::checked_round_up(bytes.max(1), page)
+            .and_then(|span| ptr.checked_add(span))
+            .ok_or(DeviceError::OutOfMemory {
+                requested_bytes: bytes,
+            })?;
+        Ok(ptr)
+    }
+
+    /// Moves the host clock forward. Saturates rather than wraps: durations are capped at
+    /// `units::MAX_DURATION_NS`, so only a broken profile could get near `u64::MAX`.
+    fn advance(&mut self, ns: u64) {
+        self.host_ns = self.host_ns.saturating_add(ns);
     }
 
     fn stream_index(&self, s: StreamId) -> DevResult<usize> {
@@ -228,9 +248,9 @@ impl SimDevice {
 
     /// Queues `duration_ns` of GPU work on a stream after a host-side launch.
     fn enqueue(&mut self, stream: usize, duration_ns: u64) -> u64 {
-        self.host_ns += self.profile.latency.launch.0;
+        self.advance(self.profile.latency.launch.0);
         let start = self.streams[stream].max(self.host_ns);
-        self.streams[stream] = start + duration_ns;
+        self.streams[stream] = start.saturating_add(duration_ns);
         duration_ns
     }
 
@@ -284,7 +304,7 @@ impl SimDevice {
         let inside = self
             .sizes
             .iter()
-            .any(|(base, size)| *base <= ptr && ptr + bytes <= base + size);
+            .any(|(base, size)| *base <= ptr && ptr.saturating_add(bytes) <= base + size);
         if inside || self.vmm.covers(ptr, bytes) {
             Ok(())
         } else {
@@ -357,7 +377,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn mem_info(&mut self) -> DevResult<MemInfo> {
-        self.host_ns += self.profile.latency.mem_get_info.0;
+        self.advance(self.profile.latency.mem_get_info.0);
         Ok(MemInfo {
             free_bytes: self.free_at(self.host_ns),
             total_bytes: self.info.total_bytes,
@@ -365,7 +385,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn nvml_memory(&mut self) -> Option<NvmlMemory> {
-        self.host_ns += self.profile.latency.nvml_memory.0;
+        self.advance(self.profile.latency.nvml_memory.0);
         Some(self.nvml_at(self.host_ns))
     }
 
@@ -391,7 +411,7 @@ impl DeviceCore for SimDevice {
     }
 
     fn sleep(&mut self, duration_ns: u64) {
-        self.host_ns += duration_ns;
+        self.advance(duration_ns);
     }
 
     fn start_sampler(
@@ -447,83 +467,9 @@ impl DeviceCore for SimDevice {
     }
 }
 
-impl Memory for SimDevice {
-    fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
-        if bytes == 0 {
-            return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
-        }
-        let lat = &self.profile.latency;
-        self.host_ns +=
-            lat.malloc_base.0 + ((lat.malloc_per_gib.0 as u128 * bytes as u128) >> 30) as u64;
-        let m = &self.profile.memory;
-        let free = self.free_at(self.host_ns);
-        let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
-            let page = m.page_bytes.0;
-            let may_add = page <= free;
-            let mut va = self.next_va;
-            let placed = self.small.alloc(bytes, may_add, || {
-                let p = va;
-                va += page;
-                p
-            });
-            self.next_va = self.next_va.max(va);
-            match placed {
-                Some(a) => a.ptr,
-                None => {
-                    return Err(DeviceError::OutOfMemory {
-                        requested_bytes: bytes,
-                    });
-                }
-            }
-        } else {
-            let rounded = crate::units::round_up(bytes, m.page_bytes.0);
-            if rounded > free {
-                return Err(DeviceError::OutOfMemory {
-                    requested_bytes: bytes,
-                });
-            }
-            let ptr = self.take_va(rounded);
-            self.large.insert(ptr, rounded);
-            self.large_bytes += rounded;
-            ptr
-        };
-        self.sizes.insert(ptr, bytes);
-        Ok(ptr)
-    }
-
-    fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
-        // cuMemFree may synchronize the device [doc]: the host waits for queued work.
-        let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy) + self.profile.latency.free.0;
-        if let Some(rounded) = self.large.remove(&ptr) {
-            self.large_bytes -= rounded;
-        } else if self.small.free(ptr).is_none() {
-            return Err(DeviceError::Invalid(format!(
-                "cuMemFree of {ptr:#x}, which is not a live allocation"
-            )));
-        }
-        if let Some(bytes) = self.sizes.remove(&ptr) {
-            self.content.forget(ptr, bytes);
-        }
-        Ok(())
-    }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a word written from the host", Some(stream))?;
-        self.check_range("write_word", addr, 4)?;
-        self.host_ns += self.profile.latency.launch.0;
-        // The copy lands when the stream reaches it, and the host waits for that.
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        self.streams[si] = self.host_ns;
-        self.content.write_word(addr, value);
-        Ok(())
-    }
-}
-
 impl Streams for SimDevice {
     fn create_stream(&mut self) -> DevResult<StreamId> {
-        self.host_ns += self.profile.latency.stream_create.0;
+        self.advance(self.profile.latency.stream_create.0);
         self.streams.push(self.host_ns);
         Ok(StreamId(self.streams.len() as u32 - 1))
     }
@@ -531,7 +477,10 @@ impl Streams for SimDevice {
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
         let i = self.stream_index(stream)?;
         self.refuse_while_capturing("cuStreamSynchronize", Some(stream))?;
-        self.host_ns = self.host_ns.max(self.streams[i]) + self.profile.latency.synchronize.0;
+        self.host_ns = self
+            .host_ns
+            .max(self.streams[i])
+            .saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(Some(stream), self.host_ns);
         Ok(())
     }
@@ -539,7 +488,10 @@ impl Streams for SimDevice {
     fn synchronize(&mut self) -> DevResult<()> {
         self.refuse_while_capturing("cuCtxSynchronize", None)?;
         let busy = self.streams.iter().copied().max().unwrap_or(0);
-        self.host_ns = self.host_ns.max(busy) + self.profile.latency.synchronize.0;
+        self.host_ns = self
+            .host_ns
+            .max(busy)
+            .saturating_add(self.profile.latency.synchronize.0);
         self.pool.synchronized(None, self.host_ns);
         Ok(())
     }
@@ -558,141 +510,6 @@ impl Streams for SimDevice {
 
     fn event_destroy(&mut self, event: EventId) -> DevResult<()> {
         self.sim_event_destroy(event)
-    }
-}
-
-impl Kernels for SimDevice {
-    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
-        let si = self.stream_index(stream)?;
-        if self.graphs.is_capturing(stream) {
-            self.sim_graph_capture_kernel(kernel, stream)?;
-            return Ok(KernelOutcome::default());
-        }
-        let limit_before_bytes = self.stack_per_thread_bytes;
-        let mismatch = self.apply_kernel(&kernel)?;
-        let gpu_ns = self.enqueue(si, self.kernel_ns(&kernel));
-        if matches!(kernel, Kernel::Verify { .. }) {
-            // The mismatch count is read back: the host waits for the kernel.
-            self.host_ns = self.host_ns.max(self.streams[si]);
-        }
-        let stack = match kernel {
-            Kernel::Stack { frame_bytes } => Some(crate::device::StackChange {
-                local_bytes_per_thread: crate::kernels::stack_function(frame_bytes)?
-                    .frame_bytes()
-                    .unwrap_or(frame_bytes) as u64,
-                limit_before_bytes,
-                limit_after_bytes: self.stack_per_thread_bytes,
-            }),
-            _ => None,
-        };
-        Ok(KernelOutcome {
-            gpu_ns: Some(gpu_ns),
-            mismatch,
-            stack,
-        })
-    }
-
-    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a timed launch", Some(stream))?;
-        let mut total = 0;
-        for _ in 0..repeats {
-            self.apply_kernel(&kernel)?;
-            total += self.enqueue(si, self.kernel_ns(&kernel));
-        }
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        Ok(total)
-    }
-
-    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32> {
-        use crate::kernels::Module;
-        let mut wanted = modules
-            .iter()
-            .copied()
-            .filter(|m| !self.modules_loaded[m.index()])
-            .collect::<Vec<_>>();
-        wanted.sort_by_key(|m| m.index());
-        wanted.dedup();
-        // `verify`'s result buffer, a small allocation, opens a shared page.
-        let buffer = if wanted.contains(&Module::Verify) {
-            self.profile.memory.page_bytes.0
-        } else {
-            0
-        };
-        let need = wanted.len() as u64 * self.profile.kernels.module_bytes.0 + buffer;
-        if need > self.free_at(self.host_ns) {
-            return Err(DeviceError::OutOfMemory {
-                requested_bytes: need,
-            });
-        }
-        for m in &wanted {
-            self.modules_loaded[m.index()] = true;
-        }
-        self.kernel_bytes += need;
-        Ok(wanted.len() as u32)
-    }
-}
-
-impl StreamOrderedPool for SimDevice {
-    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
-        self.pool.config = config;
-        Ok(())
-    }
-
-    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
-        if bytes == 0 {
-            return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
-        }
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemAllocFromPoolAsync", Some(stream))?;
-        self.host_ns += self.profile.latency.malloc_async.0;
-        let can_grow = self.pool.rounded(bytes) <= self.free_at(self.host_ns);
-        let ptr = match self.pool.take(bytes, stream, self.host_ns, can_grow) {
-            Take::Reused { ptr, reuse } => {
-                if let Reuse::WaitUntil(t) = reuse {
-                    self.streams[si] = self.streams[si].max(t);
-                }
-                ptr
-            }
-            Take::MustGrow(rounded) => {
-                if rounded > self.free_at(self.host_ns) {
-                    return Err(DeviceError::OutOfMemory {
-                        requested_bytes: bytes,
-                    });
-                }
-                let ptr = self.take_va(rounded);
-                self.pool.grow(ptr, rounded);
-                ptr
-            }
-        };
-        self.sizes.insert(ptr, bytes);
-        Ok(ptr)
-    }
-
-    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
-        self.host_ns += self.profile.latency.free_async.0;
-        let completes_at = self.streams[si].max(self.host_ns);
-        if self.pool.free_async(ptr, stream, completes_at).is_none() {
-            return Err(DeviceError::Invalid(format!(
-                "cuMemFreeAsync of {ptr:#x}, which is not a live pool allocation"
-            )));
-        }
-        if let Some(bytes) = self.sizes.remove(&ptr) {
-            self.content.forget(ptr, bytes);
-        }
-        Ok(())
-    }
-
-    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        self.host_ns += self.profile.latency.synchronize.0;
-        self.pool.trim_to(keep_bytes);
-        Ok(())
-    }
-
-    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
-        Ok(self.pool.usage())
     }
 }
 

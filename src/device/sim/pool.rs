@@ -70,8 +70,10 @@ impl SimPool {
         }
     }
 
+    /// The pool's granularity multiple for `bytes`: `u64::MAX` when that multiple passes
+    /// 2^64, so a request that large can neither grow the pool nor reuse a block.
     pub fn rounded(&self, bytes: u64) -> u64 {
-        bytes.div_ceil(self.granularity).max(1) * self.granularity
+        crate::units::round_up(bytes.max(1), self.granularity)
     }
 
     pub fn reserved_bytes(&self) -> u64 {
@@ -141,14 +143,14 @@ impl SimPool {
 
     /// Records a new reservation of `bytes` at `ptr`, handed out at once.
     pub fn grow(&mut self, ptr: DevPtr, bytes: u64) {
-        self.reserved += bytes;
+        self.reserved = self.reserved.saturating_add(bytes);
         self.reserved_high = self.reserved_high.max(self.reserved);
         self.add_live(ptr, bytes);
     }
 
     fn add_live(&mut self, ptr: DevPtr, bytes: u64) {
         self.live.insert(ptr, bytes);
-        self.used += bytes;
+        self.used = self.used.saturating_add(bytes);
         self.used_high = self.used_high.max(self.used);
     }
 
@@ -280,6 +282,17 @@ mod tests {
             ),
             (2 * MIB, 8 * MIB, 8 * MIB)
         );
+    }
+
+    #[test]
+    fn a_request_near_two_to_the_64_neither_reuses_nor_grows_by_nothing() {
+        let mut p = SimPool::new(2 * MIB);
+        p.grow(0x1000, 8 * MIB);
+        p.free_async(0x1000, A, 0);
+        let huge = u64::MAX - 3;
+        assert_eq!(p.rounded(huge), u64::MAX);
+        // Before: the rounding wrapped to 0, so any free block "fit" the request.
+        assert_eq!(p.take(huge, A, 0, false), Take::MustGrow(u64::MAX));
     }
 
     #[test]

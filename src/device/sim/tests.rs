@@ -1,5 +1,6 @@
 //! The simulated device's rules, checked to the byte on tiny-4g.
 use super::*;
+use crate::device::PoolConfig;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

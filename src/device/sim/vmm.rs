@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::device::{DevPtr, DevResult, DeviceError};
 
-use super::SimDevice;
+use super::{SimDevice, per_gib_ns};
 
 #[derive(Debug, Clone)]
 pub struct SimVmm {
@@ -186,8 +186,8 @@ impl SimVmm {
 impl SimDevice {
     pub(super) fn sim_vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
         self.vmm.check_reserve(bytes)?;
-        self.host_ns += self.profile.latency.malloc_base.0;
-        let base = self.take_va(bytes);
+        self.advance(self.profile.latency.malloc_base.0);
+        let base = self.take_va(bytes)?;
         self.vmm.reserve(base, bytes);
         Ok(base)
     }
@@ -195,8 +195,11 @@ impl SimDevice {
     pub(super) fn sim_vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
         self.vmm.check_map(ptr, bytes)?;
         let lat = &self.profile.latency;
-        self.host_ns +=
-            lat.malloc_base.0 + ((lat.malloc_per_gib.0 as u128 * bytes as u128) >> 30) as u64;
+        self.advance(
+            lat.malloc_base
+                .0
+                .saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)),
+        );
         if bytes > self.free_at(self.host_ns) {
             return Err(DeviceError::OutOfMemory {
                 requested_bytes: bytes,
@@ -208,7 +211,7 @@ impl SimDevice {
 
     pub(super) fn sim_vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
         let gone = self.vmm.unmap(ptr, bytes)?;
-        self.host_ns += self.profile.latency.free.0;
+        self.advance(self.profile.latency.free.0);
         for (a, b) in gone {
             self.content.forget(a, b);
         }
@@ -217,7 +220,7 @@ impl SimDevice {
 
     pub(super) fn sim_vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
         let gone = self.vmm.free(ptr)?;
-        self.host_ns += self.profile.latency.free.0;
+        self.advance(self.profile.latency.free.0);
         for (a, b) in gone {
             self.content.forget(a, b);
         }

@@ -1,11 +1,13 @@
 //! A watched job's marks on the timeline plot: each out-of-memory message in its output.
 
+use super::labels::{Placer, Spot};
 use super::scene::{Anchor, Group, Stroke};
-use super::{Frame, OOM, cross, font, label};
+use super::{Frame, OOM, cross};
 use crate::report::watch::WatchOom;
 
-/// An out-of-memory message in a watched job's output, at the time it arrived.
-pub(super) fn oom_mark(i: usize, oom: &WatchOom, f: &Frame) -> Group {
+/// An out-of-memory message in a watched job's output, at the time it arrived, its label
+/// placed where it covers no other label or mark.
+pub(super) fn oom_mark(i: usize, oom: &WatchOom, f: &Frame, placer: &mut Placer) -> Group {
     let x = f.x(oom.t_ns);
     let mut g = Group::new(format!("mark-oom-{}", i + 1), "mark oom").titled(format!(
         "{} message on the job's stderr line {}: {}",
@@ -18,16 +20,12 @@ pub(super) fn oom_mark(i: usize, oom: &WatchOom, f: &Frame) -> Group {
     if let Some(used) = oom.at.device_used_bytes {
         g.shapes.extend(cross(x, f.y(used), 6.0, OOM));
     }
-    let text = format!("OOM ({})", oom.format);
-    let right = x + 8.0 + font::text_width(&text, 12.0) < f.x1;
-    label(
-        &mut g,
-        if right { x + 6.0 } else { x - 6.0 },
-        f.y0 + 32.0 + 16.0 * (i % 3) as f32,
-        text,
-        12.0,
-        if right { Anchor::Start } else { Anchor::End },
-        OOM,
-    );
+    let mut spots = Vec::new();
+    for row in 0..8 {
+        let y = f.y0 + 32.0 + 16.0 * row as f32;
+        spots.push(Spot::new(x + 6.0, y, Anchor::Start));
+        spots.push(Spot::new(x - 6.0, y, Anchor::End));
+    }
+    placer.label(&mut g, &spots, format!("OOM ({})", oom.format), 12.0, OOM);
     g
 }

@@ -83,6 +83,24 @@ fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform) {
                 pm.stroke_path(&path, &paint(st.color, 1.0), &skia_stroke(st), tf, None);
             }
         }
+        Shape::Band {
+            points,
+            fill,
+            opacity,
+        } => {
+            let mut pb = PathBuilder::new();
+            for (i, (x, y)) in points.iter().enumerate() {
+                if i == 0 {
+                    pb.move_to(*x, *y);
+                } else {
+                    pb.line_to(*x, *y);
+                }
+            }
+            pb.close();
+            if let Some(path) = pb.finish() {
+                pm.fill_path(&path, &paint(*fill, *opacity), FillRule::Winding, tf, None);
+            }
+        }
         Shape::Circle {
             cx,
             cy,

@@ -69,6 +69,12 @@ pub enum Shape {
         fill: Option<Color>,
         stroke: Option<Stroke>,
     },
+    /// A filled outline with no stroke, see-through (a churn band).
+    Band {
+        points: Vec<(f32, f32)>,
+        fill: Color,
+        opacity: f32,
+    },
     /// `y` is the baseline.
     Text {
         x: f32,

@@ -89,6 +89,24 @@ fn shape(o: &mut String, s: &Shape) {
                 stroke_attrs(stroke)
             );
         }
+        Shape::Band {
+            points,
+            fill,
+            opacity,
+        } => {
+            o.push_str(r#"<polygon points=""#);
+            for (i, (x, y)) in points.iter().enumerate() {
+                if i > 0 {
+                    o.push(' ');
+                }
+                let _ = write!(o, "{x:.1},{y:.1}");
+            }
+            let _ = writeln!(
+                o,
+                r#"" fill="{}" fill-opacity="{opacity}" stroke="none"/>"#,
+                fill.hex()
+            );
+        }
         Shape::Circle {
             cx,
             cy,

@@ -47,7 +47,7 @@ fn allocate_count_and_group_free() {
         .iter()
         .map(|a| a.label.as_str())
         .collect();
-    assert_eq!(labels, ["1.1", "1.2", "1.3", "2", "3.1", "3.2"]);
+    assert_eq!(labels, ["s1.1", "s1.2", "s1.3", "s2", "s3.1", "s3.2"]);
 }
 
 #[test]

@@ -1,0 +1,231 @@
+//! The checker's view of a workload's names, walked in program order: which allocations are
+//! live (and filled) at every action, so a free of an unknown name, a verify of a buffer never
+//! filled or an allocation larger than the device is refused before anything runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::units::Bytes;
+use crate::workload::parse::WorkloadError;
+use crate::workload::rank::Rank;
+
+use super::{Action, graphs};
+
+#[derive(Debug, Clone)]
+pub(super) struct LiveName {
+    pub(super) bytes: u64,
+    pub(super) filled: bool,
+}
+
+/// The checker's view of which names are live, walked in program order.
+pub(super) struct Names<'a> {
+    pub(super) file: &'a Path,
+    /// Actions expanded so far (bounded by `MAX_ACTIONS`).
+    pub(super) actions: u64,
+    /// Streams the steps so far queue work on (`main` always exists).
+    pub(super) streams: std::collections::BTreeSet<String>,
+    pub(super) total_bytes: u64,
+    /// The run's rank (`comm` sizes its buffers by the rank count).
+    pub(super) rank: Rank,
+    pub(super) live: BTreeMap<String, LiveName>,
+    /// Groups allocated with `count = "fill"`: their members are known only at run time.
+    pub(super) filled: std::collections::BTreeSet<String>,
+    /// Graphs, the capture in progress, and the names graphs allocate.
+    pub(super) graphs: graphs::GraphBook,
+    /// Host and stream time the actions so far state (sleeps and spins), in nanoseconds.
+    pub(super) stated_ns: u64,
+}
+
+impl Names<'_> {
+    pub(super) fn err(&self, place: &str, msg: impl Into<String>) -> WorkloadError {
+        WorkloadError::new(self.file, place, msg)
+    }
+
+    /// Exact name if live, else every live member `name[i]` of the group, in index order.
+    pub(super) fn resolve(
+        &self,
+        place: &str,
+        op: &str,
+        name: &str,
+    ) -> Result<Vec<String>, WorkloadError> {
+        if self.filled.contains(name) {
+            return Err(self.err(
+                place,
+                format!("{op} of {name:?}: its members are allocated until the device is full, so only `free` can name them"),
+            ));
+        }
+        if self.live.contains_key(name) {
+            return Ok(vec![name.to_string()]);
+        }
+        let prefix = format!("{name}[");
+        let mut members: Vec<(u64, String)> = self
+            .live
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(k, _)| {
+                let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
+                Some((idx, k.clone()))
+            })
+            .collect();
+        if members.is_empty() {
+            if let Some(why) = self.graphs.why_not_live(name) {
+                return Err(self.err(place, format!("{op} of {name:?}: {why}")));
+            }
+            return Err(self.err(
+                place,
+                format!("{op} of {name:?}, which is not a live allocation at this point"),
+            ));
+        }
+        members.sort();
+        Ok(members.into_iter().map(|(_, k)| k).collect())
+    }
+
+    /// Kernels over several buffers need them live and of one size.
+    pub(super) fn same_sizes(
+        &self,
+        place: &str,
+        op: &str,
+        names: &[&String],
+    ) -> Result<(), WorkloadError> {
+        let mut sizes = Vec::new();
+        for n in names {
+            let l = self.live.get(*n).ok_or_else(|| {
+                self.err(
+                    place,
+                    format!("{op} of {n:?}, which is not a live allocation at this point"),
+                )
+            })?;
+            sizes.push(format!("{n} is {} bytes", l.bytes));
+            if l.bytes != self.live[names[0]].bytes {
+                return Err(self.err(
+                    place,
+                    format!("{op} needs buffers of one size: {}", sizes.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one primitive action and updates the live set.
+    pub(super) fn check(&mut self, place: &str, action: &Action) -> Result<(), WorkloadError> {
+        match action {
+            Action::Allocate { name, bytes, .. } => {
+                check_name(self, place, name)?;
+                if *bytes == 0 {
+                    return Err(self.err(place, "size must be above zero"));
+                }
+                if *bytes > self.total_bytes {
+                    return Err(self.err(
+                        place,
+                        format!(
+                            "size {} ({bytes} bytes) exceeds the device's total of {} ({} bytes)",
+                            Bytes(*bytes),
+                            Bytes(self.total_bytes),
+                            self.total_bytes
+                        ),
+                    ));
+                }
+                if self.live.contains_key(name) {
+                    return Err(self.err(
+                        place,
+                        format!("{name:?} is already live; free it first or use another name"),
+                    ));
+                }
+                if let Some(why) = self.graphs.why_not_live(name) {
+                    return Err(self.err(place, format!("{name:?} is taken: {why}")));
+                }
+                self.live.insert(
+                    name.clone(),
+                    LiveName {
+                        bytes: *bytes,
+                        filled: false,
+                    },
+                );
+            }
+            Action::Free { name } => {
+                self.live.remove(name);
+                self.graphs.freed_outside(name);
+            }
+            Action::FillDevice { name, bytes, .. } => {
+                check_name(self, place, name)?;
+                if *bytes == 0 {
+                    return Err(self.err(place, "size must be above zero"));
+                }
+                if self.live.contains_key(name) || self.filled.contains(name) {
+                    return Err(self.err(
+                        place,
+                        format!("{name:?} is already live; free it first or use another name"),
+                    ));
+                }
+                self.filled.insert(name.clone());
+            }
+            Action::FreeGroup {
+                name,
+                keep_every: None,
+            } => {
+                self.filled.remove(name);
+            }
+            Action::Fill { name, .. } => {
+                if let Some(l) = self.live.get_mut(name) {
+                    l.filled = true;
+                }
+            }
+            Action::Verify { name, .. } if self.live.get(name).is_some_and(|l| !l.filled) => {
+                return Err(self.err(
+                    place,
+                    format!(
+                        "verify of {name:?}, which was never filled; add a fill step before it"
+                    ),
+                ));
+            }
+            Action::Corrupt {
+                name, offset_bytes, ..
+            } => {
+                let bytes = self.live.get(name).map_or(0, |l| l.bytes);
+                if offset_bytes % 4 != 0 {
+                    return Err(self.err(
+                        place,
+                        format!("offset {offset_bytes} is not a multiple of 4 bytes"),
+                    ));
+                }
+                if offset_bytes + 4 > bytes {
+                    return Err(self.err(
+                        place,
+                        format!("offset {offset_bytes} is outside {name:?} ({bytes} bytes)"),
+                    ));
+                }
+            }
+            Action::Touch { stride_bytes, .. } if *stride_bytes == 0 || stride_bytes % 4 != 0 => {
+                return Err(self.err(
+                    place,
+                    format!("stride {stride_bytes} must be a positive multiple of 4 bytes"),
+                ));
+            }
+            Action::Copy { src, dst, .. } => self.same_sizes(place, "copy", &[src, dst])?,
+            Action::Triad { a, b, c, .. } => self.same_sizes(place, "triad", &[a, b, c])?,
+            Action::Spin { duration_ns, .. } if *duration_ns == 0 => {
+                return Err(self.err(place, "`for` must be above zero"));
+            }
+            Action::Stack { frame_bytes } if *frame_bytes == 0 => {
+                return Err(self.err(place, "frame must be above zero"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn check_name(names: &Names, place: &str, name: &str) -> Result<(), WorkloadError> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '[' | ']'));
+    if ok {
+        Ok(())
+    } else {
+        Err(names.err(
+            place,
+            format!("name {name:?} may use only letters, digits, '_', '-' and '.'"),
+        ))
+    }
+}
