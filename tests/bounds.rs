@@ -1,7 +1,8 @@
 //! Memory and time bounded by design: a workload that would expand past the bound is refused
 //! at once (file, phase, step), a signal while a workload loads ends the process at once, and
 //! `hold` exits 130 when interrupted; lenient inputs (a device the profile lacks, a synchronize of
-//! an unused stream, a hold past the device, a string format_version) are refused.
+//! an unused stream, a hold past the device, a string format_version) are refused, and so are names
+//! longer than the cap.
 
 mod common;
 
@@ -253,4 +254,53 @@ steps = [
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn names_longer_than_the_cap_are_refused_at_once() {
+    let long = "n".repeat(65_536);
+    for (body, place) in [
+        (
+            format!(
+                "[[phase]]\nname = \"{long}\"\nsteps = [{{ op = \"sleep\", for = \"1ms\" }}]\n"
+            ),
+            "phase 1 name",
+        ),
+        (
+            format!(
+                "[[phase]]\nname = \"p\"\nsteps = [{{ op = \"allocate\", name = \"{long}\", size = \"1MiB\" }}]\n"
+            ),
+            "phase 1",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = workload(dir.path(), "long", &body);
+        let (out, _, out_dir) = run_tiny(dir.path(), &wl, &[]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("long.toml")
+                && out.stderr.contains(place)
+                && out
+                    .stderr
+                    .contains("is 65536 characters long; a name may have at most 200"),
+            "{}",
+            &out.stderr[..out.stderr.len().min(2000)]
+        );
+        assert!(
+            out.stderr.len() < 2000,
+            "the message quotes only the name's start"
+        );
+        assert!(!out_dir.exists());
+    }
+    // The workload's own name.
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("w.toml");
+    std::fs::write(
+        &wl,
+        format!("[workload]\nname = \"{long}\"\n\n[[phase]]\nname = \"p\"\nsteps = [{{ op = \"sleep\", for = \"1ms\" }}]\n"),
+    )
+    .unwrap();
+    let (out, _, _) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("[workload] name"), "{}", out.stderr);
 }

@@ -160,16 +160,7 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             "missing section; it needs at least `name`",
         )
     })?;
-    if head.name.chars().any(char::is_control) {
-        return Err(WorkloadError::new(
-            file,
-            "[workload] name",
-            format!(
-                "{:?} contains a control character; names are printed to terminals and reports",
-                head.name
-            ),
-        ));
-    }
+    check_printable_name(file, "[workload] name", &head.name)?;
     let settings = match section::<SettingsSection>(file, &table, "settings")? {
         None => Settings::default(),
         Some(s) => Settings {
@@ -201,16 +192,10 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             .clone()
             .try_into()
             .map_err(|e: toml::de::Error| WorkloadError::new(file, &place, e.message()))?;
+        check_printable_name(file, &format!("phase {} name", i + 1), &p.name)?;
         let place = format!("phase {} ({:?})", i + 1, p.name);
         if p.name.trim().is_empty() {
             return Err(WorkloadError::new(file, &place, "the phase name is empty"));
-        }
-        if p.name.chars().any(char::is_control) {
-            return Err(WorkloadError::new(
-                file,
-                &place,
-                "the phase name contains a control character; names are printed to terminals and reports",
-            ));
         }
         if phases.iter().any(|(n, _): &(String, _)| *n == p.name) {
             return Err(WorkloadError::new(
@@ -360,4 +345,40 @@ fn parse_expect(file: &Path, e: ExpectSection) -> Result<Expect, WorkloadError> 
         min_headroom_bytes: e.min_headroom.map(|s| s.0),
         max_mismatches: e.mismatches,
     })
+}
+
+/// The longest workload, phase or allocation name, in characters: names become plot labels,
+/// report rows, trace tracks and the result folder's name.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// A name's first characters, for a message about a name too long to print whole.
+pub fn name_start(name: &str) -> String {
+    let start: String = name.chars().take(40).collect();
+    format!("{start:?}…")
+}
+
+/// A workload or phase name is printed to terminals and reports: no control character, and
+/// no longer than `MAX_NAME_CHARS`.
+fn check_printable_name(file: &Path, place: &str, name: &str) -> Result<(), WorkloadError> {
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(WorkloadError::new(
+            file,
+            place,
+            format!(
+                "{} is {chars} characters long; a name may have at most {MAX_NAME_CHARS}",
+                name_start(name)
+            ),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(WorkloadError::new(
+            file,
+            place,
+            format!(
+                "{name:?} contains a control character; names are printed to terminals and reports"
+            ),
+        ));
+    }
+    Ok(())
 }

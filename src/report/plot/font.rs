@@ -24,6 +24,31 @@ pub fn px_scale(size: f32) -> PxScale {
     PxScale::from(size * f.height_unscaled() / em)
 }
 
+/// The longest prefix of `text` whose width, with `suffix` after it, is at most `width`
+/// pixels: its length in bytes. One pass over the text (kerning included), so a name of any
+/// length costs time in proportion to it.
+pub fn prefix_fitting(text: &str, suffix: &str, size: f32, width: f32) -> usize {
+    let f = font().as_scaled(px_scale(size));
+    let room = width - text_width(suffix, size);
+    let mut w = 0.0;
+    let mut prev = None;
+    let mut end = 0;
+    for (i, c) in text.char_indices() {
+        let id = f.glyph_id(c);
+        if let Some(p) = prev {
+            w += f.kern(p, id);
+        }
+        w += f.h_advance(id);
+        prev = Some(id);
+        // The kerning between the prefix and the suffix is a fraction of a pixel: left out.
+        if w > room {
+            break;
+        }
+        end = i + c.len_utf8();
+    }
+    end
+}
+
 /// The advance width of `text` at `size` pixels per em, kerning included.
 pub fn text_width(text: &str, size: f32) -> f32 {
     let f = font().as_scaled(px_scale(size));

@@ -138,16 +138,37 @@ pub fn fit(text: &str, size: f32, width: f32) -> Option<String> {
     if font::text_width(text, size) <= width {
         return Some(text.to_string());
     }
-    let chars: Vec<char> = text.chars().collect();
-    (1..chars.len()).rev().find_map(|n| {
-        let t: String = chars[..n].iter().collect::<String>() + "…";
-        (n >= 3 && font::text_width(&t, size) <= width).then_some(t)
-    })
+    let end = font::prefix_fitting(text, "…", size, width);
+    (text[..end].chars().count() >= 3).then(|| format!("{}…", &text[..end]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fit_cuts_to_the_longest_prefix_that_fits_in_one_pass() {
+        assert_eq!(fit("serving", 11.0, 500.0).as_deref(), Some("serving"));
+        let cut = fit("decode-phase-with-a-long-name", 11.0, 80.0).unwrap();
+        assert!(cut.ends_with('…') && cut.len() < 29, "{cut}");
+        assert!(font::text_width(&cut, 11.0) <= 80.0);
+        // One more character would not fit.
+        let n = cut.chars().count() - 1;
+        let longer: String = "decode-phase-with-a-long-name"
+            .chars()
+            .take(n + 1)
+            .collect();
+        assert!(font::text_width(&format!("{longer}…"), 11.0) > 80.0);
+        assert_eq!(
+            fit("abcdef", 11.0, 10.0),
+            None,
+            "fewer than 3 characters: no label"
+        );
+        // 1 MiB of name is measured once, not once per prefix.
+        let huge = "é".repeat(1 << 20);
+        let cut = fit(&huge, 17.0, 900.0).unwrap();
+        assert!(cut.chars().count() < 200);
+    }
 
     #[test]
     fn a_label_moves_to_the_next_free_spot() {

@@ -216,6 +216,17 @@ impl Names<'_> {
 }
 
 pub(super) fn check_name(names: &Names, place: &str, name: &str) -> Result<(), WorkloadError> {
+    use crate::workload::parse::{MAX_NAME_CHARS, name_start};
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(names.err(
+            place,
+            format!(
+                "name {} is {chars} characters long; a name may have at most {MAX_NAME_CHARS}",
+                name_start(name)
+            ),
+        ));
+    }
     let ok = !name.is_empty()
         && name
             .chars()
