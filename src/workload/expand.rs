@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::units::MAX_DURATION_NS;
+use crate::units::SizeSpec;
 use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 use names::{LiveName, Names, check_name};
@@ -160,6 +161,9 @@ impl Emitter<'_, '_> {
         if self.names.graphs.capturing() {
             self.capturable(step)?;
         }
+        if let Some(action) = one_action(step) {
+            return self.push(action);
+        }
         match step {
             Step::Allocate {
                 name,
@@ -170,57 +174,9 @@ impl Emitter<'_, '_> {
                 on_oom,
             } => {
                 self.continue_on_oom = *on_oom == OnOom::Continue;
-                let count = match count {
-                    Count::Fill if self.names.graphs.capturing() => {
-                        return Err(self.err("count = \"fill\" cannot be captured into a graph"));
-                    }
-                    Count::Fill => {
-                        let bytes = size.resolve(self.names.total_bytes);
-                        // The device can hold at most this many (allocations take ≥ 512 B).
-                        let most = self.names.total_bytes / bytes.max(512);
-                        // Checked against a real device only (before one is known, the total
-                        // is unbounded).
-                        if self.names.total_bytes < u64::MAX && most > MAX_ACTIONS {
-                            return Err(self.err(format!(
-                                "count = \"fill\" of {bytes}-byte allocations could make {most} \
-                                 allocations on this device, more than the {MAX_ACTIONS} a run \
-                                 makes: use a larger size"
-                            )));
-                        }
-                        return self.push(Action::FillDevice {
-                            name: name.clone(),
-                            bytes,
-                            via: *via,
-                            stream: stream.clone(),
-                        });
-                    }
-                    Count::N(n) => *n,
-                };
-                if self.names.graphs.capturing() {
-                    return self.graph_allocate(name, size, count);
-                }
-                if count == 0 {
-                    return Err(self.err("count must be at least 1"));
-                }
-                self.bound(count as u64)?;
-                if count > 1 {
-                    self.multi = true;
-                }
-                for i in 0..count {
-                    let n = if count == 1 {
-                        name.clone()
-                    } else {
-                        crate::workload::member_name(name, i)
-                    };
-                    self.push(Action::Allocate {
-                        name: n,
-                        bytes: size.resolve(self.names.total_bytes),
-                        via: *via,
-                        stream: stream.clone(),
-                    })?;
-                }
+                self.allocate(name, size, count, *via, stream)
             }
-            Step::Free { name, keep_every } => self.free(name, *keep_every)?,
+            Step::Free { name, keep_every } => self.free(name, *keep_every),
             Step::Touch {
                 name,
                 stride,
@@ -228,145 +184,238 @@ impl Emitter<'_, '_> {
             } => self.each("touch", name, |n| Action::Touch {
                 name: n,
                 stride_bytes: stride.0,
-                stream: stream.clone(),
-            })?,
+                stream: stream.to_string(),
+            }),
             Step::Fill { name, seed, stream } => self.each("fill", name, |n| Action::Fill {
                 name: n,
                 seed: *seed,
-                stream: stream.clone(),
-            })?,
-            Step::Verify { name, seed, stream } => {
-                self.each("verify", name, |n| Action::Verify {
+                stream: stream.to_string(),
+            }),
+            Step::Verify { name, seed, stream } => self.each("verify", name, |n| Action::Verify {
+                name: n,
+                seed: *seed,
+                stream: stream.to_string(),
+            }),
+            Step::RecordStream { name, stream } => {
+                self.each("record_stream", name, |n| Action::RecordStream {
                     name: n,
-                    seed: *seed,
-                    stream: stream.clone(),
-                })?
+                    stream: stream.to_string(),
+                })
             }
             Step::Corrupt {
                 name,
                 offset,
                 value,
                 stream,
-            } => {
-                let targets = self.names.resolve(&self.place, "corrupt", name)?;
-                if targets.len() != 1 {
-                    return Err(self.err(format!(
-                        "corrupt needs one allocation; {name:?} names {}",
-                        targets.len()
-                    )));
-                }
-                self.push(Action::Corrupt {
-                    name: targets[0].clone(),
-                    offset_bytes: offset.0,
-                    value: *value,
-                    stream: stream.clone(),
-                })?;
-            }
-            Step::Tenant { size, duration } => {
-                let bytes = size.resolve(self.names.total_bytes);
-                if bytes == 0 || duration.0 == 0 {
-                    return Err(self.err("a tenant needs a size and a duration above zero"));
-                }
-                self.push(Action::Tenant {
-                    bytes,
-                    duration_ns: duration.0,
-                })?
-            }
-            Step::Copy { src, dst, stream } => self.push(Action::Copy {
-                src: src.clone(),
-                dst: dst.clone(),
-                stream: stream.clone(),
-            })?,
-            Step::Triad {
-                a,
-                b,
-                c,
-                scalar,
-                stream,
-            } => self.push(Action::Triad {
-                a: a.clone(),
-                b: b.clone(),
-                c: c.clone(),
-                scalar: *scalar,
-                stream: stream.clone(),
-            })?,
-            Step::Spin { duration, stream } => self.push(Action::Spin {
-                duration_ns: duration.0,
-                stream: stream.clone(),
-            })?,
-            Step::Sleep { duration } => self.push(Action::Sleep {
-                duration_ns: duration.0,
-            })?,
-            Step::Synchronize { stream } => self.push(Action::Synchronize {
-                stream: stream.clone(),
-            })?,
-            Step::Trim { keep } => self.push(Action::Trim { keep_bytes: keep.0 })?,
-            Step::EmptyCache {} => self.push(Action::EmptyCache)?,
-            Step::RecordStream { name, stream } => {
-                self.each("record_stream", name, |n| Action::RecordStream {
-                    name: n,
-                    stream: stream.clone(),
-                })?
-            }
-            Step::Stack { frame } => self.push(Action::Stack {
-                frame_bytes: frame.0,
-            })?,
+            } => self.corrupt(name, offset.0, *value, stream),
+            Step::Tenant { size, duration } => self.tenant(size, duration.0),
             Step::Capture {
                 graph,
                 stream,
                 steps,
-            } => self.capture_written(graph, stream, steps)?,
-            Step::Instantiate { graph, auto_free } => self.instantiate(graph, *auto_free)?,
-            Step::Upload { graph, stream } => self.upload(graph, stream.as_deref())?,
+            } => self.capture_written(graph, stream, steps),
+            Step::Instantiate { graph, auto_free } => self.instantiate(graph, *auto_free),
+            Step::Upload { graph, stream } => self.upload(graph, stream.as_deref()),
             Step::Replay {
                 graph,
                 times,
                 stream,
-            } => self.replay(graph, *times, stream.as_deref())?,
-            Step::DestroyGraph { graph } => self.destroy_graph(graph)?,
-            Step::TrimGraphMemory {} => self.push(Action::TrimGraphMemory)?,
-            Step::Graphs { .. } => self.graphs_pattern(step)?,
-            Step::Repeat { times, steps } => {
-                if *times == 0 {
-                    return Err(self.err("times must be at least 1"));
-                }
-                if steps.is_empty() {
-                    return Err(self.err("repeat has no steps"));
-                }
-                self.multi = true;
-                let outer = self.place.clone();
-                let parsed: Vec<Step> = steps
-                    .iter()
-                    .enumerate()
-                    .map(|(k, v)| {
-                        parse_step(
-                            self.names.file,
-                            &format!("{outer}, inner step {}", k + 1),
-                            v,
-                        )
-                    })
-                    .collect::<Result<_, _>>()?;
-                for round in 0..*times {
-                    for (k, s) in parsed.iter().enumerate() {
-                        self.place = format!(
-                            "{outer}, round {}, inner step {} ({})",
-                            round + 1,
-                            k + 1,
-                            s.op()
-                        );
-                        self.step(s)?;
-                    }
-                }
-                self.place = outer;
-            }
+            } => self.replay(graph, *times, stream.as_deref()),
+            Step::DestroyGraph { graph } => self.destroy_graph(graph),
+            Step::Graphs { .. } => self.graphs_pattern(step),
+            Step::Repeat { times, steps } => self.repeat(*times, steps),
             Step::Weights { .. }
             | Step::Activations { .. }
             | Step::Workspace { .. }
-            | Step::Kv { .. } => self.pattern(step)?,
-            Step::Comm { .. } => self.comm(step)?,
+            | Step::Kv { .. } => self.pattern(step),
+            Step::Comm { .. } => self.comm(step),
+            Step::Copy { .. }
+            | Step::Triad { .. }
+            | Step::Spin { .. }
+            | Step::Sleep { .. }
+            | Step::Synchronize { .. }
+            | Step::Trim { .. }
+            | Step::EmptyCache {}
+            | Step::Stack { .. }
+            | Step::TrimGraphMemory {} => unreachable!("one_action expands {}", step.op()),
+        }
+    }
+
+    /// `allocate`: one action, `count` of them named `name[i]`, or a fill of the device.
+    fn allocate(
+        &mut self,
+        name: &str,
+        size: &SizeSpec,
+        count: &Count,
+        via: Via,
+        stream: &str,
+    ) -> Result<(), WorkloadError> {
+        let count = match count {
+            Count::Fill if self.names.graphs.capturing() => {
+                return Err(self.err("count = \"fill\" cannot be captured into a graph"));
+            }
+            Count::Fill => return self.fill_device(name, size, via, stream),
+            Count::N(n) => *n,
+        };
+        if self.names.graphs.capturing() {
+            return self.graph_allocate(name, size, count);
+        }
+        if count == 0 {
+            return Err(self.err("count must be at least 1"));
+        }
+        self.bound(count as u64)?;
+        if count > 1 {
+            self.multi = true;
+        }
+        for i in 0..count {
+            let n = if count == 1 {
+                name.to_string()
+            } else {
+                crate::workload::member_name(name, i)
+            };
+            self.push(Action::Allocate {
+                name: n,
+                bytes: size.resolve(self.names.total_bytes),
+                via,
+                stream: stream.to_string(),
+            })?;
         }
         Ok(())
     }
+
+    /// `count = "fill"`: allocations until the device is full, bounded by what it can hold.
+    fn fill_device(
+        &mut self,
+        name: &str,
+        size: &SizeSpec,
+        via: Via,
+        stream: &str,
+    ) -> Result<(), WorkloadError> {
+        let bytes = size.resolve(self.names.total_bytes);
+        // The device can hold at most this many (allocations take ≥ 512 B).
+        let most = self.names.total_bytes / bytes.max(512);
+        // Checked against a real device only (before one is known, the total is unbounded).
+        if self.names.total_bytes < u64::MAX && most > MAX_ACTIONS {
+            return Err(self.err(format!(
+                "count = \"fill\" of {bytes}-byte allocations could make {most} allocations on \
+                 this device, more than the {MAX_ACTIONS} a run makes: use a larger size"
+            )));
+        }
+        self.push(Action::FillDevice {
+            name: name.to_string(),
+            bytes,
+            via,
+            stream: stream.to_string(),
+        })
+    }
+
+    fn corrupt(
+        &mut self,
+        name: &str,
+        offset_bytes: u64,
+        value: u32,
+        stream: &str,
+    ) -> Result<(), WorkloadError> {
+        let targets = self.names.resolve(&self.place, "corrupt", name)?;
+        if targets.len() != 1 {
+            return Err(self.err(format!(
+                "corrupt needs one allocation; {name:?} names {}",
+                targets.len()
+            )));
+        }
+        self.push(Action::Corrupt {
+            name: targets[0].clone(),
+            offset_bytes,
+            value,
+            stream: stream.to_string(),
+        })
+    }
+
+    fn tenant(&mut self, size: &SizeSpec, duration_ns: u64) -> Result<(), WorkloadError> {
+        let bytes = size.resolve(self.names.total_bytes);
+        if bytes == 0 || duration_ns == 0 {
+            return Err(self.err("a tenant needs a size and a duration above zero"));
+        }
+        self.push(Action::Tenant { bytes, duration_ns })
+    }
+
+    /// `repeat`: the inner steps, parsed once, expanded `times` times with their round in
+    /// the place.
+    fn repeat(&mut self, times: u32, steps: &[toml::Value]) -> Result<(), WorkloadError> {
+        if times == 0 {
+            return Err(self.err("times must be at least 1"));
+        }
+        if steps.is_empty() {
+            return Err(self.err("repeat has no steps"));
+        }
+        self.multi = true;
+        let outer = self.place.clone();
+        let parsed: Vec<Step> = steps
+            .iter()
+            .enumerate()
+            .map(|(k, v)| {
+                parse_step(
+                    self.names.file,
+                    &format!("{outer}, inner step {}", k + 1),
+                    v,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        for round in 0..times {
+            for (k, s) in parsed.iter().enumerate() {
+                self.place = format!(
+                    "{outer}, round {}, inner step {} ({})",
+                    round + 1,
+                    k + 1,
+                    s.op()
+                );
+                self.step(s)?;
+            }
+        }
+        self.place = outer;
+        Ok(())
+    }
+}
+
+/// The steps that are exactly one action, whatever came before them.
+fn one_action(step: &Step) -> Option<Action> {
+    Some(match step {
+        Step::Copy { src, dst, stream } => Action::Copy {
+            src: src.clone(),
+            dst: dst.clone(),
+            stream: stream.to_string(),
+        },
+        Step::Triad {
+            a,
+            b,
+            c,
+            scalar,
+            stream,
+        } => Action::Triad {
+            a: a.clone(),
+            b: b.clone(),
+            c: c.clone(),
+            scalar: *scalar,
+            stream: stream.to_string(),
+        },
+        Step::Spin { duration, stream } => Action::Spin {
+            duration_ns: duration.0,
+            stream: stream.to_string(),
+        },
+        Step::Sleep { duration } => Action::Sleep {
+            duration_ns: duration.0,
+        },
+        Step::Synchronize { stream } => Action::Synchronize {
+            stream: stream.clone(),
+        },
+        Step::Trim { keep } => Action::Trim { keep_bytes: keep.0 },
+        Step::EmptyCache {} => Action::EmptyCache,
+        Step::Stack { frame } => Action::Stack {
+            frame_bytes: frame.0,
+        },
+        Step::TrimGraphMemory {} => Action::TrimGraphMemory,
+        _ => return None,
+    })
 }
 
 /// Expands a parsed file into a runnable workload, checking every action.
