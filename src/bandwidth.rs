@@ -60,6 +60,45 @@ pub fn measure(
     repeats: u32,
     keep_free_bytes: u64,
 ) -> anyhow::Result<BandwidthReport> {
+    check_room(dev, size_bytes, repeats, keep_free_bytes)?;
+    let mut bufs: Vec<DevPtr> = Vec::new();
+    let result = (|| -> anyhow::Result<BandwidthReport> {
+        for _ in 0..3 {
+            bufs.push(dev.malloc(size_bytes)?);
+        }
+        let verify_mismatches = fill_then_verify(dev, bufs[1], size_bytes)?;
+        let mut rows = Vec::new();
+        for case in cases([bufs[0], bufs[1], bufs[2]], size_bytes) {
+            rows.push(time_case(dev, case, bufs[0], size_bytes, repeats)?);
+        }
+        let mut report = BandwidthReport {
+            device: dev.info().clone(),
+            size_bytes,
+            repeats,
+            modeled: dev.info().is_sim(),
+            rows,
+            ratios: Vec::new(),
+            verify_mismatches,
+        };
+        report.ratios = ratios(&report);
+        Ok(report)
+    })();
+    for p in bufs {
+        if let Err(e) = dev.free(p) {
+            eprintln!("warning: freeing a bandwidth buffer: {e}");
+        }
+    }
+    result
+}
+
+/// Refuses a size that is not a multiple of 4 bytes, or three buffers of it that would not
+/// fit on the device or would pass the free-memory floor.
+fn check_room(
+    dev: &mut dyn Device,
+    size_bytes: u64,
+    repeats: u32,
+    keep_free_bytes: u64,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         size_bytes >= 4 && size_bytes % 4 == 0,
         "--size must be a positive multiple of 4 bytes, not {size_bytes}"
@@ -83,162 +122,173 @@ pub fn measure(
         Bytes(free),
         Bytes(keep_free_bytes)
     );
-    let mut bufs: Vec<DevPtr> = Vec::new();
-    let result = (|| -> anyhow::Result<BandwidthReport> {
-        for _ in 0..3 {
-            bufs.push(dev.malloc(size_bytes)?);
-        }
-        let (a, b, c) = (bufs[0], bufs[1], bufs[2]);
-        let s = StreamId::MAIN;
-        let n = size_bytes;
-        // Correctness first: what is timed must also be right.
+    Ok(())
+}
+
+/// Correctness first: what is timed must also be right. Returns the mismatches `verify`
+/// finds after `fill` (0).
+fn fill_then_verify(dev: &mut dyn Device, ptr: DevPtr, bytes: u64) -> anyhow::Result<u64> {
+    let s = StreamId::MAIN;
+    dev.launch(
+        Kernel::Fill {
+            ptr,
+            bytes,
+            seed: 11,
+        },
+        s,
+    )?;
+    let outcome = dev.launch(
+        Kernel::Verify {
+            ptr,
+            bytes,
+            seed: 11,
+        },
+        s,
+    )?;
+    Ok(outcome.mismatch.map_or(0, |m| m.count))
+}
+
+/// One timed operation: its name, how its bytes are counted, bytes per launch, the kernel.
+struct Case {
+    name: &'static str,
+    counted_as: &'static str,
+    bytes_per_launch: u64,
+    kernel: Kernel,
+}
+
+/// headroom's four kernels and the driver's two operations over buffers `a`, `b`, `c` of `n`
+/// bytes each.
+fn cases([a, b, c]: [DevPtr; 3], n: u64) -> [Case; 6] {
+    let case = |name, counted_as, bytes_per_launch, kernel| Case {
+        name,
+        counted_as,
+        bytes_per_launch,
+        kernel,
+    };
+    let (read, written, both) = ("bytes read", "bytes written", "bytes read + written");
+    [
+        case(
+            "fill",
+            written,
+            n,
+            Kernel::Fill {
+                ptr: a,
+                bytes: n,
+                seed: 5,
+            },
+        ),
+        case(
+            "verify",
+            read,
+            n,
+            Kernel::Verify {
+                ptr: a,
+                bytes: n,
+                seed: 5,
+            },
+        ),
+        case(
+            "copy",
+            both,
+            2 * n,
+            Kernel::Copy {
+                dst: c,
+                src: b,
+                bytes: n,
+            },
+        ),
+        case(
+            "triad",
+            both,
+            3 * n,
+            Kernel::Triad {
+                a: c,
+                b,
+                c: a,
+                bytes: n,
+                scalar: 3.0,
+            },
+        ),
+        case(
+            "cuMemsetD32",
+            written,
+            n,
+            Kernel::Memset {
+                ptr: a,
+                bytes: n,
+                value: 0,
+            },
+        ),
+        case(
+            "cuMemcpyDtoD",
+            both,
+            2 * n,
+            Kernel::DriverCopy {
+                dst: c,
+                src: b,
+                bytes: n,
+            },
+        ),
+    ]
+}
+
+/// A warm-up launch, then `repeats` timed launches of the case.
+fn time_case(
+    dev: &mut dyn Device,
+    case: Case,
+    a: DevPtr,
+    n: u64,
+    repeats: u32,
+) -> anyhow::Result<Row> {
+    let s = StreamId::MAIN;
+    if case.name == "verify" {
+        // The timed fill before it left `a` holding seed 5.
         dev.launch(
             Kernel::Fill {
-                ptr: b,
+                ptr: a,
                 bytes: n,
-                seed: 11,
+                seed: 5,
             },
             s,
         )?;
-        let mismatches = dev
-            .launch(
-                Kernel::Verify {
-                    ptr: b,
-                    bytes: n,
-                    seed: 11,
-                },
-                s,
-            )?
-            .mismatch
-            .map_or(0, |m| m.count);
-        let cases: [(&'static str, &'static str, u64, Kernel); 6] = [
-            (
-                "fill",
-                "bytes written",
-                n,
-                Kernel::Fill {
-                    ptr: a,
-                    bytes: n,
-                    seed: 5,
-                },
-            ),
-            (
-                "verify",
-                "bytes read",
-                n,
-                Kernel::Verify {
-                    ptr: a,
-                    bytes: n,
-                    seed: 5,
-                },
-            ),
-            (
-                "copy",
-                "bytes read + written",
-                2 * n,
-                Kernel::Copy {
-                    dst: c,
-                    src: b,
-                    bytes: n,
-                },
-            ),
-            (
-                "triad",
-                "bytes read + written",
-                3 * n,
-                Kernel::Triad {
-                    a: c,
-                    b,
-                    c: a,
-                    bytes: n,
-                    scalar: 3.0,
-                },
-            ),
-            (
-                "cuMemsetD32",
-                "bytes written",
-                n,
-                Kernel::Memset {
-                    ptr: a,
-                    bytes: n,
-                    value: 0,
-                },
-            ),
-            (
-                "cuMemcpyDtoD",
-                "bytes read + written",
-                2 * n,
-                Kernel::DriverCopy {
-                    dst: c,
-                    src: b,
-                    bytes: n,
-                },
-            ),
-        ];
-        let mut rows = Vec::new();
-        for (name, counted_as, bytes, k) in cases {
-            if name == "verify" {
-                // The timed fill above left `a` holding seed 5.
-                dev.launch(
-                    Kernel::Fill {
-                        ptr: a,
-                        bytes: n,
-                        seed: 5,
-                    },
-                    s,
-                )?;
-            }
-            dev.timed_launch(k, s, 1)?; // warm-up
-            let gpu_ns = dev.timed_launch(k, s, repeats)?.max(1);
-            rows.push(Row {
-                name,
-                counted_as,
-                bytes_per_launch: bytes,
-                launches: repeats,
-                gpu_ns,
-                bytes_per_s: bytes as f64 * repeats as f64 / (gpu_ns as f64 / 1e9),
-            });
-        }
-        let mut report = BandwidthReport {
-            device: dev.info().clone(),
-            size_bytes,
-            repeats,
-            modeled: dev.info().is_sim(),
-            rows,
-            ratios: Vec::new(),
-            verify_mismatches: mismatches,
-        };
-        let copy = report.rate("cuMemcpyDtoD");
-        let memset = report.rate("cuMemsetD32");
-        report.ratios = vec![
-            ratio(
-                "fill / device-to-device copy",
-                report.rate("fill"),
-                copy,
-                0.90,
-            ),
-            ratio(
-                "verify / device-to-device copy",
-                report.rate("verify"),
-                copy,
-                0.85,
-            ),
-            ratio("fill / cuMemsetD32", report.rate("fill"), memset, 1.0),
-            ratio(
-                "copy kernel / device-to-device copy",
-                report.rate("copy"),
-                copy,
-                0.90,
-            ),
-        ];
-        Ok(report)
-    })();
-    for p in bufs {
-        if let Err(e) = dev.free(p) {
-            eprintln!("warning: freeing a bandwidth buffer: {e}");
-        }
     }
-    result
+    dev.timed_launch(case.kernel, s, 1)?; // warm-up
+    let gpu_ns = dev.timed_launch(case.kernel, s, repeats)?.max(1);
+    Ok(Row {
+        name: case.name,
+        counted_as: case.counted_as,
+        bytes_per_launch: case.bytes_per_launch,
+        launches: repeats,
+        gpu_ns,
+        bytes_per_s: case.bytes_per_launch as f64 * repeats as f64 / (gpu_ns as f64 / 1e9),
+    })
+}
+
+/// The targets: headroom's kernels next to the driver's operations.
+fn ratios(report: &BandwidthReport) -> Vec<Ratio> {
+    let copy = report.rate("cuMemcpyDtoD");
+    let memset = report.rate("cuMemsetD32");
+    vec![
+        ratio(
+            "fill / device-to-device copy",
+            report.rate("fill"),
+            copy,
+            0.90,
+        ),
+        ratio(
+            "verify / device-to-device copy",
+            report.rate("verify"),
+            copy,
+            0.85,
+        ),
+        ratio("fill / cuMemsetD32", report.rate("fill"), memset, 1.0),
+        ratio(
+            "copy kernel / device-to-device copy",
+            report.rate("copy"),
+            copy,
+            0.90,
+        ),
+    ]
 }
 
 fn ratio(name: &'static str, x: f64, y: f64, target: f64) -> Ratio {
