@@ -20,13 +20,13 @@ pub mod script;
 pub mod session;
 pub mod signals;
 pub mod source;
+mod start;
 pub mod stderr;
 pub mod table;
 
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
@@ -35,11 +35,9 @@ use anyhow::{Context, bail};
 use crate::cli::DeviceArgs;
 use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
-use crate::report::summary::{Idle, IdleReading, Peaks, RunStatus, Summary, WorkloadInfo};
-use crate::report::watch::{
-    EndedBy, JobExit, JobInfo, MARK_ENV, Marks, ProcessListSampling, Sampling, WatchSection,
-};
-use crate::units::{utc_folder_stamp, utc_timestamp};
+use crate::report::summary::Summary;
+use crate::report::watch::{JobExit, WatchSection};
+use crate::units::utc_folder_stamp;
 use crate::watch::sampling::{JobReading, Tree};
 use crate::watch::source::{CudaInfo, DeviceProbe, NvmlProbe, Origin, ProcessProbe};
 
@@ -200,26 +198,7 @@ fn run(
     interrupted: &AtomicBool,
 ) -> anyhow::Result<WatchReport> {
     let since = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
-    // The process list's cost decides how often it is read.
-    // A driver without a usable process list (some vGPU and MIG setups) still gives the
-    // device view: the job's is then not read, and the report says why.
-    let (call, list_error) = match sampling::measure_process_list(inputs.list, 9) {
-        Ok(h) => (h.percentiles(), None),
-        Err(e) => {
-            eprintln!(
-                "warning: the driver's process list cannot be read ({e:#}): job_used_bytes will not be recorded"
-            );
-            (Default::default(), Some(format!("{e:#}")))
-        }
-    };
-    let (process_interval_ns, interval_reason) = match &list_error {
-        None => sampling::process_interval(opts.process_interval_ns, opts.interval_ns, call.p50_ns),
-        Some(e) => (
-            0,
-            format!("not read: the process list failed before the job started ({e})"),
-        ),
-    };
-
+    let lp = start::plan_process_list(&inputs, opts);
     // The idle reading: before the job starts (or, attached, as it runs).
     let idle_free = inputs.free_now().context("the idle reading failed")?;
     let idle_t = since(Instant::now());
@@ -251,38 +230,7 @@ fn run(
     };
     let start_free = inputs.free_now().context("reading the device failed")?;
     let start_ns = since(Instant::now());
-    let (mut job, stderr_pipe) = match &opts.target {
-        Target::Launch(argv) => {
-            // Orphans of the job are re-parented to headroom, so they stay in its tree.
-            // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag on this process.
-            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..]).stderr(Stdio::piped());
-            if let Some(f) = &fifo {
-                cmd.env(MARK_ENV, f.path());
-            }
-            let mut child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    if !dir_existed {
-                        let _ = std::fs::remove_dir(&dir);
-                    }
-                    return Err(e)
-                        .with_context(|| format!("cannot start {}", argv[0].to_string_lossy()));
-                }
-            };
-            let pipe = child.stderr.take();
-            let pid = child.id();
-            (Job::Child { child, pid }, pipe)
-        }
-        Target::Attach(pid) => (
-            Job::Attached {
-                pid: *pid,
-                start_time: proctree::start_time(*pid),
-            },
-            None,
-        ),
-    };
+    let (mut job, stderr_pipe) = start::start_job(&opts.target, fifo.as_ref(), &dir, dir_existed)?;
     let pid = job.pid();
     if let Some(sim) = inputs.sim {
         sim.start(pid);
@@ -298,7 +246,7 @@ fn run(
         },
     };
     let job_at_idle: Option<u64> = match job {
-        _ if list_error.is_some() => None,
+        _ if lp.error.is_some() => None,
         Job::Attached { .. } => idle_processes
             .as_deref()
             .and_then(|ps| tree.split(ps).0.iter().map(|m| m.1).sum()),
@@ -319,122 +267,30 @@ fn run(
             ViewSet::default().with(crate::record::View::JobUsed, b)
         }),
     });
-    let command = match &opts.target {
-        Target::Launch(argv) => Some(
-            argv.iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>(),
-        ),
-        Target::Attach(_) => None,
-    };
-    let summary = Summary {
-        format_version: crate::record::timeline::FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: RunStatus::Running,
-        status_detail: None,
-        exit_code: None,
-        workload: WorkloadInfo {
-            name: job_name(&opts.target),
-            file: command.as_deref().map_or(
-                format!("pid {pid}"),
-                crate::report::watch_markdown::shell_words,
-            ),
-            description: match &opts.target {
-                Target::Launch(_) => format!("headroom watch of a job started as pid {pid}"),
-                Target::Attach(_) => format!("headroom watch attached to pid {pid}"),
-            },
-            // headroom allocates nothing here: the job's memory is its own allocator's.
-            allocator: crate::alloc::AllocatorKind::Direct,
-            allocator_settings: serde_json::json!({
-                "watch": "headroom allocated nothing: the job's memory is whatever its own allocator took from the driver"
-            }),
-            sample_interval_ns: opts.interval_ns,
-            keep_free_bytes: 0,
-            allow_oom: true,
-        },
-        device: info,
-        started_utc: utc_timestamp(origin_wall),
-        finished_utc: None,
+    let command = start::command_words(&opts.target);
+    let summary = start::initial_summary(start::Record {
+        info,
+        opts,
+        inputs: &inputs,
+        command: command.as_deref(),
+        pid,
+        origin_wall,
         start_ns,
-        end_ns: None,
-        idle: Idle {
-            before_context: inputs.cuda.as_ref().map(|c| c.before).or(idle_nvml),
-            after_context: IdleReading {
-                t_ns: idle_t,
-                device_free_bytes: idle_free,
-                device_used_bytes: total_bytes.saturating_sub(idle_free),
-                device_total_bytes: total_bytes,
-                nvml: idle_nvml,
-            },
-            context_overhead_bytes: inputs
-                .cuda
-                .as_ref()
-                .map(|c| c.cost.cost_bytes.max(0) as u64),
-            kernels: None,
-            processes: idle_processes.clone(),
-            processes_doubt: None,
-        },
-        phases: Vec::new(),
-        peaks: Peaks {
-            run: Default::default(),
-            headroom_at_peak_bytes: None,
-            polled: Default::default(),
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
-        sampler_perturbation: None,
-        latency: Default::default(),
-        ooms: Vec::new(),
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: None,
-        plan: None,
-        graphs: None,
-        timeline_rows: 0,
-        event_rows: 0,
-        import: None,
-        watch: None,
-    };
-    let watch = WatchSection {
-        job: JobInfo {
-            command,
-            pid,
-            attached: matches!(job, Job::Attached { .. }),
-            exit: None,
-            job_used_at_start_bytes: job_at_idle,
-            ended_by: EndedBy::Exit,
-            signals: Vec::new(),
-        },
-        sampling: Sampling {
-            device_view: inputs.device_view.to_string(),
-            job_view: inputs.job_view.to_string(),
-            modeled: inputs.modeled(),
-            device_interval_ns: opts.interval_ns,
-            process_list: ProcessListSampling {
-                asked_interval_ns: opts.process_interval_ns,
-                interval_ns: process_interval_ns,
-                interval_reason,
-                call_latency: call,
-                stats: Default::default(),
-                changes: 0,
-                shortest_change_interval_ns: None,
-                resolution_note: None,
-                lock_share: None,
-            },
-        },
-        cuda_context: inputs.cuda.as_ref().map(|c| c.cost),
-        job_processes: Vec::new(),
-        processes_doubt: None,
-        marks: Marks {
-            path: fifo.as_ref().map(|f| f.path().display().to_string()),
-            lines: 0,
-            beyond_limit: 0,
-        },
-        ooms: Vec::new(),
-        ooms_beyond_limit: 0,
-        release_settle_ns: None,
-    };
+        idle_t,
+        idle_free,
+        total_bytes,
+        idle_nvml,
+        idle_processes: idle_processes.clone(),
+    });
+    let watch = start::watch_section(
+        opts,
+        &inputs,
+        command,
+        &job,
+        job_at_idle,
+        &lp,
+        fifo.as_ref().map(|f| f.path().display().to_string()),
+    );
     crate::report::watch::write_summary(&dir, &summary, &watch)
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     let idle_pids: HashSet<u32> = idle_processes.iter().flatten().map(|p| p.pid).collect();
@@ -467,7 +323,7 @@ fn run(
     session.job_event(start_ns, "start", &name, "ok", &detail);
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,
-        process_interval_ns: (list_error.is_none()).then_some(process_interval_ns),
+        process_interval_ns: lp.error.is_none().then_some(lp.interval_ns),
         duration_ns: opts.duration_ns,
         tree,
     };
