@@ -65,47 +65,8 @@ pub fn run_node(
             eprintln!("{line}");
         }
     };
-    say(format!(
-        "node: {} {} on {} GPU{} ({}) into {}",
-        job.command.name(),
-        job.label,
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
-        inv.profile
-            .as_ref()
-            .map_or(inv.backend.to_string(), |p| format!(
-                "{}, profile {p}",
-                inv.backend
-            )),
-        dir.display()
-    ));
-    for r in &rows {
-        match (&r.occupancy, r.outcome) {
-            (_, Outcome::Skipped) => eprintln!(
-                "GPU {} ({}): skipped: {}",
-                r.gpu.index,
-                r.gpu.uuid,
-                r.reason.as_deref().unwrap_or_default()
-            ),
-            (Occupancy::Doubted { why }, _) => eprintln!(
-                "note: GPU {}: the driver's process list cannot be trusted here ({why}); \
-                 whether other processes use it is not known, and it is not skipped on that evidence",
-                r.gpu.index
-            ),
-            _ => {}
-        }
-    }
-    std::fs::create_dir_all(dir.join("logs"))
-        .with_context(|| format!("cannot create {}", dir.join("logs").display()))?;
-    for r in &rows {
-        let gdir = dir.join(&r.folder);
-        std::fs::create_dir(&gdir).with_context(|| format!("cannot create {}", gdir.display()))?;
-        if r.outcome == Outcome::Skipped {
-            let text = serde_json::to_vec_pretty(r)?;
-            std::fs::write(gdir.join(SKIPPED_FILE), text)
-                .with_context(|| format!("cannot write {}", gdir.join(SKIPPED_FILE).display()))?;
-        }
-    }
+    announce(&inv, job, &rows, &dir);
+    prepare_folders(&dir, &rows)?;
     let runnable: Vec<usize> = (0..rows.len())
         .filter(|i| rows[*i].outcome != Outcome::Skipped)
         .collect();
@@ -115,46 +76,8 @@ pub fn run_node(
             crate::workload::Workload::load_ranked(w, u64::MAX, Rank { index, count })?;
         }
     }
-    let specs: Vec<WorkerSpec> = runnable
-        .iter()
-        .enumerate()
-        .map(|(rank, &i)| {
-            let r = &mut rows[i];
-            r.rank = Some(rank as u32);
-            r.log = Some(format!("logs/{}.log", r.folder));
-            WorkerSpec {
-                args: worker_args(
-                    &inv,
-                    dev.profile.as_deref(),
-                    job,
-                    r.gpu.index,
-                    &dir.join(&r.folder),
-                ),
-                rank: rank as u32,
-                rank_count: runnable.len() as u32,
-                log: dir.join("logs").join(format!("{}.log", r.folder)),
-            }
-        })
-        .collect();
-    let mut summary = NodeSummary {
-        format_version: NODE_FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").into(),
-        command: job.command,
-        label: job.label.clone(),
-        input: job.input.as_ref().map(|p| p.display().to_string()),
-        backend: inv.backend,
-        profile: inv.profile.clone(),
-        selection: dev.device.to_string(),
-        shared_ok: job.shared_ok,
-        started_utc,
-        finished_utc: None,
-        status: NodeStatus::Running,
-        exit_code: None,
-        threshold_bytes: DEFAULT_THRESHOLD_BYTES,
-        gpus: rows,
-        spread: vec![],
-        flags: vec![],
-    };
+    let specs = worker_specs(&inv, dev, job, &dir, &mut rows, &runnable);
+    let mut summary = node_summary(&inv, dev, job, started_utc, rows);
     for &i in &runnable {
         summary.gpus[i].outcome = Outcome::Running;
     }
@@ -198,45 +121,179 @@ pub fn run_node(
     };
     for (k, &i) in runnable.iter().enumerate() {
         let r = &mut summary.gpus[i];
-        let gdir = dir.join(&r.folder);
-        let log = dir.join("logs").join(format!("{}.log", r.folder));
-        match &exits[k] {
-            Err(e) => {
-                r.outcome = Outcome::Failed;
-                r.reason = Some(format!("the worker could not be started: {e}"));
+        outcome(r, &exits[k], job, &dir);
+    }
+    finish(summary, job, &dir, interrupted.load(Ordering::SeqCst))
+}
+
+/// One worker per runnable GPU, ranked in order; each row learns its rank and log.
+fn worker_specs(
+    inv: &Inventory,
+    dev: &DeviceArgs,
+    job: &NodeJob,
+    dir: &Path,
+    rows: &mut [GpuRow],
+    runnable: &[usize],
+) -> Vec<WorkerSpec> {
+    runnable
+        .iter()
+        .enumerate()
+        .map(|(rank, &i)| {
+            let r = &mut rows[i];
+            r.rank = Some(rank as u32);
+            r.log = Some(format!("logs/{}.log", r.folder));
+            WorkerSpec {
+                args: worker_args(
+                    inv,
+                    dev.profile.as_deref(),
+                    job,
+                    r.gpu.index,
+                    &dir.join(&r.folder),
+                ),
+                rank: rank as u32,
+                rank_count: runnable.len() as u32,
+                log: dir.join("logs").join(format!("{}.log", r.folder)),
             }
-            Ok(x) => {
-                r.pid = Some(x.pid);
-                r.exit_code = x.code;
-                r.signal = x.signal;
-                r.elapsed_ns = Some(x.elapsed_ns);
-                let found = results::read(job.command, &gdir);
-                let died = x
-                    .signal
-                    .map(|s| format!("the worker was killed by {}", signal_name(s)));
-                match (found, died) {
-                    (Ok(f), None) => {
-                        r.outcome = Outcome::Ran;
-                        results::apply(r, f);
-                    }
-                    (found, died) => {
-                        r.outcome = Outcome::Failed;
-                        // A worker that said why it stopped is believed before what it left.
-                        let said = (x.code != Some(0)).then(|| last_error(&log)).flatten();
-                        let why = said.or(found.err());
-                        r.reason = Some(
-                            [died, why]
-                                .into_iter()
-                                .flatten()
-                                .collect::<Vec<_>>()
-                                .join("; "),
-                        );
-                    }
+        })
+        .collect()
+}
+
+/// The node's record as its workers start: `running`, one row per GPU.
+fn node_summary(
+    inv: &Inventory,
+    dev: &DeviceArgs,
+    job: &NodeJob,
+    started_utc: String,
+    rows: Vec<GpuRow>,
+) -> NodeSummary {
+    NodeSummary {
+        format_version: NODE_FORMAT_VERSION,
+        headroom_version: env!("CARGO_PKG_VERSION").into(),
+        command: job.command,
+        label: job.label.clone(),
+        input: job.input.as_ref().map(|p| p.display().to_string()),
+        backend: inv.backend,
+        profile: inv.profile.clone(),
+        selection: dev.device.to_string(),
+        shared_ok: job.shared_ok,
+        started_utc,
+        finished_utc: None,
+        status: NodeStatus::Running,
+        exit_code: None,
+        threshold_bytes: DEFAULT_THRESHOLD_BYTES,
+        gpus: rows,
+        spread: vec![],
+        flags: vec![],
+    }
+}
+
+/// Says what runs where, and which GPUs are skipped or doubted, on stderr.
+fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
+    if !job.quiet {
+        eprintln!(
+            "node: {} {} on {} GPU{} ({}) into {}",
+            job.command.name(),
+            job.label,
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" },
+            inv.profile
+                .as_ref()
+                .map_or(inv.backend.to_string(), |p| format!(
+                    "{}, profile {p}",
+                    inv.backend
+                )),
+            dir.display()
+        );
+    }
+    for r in rows {
+        match (&r.occupancy, r.outcome) {
+            (_, Outcome::Skipped) => eprintln!(
+                "GPU {} ({}): skipped: {}",
+                r.gpu.index,
+                r.gpu.uuid,
+                r.reason.as_deref().unwrap_or_default()
+            ),
+            (Occupancy::Doubted { why }, _) => eprintln!(
+                "note: GPU {}: the driver's process list cannot be trusted here ({why}); \
+                 whether other processes use it is not known, and it is not skipped on that evidence",
+                r.gpu.index
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The node folder's `logs/` and one folder per GPU; a skipped GPU's says why.
+fn prepare_folders(dir: &Path, rows: &[GpuRow]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("cannot create {}", dir.join("logs").display()))?;
+    for r in rows {
+        let gdir = dir.join(&r.folder);
+        std::fs::create_dir(&gdir).with_context(|| format!("cannot create {}", gdir.display()))?;
+        if r.outcome == Outcome::Skipped {
+            let text = serde_json::to_vec_pretty(r)?;
+            std::fs::write(gdir.join(SKIPPED_FILE), text)
+                .with_context(|| format!("cannot write {}", gdir.join(SKIPPED_FILE).display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A worker's end as its GPU's row: ran (with what its folder holds) or failed, and why.
+fn outcome(
+    r: &mut GpuRow,
+    exit: &Result<crate::node::workers::WorkerExit, String>,
+    job: &NodeJob,
+    dir: &Path,
+) {
+    let gdir = dir.join(&r.folder);
+    let log = dir.join("logs").join(format!("{}.log", r.folder));
+    match exit {
+        Err(e) => {
+            r.outcome = Outcome::Failed;
+            r.reason = Some(format!("the worker could not be started: {e}"));
+        }
+        Ok(x) => {
+            r.pid = Some(x.pid);
+            r.exit_code = x.code;
+            r.signal = x.signal;
+            r.elapsed_ns = Some(x.elapsed_ns);
+            let found = results::read(job.command, &gdir);
+            let died = x
+                .signal
+                .map(|s| format!("the worker was killed by {}", signal_name(s)));
+            match (found, died) {
+                (Ok(f), None) => {
+                    r.outcome = Outcome::Ran;
+                    results::apply(r, f);
+                }
+                (found, died) => {
+                    r.outcome = Outcome::Failed;
+                    // A worker that said why it stopped is believed before what it left.
+                    let said = (x.code != Some(0)).then(|| last_error(&log)).flatten();
+                    let why = said.or(found.err());
+                    r.reason = Some(
+                        [died, why]
+                            .into_iter()
+                            .flatten()
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    );
                 }
             }
         }
     }
-    summary.status = if interrupted.load(Ordering::SeqCst) {
+}
+
+/// The node's record when every worker has ended: status, exit code, spread and flags, in
+/// `node.json` and `node.md`; printed as Markdown or JSON. Returns the node's exit code.
+fn finish(
+    mut summary: NodeSummary,
+    job: &NodeJob,
+    dir: &Path,
+    interrupted: bool,
+) -> anyhow::Result<i32> {
+    summary.status = if interrupted {
         NodeStatus::Interrupted
     } else {
         NodeStatus::Completed
@@ -245,10 +302,11 @@ pub fn run_node(
     summary.exit_code = Some(worst_exit(&summary.gpus));
     summary.spread = spread(&summary.gpus);
     summary.flags = flags(&summary.gpus, summary.threshold_bytes);
-    summary.write(&dir)?;
+    summary.write(dir)?;
     let md = crate::node::render::markdown(&summary);
     let md_path = dir.join("node.md");
-    std::fs::write(&md_path, &md).with_context(|| format!("cannot write {}", md_path.display()))?;
+    crate::outdir::write_atomic(&md_path, md.as_bytes())
+        .with_context(|| format!("cannot write {}", md_path.display()))?;
     if job.json {
         crate::outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else if !job.quiet {
