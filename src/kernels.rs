@@ -497,4 +497,6 @@ pub fn decode_verify(raw: [u64; 2], ptr: DevPtr, bytes: u64) -> DevResult<Option
 }
 
 #[cfg(test)]
+mod packing_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,128 @@
+//! Who holds the device memory PyTorch did not reserve, as far as the message tells: this
+//! process outside PyTorch's allocator, other processes, or both together.
+
+use super::Evidence;
+use crate::explain::Diagnosis;
+use crate::explain::cause;
+use crate::explain::interval::{Iv, Verdict};
+use crate::oom_message::{ProcessUse, Quantity};
+
+/// Memory on the device that PyTorch did not reserve, split by who holds it where the
+/// message allows.
+pub(super) enum Holders {
+    Split {
+        outside: Iv,
+        others: Iv,
+    },
+    /// Other processes or this process outside PyTorch: the message cannot tell.
+    Unsplit {
+        outside_pytorch: Iv,
+    },
+    /// The message was cut before PyTorch's figures: only other processes can be told apart.
+    OthersOnly {
+        others: Iv,
+    },
+    None,
+}
+
+pub(super) fn holders(
+    d: &mut Diagnosis,
+    e: &Evidence,
+    this: Option<&Quantity>,
+    processes: &[ProcessUse],
+) -> Holders {
+    let used = d.bytes(
+        "device_used_bytes",
+        "device_total − device_free",
+        e.total.minus(e.free),
+    );
+    let this = this.filter(|q| {
+        // NVML has reported 2^64 bytes for a process; such a figure cannot be used.
+        let possible = Iv::of(q).gt(e.total) != Verdict::Yes;
+        if !possible {
+            d.findings.push(format!(
+                "The message says this process has {} in use, more than the device holds: NVML's figure is wrong, and is not used here.",
+                q.printed
+            ));
+        }
+        possible
+    });
+    let Some(reserved) = e.reserved.as_ref().map(|r| r.total) else {
+        return match this {
+            Some(q) => Holders::OthersOnly {
+                others: d.bytes(
+                    "other_processes_bytes",
+                    "device_total − device_free − this_process",
+                    used.minus(Iv::of(q)).non_negative(),
+                ),
+            },
+            None => Holders::None,
+        };
+    };
+    let listed = processes
+        .iter()
+        .fold(Iv::exact(0), |acc, p| acc.plus(Iv::of(&p.used)));
+    if !processes.is_empty() {
+        d.bytes(
+            "listed_processes_bytes",
+            "sum of the listed processes",
+            listed,
+        );
+    }
+    let this = match (this, processes) {
+        (Some(q), _) => Some(Iv::of(q)),
+        (None, [p]) => {
+            let p_iv = Iv::of(&p.used);
+            match p_iv.plus(reserved).gt(used) {
+                Verdict::Yes => {
+                    d.findings.push(format!(
+                        "Process {} must be this process, seen under its host PID (a container): its {} and PyTorch's {} reserved cannot both fit in the {} in use.",
+                        p.pid, p.used.printed, reserved, used
+                    ));
+                    Some(p_iv)
+                }
+                _ => {
+                    d.undecided(
+                        format!(
+                            "Is process {} this process (under its host PID) or another one?",
+                            p.pid
+                        ),
+                        vec![cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR],
+                        "the message names no \"this process\", and both readings fit its numbers"
+                            .into(),
+                    );
+                    None
+                }
+            }
+        }
+        (None, _) => None,
+    };
+    match this {
+        Some(p) => {
+            d.bytes("this_process_bytes", "this process, as NVML counts it", p);
+            if p.gt(used) == Verdict::Yes {
+                d.findings.push(format!(
+                    "This process's {p} exceeds the {used} in use on the device: the two readings were not taken at the same instant, or the device shares memory with the host."
+                ));
+            }
+            let outside = d.bytes(
+                "outside_allocator_bytes",
+                "this_process − reserved",
+                p.minus(reserved).non_negative(),
+            );
+            let others = d.bytes(
+                "other_processes_bytes",
+                "device_total − device_free − this_process",
+                used.minus(p).non_negative(),
+            );
+            Holders::Split { outside, others }
+        }
+        None => Holders::Unsplit {
+            outside_pytorch: d.bytes(
+                "outside_pytorch_bytes",
+                "device_total − device_free − reserved",
+                used.minus(reserved).non_negative(),
+            ),
+        },
+    }
+}
