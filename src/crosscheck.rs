@@ -16,7 +16,7 @@ use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, MIB, SignedBytes};
 
 /// One workload and view.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub workload: String,
     pub view: String,
@@ -31,7 +31,7 @@ pub struct Row {
 }
 
 /// One workload's OOM outcome on both.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     pub workload: String,
     /// `none` or `phase/step` of the first OOM.
@@ -40,7 +40,7 @@ pub struct Outcome {
     pub agree: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Crosscheck {
     pub rows: Vec<Row>,
     pub outcomes: Vec<Outcome>,

@@ -63,5 +63,47 @@ pub fn documents() -> Vec<(&'static str, serde_json::Value)> {
                 "Out-of-memory messages explained: figures as byte intervals, the arithmetic, causes, next checks.",
             ),
         ),
+        (
+            "validation-sweep.schema.json",
+            schema_of::<crate::plan::sweep::SweepResult>(
+                "validation.json of headroom validate --sweep",
+                "A sweep of a plan's parameter: one validation per point, and the worst exit code.",
+            ),
+        ),
+        (
+            "node.schema.json",
+            schema_of::<crate::node::summary::NodeSummary>(
+                "node.json (headroom run/validate/bandwidth/calibrate --device all, also --json)",
+                "A node's record: one row per GPU (identity, CUDA-visible total, idle, true peaks, OOM outcome, exit), the spread across GPUs and the GPUs flagged as different.",
+            ),
+        ),
+        (
+            "devices.schema.json",
+            schema_of::<crate::commands::devices::Listing>(
+                "headroom devices --json",
+                "The GPUs the driver sees (or a simulated device's or node's), with their identity, and the built-in profiles when there is no driver.",
+            ),
+        ),
+        (
+            "plan.schema.json",
+            schema_of::<crate::commands::plan::PlanJson>(
+                "headroom plan --json",
+                "A capacity plan's arithmetic: capacity, weights, other peak, margin, KV budget and the requests it admits.",
+            ),
+        ),
+        (
+            "crosscheck.schema.json",
+            schema_of::<crate::crosscheck::Crosscheck>(
+                "headroom crosscheck --json",
+                "Runs on a device next to the same workloads on the simulator: per workload and view, both peaks and whether they agree, and the OOM outcomes.",
+            ),
+        ),
+        (
+            "replay-snapshot.schema.json",
+            schema_of::<Vec<crate::commands::replay_torch::DeviceAnswer>>(
+                "headroom replay SNAPSHOT --json",
+                "A PyTorch memory snapshot replayed per device: the replay, and with --find-capacity and --try-settings what would have fit.",
+            ),
+        ),
     ]
 }

@@ -144,6 +144,49 @@ fn every_json_output_matches_its_schema() {
         }
     }
 
+    // Devices, a plan's arithmetic, and a crosscheck of two folders of runs.
+    for args in [
+        &["devices", "--profile", "tiny-4g", "--json"][..],
+        &["devices", "--profile", "8xh100-80g", "--json"],
+        &["devices", "--backend", "sim", "--json"],
+    ] {
+        let r = headroom(tmp.path(), args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        check("devices", &json(&r.stdout), &args.join(" "));
+    }
+    let r = headroom(&root(), &["plan", "workloads/plans/tiny.toml", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check("plan", &json(&r.stdout), "plan --json");
+    let (a, b) = (tmp.path().join("runs-a"), tmp.path().join("runs-b"));
+    for d in [&a, &b] {
+        for w in ["quickstart", "oom/pending-free"] {
+            let o = headroom(
+                &root(),
+                &[
+                    "run",
+                    &format!("workloads/{w}.toml"),
+                    "--profile",
+                    "tiny-4g",
+                    "--results",
+                    d.to_str().unwrap(),
+                    "-q",
+                ],
+            );
+            assert!(o.code <= 1, "{}", o.stderr);
+        }
+    }
+    let r = headroom(
+        tmp.path(),
+        &[
+            "crosscheck",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    check("crosscheck", &json(&r.stdout), "crosscheck --json");
+
     for log in std::fs::read_dir(root().join("tests/fixtures/oom-messages")).unwrap() {
         let p = log.unwrap().path();
         if p.extension().is_some_and(|x| x == "log") {

@@ -52,6 +52,7 @@ fn import(tmp: &Path, name: &str) -> Vec<(PathBuf, Value)> {
         .map(|d| {
             let s = serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap())
                 .unwrap();
+            common::schema::check("summary", &s, "an imported summary.json");
             (d, s)
         })
         .collect()
@@ -309,6 +310,9 @@ fn replay_json(args: &[&str]) -> (i32, Value, String) {
     a.push("--json");
     let r = headroom(tmp.path(), &a);
     let v = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+    if !v.is_null() {
+        common::schema::check("replay-snapshot", &v, "replay SNAPSHOT --json");
+    }
     (r.code, v, r.stderr)
 }
 

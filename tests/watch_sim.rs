@@ -47,6 +47,9 @@ fn sim_watch(dir: &Path, usage: &str, job: &[&str]) -> (Out, serde_json::Value, 
     let summary = std::fs::read_to_string(out.join("summary.json"))
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or(serde_json::Value::Null);
+    if !summary.is_null() {
+        common::schema::check("summary", &summary, "a watch's summary.json");
+    }
     (o, summary, out)
 }
 

@@ -11,7 +11,7 @@ use crate::device::select::Backend;
 use crate::node::inventory::{GpuIdentity, inventory};
 use crate::units::Bytes;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ProfileRow {
     name: String,
     gpu_name: String,
@@ -24,8 +24,8 @@ struct ProfileRow {
     default: bool,
 }
 
-#[derive(Debug, Serialize)]
-struct Listing {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(crate) struct Listing {
     backend: &'static str,
     /// Why there are no GPUs, when there are none.
     reason: Option<String>,

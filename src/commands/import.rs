@@ -31,7 +31,7 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
     let imported = folder::import(&snap, &opts)?;
     for i in &imported {
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&i.summary)?);
+            crate::outln!("{}", serde_json::to_string_pretty(&i.summary)?)?;
             continue;
         }
         let s = &i.summary;
@@ -48,7 +48,7 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
             .map_or("no trace".to_string(), |f| {
                 format!("segments reproduced {}", f.summary())
             });
-        println!(
+        crate::outln!(
             "device {}: {} — {} trace entries, {fidelity}; alloc_allocated peak {}, alloc_reserved peak {}; {} OOMs",
             i.device,
             i.dir.display(),
@@ -56,7 +56,7 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
             peak(crate::record::View::AllocAllocated),
             peak(crate::record::View::AllocReserved),
             s.ooms.len()
-        );
+        )?;
     }
     Ok(0)
 }

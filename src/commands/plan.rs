@@ -10,8 +10,8 @@ use crate::plan::budget::Budget;
 use crate::plan::file::{CapacitySource, Plan, Shape};
 use crate::plan::{budget_for, render};
 
-#[derive(Serialize)]
-struct PlanJson<'a> {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct PlanJson<'a> {
     format_version: u32,
     name: &'a str,
     description: &'a str,

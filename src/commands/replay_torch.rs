@@ -17,8 +17,8 @@ use crate::import::torch::requests::TorchRequests;
 use crate::import::torch::{self, DeviceTrace, Snapshot, device, settings};
 
 /// One device's answer.
-#[derive(Debug, Serialize)]
-struct DeviceAnswer {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(crate) struct DeviceAnswer {
     device: u32,
     replay: ReplayReport,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,7 +77,7 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
     }
     let fits = answers.iter().all(|a| a.replay.fits);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&answers)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&answers)?)?;
     } else {
         for a in &answers {
             print!("{}", a.replay);

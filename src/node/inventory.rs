@@ -14,7 +14,7 @@ use crate::device::sim::{SimDevice, sim_uuid};
 use crate::device::{BackendKind, NvmlMemory, ProcessUsage};
 
 /// One GPU as a node sees it before anything runs on it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuIdentity {
     pub index: u32,
     /// The model, as the driver names it.

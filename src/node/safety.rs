@@ -14,7 +14,7 @@ use crate::node::inventory::GpuIdentity;
 use crate::units::Bytes;
 
 /// What the process list says about one GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Occupancy {
     /// No other process holds memory there.

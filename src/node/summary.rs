@@ -18,7 +18,7 @@ pub const NODE_FILE: &str = "node.json";
 pub const SKIPPED_FILE: &str = "skipped.json";
 
 /// Which command the node ran on each GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeCommand {
     Run,
@@ -39,7 +39,7 @@ impl NodeCommand {
 }
 
 /// How the node run as a whole stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeStatus {
     /// Workers are running (or the node's own process was killed before it finished).
@@ -51,7 +51,7 @@ pub enum NodeStatus {
 }
 
 /// What became of one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Its worker is running.
@@ -65,7 +65,7 @@ pub enum Outcome {
 }
 
 /// The first out-of-memory of a GPU's run, in brief.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomBrief {
     /// `phase/step`.
     pub at: String,
@@ -74,7 +74,7 @@ pub struct OomBrief {
 }
 
 /// One GPU of the node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuRow {
     #[serde(flatten)]
     pub gpu: GpuIdentity,
@@ -104,7 +104,7 @@ pub struct GpuRow {
 }
 
 /// One figure across the GPUs that have it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Spread {
     pub figure: String,
     pub gpus: usize,
@@ -118,7 +118,7 @@ pub struct Spread {
 }
 
 /// A GPU that differs from the others.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Flag {
     pub index: u32,
     pub uuid: String,
@@ -127,7 +127,7 @@ pub struct Flag {
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeSummary {
     pub format_version: u32,
     pub headroom_version: String,

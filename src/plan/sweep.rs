@@ -19,7 +19,7 @@ use crate::units::parse_size;
 pub const MAX_POINTS: usize = 64;
 
 /// Which plan input a sweep varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SweepKey {
     OtherPeak,
@@ -59,7 +59,7 @@ impl SweepKey {
 }
 
 /// A parsed `--sweep`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SweepSpec {
     pub key: SweepKey,
     pub values_bytes: Vec<u64>,
@@ -139,7 +139,7 @@ pub fn point_dir(key: SweepKey, bytes: u64) -> String {
 }
 
 /// Everything `validation.json` holds for a sweep.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct SweepResult<'a> {
     pub format_version: u32,
     pub sweep: &'a SweepSpec,

@@ -45,6 +45,14 @@ pub fn validate(
     let v = std::fs::read_to_string(out_dir.join("validation.json"))
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or(serde_json::Value::Null);
+    if !v.is_null() {
+        let schema = if v.get("points").is_some() {
+            "validation-sweep"
+        } else {
+            "validation"
+        };
+        super::schema::check(schema, &v, "validation.json");
+    }
     (out, v, out_dir)
 }
 

@@ -138,7 +138,9 @@ impl Drop for Bench {
 }
 
 pub(crate) fn node_json(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("node.json")).unwrap()).unwrap()
+    let v = serde_json::from_str(&std::fs::read_to_string(dir.join("node.json")).unwrap()).unwrap();
+    common::schema::check("node", &v, &dir.join("node.json").display().to_string());
+    v
 }
 
 pub(crate) fn flags_of(n: &serde_json::Value, index: u64) -> Vec<String> {

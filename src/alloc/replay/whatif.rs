@@ -58,7 +58,7 @@ pub fn replay_on(
 }
 
 /// The result of `find_capacity`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CapacitySearch {
     /// The profile whose other constants the devices share.
     pub profile: String,
@@ -207,7 +207,7 @@ impl std::fmt::Display for CapacitySearch {
 }
 
 /// One row of `try_settings`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SettingsTrial {
     /// What changed from the base settings (`as recorded` for the base itself).
     pub change: String,
