@@ -16,6 +16,7 @@ pub mod rundata;
 pub mod summary;
 pub mod table;
 pub mod text_table;
+pub mod timeline_downsample;
 pub mod trace;
 pub mod watch;
 pub mod watch_markdown;
