@@ -5,6 +5,7 @@
 pub mod artifacts;
 pub mod compare;
 pub mod complete;
+pub mod deadline;
 pub mod escape;
 pub mod graphs;
 pub mod imported;

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::record::timeline::FORMAT_VERSION;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::deadline::Deadline;
 use crate::report::summary::Summary;
 use crate::report::timeline_downsample::Downsample;
 
@@ -97,9 +98,18 @@ impl RunData {
 
     /// Reads the CSVs of a folder whose summary is already in hand (a run that just finished).
     pub fn with_summary(dir: &Path, summary: Summary) -> anyhow::Result<RunData> {
+        Self::with_summary_by(dir, summary, Deadline::none())
+    }
+
+    /// `with_summary`, given up with `OutOfTime` (in the error's chain) once `deadline` passes.
+    pub fn with_summary_by(
+        dir: &Path,
+        summary: Summary,
+        deadline: Deadline,
+    ) -> anyhow::Result<RunData> {
         check_files(dir)?;
-        let timeline = read_timeline(&dir.join("timeline.csv"), &summary)?;
-        let events = read_events(&dir.join("events.csv"))?;
+        let timeline = read_timeline(&dir.join("timeline.csv"), &summary, deadline)?;
+        let events = read_events(&dir.join("events.csv"), deadline)?;
         Ok(RunData {
             dir: dir.to_path_buf(),
             summary,
@@ -204,7 +214,7 @@ pub fn timeline_header() -> Vec<&'static str> {
     h
 }
 
-fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
+fn read_timeline(path: &Path, summary: &Summary, deadline: Deadline) -> anyhow::Result<Timeline> {
     let mut r = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_path(path)
@@ -249,6 +259,7 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
         .with_context(|| format!("{}: cannot read line {}", path.display(), line + 1))?
     {
         line += 1;
+        deadline.check(line)?;
         let cell = |i: usize| record.get(i).unwrap_or_default();
         let num = |i: usize| -> anyhow::Result<Option<u64>> {
             let c = cell(i);
@@ -334,11 +345,12 @@ impl Timeline {
     }
 }
 
-fn read_events(path: &Path) -> anyhow::Result<Vec<Event>> {
+fn read_events(path: &Path, deadline: Deadline) -> anyhow::Result<Vec<Event>> {
     let mut r =
         csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<Event>().enumerate() {
+        deadline.check(i as u64 + 1)?;
         out.push(row.with_context(|| format!("{}: line {}", path.display(), i + 2))?);
     }
     Ok(out)
