@@ -48,6 +48,8 @@ struct Measured {
     code: i32,
 }
 
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
 fn run(dir: &Path, hours: u64) -> Measured {
     let wl = dir.join(format!("soak-{hours}h.toml"));
     std::fs::write(&wl, workload(hours)).unwrap();

@@ -320,7 +320,7 @@ steps = [
 "#,
     );
     let out_dir = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args([
             "run",
             wl.to_str().unwrap(),

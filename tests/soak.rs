@@ -17,6 +17,8 @@ const RSS_BOUND_BYTES: u64 = 100 * MIB;
 const SLEEP_MS: u64 = 600_000;
 
 /// Runs `headroom ARGS` in `cwd`; returns its exit code and peak resident set size in bytes.
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
 fn run_measured(cwd: &Path, args: &[&str]) -> (i32, u64) {
     let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(args)

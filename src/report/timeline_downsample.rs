@@ -210,10 +210,8 @@ impl Bucket {
             }
         }
         self.rows.truncate(j);
-        for slot in self.low.iter_mut().chain(self.high.iter_mut()) {
-            if let Some(i) = slot {
-                *i = new_index[*i];
-            }
+        for i in self.low.iter_mut().chain(self.high.iter_mut()).flatten() {
+            *i = new_index[*i];
         }
     }
 
