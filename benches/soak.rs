@@ -3,7 +3,8 @@
 //! resident set size (from `wait4`) and the size of everything it wrote. Fails when a run
 //! takes 200 MB or more, or an hour's outputs come to 60 MB or more.
 //!
-//! `cargo bench --bench soak` (both); `SOAK_HOURS=1 cargo bench --bench soak` (one).
+//! `cargo bench --bench soak` (both); `SOAK_HOURS=1 cargo bench --bench soak` (one). Under
+//! `cargo test` (no `--bench` argument) it runs one minute, to check that it works.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,10 +16,10 @@ const RSS_MAX_BYTES: u64 = 200_000_000;
 const OUTPUT_PER_HOUR_MAX_BYTES: u64 = 60_000_000;
 
 /// A soak workload: every second, 64 MiB allocated for half of it, over a 256 MiB base.
-fn workload(hours: u64) -> String {
+fn workload(minutes: u64) -> String {
     format!(
         r#"[workload]
-name = "soak-{hours}h"
+name = "soak-{minutes}min"
 
 [settings]
 sample_interval = "1ms"
@@ -36,7 +37,7 @@ steps = [
   {{ op = "free", name = "base" }},
 ]
 "#,
-        hours * 3600
+        minutes * 60
     )
 }
 
@@ -50,10 +51,10 @@ struct Measured {
 
 // The child is reaped by `wait4`, which also gives its resource usage.
 #[allow(clippy::zombie_processes)]
-fn run(dir: &Path, hours: u64) -> Measured {
-    let wl = dir.join(format!("soak-{hours}h.toml"));
-    std::fs::write(&wl, workload(hours)).unwrap();
-    let out = dir.join(format!("out-{hours}h"));
+fn run(dir: &Path, minutes: u64) -> Measured {
+    let wl = dir.join(format!("soak-{minutes}min.toml"));
+    std::fs::write(&wl, workload(minutes)).unwrap();
+    let out = dir.join(format!("out-{minutes}min"));
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args([
@@ -94,38 +95,45 @@ fn run(dir: &Path, hours: u64) -> Measured {
 }
 
 fn main() {
-    let hours: Vec<u64> = std::env::var("SOAK_HOURS")
-        .unwrap_or_else(|_| "1,10".into())
-        .split(',')
-        .map(|h| {
-            h.trim()
-                .parse()
-                .expect("SOAK_HOURS: whole hours, comma separated")
-        })
-        .collect();
+    let benching = std::env::args().any(|a| a == "--bench");
+    let minutes: Vec<u64> = if benching {
+        std::env::var("SOAK_HOURS")
+            .unwrap_or_else(|_| "1,10".into())
+            .split(',')
+            .map(|h| {
+                let h: u64 = h
+                    .trim()
+                    .parse()
+                    .expect("SOAK_HOURS: whole hours, comma separated");
+                h * 60
+            })
+            .collect()
+    } else {
+        vec![1]
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut failed = Vec::new();
     println!("virtual time  wall (s)  peak RSS (bytes)  outputs (bytes)  timeline.csv (bytes)");
-    for h in hours {
-        let m = run(dir.path(), h);
+    for min in minutes {
+        let m = run(dir.path(), min);
         println!(
-            "{:>10} h  {:>8.1}  {:>16}  {:>15}  {:>20}",
-            h,
+            "{:>8} min  {:>8.1}  {:>16}  {:>15}  {:>20}",
+            min,
             m.wall.as_secs_f64(),
             m.rss_bytes,
             m.output_bytes,
             m.timeline_bytes
         );
         if m.code != 0 {
-            failed.push(format!("{h} h: exit {}", m.code));
+            failed.push(format!("{min} min: exit {}", m.code));
         }
         if m.rss_bytes >= RSS_MAX_BYTES {
-            failed.push(format!("{h} h: peak RSS {} bytes", m.rss_bytes));
+            failed.push(format!("{min} min: peak RSS {} bytes", m.rss_bytes));
         }
-        if m.output_bytes >= h * OUTPUT_PER_HOUR_MAX_BYTES {
-            failed.push(format!("{h} h: {} bytes of outputs", m.output_bytes));
+        if m.output_bytes >= min.div_ceil(60) * OUTPUT_PER_HOUR_MAX_BYTES {
+            failed.push(format!("{min} min: {} bytes of outputs", m.output_bytes));
         }
-        std::fs::remove_dir_all(dir.path().join(format!("out-{h}h"))).unwrap();
+        std::fs::remove_dir_all(dir.path().join(format!("out-{min}min"))).unwrap();
     }
     if !failed.is_empty() {
         eprintln!("soak targets missed: {}", failed.join("; "));
