@@ -304,3 +304,91 @@ fn names_longer_than_the_cap_are_refused_at_once() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("[workload] name"), "{}", out.stderr);
 }
+
+#[test]
+fn ctrl_c_on_a_million_step_run_exits_at_once_with_a_complete_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "steps",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "w", size = "4KiB" },
+  { op = "repeat", times = 999990, steps = [{ op = "touch", name = "w" }] },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Mid-run: about 200,000 steps done (60 bytes an event row), the rest still to come.
+    let events = out_dir.join("events.csv");
+    let waited = Instant::now();
+    while std::fs::metadata(&events).map_or(0, |m| m.len()) < 12_000_000 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    // Writing every report of 200,000 events took about 4 s in a debug build.
+    assert!(
+        took < Duration::from_secs(2),
+        "exited {took:?} after Ctrl-C"
+    );
+    assert!(
+        stderr.contains("interrupted: writing summary.json, timeline.csv, events.csv"),
+        "{stderr}"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["status"], "interrupted");
+    assert_eq!(s["exit_code"], 130);
+    let run = u(&s["phases"][0]["actions_run"]);
+    assert!((100_000..999_991).contains(&run), "{run} steps run");
+    assert_eq!(u(&s["event_rows"]), csv_rows(&events).len() as u64);
+    let reasons = headroom::report::complete::incomplete_reasons(&out_dir);
+    assert!(reasons.is_empty(), "{reasons:?}");
+    // Each derived report was written, or is named as left for `headroom report`.
+    let skipped = stderr
+        .lines()
+        .find(|l| l.starts_with("interrupted: skipped"))
+        .unwrap_or("");
+    for f in [
+        "report.md",
+        "junit.xml",
+        "trace.json",
+        "timeline.svg",
+        "timeline.png",
+    ] {
+        assert!(
+            out_dir.join(f).is_file() || skipped.contains(f),
+            "{f}: neither written nor said skipped: {stderr}"
+        );
+    }
+}

@@ -83,15 +83,25 @@ fn a_50ms_spike_is_caught_by_events_and_missed_by_a_1hz_poll() {
         u(&s["peaks"]["polled"]["1hz"]["peaks"]["device_used_bytes"]),
         CTX + 100 * MIB
     );
-    // The 1 ms sampler saw the spike too: about fifty readings at the spike level.
+    // The 1 ms sampler saw the spike too: about fifty readings at the spike level. Equal
+    // readings are one row each end: the spike's first row (the allocation's event) and the
+    // sampler's last reading before the free; the ones between are the sampler's ticks.
     let rows = csv_rows(&out_dir.join("timeline.csv"));
-    let spike_samples = rows
+    let spike = (CTX + 100 * MIB + GIB).to_string();
+    let at_spike: Vec<(&str, u64)> = rows
         .iter()
-        .filter(|r| {
-            r["source"] == "sampler"
-                && r["device_used_bytes"] == (CTX + 100 * MIB + GIB).to_string()
-        })
-        .count();
+        .filter(|r| r["device_used_bytes"] == spike)
+        .map(|r| (r["source"].as_str(), r["t_ns"].parse().unwrap()))
+        .collect();
+    let sampler_rows: Vec<u64> = at_spike
+        .iter()
+        .filter(|r| r.0 == "sampler")
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(sampler_rows.len(), 1, "{at_spike:?}");
+    let (first, last) = (at_spike[0].1, sampler_rows[0]);
+    let interval = u(&s["sampler"]["interval_ns"]);
+    let spike_samples = (last - first - 1) / interval + 1;
     assert!((49..=51).contains(&spike_samples), "{spike_samples}");
     // Phase peaks are kept apart.
     assert_eq!(u(&s["phases"][0]["peaks"]["own_bytes"]["bytes"]), 100 * MIB);

@@ -4,6 +4,12 @@
 //! a background thread on a real GPU), so they can arrive slightly out of order. The recorder
 //! holds them in a small reorder buffer and writes everything older than a watermark in time
 //! order; peaks and poller replays see the same ordered stream as the file.
+//!
+//! The file holds a row only where something changed: a sampler reading equal to the reading
+//! before it (same phase, device free and every view) is not written, except the last one
+//! before a change, so each value's first and last sighting are both in the file. Peaks and
+//! pollers see every reading, written or not; an hour at 1 ms is a few rows per change, not
+//! 3.6 million.
 
 use std::collections::BinaryHeap;
 use std::fs::File;
@@ -62,7 +68,13 @@ pub struct Recorder {
     pub phases: Vec<PeakSet>,
     pub pollers: Vec<Poller>,
     pub rows_written: u64,
+    /// Every reading folded into the peaks, written to the file or not.
+    pub readings_seen: u64,
     last_written_ns: u64,
+    /// The reading that set the values the file shows now (written, or held below).
+    last_values: Option<Reading>,
+    /// A sampler reading equal to `last_values`, not written unless a change follows it.
+    held: Option<Reading>,
 }
 
 impl Recorder {
@@ -93,7 +105,10 @@ impl Recorder {
                 .map(|(name, p)| Poller::new(name, *p, start_ns))
                 .collect(),
             rows_written: 0,
+            readings_seen: 0,
             last_written_ns: 0,
+            last_values: None,
+            held: None,
         })
     }
 
@@ -131,13 +146,19 @@ impl Recorder {
         Ok(())
     }
 
-    /// Writes everything buffered and flushes the file to disk.
+    /// Writes everything buffered (the last unchanged reading too) and flushes the file.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.release_until(u64::MAX)?;
+        if let Some(h) = self.held.take() {
+            self.write_row(&h)?;
+        }
         self.out.flush()
     }
 
+    /// Folds `r` into the peaks and pollers; writes its row when it changes what the file
+    /// shows (or is not a sampler reading).
     fn write(&mut self, r: &Reading) -> std::io::Result<()> {
+        self.readings_seen += 1;
         if matches!(r.source, Source::Sampler | Source::Event) {
             self.run.observe(r);
             if let Some(p) = self.phases.get_mut(r.phase as usize) {
@@ -148,6 +169,21 @@ impl Recorder {
             }
         }
         self.last_written_ns = self.last_written_ns.max(r.t_ns);
+        let unchanged = self.last_values.is_some_and(|last| same_values(&last, r));
+        if r.source == Source::Sampler && unchanged {
+            self.held = Some(*r);
+            return Ok(());
+        }
+        if let Some(h) = self.held.take() {
+            self.write_row(&h)?;
+        }
+        if !unchanged {
+            self.last_values = Some(*r);
+        }
+        self.write_row(r)
+    }
+
+    fn write_row(&mut self, r: &Reading) -> std::io::Result<()> {
         let phase = if r.phase == NO_PHASE {
             ""
         } else {
@@ -176,6 +212,11 @@ impl Recorder {
         self.rows_written += 1;
         Ok(())
     }
+}
+
+/// Whether two readings show the same phase, device free memory and views.
+fn same_values(a: &Reading, b: &Reading) -> bool {
+    a.phase == b.phase && a.device_free_bytes == b.device_free_bytes && a.views == b.views
 }
 
 /// Appends the decimal digits of `v`.
@@ -321,6 +362,57 @@ mod tests {
                 .unwrap()
                 .starts_with("10,a,sampler,90,10,")
         );
+    }
+
+    #[test]
+    fn unchanged_sampler_readings_are_left_out_but_every_peak_and_edge_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = Recorder::create(dir.path(), vec!["a".into()], 1000, 0).unwrap();
+        let r = |t, free, src| Reading {
+            t_ns: t,
+            phase: 0,
+            source: src,
+            device_free_bytes: free,
+            views: ViewSet::default(),
+        };
+        // 900 free from t=0 to t=99, a one-reading dip to 300 at t=100, 800 after it.
+        rec.push(r(0, 900, Source::Event));
+        for t in 1..100 {
+            rec.push(r(t, 900, Source::Sampler));
+        }
+        rec.push(r(100, 300, Source::Sampler));
+        for t in 101..200 {
+            rec.push(r(t, 800, Source::Sampler));
+        }
+        rec.push(r(200, 800, Source::Event));
+        rec.push(r(201, 800, Source::Sampler));
+        rec.flush().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
+        let rows: Vec<(u64, u64)> = text
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let c: Vec<&str> = l.split(',').collect();
+                (c[0].parse().unwrap(), c[3].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (0, 900),
+                (99, 900),
+                (100, 300),
+                (101, 800),
+                (199, 800),
+                (200, 800),
+                (201, 800)
+            ]
+        );
+        assert_eq!(rec.rows_written, 7);
+        assert_eq!(rec.readings_seen, 202);
+        let peak = rec.run.get(View::DeviceUsed).unwrap();
+        assert_eq!((peak.bytes, peak.t_ns), (700, 100));
+        assert_eq!(rec.run.readings(), 202);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::outdir::write_atomic;
+use crate::report::deadline::{Deadline, OutOfTime};
 use crate::report::rundata::{ORIGINAL_FILES, RunData};
 use crate::report::summary::Summary;
 use crate::report::{junit, markdown, plot, trace};
@@ -81,19 +82,66 @@ pub fn write_all(dir: &Path, summary: &Summary) -> anyhow::Result<Vec<PathBuf>> 
     write_run(&run)
 }
 
+/// What `write_within` did: the reports it wrote, and the ones it left for `headroom report`.
+#[derive(Debug, Default)]
+pub struct WrittenWithin {
+    pub written: Vec<&'static str>,
+    pub skipped: Vec<&'static str>,
+}
+
+/// Writes the derived reports of a run that was interrupted, in `ALL`'s order (the cheap text
+/// reports first), starting none after `deadline`; `on_start` hears each file as it begins.
+/// The run's own files are already complete: what is skipped `headroom report DIR` writes.
+pub fn write_within(
+    dir: &Path,
+    summary: &Summary,
+    deadline: Deadline,
+    mut on_start: impl FnMut(&'static str),
+) -> anyhow::Result<WrittenWithin> {
+    let mut out = WrittenWithin::default();
+    let all = || ALL.iter().map(|a| a.file_name());
+    let run = match RunData::with_summary_by(dir, summary.clone(), deadline) {
+        Ok(run) => run,
+        Err(e) if e.downcast_ref::<OutOfTime>().is_some() => {
+            out.skipped.extend(all());
+            return Ok(out);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut failed = Vec::new();
+    for a in ALL {
+        if deadline.passed() {
+            out.skipped.push(a.file_name());
+            continue;
+        }
+        on_start(a.file_name());
+        match write_one(&run, *a) {
+            Ok(_) => out.written.push(a.file_name()),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("; "));
+    }
+    Ok(out)
+}
+
+fn write_one(run: &RunData, a: &dyn Artifact) -> anyhow::Result<PathBuf> {
+    debug_assert!(!ORIGINAL_FILES.contains(&a.file_name()));
+    let path = run.dir.join(a.file_name());
+    a.render(run)
+        .and_then(|bytes| write_atomic(&path, &bytes).map_err(Into::into))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
 /// Writes every derived report of a loaded run into its folder (never an original file).
 pub fn write_run(run: &RunData) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let mut failed = Vec::new();
     for a in ALL {
-        debug_assert!(!ORIGINAL_FILES.contains(&a.file_name()));
-        let path = run.dir.join(a.file_name());
-        let result = a
-            .render(run)
-            .and_then(|bytes| write_atomic(&path, &bytes).map_err(Into::into))
-            .with_context(|| format!("cannot write {}", path.display()));
-        match result {
-            Ok(()) => written.push(path),
+        match write_one(run, *a) {
+            Ok(path) => written.push(path),
             Err(e) => failed.push(format!("{e:#}")),
         }
     }

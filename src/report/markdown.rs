@@ -61,8 +61,8 @@ pub fn render(run: &RunData) -> String {
     release(&mut o, s);
     let _ = writeln!(
         o,
-        "\n---\nFiles: `summary.json`, `timeline.csv` ({} readings), `events.csv` ({} events), `alloc-log.csv` (every allocator call, for `headroom replay`); plot `timeline.svg` / `timeline.png`, trace `trace.json` (Perfetto UI, chrome://tracing), `junit.xml`.",
-        run.timeline.len(),
+        "\n---\nFiles: `summary.json`, `timeline.csv` ({} rows), `events.csv` ({} events), `alloc-log.csv` (every allocator call, for `headroom replay`); plot `timeline.svg` / `timeline.png`, trace `trace.json` (Perfetto UI, chrome://tracing), `junit.xml`.",
+        run.summary.timeline_rows,
         run.events.len()
     );
     escape::document(&o)

@@ -5,6 +5,7 @@
 pub mod artifacts;
 pub mod compare;
 pub mod complete;
+pub mod deadline;
 pub mod escape;
 pub mod graphs;
 pub mod imported;
@@ -16,6 +17,7 @@ pub mod rundata;
 pub mod summary;
 pub mod table;
 pub mod text_table;
+pub mod timeline_downsample;
 pub mod trace;
 pub mod watch;
 pub mod watch_markdown;

@@ -11,15 +11,21 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::record::timeline::FORMAT_VERSION;
-use crate::record::{NO_PHASE, Source, View};
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::deadline::Deadline;
 use crate::report::summary::Summary;
+use crate::report::timeline_downsample::Downsample;
 
 /// The files every result folder holds; the rest are derived from them.
 pub const ORIGINAL_FILES: [&str; 3] = ["summary.json", "timeline.csv", "events.csv"];
 
-/// Every reading of `timeline.csv`, one column per field; empty view columns are left out.
+/// The rows of `timeline.csv`, one column per field; empty view columns are left out. A long
+/// timeline is read through `Downsample`: its rows then hold every extreme of every column, not
+/// every row (`reduced` says so).
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
+    /// Rows were left out to keep memory bounded (every extreme kept).
+    pub reduced: bool,
     pub t_ns: Vec<u64>,
     /// Index into `summary.phases`, or `NO_PHASE` outside every phase.
     pub phase: Vec<u32>,
@@ -92,9 +98,18 @@ impl RunData {
 
     /// Reads the CSVs of a folder whose summary is already in hand (a run that just finished).
     pub fn with_summary(dir: &Path, summary: Summary) -> anyhow::Result<RunData> {
+        Self::with_summary_by(dir, summary, Deadline::none())
+    }
+
+    /// `with_summary`, given up with `OutOfTime` (in the error's chain) once `deadline` passes.
+    pub fn with_summary_by(
+        dir: &Path,
+        summary: Summary,
+        deadline: Deadline,
+    ) -> anyhow::Result<RunData> {
         check_files(dir)?;
-        let timeline = read_timeline(&dir.join("timeline.csv"), &summary)?;
-        let events = read_events(&dir.join("events.csv"))?;
+        let timeline = read_timeline(&dir.join("timeline.csv"), &summary, deadline)?;
+        let events = read_events(&dir.join("events.csv"), deadline)?;
         Ok(RunData {
             dir: dir.to_path_buf(),
             summary,
@@ -199,7 +214,7 @@ pub fn timeline_header() -> Vec<&'static str> {
     h
 }
 
-fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
+fn read_timeline(path: &Path, summary: &Summary, deadline: Deadline) -> anyhow::Result<Timeline> {
     let mut r = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_path(path)
@@ -236,8 +251,7 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
         .enumerate()
         .map(|(i, p)| (p.name.as_str(), i as u32))
         .collect();
-    let mut tl = Timeline::default();
-    let mut views: Vec<Vec<Option<u64>>> = vec![Vec::new(); View::COUNT];
+    let mut rows = Downsample::default();
     let mut record = csv::ByteRecord::new();
     let mut line = 1u64;
     while r
@@ -245,6 +259,7 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
         .with_context(|| format!("{}: cannot read line {}", path.display(), line + 1))?
     {
         line += 1;
+        deadline.check(line)?;
         let cell = |i: usize| record.get(i).unwrap_or_default();
         let num = |i: usize| -> anyhow::Result<Option<u64>> {
             let c = cell(i);
@@ -273,9 +288,9 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
                 )
             })
         };
-        tl.t_ns.push(required(0)?);
+        let t_ns = required(0)?;
         let phase = String::from_utf8_lossy(cell(1));
-        tl.phase.push(if phase.is_empty() {
+        let phase = if phase.is_empty() {
             NO_PHASE
         } else {
             *phase_index.get(phase.as_ref()).ok_or_else(|| {
@@ -284,28 +299,58 @@ fn read_timeline(path: &Path, summary: &Summary) -> anyhow::Result<Timeline> {
                     path.display()
                 )
             })?
-        });
+        };
         let source = String::from_utf8_lossy(cell(2));
-        tl.source.push(Source::parse(&source).ok_or_else(|| {
+        let source = Source::parse(&source).ok_or_else(|| {
             anyhow::anyhow!("{}: line {line}: unknown source {source:?}", path.display())
-        })?);
-        tl.device_free_bytes.push(required(3)?);
-        for (k, col) in views.iter_mut().enumerate() {
-            col.push(num(4 + k)?);
+        })?;
+        let device_free_bytes = required(3)?;
+        let mut views = ViewSet::default();
+        for (k, view) in View::ALL.into_iter().enumerate() {
+            if let Some(v) = num(4 + k)? {
+                views.set(view, v);
+            }
         }
+        rows.push(Reading {
+            t_ns,
+            phase,
+            source,
+            device_free_bytes,
+            views,
+        });
     }
-    tl.views = views
-        .into_iter()
-        .map(|col| col.iter().any(Option::is_some).then_some(col))
-        .collect();
-    Ok(tl)
+    Ok(Timeline::from_rows(rows))
 }
 
-fn read_events(path: &Path) -> anyhow::Result<Vec<Event>> {
+impl Timeline {
+    /// The columns of the rows a downsample kept.
+    fn from_rows(rows: Downsample) -> Timeline {
+        let reduced = rows.is_reduced();
+        let rows = rows.finish();
+        let views = View::ALL
+            .into_iter()
+            .map(|v| {
+                let col: Vec<Option<u64>> = rows.iter().map(|r| r.views.get(v)).collect();
+                col.iter().any(Option::is_some).then_some(col)
+            })
+            .collect();
+        Timeline {
+            reduced,
+            t_ns: rows.iter().map(|r| r.t_ns).collect(),
+            phase: rows.iter().map(|r| r.phase).collect(),
+            source: rows.iter().map(|r| r.source).collect(),
+            device_free_bytes: rows.iter().map(|r| r.device_free_bytes).collect(),
+            views,
+        }
+    }
+}
+
+fn read_events(path: &Path, deadline: Deadline) -> anyhow::Result<Vec<Event>> {
     let mut r =
         csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<Event>().enumerate() {
+        deadline.check(i as u64 + 1)?;
         out.push(row.with_context(|| format!("{}: line {}", path.display(), i + 2))?);
     }
     Ok(out)

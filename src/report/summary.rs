@@ -262,6 +262,8 @@ pub struct Summary {
     /// Set when the run was imported from another tool's evidence (`headroom import`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import: Option<crate::report::imported::ImportInfo>,
+    /// Rows in `timeline.csv`: a sampler reading equal to the one before is left out
+    /// (`sampler.readings` counts them all).
     pub timeline_rows: u64,
     pub event_rows: u64,
     /// A `headroom watch` folder's section: the watched job, its phases and its messages.

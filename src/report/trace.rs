@@ -53,7 +53,7 @@ pub fn render(run: &RunData) -> anyhow::Result<Vec<u8>> {
 pub fn render_bounded(run: &RunData, events_max: usize) -> anyhow::Result<Vec<u8>> {
     let s = &run.summary;
     let t0 = run.t0_ns();
-    let mut ev: Vec<Value> = Vec::new();
+    let mut ev = Events::default();
     let streams = tracks(run, &mut ev);
     phases_and_marks(run, t0, &mut ev);
     let counts = events(run, t0, &streams, events_max, &mut ev);
@@ -82,16 +82,44 @@ pub fn render_bounded(run: &RunData, events_max: usize) -> anyhow::Result<Vec<u8
         out,
         "{{\"displayTimeUnit\":\"ms\",\"otherData\":{other},\"traceEvents\":["
     )?;
-    for (i, e) in ev.iter().enumerate() {
-        serde_json::to_writer(&mut out, e)?;
-        out.extend_from_slice(if i + 1 < ev.len() { b",\n" } else { b"\n" });
-    }
+    out.extend_from_slice(&ev.finish()?);
     out.extend_from_slice(b"]}\n");
     Ok(out)
 }
 
+/// The trace's events as JSON text, each written as it is made (not held as values): one a
+/// line, comma-separated.
+#[derive(Default)]
+struct Events {
+    text: Vec<u8>,
+    count: usize,
+    error: Option<serde_json::Error>,
+}
+
+impl Events {
+    fn push(&mut self, e: Value) {
+        if self.count > 0 {
+            self.text.extend_from_slice(b",\n");
+        }
+        self.count += 1;
+        if let Err(err) = serde_json::to_writer(&mut self.text, &e) {
+            self.error.get_or_insert(err);
+        }
+    }
+
+    fn finish(mut self) -> serde_json::Result<Vec<u8>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.count > 0 {
+            self.text.push(b'\n');
+        }
+        Ok(self.text)
+    }
+}
+
 /// The process and its tracks: phases, marks, then one per stream in order of appearance.
-fn tracks<'r>(run: &'r RunData, ev: &mut Vec<Value>) -> BTreeMap<&'r str, u32> {
+fn tracks<'r>(run: &'r RunData, ev: &mut Events) -> BTreeMap<&'r str, u32> {
     let s = &run.summary;
     let process = format!("headroom · {} on {}", s.workload.name, s.device.name);
     ev.push(metadata("process_name", 0, json!({"name": process})));
@@ -117,7 +145,7 @@ fn tracks<'r>(run: &'r RunData, ev: &mut Vec<Value>) -> BTreeMap<&'r str, u32> {
 }
 
 /// Phase slices, the idle reading, the release check and every OOM with its diagnosis.
-fn phases_and_marks(run: &RunData, t0: u64, ev: &mut Vec<Value>) {
+fn phases_and_marks(run: &RunData, t0: u64, ev: &mut Events) {
     let s = &run.summary;
     for p in &s.phases {
         let (Some(a), Some(b)) = (p.start_ns, p.end_ns) else {
@@ -211,7 +239,7 @@ fn events(
     t0: u64,
     streams: &BTreeMap<&str, u32>,
     events_max: usize,
-    ev: &mut Vec<Value>,
+    ev: &mut Events,
 ) -> EventCounts {
     if run.events.len() <= events_max {
         for e in &run.events {
@@ -269,7 +297,7 @@ fn events(
 }
 
 /// One counter track per view; returns the views reduced per time bucket.
-fn counters(run: &RunData, t0: u64, ev: &mut Vec<Value>) -> Vec<&'static str> {
+fn counters(run: &RunData, t0: u64, ev: &mut Events) -> Vec<&'static str> {
     let tl = &run.timeline;
     let span_ns = run.t1_ns().saturating_sub(t0).max(1) as f64;
     let mut reduced = Vec::new();

@@ -162,8 +162,8 @@ pub fn render(run: &RunData, w: &WatchSection) -> String {
     release(&mut o, s, w);
     let _ = writeln!(
         o,
-        "\n---\nFiles: `summary.json` (its `watch` key holds the job's part), `timeline.csv` ({} readings), `events.csv` ({} events: the job's start, marks, messages, signals, exit, the release); plot `timeline.svg` / `timeline.png`, trace `trace.json`, `junit.xml`.",
-        run.timeline.len(),
+        "\n---\nFiles: `summary.json` (its `watch` key holds the job's part), `timeline.csv` ({} rows), `events.csv` ({} events: the job's start, marks, messages, signals, exit, the release); plot `timeline.svg` / `timeline.png`, trace `trace.json`, `junit.xml`.",
+        run.summary.timeline_rows,
         run.events.len()
     );
     o

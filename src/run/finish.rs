@@ -3,13 +3,14 @@
 //! replays closed, the expectations evaluated and the record written.
 
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
 use crate::alloc::AllocatorKind;
 use crate::record::timeline::POLLERS;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::deadline::Deadline;
 use crate::report::summary::{PolledPeaks, Release, RunStatus, Summary};
 use crate::run::actions::Done;
 use crate::run::recording::RowKey;
@@ -18,6 +19,27 @@ use crate::units::{MIB, Nanos, utc_timestamp};
 
 /// How long the release check waits for a stopped tenant's memory to come back.
 const TENANT_SETTLE_NS: u64 = 2_000_000_000;
+
+/// After Ctrl-C, how long the derived reports may take: whoever pressed it wants out.
+pub const INTERRUPTED_REPORTS_BUDGET: Duration = Duration::from_millis(500);
+
+/// The derived reports of an interrupted run, each said on stderr as it starts, none started
+/// past the budget; the ones skipped are named with the command that writes them.
+fn write_reports_interrupted(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    let deadline = Deadline::after(INTERRUPTED_REPORTS_BUDGET);
+    let done = crate::report::artifacts::write_within(dir, summary, deadline, |file| {
+        eprintln!("interrupted: writing {file}");
+    })?;
+    if !done.skipped.is_empty() {
+        eprintln!(
+            "interrupted: skipped {} (more than {} ms; `headroom report {}` writes them)",
+            done.skipped.join(", "),
+            INTERRUPTED_REPORTS_BUDGET.as_millis(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
 
 /// What releasing the run's memory left to report.
 struct Released {
@@ -68,6 +90,10 @@ impl Runner<'_, '_> {
         self.check_release(summary, &released);
         self.close_pollers(summary, end_ns);
         self.fail_on_late_fault(summary, &released.errors);
+        let interrupted = summary.status == RunStatus::Interrupted;
+        if interrupted {
+            eprintln!("interrupted: writing summary.json, timeline.csv, events.csv");
+        }
         self.rec.timeline.flush().context("flushing timeline.csv")?;
         self.rec.events.flush().context("flushing events.csv")?;
         self.fill_summary(summary);
@@ -82,7 +108,12 @@ impl Runner<'_, '_> {
         write_summary(dir, summary).context("writing summary.json")?;
         // The run's record is complete on disk; a report that cannot be written is a warning
         // (`headroom report DIR` can write it again), not a different outcome of the run.
-        if let Err(e) = crate::report::artifacts::write_all(dir, summary) {
+        let reports = if interrupted {
+            write_reports_interrupted(dir, summary)
+        } else {
+            crate::report::artifacts::write_all(dir, summary).map(|_| ())
+        };
+        if let Err(e) = reports {
             eprintln!("warning: writing the run's reports: {e:#}");
         }
         if !released.errors.is_empty() {

@@ -16,6 +16,12 @@ use crate::run::{Runner, Stop, watchdog};
 use crate::units::Nanos;
 use crate::workload::{Action, Planned, Via, member_name};
 
+/// A sleep on a real GPU, in slices: the sampler thread's readings are drained after each.
+const SLEEP_SLICE_NS: u64 = 20_000_000;
+/// A sleep on the simulator, in slices of virtual time: each slice's sampler readings (at most
+/// 100 ms of them) are written before the next.
+pub(crate) const SIM_SLEEP_SLICE_NS: u64 = 100_000_000;
+
 /// What a refused allocation means for the step that asked.
 #[derive(Clone, Copy)]
 enum Refusal {
@@ -394,14 +400,15 @@ impl Runner<'_, '_> {
         Ok(None)
     }
 
-    /// The host waits: in slices on a real GPU, so the sampler is drained and Ctrl-C is heard.
+    /// The host waits in slices, so the sampler's readings are written as they come (an hour
+    /// on the simulator is not 3.6 million readings held at once) and Ctrl-C is heard.
     /// Returns how long it waited (less than asked when interrupted).
     fn sleep(&mut self, duration_ns: u64) -> u64 {
-        if self.dev.info().is_sim() {
-            self.dev.sleep(duration_ns);
-            return duration_ns;
-        }
-        const SLICE_NS: u64 = 20_000_000;
+        let slice_ns = if self.dev.info().is_sim() {
+            SIM_SLEEP_SLICE_NS
+        } else {
+            SLEEP_SLICE_NS
+        };
         let start = self.dev.now_ns();
         let end = start.saturating_add(duration_ns);
         loop {
@@ -412,7 +419,7 @@ impl Runner<'_, '_> {
             if self.limits.interrupted.load(Ordering::Relaxed) {
                 return now - start;
             }
-            self.dev.sleep((end - now).min(SLICE_NS));
+            self.dev.sleep((end - now).min(slice_ns));
             self.rec.pump(&*self.dev);
         }
     }

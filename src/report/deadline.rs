@@ -1,0 +1,39 @@
+//! A point in wall time after which optional work (derived reports after Ctrl-C) is left
+//! undone; `none()` never passes.
+
+use std::time::{Duration, Instant};
+
+/// How often a loop over rows looks at the clock.
+pub const CHECK_EVERY_ROWS: u64 = 4096;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// No deadline: everything is done.
+    pub fn none() -> Deadline {
+        Deadline(None)
+    }
+
+    /// `budget` from now.
+    pub fn after(budget: Duration) -> Deadline {
+        Deadline(Some(Instant::now() + budget))
+    }
+
+    pub fn passed(&self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Fails with `OutOfTime` when passed (checked every `CHECK_EVERY_ROWS` rows of `row`).
+    pub fn check(&self, row: u64) -> Result<(), OutOfTime> {
+        if row % CHECK_EVERY_ROWS == 0 && self.passed() {
+            return Err(OutOfTime);
+        }
+        Ok(())
+    }
+}
+
+/// The deadline passed before the work was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("out of time")]
+pub struct OutOfTime;

@@ -1,0 +1,160 @@
+//! Long runs in bounded memory: a long sleep's sampler readings are written as they come
+//! (one row per change, every peak exact), and `headroom report` rereads a full-resolution
+//! timeline through a bounded downsample. Peak RSS is the child's own, from `wait4`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// Far below what holding every reading costs (over 200 MB for 600,000 readings in a debug
+/// build), far above what a bounded run needs (about 30 MB).
+const RSS_BOUND_BYTES: u64 = 100 * MIB;
+
+/// Ten minutes of virtual time at 1 ms: 600,000 sampler readings.
+const SLEEP_MS: u64 = 600_000;
+
+/// Runs `headroom ARGS` in `cwd`; returns its exit code and peak resident set size in bytes.
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn run_measured(cwd: &Path, args: &[&str]) -> (i32, u64) {
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(cwd)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
+    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    // ru_maxrss is in KiB on Linux.
+    (code, usage.ru_maxrss as u64 * 1024)
+}
+
+fn long_sleep(dir: &Path) -> std::path::PathBuf {
+    workload(
+        dir,
+        "long-sleep",
+        &format!(
+            r#"[settings]
+sample_interval = "1ms"
+
+[[phase]]
+name = "hold"
+steps = [
+  {{ op = "allocate", name = "w", size = "64MiB" }},
+  {{ op = "sleep", for = "{SLEEP_MS}ms" }},
+  {{ op = "free", name = "w" }},
+]
+"#
+        ),
+    )
+}
+
+#[test]
+fn a_long_sleep_streams_its_readings_in_bounded_memory_one_row_per_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = long_sleep(dir.path());
+    let out = dir.path().join("out");
+    let (code, rss) = run_measured(
+        dir.path(),
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(rss < RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    // Every reading was seen: the peaks and the polled replays are those of all of them.
+    assert!(u(&s["sampler"]["readings"]) > SLEEP_MS, "{}", s["sampler"]);
+    assert_eq!(u(&s["peaks"]["run"]["own_bytes"]["bytes"]), 64 * MIB);
+    assert_eq!(
+        u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]),
+        CTX + 64 * MIB
+    );
+    for poller in ["1hz", "10hz"] {
+        assert_eq!(
+            u(&s["peaks"]["polled"][poller]["peaks"]["device_used_bytes"]),
+            CTX + 64 * MIB
+        );
+    }
+    assert_eq!(
+        u(&s["peaks"]["polled"]["1hz"]["ticks"]),
+        SLEEP_MS / 1000 + 1
+    );
+    // Only the rows where a value changed, and the last sighting before each change.
+    let rows = csv_rows(&out.join("timeline.csv"));
+    assert_eq!(rows.len() as u64, u(&s["timeline_rows"]));
+    assert!(rows.len() < 10, "{} rows", rows.len());
+    let held: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["own_bytes"] == (64 * MIB).to_string())
+        .map(|r| r["t_ns"].parse().unwrap())
+        .collect();
+    let sleep_ns = SLEEP_MS * 1_000_000;
+    assert!(
+        held.last().unwrap() - held.first().unwrap() >= sleep_ns,
+        "the first and last reading at 64 MiB, a sleep apart: {held:?}"
+    );
+}
+
+#[test]
+fn report_rereads_a_full_resolution_timeline_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = long_sleep(dir.path());
+    let (out, s, run_dir) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The same run as a timeline with every reading in it (what earlier versions wrote):
+    // each row repeated at every sampler tick until the next row.
+    let text = std::fs::read_to_string(run_dir.join("timeline.csv")).unwrap();
+    let mut lines = text.lines();
+    let mut full = format!("{}\n", lines.next().unwrap());
+    let rows: Vec<(u64, &str)> = lines
+        .map(|l| {
+            let (t, rest) = l.split_once(',').unwrap();
+            (t.parse().unwrap(), rest)
+        })
+        .collect();
+    for (i, (t, rest)) in rows.iter().enumerate() {
+        full.push_str(&format!("{t},{rest}\n"));
+        let next = rows.get(i + 1).map_or(*t, |r| r.0);
+        let (phase, rest) = rest.split_once(',').unwrap();
+        let (_source, values) = rest.split_once(',').unwrap();
+        let mut tick = t + 1_000_000;
+        while !phase.is_empty() && tick < next {
+            full.push_str(&format!("{tick},{phase},sampler,{values}\n"));
+            tick += 1_000_000;
+        }
+    }
+    assert!(full.lines().count() as u64 > SLEEP_MS);
+    std::fs::write(run_dir.join("timeline.csv"), &full).unwrap();
+    std::fs::remove_file(run_dir.join("report.md")).unwrap();
+    let (code, rss) = run_measured(dir.path(), &["report", run_dir.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(rss < RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+    let report = std::fs::read_to_string(run_dir.join("report.md")).unwrap();
+    assert!(report.contains("64.00 MiB"), "{report}");
+    let svg = std::fs::read_to_string(run_dir.join("timeline.svg")).unwrap();
+    let peak = u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]);
+    assert!(
+        svg.contains(&format!("true peak {peak} B")),
+        "the peak is drawn"
+    );
+}
