@@ -76,13 +76,77 @@ pub struct Event {
     pub detail: String,
 }
 
+/// `events.csv` as a run's reports read it: counted and its streams listed in one pass, then
+/// read again row by row (`rows`) by what needs every event. Holding no rows, a folder with a
+/// million events is read back in bounded memory.
+#[derive(Debug, Clone)]
+pub struct EventFile {
+    pub path: PathBuf,
+    count: usize,
+    /// Events whose result is not `ok` (OOMs, errors, stops: a run's few).
+    pub not_ok: usize,
+    /// Every stream the events name, in order of first appearance.
+    pub streams: Vec<String>,
+}
+
+impl EventFile {
+    fn open(path: &Path, deadline: Deadline) -> anyhow::Result<EventFile> {
+        let mut file = EventFile {
+            path: path.to_path_buf(),
+            count: 0,
+            not_ok: 0,
+            streams: Vec::new(),
+        };
+        let mut seen = std::collections::HashSet::new();
+        for row in file.rows_by(deadline)? {
+            let e = row?;
+            file.count += 1;
+            file.not_ok += usize::from(e.result != "ok");
+            if !seen.contains(&e.stream) {
+                seen.insert(e.stream.clone());
+                file.streams.push(e.stream);
+            }
+        }
+        Ok(file)
+    }
+
+    /// How many events the run recorded.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Every event, in the file's order, read as it is iterated.
+    pub fn rows(&self) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
+        self.rows_by(Deadline::none())
+    }
+
+    fn rows_by(
+        &self,
+        deadline: Deadline,
+    ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
+        let path = self.path.clone();
+        let r = csv::Reader::from_path(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(r.into_deserialize::<Event>()
+            .enumerate()
+            .map(move |(i, row)| {
+                deadline.check(i as u64 + 1)?;
+                row.with_context(|| format!("{}: line {}", path.display(), i + 2))
+            }))
+    }
+}
+
 /// Everything a finished run left in its folder.
 #[derive(Debug, Clone)]
 pub struct RunData {
     pub dir: PathBuf,
     pub summary: Summary,
     pub timeline: Timeline,
-    pub events: Vec<Event>,
+    pub events: EventFile,
     /// The watched job's section of `summary.json`, for a `headroom watch` folder.
     pub watch: Option<crate::report::watch::WatchSection>,
 }
@@ -109,7 +173,7 @@ impl RunData {
     ) -> anyhow::Result<RunData> {
         check_files(dir)?;
         let timeline = read_timeline(&dir.join("timeline.csv"), &summary, deadline)?;
-        let events = read_events(&dir.join("events.csv"), deadline)?;
+        let events = EventFile::open(&dir.join("events.csv"), deadline)?;
         Ok(RunData {
             dir: dir.to_path_buf(),
             summary,
@@ -343,15 +407,4 @@ impl Timeline {
             views,
         }
     }
-}
-
-fn read_events(path: &Path, deadline: Deadline) -> anyhow::Result<Vec<Event>> {
-    let mut r =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, row) in r.deserialize::<Event>().enumerate() {
-        deadline.check(i as u64 + 1)?;
-        out.push(row.with_context(|| format!("{}: line {}", path.display(), i + 2))?);
-    }
-    Ok(out)
 }

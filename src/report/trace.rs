@@ -56,7 +56,7 @@ pub fn render_bounded(run: &RunData, events_max: usize) -> anyhow::Result<Vec<u8
     let mut ev = Events::default();
     let streams = tracks(run, &mut ev);
     phases_and_marks(run, t0, &mut ev);
-    let counts = events(run, t0, &streams, events_max, &mut ev);
+    let counts = events(run, t0, &streams, events_max, &mut ev)?;
     let reduced = counters(run, t0, &mut ev);
     let other = json!({
         "format_version": s.format_version,
@@ -134,9 +134,9 @@ fn tracks<'r>(run: &'r RunData, ev: &mut Events) -> BTreeMap<&'r str, u32> {
     thread(PHASES_TID, "phases", 0);
     thread(MARKS_TID, "readings and OOMs", 1);
     let mut streams: BTreeMap<&str, u32> = BTreeMap::new();
-    for e in &run.events {
+    for name in &run.events.streams {
         let next = FIRST_STREAM_TID + streams.len() as u32;
-        streams.entry(e.stream.as_str()).or_insert(next);
+        streams.entry(name.as_str()).or_insert(next);
     }
     for (name, tid) in &streams {
         thread(*tid, &format!("stream {name}"), *tid);
@@ -233,42 +233,55 @@ fn event_json(e: &Event, tid: u32, t0: u64) -> Value {
     }
 }
 
-/// Every event; past `events_max`, completed ones aggregated per stream and time bucket.
+/// Every event, read from `events.csv` as it is written into the trace; past `events_max`,
+/// completed ones aggregated per stream and time bucket (the others kept as they are).
 fn events(
     run: &RunData,
     t0: u64,
     streams: &BTreeMap<&str, u32>,
     events_max: usize,
     ev: &mut Events,
-) -> EventCounts {
+) -> anyhow::Result<EventCounts> {
+    let tid = |e: &Event| streams.get(e.stream.as_str()).copied().unwrap_or(MARKS_TID);
     if run.events.len() <= events_max {
-        for e in &run.events {
-            ev.push(event_json(e, streams[e.stream.as_str()], t0));
+        let mut single = 0;
+        for e in run.events.rows()? {
+            let e = e?;
+            ev.push(event_json(&e, tid(&e), t0));
+            single += 1;
         }
-        return EventCounts {
-            single: run.events.len(),
+        return Ok(EventCounts {
+            single,
             aggregated: 0,
             bucket_us: 0.0,
-        };
+        });
     }
-    let kept: Vec<&Event> = run.events.iter().filter(|e| e.result != "ok").collect();
-    let room = events_max.saturating_sub(kept.len()).max(streams.len());
+    // The events that did not complete (a run's few OOMs, errors and stops) are kept; the
+    // room left is shared among the streams' buckets.
+    let room = events_max
+        .saturating_sub(run.events.not_ok)
+        .max(streams.len());
     let buckets = (room / streams.len().max(1)).max(1) as u64;
     let span = run.t1_ns().saturating_sub(t0).max(1);
     let width = span.div_ceil(buckets).max(1);
     // (track, bucket) → (first t, last t, per op: count and requested bytes)
-    type Ops<'e> = BTreeMap<&'e str, (u64, u64)>;
+    type Ops = BTreeMap<String, (u64, u64)>;
     let mut agg: BTreeMap<(u32, u64), (u64, u64, Ops)> = BTreeMap::new();
-    let mut aggregated = 0;
-    for e in run.events.iter().filter(|e| e.result == "ok") {
-        let tid = streams[e.stream.as_str()];
+    let (mut aggregated, mut single) = (0, 0);
+    for e in run.events.rows()? {
+        let e = e?;
+        if e.result != "ok" {
+            ev.push(event_json(&e, tid(&e), t0));
+            single += 1;
+            continue;
+        }
         let b = e.t_ns.saturating_sub(t0) / width;
         let slot = agg
-            .entry((tid, b))
+            .entry((tid(&e), b))
             .or_insert((e.t_ns, e.t_ns, BTreeMap::new()));
         slot.0 = slot.0.min(e.t_ns);
         slot.1 = slot.1.max(e.t_ns);
-        let op = slot.2.entry(e.op.as_str()).or_insert((0, 0));
+        let op = slot.2.entry(e.op).or_insert((0, 0));
         op.0 += 1;
         op.1 += e.requested_bytes.unwrap_or(0);
         aggregated += 1;
@@ -278,7 +291,7 @@ fn events(
         let parts: Vec<String> = ops.iter().map(|(op, (n, _))| format!("{n} {op}")).collect();
         let per_op: BTreeMap<&str, Value> = ops
             .iter()
-            .map(|(op, (n, b))| (*op, json!({"count": n, "requested_bytes": b})))
+            .map(|(op, (n, b))| (op.as_str(), json!({"count": n, "requested_bytes": b})))
             .collect();
         ev.push(json!({
             "name": format!("{total} events: {}", parts.join(", ")), "cat": "aggregate",
@@ -286,14 +299,11 @@ fn events(
             "args": {"events": total, "ops": per_op, "first_t_ns": first, "last_t_ns": last},
         }));
     }
-    for e in &kept {
-        ev.push(event_json(e, streams[e.stream.as_str()], t0));
-    }
-    EventCounts {
-        single: kept.len(),
+    Ok(EventCounts {
+        single,
         aggregated,
         bucket_us: width as f64 / 1e3,
-    }
+    })
 }
 
 /// One counter track per view; returns the views reduced per time bucket.
