@@ -1,6 +1,6 @@
 //! Outputs never damage anything: a run writes only into a new or empty folder, a user's
 //! files (and a `.tmp` beside a merged CSV) are left alone, and a planted link is never
-//! written through.
+//! written through. A write that fails (a full disk) is exit 2 naming the file.
 
 mod common;
 
@@ -134,4 +134,46 @@ fn merge_leaves_a_users_tmp_file_and_refuses_a_planted_link() {
         .filter(|n| n.starts_with('.') && n.ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A write that fails part-way (here a file-size limit, as a full disk would) fails the run
+/// with exit 2 and a message naming the file; the summary says so, and the device memory was
+/// released before.
+#[test]
+fn a_write_that_fails_names_the_file_and_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    // `ulimit -f 64`: no file may pass 64 KiB; SIGXFSZ ignored, so writes fail with EFBIG.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f 64; exec {} run {} --profile tiny-4g --out {} -q",
+            env!("CARGO_BIN_EXE_headroom"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("workloads/oom/fragmentation.toml")
+                .display(),
+            out_dir.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let named = ["timeline.csv", "events.csv"]
+        .iter()
+        .any(|f| stderr.contains(&format!("cannot write {}", out_dir.join(f).display())));
+    assert!(named && !stderr.contains("panicked"), "{stderr}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["status"], "failed", "{s}");
+    assert!(
+        s["status_detail"]
+            .as_str()
+            .unwrap()
+            .contains("cannot write"),
+        "{s}"
+    );
+    assert_eq!(s["exit_code"], 2);
+    // Everything the run held was released before the record was written.
+    assert_eq!(s["release"]["difference_bytes"], 0, "{}", s["release"]);
 }

@@ -94,8 +94,24 @@ impl Runner<'_, '_> {
         if interrupted {
             eprintln!("interrupted: writing summary.json, timeline.csv, events.csv");
         }
-        self.rec.timeline.flush().context("flushing timeline.csv")?;
-        self.rec.events.flush().context("flushing events.csv")?;
+        // A record that cannot be written (a full disk) fails the run, naming the file; the
+        // summary still says so, if it can be written.
+        let csv_path = |name: &str| dir.join(name).display().to_string();
+        let flushed = self
+            .rec
+            .timeline
+            .flush()
+            .with_context(|| format!("cannot write {}", csv_path("timeline.csv")))
+            .and_then(|_| {
+                self.rec
+                    .events
+                    .flush()
+                    .with_context(|| format!("cannot write {}", csv_path("events.csv")))
+            });
+        if let Err(e) = &flushed {
+            summary.status = RunStatus::Failed;
+            summary.status_detail = Some(format!("{e:#}"));
+        }
         self.fill_summary(summary);
         summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
         summary.expectations = crate::expect::evaluate(
@@ -105,7 +121,10 @@ impl Runner<'_, '_> {
             summary,
         );
         summary.exit_code = Some(super::exit_code(summary));
-        write_summary(dir, summary).context("writing summary.json")?;
+        let written = write_summary(dir, summary)
+            .with_context(|| format!("cannot write {}", csv_path("summary.json")));
+        flushed?;
+        written?;
         // The run's record is complete on disk; a report that cannot be written is a warning
         // (`headroom report DIR` can write it again), not a different outcome of the run.
         let reports = if interrupted {
