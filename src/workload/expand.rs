@@ -157,7 +157,25 @@ impl Emitter<'_, '_> {
         self.free_resolved(freed)
     }
 
+    /// Expands one step. The work is bounded by what it emits: each action counts towards
+    /// `MAX_ACTIONS`, and so does each step walked that emits none (a `free` whose
+    /// `keep_every` keeps every member), or a repeat of one would never end.
     fn step(&mut self, step: &Step) -> Result<(), WorkloadError> {
+        let before = self.names.actions;
+        self.step_actions(step)?;
+        if self.names.actions == before {
+            self.names.idle_steps += 1;
+            if self.names.idle_steps > MAX_ACTIONS {
+                return Err(self.err(format!(
+                    "more than {MAX_ACTIONS} steps walked so far expand to no action (this one \
+                     included), more than headroom walks: a repeat of a step that does nothing"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn step_actions(&mut self, step: &Step) -> Result<(), WorkloadError> {
         if self.names.graphs.capturing() {
             self.capturable(step)?;
         }
@@ -435,6 +453,7 @@ pub fn expand(
         filled: Default::default(),
         graphs: Default::default(),
         stated_ns: 0,
+        idle_steps: 0,
     };
     let mut phases = Vec::new();
     for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {

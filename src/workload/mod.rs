@@ -138,9 +138,18 @@ impl WorkloadFile {
         let text = std::fs::read_to_string(path).map_err(|e| {
             parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
         })?;
+        WorkloadFile::from_text(&text, path, rank)
+    }
+
+    /// `read_ranked` of text already read from `path` (which errors name).
+    pub fn from_text(
+        text: &str,
+        path: &Path,
+        rank: Rank,
+    ) -> Result<WorkloadFile, parse::WorkloadError> {
         Ok(WorkloadFile {
             path: path.to_path_buf(),
-            parsed: parse::parse(&rank.substitute(&text), path)?,
+            parsed: parse::parse(&rank.substitute(text), path)?,
             rank,
         })
     }

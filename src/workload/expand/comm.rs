@@ -54,7 +54,8 @@ impl Emitter<'_, '_> {
                 alloc(self, bytes)?;
             }
         }
-        for _channel in 0..*channels {
+        // (Channels hold nothing without peers: not walked then, however many.)
+        for _channel in 0..if peers == 0 { 0 } else { *channels } {
             for _peer in 0..peers {
                 alloc(self, buffer.0)?; // send
                 alloc(self, buffer.0)?; // receive

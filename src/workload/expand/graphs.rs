@@ -223,6 +223,7 @@ impl Emitter<'_, '_> {
         if count == 0 {
             return Err(self.err("count must be at least 1"));
         }
+        self.bound(u64::from(count))?;
         if count > 1 {
             self.multi = true;
         }

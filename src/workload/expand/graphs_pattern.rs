@@ -115,9 +115,20 @@ impl Emitter<'_, '_> {
         let ws = crate::workload::member_name(&format!("{prefix}.ws"), b);
         let out = (spec.output_per_batch_bytes > 0)
             .then(|| crate::workload::member_name(&format!("{prefix}.out"), b));
-        let alloc = |n: &str, per_batch: u64| Step::Allocate {
+        // Each layer is four steps, each at least one action: refused before it is built.
+        self.bound(u64::from(spec.layers).saturating_mul(4))?;
+        let batch_bytes = |what: &str, per_batch: u64| {
+            per_batch.checked_mul(u64::from(b)).ok_or_else(|| {
+                self.err(format!(
+                    "{what} × batch size {b} is more than 2^64 bytes; no device holds it"
+                ))
+            })
+        };
+        let ws_bytes = batch_bytes("workspace_per_batch", spec.workspace_per_batch_bytes)?;
+        let out_bytes = batch_bytes("output_per_batch", spec.output_per_batch_bytes)?;
+        let alloc = |n: &str, bytes: u64| Step::Allocate {
             name: n.into(),
-            size: SizeSpec::Bytes(per_batch * b as u64),
+            size: SizeSpec::Bytes(bytes),
             count: Count::N(1),
             via: ViaSpec::Allocator,
             stream: s.clone(),
@@ -130,10 +141,10 @@ impl Emitter<'_, '_> {
         };
         let mut body = Vec::new();
         if let Some(o) = &out {
-            body.push(alloc(o, spec.output_per_batch_bytes));
+            body.push(alloc(o, out_bytes));
         }
         for _ in 0..spec.layers {
-            body.push(alloc(&ws, spec.workspace_per_batch_bytes));
+            body.push(alloc(&ws, ws_bytes));
             body.push(touch(&ws));
             body.push(Step::Fill {
                 name: ws.clone(),

@@ -34,6 +34,9 @@ pub(super) struct Names<'a> {
     pub(super) graphs: graphs::GraphBook,
     /// Host and stream time the actions so far state (sleeps and spins), in nanoseconds.
     pub(super) stated_ns: u64,
+    /// Steps walked so far that expanded to no action (bounded by `MAX_ACTIONS` too, so a
+    /// repeat of such a step ends).
+    pub(super) idle_steps: u64,
 }
 
 impl Names<'_> {

@@ -168,6 +168,11 @@ impl Emitter<'_, '_> {
 
     /// Requests arrive every `arrive_every` ticks, take `prefill` blocks, grow one block a tick
     /// to `per_request`, then free all their blocks.
+    ///
+    /// Only the requests holding blocks are walked each tick (every one of them emits an
+    /// action), and ticks that would emit nothing (no request live, no tick time) are skipped
+    /// to the next arrival: the work is bounded by the actions emitted, which `MAX_ACTIONS`
+    /// bounds, whatever the counts say.
     #[allow(clippy::too_many_arguments)]
     fn kv(
         &mut self,
@@ -179,35 +184,34 @@ impl Emitter<'_, '_> {
         arrive_every: u32,
         tick_ns: u64,
     ) -> Result<(), WorkloadError> {
-        // held[r] = blocks request r holds (None before arrival and after it finished).
-        let mut held: Vec<Option<u32>> = vec![None; requests as usize];
+        // (request, blocks it holds) for the requests arrived and not finished, by arrival.
+        let mut live: Vec<(u32, u32)> = Vec::new();
         let mut arrived = 0u32;
         let mut finished = 0u32;
-        let mut tick = 0u32;
+        let mut tick = 0u64;
         let block_name = |r: u32, b: u32| format!("{name}.r{r}[{b}]");
         while finished < requests {
-            for r in 0..arrived {
-                if let Some(h) = held[r as usize] {
-                    if h >= per_request {
-                        for b in 0..h {
-                            self.push(Action::Free {
-                                name: block_name(r, b),
-                            })?;
-                        }
-                        held[r as usize] = None;
-                        finished += 1;
-                    } else {
-                        self.push(Action::Allocate {
-                            name: block_name(r, h),
-                            bytes: block,
-                            via: ViaSpec::Allocator,
-                            stream: "main".into(),
+            let mut still = Vec::with_capacity(live.len() + 1);
+            for (r, h) in std::mem::take(&mut live) {
+                if h >= per_request {
+                    for b in 0..h {
+                        self.push(Action::Free {
+                            name: block_name(r, b),
                         })?;
-                        held[r as usize] = Some(h + 1);
                     }
+                    finished += 1;
+                } else {
+                    self.push(Action::Allocate {
+                        name: block_name(r, h),
+                        bytes: block,
+                        via: ViaSpec::Allocator,
+                        stream: "main".into(),
+                    })?;
+                    still.push((r, h + 1));
                 }
             }
-            if arrived < requests && tick % arrive_every == 0 {
+            live = still;
+            if arrived < requests && tick % u64::from(arrive_every) == 0 {
                 let r = arrived;
                 for b in 0..prefill {
                     self.push(Action::Allocate {
@@ -217,7 +221,7 @@ impl Emitter<'_, '_> {
                         stream: "main".into(),
                     })?;
                 }
-                held[r as usize] = Some(prefill);
+                live.push((r, prefill));
                 arrived += 1;
             }
             if finished < requests && tick_ns > 0 {
@@ -226,6 +230,9 @@ impl Emitter<'_, '_> {
                 })?;
             }
             tick += 1;
+            if live.is_empty() && tick_ns == 0 {
+                tick = tick.next_multiple_of(u64::from(arrive_every));
+            }
         }
         Ok(())
     }

@@ -1,0 +1,167 @@
+//! One case, loaded as `headroom run` loads a workload (read for a rank, checked against an
+//! unbounded device, expanded for the device), and what every case must satisfy: a workload
+//! or an error naming the file, no panic, within the time limit.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use headroom::workload::expand::MAX_ACTIONS;
+use headroom::workload::parse::WorkloadError;
+use headroom::workload::{Rank, WorkloadFile};
+
+/// The path every case is "read" from; errors must name it.
+pub const CASE_PATH: &str = "fuzz/case.toml";
+
+/// A workload text and the device and rank it is loaded for.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub text: String,
+    pub total_bytes: u64,
+    pub rank: Rank,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Parse,
+    Check,
+    Device,
+    Loaded,
+}
+
+/// What one case did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Actions of the expanded workload (None: refused with an error).
+    pub actions: Option<usize>,
+    /// How far it got: refused while parsing, refused by the check before a device is known,
+    /// refused for the device, or loaded.
+    pub stage: Stage,
+    /// The refusal, as shown.
+    pub error: Option<String>,
+    pub elapsed: Duration,
+    /// Heap bytes the case held at most, above what was live before it.
+    pub heap_bytes: usize,
+}
+
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    static IN_CASE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps a case's panic quiet (the failure reports it with the case) and records it; any
+/// other panic is reported as usual.
+pub fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let usual = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_CASE.get() {
+                *PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.to_string());
+            } else {
+                usual(info);
+            }
+        }));
+    });
+}
+
+/// Loads the case; `Err` says which rule it broke.
+pub fn run(case: &Case) -> Result<Outcome, String> {
+    // One case at a time, so that the timing, the heap peak and the watchdog are its own.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _running = super::watchdog::enter(&case.text);
+    let before = super::meter::live();
+    super::meter::reset_peak();
+    let start = Instant::now();
+    IN_CASE.set(true);
+    let result = catch_unwind(AssertUnwindSafe(|| load(case)));
+    IN_CASE.set(false);
+    let elapsed = start.elapsed();
+    let heap_bytes = super::meter::peak().saturating_sub(before);
+    let loaded = match result {
+        Ok(r) => r,
+        Err(_) => {
+            let msg = PANIC.lock().unwrap_or_else(|e| e.into_inner()).take();
+            return Err(format!("panicked: {}", msg.unwrap_or_default()));
+        }
+    };
+    if elapsed > super::watchdog::CASE_LIMIT {
+        return Err(format!(
+            "took {elapsed:?}, more than {:?}",
+            super::watchdog::CASE_LIMIT
+        ));
+    }
+    let mut error = None;
+    let (stage, actions) = match loaded {
+        Ok(n) => {
+            if n as u64 > MAX_ACTIONS {
+                return Err(format!("expanded to {n} actions, more than {MAX_ACTIONS}"));
+            }
+            (Stage::Loaded, Some(n))
+        }
+        Err((stage, e)) => {
+            check_error(&e)?;
+            error = Some(e.to_string());
+            (stage, None)
+        }
+    };
+    let o = Outcome {
+        actions,
+        stage,
+        error,
+        elapsed,
+        heap_bytes,
+    };
+    if let Ok(path) = std::env::var("HEADROOM_FUZZ_LOG") {
+        log(&path, &o);
+    }
+    Ok(o)
+}
+
+fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
+    let file = WorkloadFile::from_text(&case.text, Path::new(CASE_PATH), case.rank)
+        .map_err(|e| (Stage::Parse, e))?;
+    file.check().map_err(|e| (Stage::Check, e))?;
+    let w = file
+        .expand(case.total_bytes)
+        .map_err(|e| (Stage::Device, e))?;
+    Ok(w.actions().count())
+}
+
+/// A refusal names the file (first, as every message of headroom's does) and says something.
+fn check_error(e: &WorkloadError) -> Result<(), String> {
+    let shown = e.to_string();
+    if e.file != Path::new(CASE_PATH) || !shown.starts_with(&format!("{CASE_PATH}: ")) {
+        return Err(format!("the error does not name the file first: {shown}"));
+    }
+    if e.message.trim().is_empty() {
+        return Err(format!("the error says nothing: {shown:?}"));
+    }
+    if shown.contains('\n') {
+        return Err(format!("the error spans lines: {shown:?}"));
+    }
+    Ok(())
+}
+
+/// One line per case (`HEADROOM_FUZZ_LOG=FILE`): how far it got, how long it took, the heap it
+/// held, and its refusal; to see where a run's cases end and where its time goes.
+fn log(path: &str, o: &Outcome) {
+    use std::io::Write;
+    let line = format!(
+        "{:?}\t{:.1} ms\t{} KiB\t{}\t{}\n",
+        o.stage,
+        o.elapsed.as_secs_f64() * 1e3,
+        o.heap_bytes >> 10,
+        o.actions.map_or(String::new(), |n| n.to_string()),
+        o.error.as_deref().unwrap_or_default()
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("HEADROOM_FUZZ_LOG names a file that can be written");
+    f.write_all(line.as_bytes()).expect("the log is written");
+}

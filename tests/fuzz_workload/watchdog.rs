@@ -1,0 +1,78 @@
+//! Hangs and runaway memory: a thread that stops the process, printing the case running, if
+//! one case runs past `CASE_LIMIT` or the process's resident set passes `RSS_CAP_BYTES`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The longest one case may take (a case is one file loaded as `headroom run` loads it):
+/// 10 s in a release build; a debug build runs the same code up to ten times slower, and may
+/// take 30 s.
+pub const CASE_LIMIT: Duration = if cfg!(debug_assertions) {
+    Duration::from_secs(30)
+} else {
+    Duration::from_secs(10)
+};
+
+/// The most resident memory the test process may reach: the heap cap, plus the binary, the
+/// threads' stacks and what the allocator keeps.
+pub const RSS_CAP_BYTES: u64 = (super::meter::HEAP_CAP_BYTES as u64) + (256 << 20);
+
+/// Milliseconds since `epoch()` at which the running case started, plus one (0: none).
+static STARTED: AtomicU64 = AtomicU64::new(0);
+static CASE: Mutex<String> = Mutex::new(String::new());
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+/// Marks `text` as running until the guard drops; starts the watchdog on first use.
+pub fn enter(text: &str) -> Running {
+    static DOG: OnceLock<()> = OnceLock::new();
+    DOG.get_or_init(|| {
+        std::thread::spawn(watch);
+    });
+    text.clone_into(&mut CASE.lock().unwrap_or_else(|e| e.into_inner()));
+    super::meter::set_case(Some(text));
+    STARTED.store(epoch().elapsed().as_millis() as u64 + 1, Relaxed);
+    Running
+}
+
+pub struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        STARTED.store(0, Relaxed);
+        super::meter::set_case(None);
+    }
+}
+
+fn watch() {
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let started = STARTED.load(Relaxed);
+        let why = if started > 0
+            && epoch().elapsed().as_millis() as u64 + 1 - started > CASE_LIMIT.as_millis() as u64
+        {
+            format!("a case ran for more than {} s", CASE_LIMIT.as_secs())
+        } else if super::meter::rss_bytes() > RSS_CAP_BYTES {
+            format!(
+                "resident memory passed {} MiB ({} MiB)",
+                RSS_CAP_BYTES >> 20,
+                super::meter::rss_bytes() >> 20
+            )
+        } else {
+            continue;
+        };
+        let case = CASE.lock().map(|c| c.clone()).unwrap_or_default();
+        let saved =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-workload-stuck.toml");
+        let _ = std::fs::write(&saved, &case);
+        eprintln!(
+            "fuzz_workload: {why}; the case (also in {}):\n{case}",
+            saved.display()
+        );
+        std::process::exit(1);
+    }
+}
