@@ -17,6 +17,35 @@ pub fn cell(s: &str) -> String {
     md(&s.replace(['\n', '\r'], " ")).replace('|', "\\|")
 }
 
+/// A phase's duration for a table cell (`-` when it did not both start and end).
+pub fn phase_time(p: &crate::report::summary::PhaseSummary) -> String {
+    match (p.start_ns, p.end_ns) {
+        (Some(a), Some(b)) => Nanos(b - a).to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// A phase's status as `summary.json` spells it.
+pub fn phase_status(p: &crate::report::summary::PhaseSummary) -> String {
+    serde_json::to_value(p.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// A release check's difference: `0 B`, or signed human units with the raw bytes.
+pub fn difference_text(difference_bytes: i64) -> String {
+    if difference_bytes == 0 {
+        "0 B".to_string()
+    } else {
+        format!(
+            "{}, {} bytes",
+            SignedBytes(difference_bytes as i128),
+            difference_bytes
+        )
+    }
+}
+
 fn bytes(v: Option<u64>) -> String {
     v.map_or("-".to_string(), |b| Bytes(b).to_string())
 }
@@ -214,15 +243,7 @@ fn release(o: &mut String, s: &Summary) {
         },
         Bytes(r.idle_device_free_bytes),
         Bytes(r.final_device_free_bytes),
-        if r.difference_bytes == 0 {
-            "0 B".to_string()
-        } else {
-            format!(
-                "{}, {} bytes",
-                SignedBytes(r.difference_bytes as i128),
-                r.difference_bytes
-            )
-        },
+        difference_text(r.difference_bytes),
         r.note
             .as_ref()
             .map(|n| format!(" {}.", md(n)))
@@ -326,15 +347,9 @@ fn phases(o: &mut String, s: &Summary) {
         "| phase | status | time | steps | device used | own | alloc reserved | alloc allocated |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for p in &s.phases {
-        let time = match (p.start_ns, p.end_ns) {
-            (Some(a), Some(b)) => Nanos(b - a).to_string(),
-            _ => "-".into(),
-        };
+        let time = phase_time(p);
         let peak = |v: View| bytes(p.peaks.get(v.key()).map(|x| x.bytes));
-        let status = serde_json::to_value(p.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let status = phase_status(p);
         let _ = writeln!(
             o,
             "| {} | {status} | {time} | {}/{} | {} | {} | {} | {} |",

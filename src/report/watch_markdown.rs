@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::record::View;
-use crate::report::markdown::{cell, status_name};
+use crate::report::markdown::{cell, difference_text, phase_status, phase_time, status_name};
 use crate::report::rundata::RunData;
 use crate::report::summary::Summary;
 use crate::report::watch::{WatchOom, WatchSection};
@@ -358,15 +358,9 @@ fn phases(o: &mut String, s: &Summary, w: &WatchSection) {
         "| phase | status | time | device used | job used |\n| --- | --- | ---: | ---: | ---: |"
     );
     for p in &s.phases {
-        let time = match (p.start_ns, p.end_ns) {
-            (Some(a), Some(b)) => Nanos(b - a).to_string(),
-            _ => "-".into(),
-        };
+        let time = phase_time(p);
         let peak = |v: View| bytes(p.peaks.get(v.key()).map(|x| x.bytes));
-        let status = serde_json::to_value(p.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let status = phase_status(p);
         let _ = writeln!(
             o,
             "| {} | {status} | {time} | {} | {} |",
@@ -567,15 +561,7 @@ fn release(o: &mut String, s: &Summary, w: &WatchSection) {
                 },
                 Bytes(r.idle_device_free_bytes),
                 Bytes(r.final_device_free_bytes),
-                if r.difference_bytes == 0 {
-                    "0 B".to_string()
-                } else {
-                    format!(
-                        "{}, {} bytes",
-                        SignedBytes(r.difference_bytes as i128),
-                        r.difference_bytes
-                    )
-                },
+                difference_text(r.difference_bytes),
                 w.release_settle_ns
                     .map(|n| format!(", {} after the job ended", Nanos(n)))
                     .unwrap_or_default(),
