@@ -70,13 +70,11 @@ steps = [{ op = "allocate", name = "w", size = "513B", count = "fill" }]
     );
 }
 
-#[test]
-fn a_signal_while_a_workload_loads_ends_the_process_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    // Close to the bound: expanding it takes a while (about a second in a debug build).
-    let wl = workload(
-        dir.path(),
-        "slow",
+/// A workload of 1,000,000 steps, at the bound: an allocation touched 999,990 times.
+fn million_steps(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    workload(
+        dir,
+        name,
         r#"[[phase]]
 name = "p"
 steps = [
@@ -84,18 +82,31 @@ steps = [
   { op = "repeat", times = 999990, steps = [{ op = "touch", name = "w" }] },
 ]
 "#,
-    );
+    )
+}
+
+/// `headroom run WL --profile tiny-4g -q --out OUT`, to be spawned.
+fn run_command(wl: &std::path::Path, out_dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    c.args([
+        "run",
+        wl.to_str().unwrap(),
+        "--profile",
+        "tiny-4g",
+        "-q",
+        "--out",
+    ])
+    .arg(out_dir);
+    c
+}
+
+#[test]
+fn a_signal_while_a_workload_loads_ends_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Close to the bound: expanding it takes a while (about a second in a debug build).
+    let wl = million_steps(dir.path(), "slow");
     let out_dir = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "run",
-            wl.to_str().unwrap(),
-            "--profile",
-            "tiny-4g",
-            "-q",
-            "--out",
-        ])
-        .arg(&out_dir)
+    let mut child = run_command(&wl, &out_dir)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -308,28 +319,9 @@ fn names_longer_than_the_cap_are_refused_at_once() {
 #[test]
 fn ctrl_c_on_a_million_step_run_exits_at_once_with_a_complete_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let wl = workload(
-        dir.path(),
-        "steps",
-        r#"[[phase]]
-name = "p"
-steps = [
-  { op = "allocate", name = "w", size = "4KiB" },
-  { op = "repeat", times = 999990, steps = [{ op = "touch", name = "w" }] },
-]
-"#,
-    );
+    let wl = million_steps(dir.path(), "steps");
     let out_dir = dir.path().join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "run",
-            wl.to_str().unwrap(),
-            "--profile",
-            "tiny-4g",
-            "-q",
-            "--out",
-        ])
-        .arg(&out_dir)
+    let child = run_command(&wl, &out_dir)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -4,27 +4,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
+use common::fixtures::copy_fixture;
 use common::*;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A copy of a committed fixture run's three original files in `dir`.
-fn copy_fixture(name: &str, dir: &Path) -> PathBuf {
-    let to = dir.join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    for f in ["summary.json", "timeline.csv", "events.csv"] {
-        std::fs::copy(
-            root().join("tests/fixtures/runs").join(name).join(f),
-            to.join(f),
-        )
-        .unwrap();
-    }
-    to
-}
 
 #[test]
 fn report_md_keeps_names_as_text_and_lists_every_file() {

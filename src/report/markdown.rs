@@ -17,6 +17,22 @@ pub fn cell(s: &str) -> String {
     md(&s.replace(['\n', '\r'], " ")).replace('|', "\\|")
 }
 
+/// The device row of a report: name, index, compute capability, SMs, CUDA-visible memory, UUID.
+pub fn device_line(d: &crate::device::DeviceInfo) -> String {
+    format!(
+        "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
+        d.name,
+        d.index,
+        d.compute_capability,
+        d.multiprocessors,
+        Bytes(d.total_bytes),
+        d.uuid
+            .as_ref()
+            .map(|u| format!(" · {u}"))
+            .unwrap_or_default()
+    )
+}
+
 /// A phase's duration for a table cell (`-` when it did not both start and end).
 pub fn phase_time(p: &crate::report::summary::PhaseSummary) -> String {
     match (p.start_ns, p.end_ns) {
@@ -119,22 +135,7 @@ fn header(o: &mut String, s: &Summary) {
                 .unwrap_or_default()
         ),
     );
-    row(
-        o,
-        "device",
-        format!(
-            "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
-            d.name,
-            d.index,
-            d.compute_capability,
-            d.multiprocessors,
-            Bytes(d.total_bytes),
-            d.uuid
-                .as_ref()
-                .map(|u| format!(" · {u}"))
-                .unwrap_or_default()
-        ),
-    );
+    row(o, "device", device_line(d));
     row(
         o,
         "backend",

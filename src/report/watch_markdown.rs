@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 
 use crate::record::View;
-use crate::report::markdown::{cell, difference_text, phase_status, phase_time, status_name};
+use crate::report::markdown::{
+    cell, device_line, difference_text, phase_status, phase_time, status_name,
+};
 use crate::report::rundata::RunData;
 use crate::report::summary::Summary;
 use crate::report::watch::{WatchOom, WatchSection};
@@ -75,22 +77,7 @@ pub fn render(run: &RunData, w: &WatchSection) -> String {
             format!("{} started as pid {}", job_label(w), w.job.pid)
         },
     );
-    row(
-        &mut o,
-        "device",
-        format!(
-            "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
-            d.name,
-            d.index,
-            d.compute_capability,
-            d.multiprocessors,
-            Bytes(d.total_bytes),
-            d.uuid
-                .as_ref()
-                .map(|u| format!(" · {u}"))
-                .unwrap_or_default()
-        ),
-    );
+    row(&mut o, "device", device_line(d));
     row(
         &mut o,
         "read through",

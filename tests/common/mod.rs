@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod fixtures;
 pub mod plans;
 pub mod schema;
 
