@@ -1,8 +1,8 @@
 //! JSON Schemas of headroom's JSON outputs, generated from the types that write them, so the
-//! schemas in `docs/schema/` cannot drift from the files: `tests/schema.rs` fails when a type
-//! changes and the committed schema was not regenerated
-//! (`cargo test --test schema -- --ignored regenerate_schemas`), and validates the outputs the
-//! test suite writes against them.
+//! schemas in `docs/schema/` cannot drift from the files: `tests/suite/schema.rs` fails when a
+//! type changes and the committed schema was not regenerated
+//! (`cargo test --test suite -- --ignored schema::regenerate_schemas`), and validates the
+//! outputs the test suite writes against them.
 
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;

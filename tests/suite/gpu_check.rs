@@ -1,0 +1,160 @@
+//! `scripts/gpu-check` end to end, twice at once: dry on the simulator with the built-in
+//! h100-80g profile (every step runs, and the calibrated simulator agrees with the device it
+//! measured), and for real on the fake NVIDIA driver (`tests/fake-gpu`, through
+//! `scripts/fake-gpu`) with the same profile, whose cuda runs must agree with the dry run's.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use crate::common::*;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts `scripts/gpu-check OUT` (through `wrapper` when given) with its output in `OUT.log`.
+fn start(out_dir: &Path, wrapper: Option<&str>, env: &[(&str, &str)]) -> Child {
+    let log = File::create(out_dir.with_extension("stdout")).unwrap();
+    let mut cmd = Command::new("bash");
+    if let Some(w) = wrapper {
+        cmd.arg(root().join(w)).arg("bash");
+    }
+    cmd.arg(root().join("scripts/gpu-check"))
+        .arg(out_dir)
+        .current_dir(root())
+        .env("HEADROOM", env!("CARGO_BIN_EXE_headroom"))
+        .env_remove("HEADROOM_FAKE_STATE")
+        .env_remove("DEVICE")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn finished(mut child: Child, out_dir: &Path) -> String {
+    let status = child.wait().unwrap();
+    let stdout = std::fs::read_to_string(out_dir.with_extension("stdout")).unwrap();
+    let log = std::fs::read_to_string(out_dir.join("gpu-check.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{stdout}\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    stdout
+}
+
+fn shipped_workloads() -> usize {
+    ["workloads", "workloads/patterns", "workloads/oom"]
+        .iter()
+        .map(|d| {
+            std::fs::read_dir(root().join(d))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "toml")
+                })
+                .count()
+        })
+        .sum()
+}
+
+fn watch_summary(out_dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out_dir.join("watch/summary.json")).unwrap())
+        .unwrap()
+}
+
+fn pool_reuse_agrees(crosscheck: &str) -> bool {
+    crosscheck.lines().any(|l| {
+        l.starts_with("pool-reuse")
+            && l.contains("pool_reserved_bytes")
+            && l.trim_end().ends_with("yes")
+    })
+}
+
+#[test]
+fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let dry_dir = dir.path().join("dry");
+    let fake_dir = dir.path().join("fake");
+    let dry = start(&dry_dir, None, &[("DEVICE", "--profile h100-80g")]);
+    let fake = start(
+        &fake_dir,
+        Some("scripts/fake-gpu"),
+        &[
+            ("HEADROOM_FAKE_PROFILE", "h100-80g"),
+            ("BANDWIDTH_SIZE", "256MiB"),
+        ],
+    );
+    let dry_stdout = finished(dry, &dry_dir);
+    let fake_stdout = finished(fake, &fake_dir);
+    let shipped = shipped_workloads();
+
+    // The dry run: every file, every workload on both sides, and agreement.
+    for f in [
+        "devices.json",
+        "profile.toml",
+        "bandwidth.json",
+        "crosscheck.csv",
+        "crosscheck.txt",
+        "gpu-check.log",
+        "watch/summary.json",
+        "watch/report.md",
+    ] {
+        assert!(dry_dir.join(f).is_file(), "{f} missing");
+    }
+    let runs = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    assert_eq!(runs(&dry_dir.join("cuda")).len(), shipped);
+    assert_eq!(runs(&dry_dir.join("sim")).len(), shipped);
+    assert!(
+        dry_stdout.contains("oom-pending-free") && !dry_stdout.contains(" NO"),
+        "{dry_stdout}"
+    );
+    // The pool's reuse order (grow before waiting on another stream) is in the crosscheck.
+    assert!(pool_reuse_agrees(&dry_stdout), "{dry_stdout}");
+    // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
+    let w = watch_summary(&dry_dir);
+    assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);
+    assert_eq!(w["exit_code"], 0);
+
+    // The fake driver: every shipped workload ran on the cuda backend, and agrees with the
+    // calibrated simulator (the script's own crosscheck) ...
+    let fake_runs = runs(&fake_dir.join("cuda"));
+    assert_eq!(fake_runs.len(), shipped, "{fake_stdout}");
+    for run in &fake_runs {
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(s["device"]["backend"], "cuda", "{}", run.display());
+    }
+    assert!(!fake_stdout.contains(" NO"), "{fake_stdout}");
+    // ... and with the simulator on the built-in profile the fake ran (the dry run's device).
+    let cross = headroom(
+        root(),
+        &[
+            "crosscheck",
+            fake_dir.join("cuda").to_str().unwrap(),
+            dry_dir.join("cuda").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(cross.code, 0, "{}\n{}", cross.stdout, cross.stderr);
+    // The fake driver grows its pool before making another stream wait, as the simulator does.
+    assert!(pool_reuse_agrees(&cross.stdout), "{}", cross.stdout);
+    // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's
+    // 512 MiB), seen through NVML by a headroom that took no device memory itself.
+    let w = watch_summary(&fake_dir);
+    assert_eq!(w["exit_code"], 0, "{w}");
+    assert_eq!(w["watch"]["sampling"]["device_view"], "nvml");
+    assert_eq!(u(&w["peaks"]["run"]["job_used_bytes"]["bytes"]), 1024 * MIB);
+    assert_eq!(
+        u(&w["peaks"]["run"]["device_used_bytes"]["bytes"]),
+        1024 * MIB
+    );
+}

@@ -1,0 +1,37 @@
+//! headroom's integration tests, one module per area, in one test binary: the binary links
+//! the crate once and its tests share both cores. `tests/bounds.rs` and `tests/soak.rs` stay
+//! apart (they measure time and memory of runs near the bounds), and so does
+//! `tests/fuzz_workload` (it installs its own global allocator).
+//!
+//! Run one area with its module name as the filter: `cargo test --test suite plan_sim::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod alloc_conformance;
+mod caching_props;
+mod calibrate_crosscheck;
+mod docs;
+mod explain;
+mod fake_gpu;
+mod files_people_open;
+mod fleet;
+mod fleet_reports;
+mod gpu_check;
+mod graphs_sim;
+mod hold;
+mod kernels_sim;
+mod limits;
+mod node;
+mod oom_sim;
+mod outputs;
+mod plan_sim;
+mod plan_sweep;
+mod plot;
+mod replay;
+mod reports;
+mod run_sim;
+mod schema;
+mod torch_import;
+mod watch_fake;
+mod watch_sim;

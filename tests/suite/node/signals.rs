@@ -1,0 +1,195 @@
+//! The node's signals on the cuda backend over the fake driver, where steps take real time: a
+//! worker killed mid-run, Ctrl-C forwarded to every worker, the node process itself killed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Backend, Bench, NO_BUSY, flags_of, node_json};
+
+/// Starts a node run in the background on the fake; returns it and its node folder.
+fn start_node(b: &Bench, body: &str) -> (Child, PathBuf) {
+    let wl = b.workload("slow", body);
+    let out = b.path().join("node");
+    let child = b
+        .command(&[
+            "run",
+            &wl,
+            "--device",
+            "all",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, out)
+}
+
+/// Waits until every worker has written its first summary; returns their pids by GPU.
+fn wait_for_workers(out: &Path, count: usize) -> Vec<u32> {
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "workers never started"
+        );
+        if let Ok(text) = std::fs::read_to_string(out.join("node.json"))
+            && let Ok(n) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            let gpus = n["gpus"].as_array().unwrap();
+            let pids: Vec<u32> = gpus
+                .iter()
+                .filter_map(|g| g["pid"].as_u64())
+                .map(|p| p as u32)
+                .collect();
+            let written = gpus.iter().all(|g| {
+                out.join(g["folder"].as_str().unwrap())
+                    .join("summary.json")
+                    .is_file()
+            });
+            if pids.len() == count && written {
+                return pids;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// A minute of GPU work in short steps. (A `sleep` step interrupted on a GPU ends the run as
+/// failed, not interrupted: these workers are stopped between steps.)
+const LONG: &str = "[[phase]]\nname = \"a\"\nsteps = [\n { op = \"allocate\", name = \"x\", size = \"256MiB\" },\n { op = \"repeat\", times = 3000, steps = [{ op = \"spin\", for = \"20ms\" }, { op = \"synchronize\" }] },\n]\n";
+
+#[test]
+fn a_killed_worker_is_a_failed_gpu_and_the_others_results_are_kept() {
+    let b = Bench::new(Backend::Fake);
+    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
+    let (mut node, out) = start_node(
+        &b,
+        "[[phase]]\nname = \"a\"\nsteps = [{ op = \"allocate\", name = \"x\", size = \"256MiB\" }]\n\n[[phase]]\nname = \"b\"\nsteps = [{ op = \"sleep\", for = \"3s\" }]\n",
+    );
+    let pids = wait_for_workers(&out, 3);
+    signal(pids[1], "-KILL");
+    let status = node.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "the worst worker: a killed one counts as 2"
+    );
+    let n = node_json(&out);
+    let g = n["gpus"].as_array().unwrap();
+    assert_eq!(g[1]["outcome"], "failed");
+    assert_eq!(g[1]["signal"], 9);
+    let why = g[1]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("killed by signal 9 (SIGKILL)") && why.contains("still says \"running\""),
+        "{why}"
+    );
+    for i in [0, 2] {
+        assert_eq!(g[i]["outcome"], "ran");
+        assert_eq!(g[i]["status"], "completed");
+        assert_eq!(g[i]["exit_code"], 0);
+    }
+    assert!(
+        flags_of(&n, 1)
+            .iter()
+            .any(|f| f.starts_with("failed: failed: the worker was killed"))
+    );
+    // merge refuses the node while it holds the killed run, unless told to skip it.
+    let killed = out.join(g[1]["folder"].as_str().unwrap());
+    let m = b.run(&["merge", out.to_str().unwrap()]);
+    assert_eq!(m.code, 2);
+    assert!(
+        m.stderr.contains(killed.to_str().unwrap()) && m.stderr.contains("--skip-incomplete"),
+        "{}",
+        m.stderr
+    );
+    let m = b.run(&["merge", out.to_str().unwrap(), "--skip-incomplete"]);
+    assert_eq!(m.code, 0, "{}", m.stderr);
+    assert!(
+        m.stdout.contains("## headroom merge: 2 runs"),
+        "{}",
+        m.stdout
+    );
+    assert!(
+        m.stdout.contains("### Skipped: incomplete (1)"),
+        "{}",
+        m.stdout
+    );
+    assert!(
+        m.stderr.contains(&format!("skipped {}", killed.display())),
+        "{}",
+        m.stderr
+    );
+}
+
+#[test]
+fn ctrl_c_reaches_every_worker_and_nothing_is_orphaned() {
+    let b = Bench::new(Backend::Fake);
+    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
+    let (mut node, out) = start_node(&b, LONG);
+    let pids = wait_for_workers(&out, 3);
+    let t0 = Instant::now();
+    signal(node.id(), "-INT");
+    let status = node.wait().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(130));
+    let n = node_json(&out);
+    assert_eq!(n["status"], "interrupted");
+    for g in n["gpus"].as_array().unwrap() {
+        assert_eq!(
+            (g["outcome"].as_str(), g["exit_code"].as_i64()),
+            (Some("ran"), Some(130))
+        );
+        assert_eq!(g["status"], "interrupted");
+    }
+    assert!(
+        pids.iter().all(|p| !alive(*p)),
+        "a worker outlived its node"
+    );
+}
+
+#[test]
+fn workers_stop_on_their_own_when_the_node_process_is_killed() {
+    let b = Bench::new(Backend::Fake);
+    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
+    let (mut node, out) = start_node(&b, LONG);
+    let pids = wait_for_workers(&out, 3);
+    signal(node.id(), "-KILL");
+    let _ = node.wait();
+    let t0 = Instant::now();
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "workers orphaned");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..3 {
+        let dir = out.join(node_json(&out)["gpus"][i]["folder"].as_str().unwrap());
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(s["status"], "interrupted", "GPU {i} wrote its results");
+    }
+    assert_eq!(
+        node_json(&out)["status"],
+        "running",
+        "the node itself never finished"
+    );
+}

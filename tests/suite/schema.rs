@@ -1,0 +1,234 @@
+//! The JSON Schemas in `docs/schema/` are what the types generate (a field changed without
+//! regenerating fails here), every JSON output validates against its schema, and the README
+//! lists every value of each status, result and cause field. Regenerate the schemas with
+//! `cargo test --test suite -- --ignored schema::regenerate_schemas` and review the diff.
+
+use std::path::PathBuf;
+
+use crate::common::schema::check;
+use crate::common::*;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    let mut t = serde_json::to_string_pretty(v).unwrap();
+    t.push('\n');
+    t
+}
+
+#[test]
+#[ignore = "rewrites docs/schema; run on purpose after a type changes"]
+fn regenerate_schemas() {
+    let dir = root().join("docs/schema");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, schema) in headroom::schema::documents() {
+        std::fs::write(dir.join(name), pretty(&schema)).unwrap();
+    }
+}
+
+#[test]
+fn the_committed_schemas_are_what_the_types_generate() {
+    for (name, schema) in headroom::schema::documents() {
+        let path = root().join("docs/schema").join(name);
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (regenerate the schemas)", path.display()));
+        assert!(
+            committed == pretty(&schema),
+            "{} is not what the types generate: a field changed; regenerate the schemas",
+            path.display()
+        );
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn every_json_output_matches_its_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["tiny-4g", "h100-80g"] {
+        let p = root()
+            .join("tests/fixtures/runs")
+            .join(f)
+            .join("summary.json");
+        check("summary", &json(&std::fs::read_to_string(&p).unwrap()), f);
+    }
+    // Runs that end every way: completed, OOM (each cause's scenario), stopped at the floor,
+    // with graphs and with a stream-ordered pool. run_tiny checks each summary.json.
+    for w in [
+        "quickstart",
+        "serving",
+        "graphs",
+        "pool-reuse",
+        "oom/fragmentation",
+        "oom/pending-free",
+        "oom/fraction-cap",
+        "oom/graph-pool",
+        "oom/outside-allocator",
+    ] {
+        let wl = root().join(format!("workloads/{w}.toml"));
+        let (out, s, _) = run_tiny(tmp.path(), &wl, &[]);
+        assert!(out.code <= 2 && !s.is_null(), "{w}: {}", out.stderr);
+    }
+    let (_, _, quick) = run_tiny(tmp.path(), &root().join("workloads/quickstart.toml"), &[]);
+
+    let r = headroom(
+        tmp.path(),
+        &[
+            "bandwidth",
+            "--size",
+            "64MiB",
+            "--profile",
+            "tiny-4g",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check("bandwidth", &json(&r.stdout), "bandwidth --json");
+
+    let log = quick.join("alloc-log.csv");
+    let r = headroom(
+        tmp.path(),
+        &[
+            "replay",
+            log.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "--json",
+        ],
+    );
+    assert!(r.code <= 1, "{}", r.stderr);
+    check("replay", &json(&r.stdout), "replay --json");
+
+    let r = headroom(
+        &root(),
+        &[
+            "compare",
+            "tests/fixtures/runs/tiny-4g",
+            "tests/fixtures/runs/h100-80g",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check("compare", &json(&r.stdout), "compare --json");
+
+    let out = tmp.path().join("validate");
+    let r = headroom(
+        &root(),
+        &[
+            "validate",
+            "workloads/plans/tiny.toml",
+            "--profile",
+            "tiny-4g",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+    );
+    assert!(r.code <= 1, "{}", r.stderr);
+    let v = std::fs::read_to_string(out.join("validation.json")).unwrap();
+    check("validation", &json(&v), "validation.json");
+    for probe in std::fs::read_dir(&out).unwrap() {
+        let s = probe.unwrap().path().join("summary.json");
+        if s.is_file() {
+            check(
+                "summary",
+                &json(&std::fs::read_to_string(&s).unwrap()),
+                &s.display().to_string(),
+            );
+        }
+    }
+
+    // Devices, a plan's arithmetic, and a crosscheck of two folders of runs.
+    for args in [
+        &["devices", "--profile", "tiny-4g", "--json"][..],
+        &["devices", "--profile", "8xh100-80g", "--json"],
+        &["devices", "--backend", "sim", "--json"],
+    ] {
+        let r = headroom(tmp.path(), args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        check("devices", &json(&r.stdout), &args.join(" "));
+    }
+    let r = headroom(&root(), &["plan", "workloads/plans/tiny.toml", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check("plan", &json(&r.stdout), "plan --json");
+    let (a, b) = (tmp.path().join("runs-a"), tmp.path().join("runs-b"));
+    for d in [&a, &b] {
+        for w in ["quickstart", "oom/pending-free"] {
+            let o = headroom(
+                &root(),
+                &[
+                    "run",
+                    &format!("workloads/{w}.toml"),
+                    "--profile",
+                    "tiny-4g",
+                    "--results",
+                    d.to_str().unwrap(),
+                    "-q",
+                ],
+            );
+            assert!(o.code <= 1, "{}", o.stderr);
+        }
+    }
+    let r = headroom(
+        tmp.path(),
+        &[
+            "crosscheck",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    check("crosscheck", &json(&r.stdout), "crosscheck --json");
+
+    for log in std::fs::read_dir(root().join("tests/fixtures/oom-messages")).unwrap() {
+        let p = log.unwrap().path();
+        if p.extension().is_some_and(|x| x == "log") {
+            let r = headroom(
+                tmp.path(),
+                &["explain", "--file", p.to_str().unwrap(), "--json"],
+            );
+            assert!(r.code <= 1, "{}", r.stderr);
+            check("explain", &json(&r.stdout), &p.display().to_string());
+        }
+    }
+}
+
+/// The values an enum field may take, from its schema (`enum` or `oneOf` of `const`s).
+fn values(schema: &serde_json::Value, def: &str) -> Vec<String> {
+    let d = &schema["$defs"][def];
+    let mut out: Vec<String> = d["enum"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    for alt in d["oneOf"].as_array().into_iter().flatten() {
+        if let Some(c) = alt["const"].as_str() {
+            out.push(c.to_string());
+        }
+        for e in alt["enum"].as_array().into_iter().flatten() {
+            out.extend(e.as_str().map(str::to_string));
+        }
+    }
+    assert!(!out.is_empty(), "{def} has no values in the schema");
+    out
+}
+
+#[test]
+fn the_readme_lists_every_status_and_cause() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let summary = &headroom::schema::documents()[0].1;
+    for def in ["RunStatus", "PhaseStatus", "Cause", "RefusedBy"] {
+        for v in values(summary, def) {
+            assert!(
+                readme.contains(&format!("`{v}`")),
+                "README does not list {def} `{v}`"
+            );
+        }
+    }
+}
