@@ -232,3 +232,76 @@ fn the_readme_lists_every_status_and_cause() {
         }
     }
 }
+
+/// The validator the outputs go through refuses what each keyword forbids, on a schema written
+/// for it and on a real summary with one thing broken at a time.
+#[test]
+fn the_validator_refuses_what_the_schemas_forbid() {
+    use crate::common::schema::errors;
+    let schema = json(
+        r##"{
+          "type": "object",
+          "required": ["bytes", "kind"],
+          "additionalProperties": false,
+          "properties": {
+            "bytes": { "type": "integer", "minimum": 0, "format": "uint64" },
+            "kind": { "$ref": "#/$defs/Kind" },
+            "peaks": { "type": "array", "items": { "type": ["integer", "null"] }, "maxItems": 2 },
+            "pick": { "oneOf": [{ "type": "string" }, { "const": 1 }] },
+            "any": { "anyOf": [{ "type": "boolean" }, { "enum": ["x", 2] }] }
+          },
+          "$defs": { "Kind": { "type": "string", "enum": ["ok", "oom"] } }
+        }"##,
+    );
+    let good = json(r#"{"bytes": 18446744073709551615, "kind": "oom", "peaks": [1, null]}"#);
+    assert_eq!(errors(&schema, &good), Vec::<String>::new());
+    assert!(
+        errors(
+            &schema,
+            &json(r#"{"bytes": 0, "kind": "ok", "pick": 1.0, "any": 2}"#)
+        )
+        .is_empty()
+    );
+    for bad in [
+        r#"{"kind": "ok"}"#,
+        r#"{"bytes": -1, "kind": "ok"}"#,
+        r#"{"bytes": 1.5, "kind": "ok"}"#,
+        r#"{"bytes": "1", "kind": "ok"}"#,
+        r#"{"bytes": 1, "kind": "maybe"}"#,
+        r#"{"bytes": 1, "kind": "ok", "extra": 0}"#,
+        r#"{"bytes": 1, "kind": "ok", "peaks": [1, 2, 3]}"#,
+        r#"{"bytes": 1, "kind": "ok", "peaks": ["1"]}"#,
+        r#"{"bytes": 1, "kind": "ok", "pick": 2}"#,
+        r#"{"bytes": 1, "kind": "ok", "any": "y"}"#,
+        r#"[]"#,
+    ] {
+        assert!(!errors(&schema, &json(bad)).is_empty(), "accepted {bad}");
+    }
+
+    let summary: serde_json::Value = json(
+        &std::fs::read_to_string(root().join("tests/fixtures/runs/tiny-4g/summary.json")).unwrap(),
+    );
+    let committed =
+        json(&std::fs::read_to_string(root().join("docs/schema/summary.schema.json")).unwrap());
+    assert!(errors(&committed, &summary).is_empty());
+    let broken: [(&str, serde_json::Value); 3] = [
+        ("status", serde_json::json!("finished")),
+        ("exit_code", serde_json::json!("0")),
+        ("end_ns", serde_json::json!(-5)),
+    ];
+    for (field, value) in broken {
+        let mut s = summary.clone();
+        s[field] = value;
+        assert!(
+            !errors(&committed, &s).is_empty(),
+            "accepted {field} = {}",
+            s[field]
+        );
+    }
+    let mut s = summary.clone();
+    s.as_object_mut().unwrap().remove("workload");
+    assert!(
+        !errors(&committed, &s).is_empty(),
+        "accepted a summary without its workload"
+    );
+}
