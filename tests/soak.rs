@@ -1,6 +1,8 @@
 //! Long runs in bounded memory: a long sleep's sampler readings are written as they come
 //! (one row per change, every peak exact), and `headroom report` rereads a full-resolution
-//! timeline through a bounded downsample. Peak RSS is the child's own, from `wait4`.
+//! timeline through a bounded downsample. Peak RSS is the child's, from `wait4`; it includes
+//! the parent's resident memory at the spawn (the child starts in the parent's address space
+//! until it execs), which is why these tests stay in a small binary of their own.
 
 mod common;
 

@@ -1,7 +1,9 @@
-//! `scripts/gpu-check` end to end, twice at once: dry on the simulator with the built-in
-//! h100-80g profile (every step runs, and the calibrated simulator agrees with the device it
-//! measured), and for real on the fake NVIDIA driver (`tests/fake-gpu`, through
-//! `scripts/fake-gpu`) with the same profile, whose cuda runs must agree with the dry run's.
+//! `scripts/gpu-check` end to end, twice at once: for real on the fake NVIDIA driver
+//! (`tests/fake-gpu`, through `scripts/fake-gpu`) with the h100-80g profile, every shipped
+//! workload on the cuda backend agreeing with the simulator calibrated on the fake; and dry on
+//! the simulator with the built-in h100-80g profile for a few workloads (`WORKLOADS`): every
+//! step runs, the calibrated simulator agrees with the device it measured, and the fake's cuda
+//! runs of those workloads agree with the built-in profile's.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -74,12 +76,36 @@ fn pool_reuse_agrees(crosscheck: &str) -> bool {
     })
 }
 
+/// The dry run's workloads: the pool's reuse order, a pending free, another process, the KV
+/// pattern and the quick start (every shipped one runs on the fake).
+const DRY_WORKLOADS: [&str; 5] = [
+    "workloads/quickstart.toml",
+    "workloads/pool-reuse.toml",
+    "workloads/patterns/kv.toml",
+    "workloads/oom/pending-free.toml",
+    "workloads/oom/other-tenant.toml",
+];
+
+fn workload_name(run: &Path) -> String {
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    s["workload"]["name"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
     let dir = tempfile::tempdir().unwrap();
     let dry_dir = dir.path().join("dry");
     let fake_dir = dir.path().join("fake");
-    let dry = start(&dry_dir, None, &[("DEVICE", "--profile h100-80g")]);
+    let dry_workloads = DRY_WORKLOADS.join(" ");
+    let dry = start(
+        &dry_dir,
+        None,
+        &[
+            ("DEVICE", "--profile h100-80g"),
+            ("WORKLOADS", &dry_workloads),
+        ],
+    );
     let fake = start(
         &fake_dir,
         Some("scripts/fake-gpu"),
@@ -111,8 +137,8 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             .map(|e| e.unwrap().path())
             .collect()
     };
-    assert_eq!(runs(&dry_dir.join("cuda")).len(), shipped);
-    assert_eq!(runs(&dry_dir.join("sim")).len(), shipped);
+    assert_eq!(runs(&dry_dir.join("cuda")).len(), DRY_WORKLOADS.len());
+    assert_eq!(runs(&dry_dir.join("sim")).len(), DRY_WORKLOADS.len());
     assert!(
         dry_stdout.contains("oom-pending-free") && !dry_stdout.contains(" NO"),
         "{dry_stdout}"
@@ -135,12 +161,25 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         assert_eq!(s["device"]["backend"], "cuda", "{}", run.display());
     }
     assert!(!fake_stdout.contains(" NO"), "{fake_stdout}");
-    // ... and with the simulator on the built-in profile the fake ran (the dry run's device).
+    // ... and, for the dry run's workloads, with the simulator on the built-in profile the
+    // fake ran (the dry run's device).
+    let dry_names: Vec<String> = runs(&dry_dir.join("cuda"))
+        .iter()
+        .map(|r| workload_name(r))
+        .collect();
+    let fake_subset = dir.path().join("fake-subset");
+    std::fs::create_dir(&fake_subset).unwrap();
+    for run in &fake_runs {
+        if dry_names.contains(&workload_name(run)) {
+            std::os::unix::fs::symlink(run, fake_subset.join(run.file_name().unwrap())).unwrap();
+        }
+    }
+    assert_eq!(runs(&fake_subset).len(), DRY_WORKLOADS.len());
     let cross = headroom(
         root(),
         &[
             "crosscheck",
-            fake_dir.join("cuda").to_str().unwrap(),
+            fake_subset.to_str().unwrap(),
             dry_dir.join("cuda").to_str().unwrap(),
         ],
     );

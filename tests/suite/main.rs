@@ -1,7 +1,8 @@
 //! headroom's integration tests, one module per area, in one test binary: the binary links
-//! the crate once and its tests share both cores. `tests/bounds.rs` and `tests/soak.rs` stay
-//! apart (they measure time and memory of runs near the bounds), and so does
-//! `tests/fuzz_workload` (it installs its own global allocator).
+//! the crate once and its tests share both cores. Apart from it: `tests/bounds.rs` (it times
+//! Ctrl-C on runs near the step bound), `tests/soak.rs` (it measures its children's peak RSS
+//! through `wait4`, which counts the parent's resident memory at the spawn: the parent must
+//! stay small) and `tests/fuzz_workload` (it installs its own global allocator).
 //!
 //! Run one area with its module name as the filter: `cargo test --test suite plan_sim::`.
 
