@@ -1,7 +1,8 @@
 //! Expanding workloads must be linear in their steps: a capture of 20,000 allocation and free
 //! nodes takes ten times a capture of 2,000 (compare `expand/capture/2000` with
 //! `expand/capture/20000` in one report: per-element throughput must match within noise), and
-//! the same for a plain phase of touches.
+//! the same for a plain phase of touches and for many graphs followed by many frees (each free
+//! checks the graphs that use the freed name, not every graph).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -29,12 +30,32 @@ fn touches(n: usize) -> String {
     )
 }
 
+/// `n / 2` graphs whose kernels use `w`, then `n / 2` allocate-and-free pairs of other names.
+fn graphs_then_frees(n: usize) -> String {
+    let mut steps = vec!["{ op = \"allocate\", name = \"w\", size = \"4KiB\" }".to_string()];
+    steps.extend((0..n / 2).map(|i| {
+        format!(
+            "{{ op = \"capture\", graph = \"g{i}\", stream = \"s\", steps = [{{ op = \"touch\", name = \"w\" }}] }}"
+        )
+    }));
+    steps.extend((0..n / 2).map(|i| {
+        format!(
+            "{{ op = \"allocate\", name = \"t{i}\", size = \"4KiB\" }}, {{ op = \"free\", name = \"t{i}\" }}"
+        )
+    }));
+    format!(
+        "[workload]\nname = \"gf\"\n[[phase]]\nname = \"p\"\nsteps = [\n  {},\n]\n",
+        steps.join(",\n  ")
+    )
+}
+
 fn expand(c: &mut Criterion) {
     let mut g = c.benchmark_group("expand");
     g.sample_size(10);
     for (what, make) in [
         ("capture", capture as fn(usize) -> String),
         ("touches", touches),
+        ("graphs-then-frees", graphs_then_frees),
     ] {
         for n in [2_000usize, 20_000] {
             let text = make(n);

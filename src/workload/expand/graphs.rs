@@ -67,6 +67,9 @@ pub(super) struct GraphBook {
     pending: BTreeMap<String, (String, LiveName)>,
     /// Live names a graph allocated: name → (graph, the stream its free is ordered on).
     owners: BTreeMap<String, (String, String)>,
+    /// Names allocated outside the graphs whose kernels use them: name → those graphs (a free
+    /// looks up its own name, never every graph).
+    users: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl GraphBook {
@@ -85,9 +88,38 @@ impl GraphBook {
 
     /// `name` was freed: graphs whose kernels use it may not be replayed any more.
     pub(super) fn freed_outside(&mut self, name: &str) {
-        for g in self.graphs.values_mut() {
-            if g.uses.contains(name) && g.stale.is_none() {
-                g.stale = Some(name.to_string());
+        let Some(graphs) = self.users.get(name) else {
+            return;
+        };
+        for g in graphs {
+            if let Some(info) = self.graphs.get_mut(g)
+                && info.stale.is_none()
+            {
+                info.stale = Some(name.to_string());
+            }
+        }
+    }
+
+    fn add_graph(&mut self, graph: &str, info: GraphInfo) {
+        for n in &info.uses {
+            self.users
+                .entry(n.clone())
+                .or_default()
+                .insert(graph.to_string());
+        }
+        self.graphs.insert(graph.to_string(), info);
+    }
+
+    fn remove_graph(&mut self, graph: &str) {
+        let Some(info) = self.graphs.remove(graph) else {
+            return;
+        };
+        for n in &info.uses {
+            if let Some(users) = self.users.get_mut(n) {
+                users.remove(graph);
+                if users.is_empty() {
+                    self.users.remove(n);
+                }
             }
         }
     }
@@ -379,8 +411,8 @@ impl Emitter<'_, '_> {
         }
         let book = self.book();
         book.destroyed.remove(graph);
-        book.graphs.insert(
-            graph.into(),
+        book.add_graph(
+            graph,
             GraphInfo {
                 stream: stream.into(),
                 state: State::Captured,
@@ -430,134 +462,6 @@ impl Emitter<'_, '_> {
         })
     }
 
-    /// The graph's capture stream, once it is instantiated.
-    fn instantiated(&self, graph: &str, op: &str) -> Result<(String, bool), WorkloadError> {
-        let Some(info) = self.names.graphs.graphs.get(graph) else {
-            return Err(self.no_graph(graph, op));
-        };
-        match info.state {
-            State::Captured => Err(self.err(format!(
-                "{op} of graph {graph:?}, which is not instantiated; add an instantiate step before it"
-            ))),
-            State::Instantiated { auto_free } => Ok((info.stream.clone(), auto_free)),
-        }
-    }
-
-    pub(super) fn upload(
-        &mut self,
-        graph: &str,
-        stream: Option<&str>,
-    ) -> Result<(), WorkloadError> {
-        let (own, _) = self.instantiated(graph, "upload")?;
-        self.push(Action::Upload {
-            graph: graph.into(),
-            stream: stream.unwrap_or(&own).into(),
-        })
-    }
-
-    pub(super) fn replay(
-        &mut self,
-        graph: &str,
-        times: u32,
-        stream: Option<&str>,
-    ) -> Result<(), WorkloadError> {
-        let (own, auto_free) = self.instantiated(graph, "replay")?;
-        if times == 0 {
-            return Err(self.err("times must be at least 1"));
-        }
-        let info = self.names.graphs.graphs[graph].clone();
-        if let Some(n) = &info.stale {
-            return Err(self.err(format!(
-                "graph {graph:?} uses {n:?}, which was freed after the capture: the graph still holds its old address, and a replay would touch freed memory"
-            )));
-        }
-        for f in &info.frees {
-            if !self.names.graphs.owners.contains_key(f) {
-                return Err(self.err(format!(
-                    "graph {graph:?} frees {f:?}, which is not a live graph allocation at this point"
-                )));
-            }
-            if times > 1 {
-                return Err(self.err(format!(
-                    "graph {graph:?} frees {f:?} on every launch; replaying it {times} times would free it twice"
-                )));
-            }
-        }
-        let still_live: Vec<&str> = info
-            .unfreed
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .filter(|n| {
-                self.names
-                    .graphs
-                    .owners
-                    .get(*n)
-                    .is_some_and(|(g, _)| g == graph)
-            })
-            .collect();
-        if !auto_free {
-            if !still_live.is_empty() {
-                return Err(self.err(format!(
-                    "replay of graph {graph:?}: {} from its previous launch still live and it was instantiated without auto_free, so cuGraphLaunch would fail (CUDA_ERROR_INVALID_VALUE); free them first, or instantiate with auto_free = true",
-                    if still_live.len() == 1 {
-                        format!("{:?} is", still_live[0])
-                    } else {
-                        format!("{still_live:?} are")
-                    }
-                )));
-            }
-            if times > 1 && !info.unfreed.is_empty() {
-                return Err(self.err(format!(
-                    "replay of graph {graph:?} {times} times: it leaves {:?} live after each launch and was instantiated without auto_free, so the second launch would fail (CUDA_ERROR_INVALID_VALUE); instantiate with auto_free = true",
-                    info.unfreed[0].0
-                )));
-            }
-        }
-        let stream = stream.unwrap_or(&own).to_string();
-        for (n, l) in &info.unfreed {
-            let ours = self
-                .names
-                .graphs
-                .owners
-                .get(n)
-                .is_some_and(|(g, _)| g == graph);
-            if self.names.live.contains_key(n) && !ours {
-                return Err(self.err(format!(
-                    "replay of graph {graph:?} would allocate {n:?} again, but that name is now another allocation; free it first"
-                )));
-            }
-            let book = self.book();
-            book.pending.remove(n);
-            book.owners
-                .insert(n.clone(), (graph.into(), stream.clone()));
-            self.names.live.insert(n.clone(), l.clone());
-        }
-        for f in &info.frees {
-            self.names.live.remove(f);
-            let book = self.book();
-            book.owners.remove(f);
-            book.freed_outside(f);
-        }
-        let first = !info.launched;
-        if let Some(g) = self.book().graphs.get_mut(graph) {
-            g.launched = true;
-            g.last_stream = stream.clone();
-        }
-        let replay = |times: u32, first: bool| Action::Replay {
-            graph: graph.into(),
-            stream: stream.clone(),
-            times,
-            first,
-        };
-        if first && times > 1 {
-            self.multi = true;
-            self.push(replay(1, true))?;
-            self.push(replay(times - 1, false))
-        } else {
-            self.push(replay(times, first))
-        }
-    }
-
     pub(super) fn destroy_graph(&mut self, graph: &str) -> Result<(), WorkloadError> {
         let targets = if self.names.graphs.graphs.contains_key(graph) {
             vec![graph.to_string()]
@@ -572,7 +476,7 @@ impl Emitter<'_, '_> {
         }
         for t in targets {
             let book = self.book();
-            book.graphs.remove(&t);
+            book.remove_graph(&t);
             book.destroyed.insert(t.clone());
             // Allocations of a graph that never ran never existed; live ones stay live.
             book.pending.retain(|_, (g, _)| *g != t);
@@ -581,6 +485,9 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 }
+
+#[path = "graph_launch.rs"]
+mod launch;
 
 #[cfg(test)]
 #[path = "graphs_tests.rs"]
