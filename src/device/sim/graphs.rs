@@ -91,7 +91,13 @@ pub struct SimGraphs {
     reserved_high: u64,
     used_high: u64,
     live: HashMap<DevPtr, LiveAlloc>,
+    /// Kept as graphs change, so a memory reading costs O(streams), not O(graphs).
+    usage: Usage,
 }
+
+#[path = "graph_usage.rs"]
+mod usage;
+use usage::Usage;
 
 fn invalid(msg: String) -> DeviceError {
     DeviceError::Invalid(msg)
@@ -109,6 +115,7 @@ impl SimGraphs {
             reserved_high: 0,
             used_high: 0,
             live: HashMap::new(),
+            usage: Usage::default(),
         }
     }
 
@@ -123,38 +130,6 @@ impl SimGraphs {
     /// Device memory graphs take: the allocator's reservation and every executable graph.
     pub fn device_bytes(&self) -> u64 {
         self.reserved + self.exec_bytes()
-    }
-
-    fn exec_bytes(&self) -> u64 {
-        self.graphs
-            .values()
-            .filter_map(|g| g.exec.as_ref())
-            .map(|e| e.exec_bytes)
-            .sum()
-    }
-
-    /// Memory mapped by at least one graph or backing a live graph allocation: each stream's
-    /// cache (the largest transient peak of the graphs mapped on it) plus live allocations.
-    fn used_with(&self, mapped: impl Fn(u32, &Graph) -> Option<StreamId>, live: u64) -> u64 {
-        let mut caches: BTreeMap<StreamId, u64> = BTreeMap::new();
-        for (id, g) in &self.graphs {
-            if let Some(s) = mapped(*id, g) {
-                let c = caches.entry(s).or_default();
-                *c = (*c).max(g.transient_bytes);
-            }
-        }
-        caches.values().sum::<u64>() + live
-    }
-
-    fn live_bytes(&self) -> u64 {
-        self.live.values().map(|l| l.rounded_bytes).sum()
-    }
-
-    fn used(&self) -> u64 {
-        self.used_with(
-            |_, g| g.exec.as_ref().and_then(|e| e.mapped_on),
-            self.live_bytes(),
-        )
     }
 
     fn note_highs(&mut self) {
@@ -191,6 +166,7 @@ impl SimGraphs {
         self.captures.clear();
         self.graphs.clear();
         self.live.clear();
+        self.usage = Usage::default();
         self.reserved = 0;
     }
 }
@@ -356,7 +332,7 @@ impl SimDevice {
         }
         // Back to the graph pool: still reserved, no longer used. (Modeled as immediate: the
         // pool's reuse of it is not ordered behind the stream.)
-        if self.graphs.live.remove(&ptr).is_none() {
+        if self.graphs.remove_live(&ptr).is_none() {
             return Err(invalid(format!(
                 "cuMemFreeAsync of {ptr:#x}, which is not a live graph allocation"
             )));
@@ -393,6 +369,7 @@ impl SimDevice {
             mapped_on: None,
             busy_until_ns: 0,
         });
+        self.graphs.usage.exec_bytes += exec_bytes;
         Ok(())
     }
 
@@ -453,23 +430,14 @@ impl SimDevice {
         }
         // Memory after the call: the graph mapped on `stream`; for a launch, its unfreed
         // allocations (freed first when auto-free) live again.
-        let mut live_after = self.graphs.live_bytes();
+        let mut live_after = self.graphs.usage.live_bytes;
         if launch {
             for p in &own_live {
                 live_after -= self.graphs.live[p].rounded_bytes;
             }
             live_after += unfreed.iter().map(|(_, b)| b).sum::<u64>();
         }
-        let used_after = self.graphs.used_with(
-            |id, x| {
-                if id == graph.0 {
-                    Some(stream)
-                } else {
-                    x.exec.as_ref().and_then(|e| e.mapped_on)
-                }
-            },
-            live_after,
-        );
+        let used_after = self.graphs.used_if_mapped(graph.0, stream, live_after);
         self.advance(self.profile.latency.launch.0);
         let grow = used_after.saturating_sub(self.graphs.reserved);
         if grow > self.free_at(self.host_ns) {
@@ -481,18 +449,13 @@ impl SimDevice {
         let mut gpu_ns: u64 = 0;
         if launch {
             for p in own_live {
-                self.graphs.live.remove(&p);
+                self.graphs.remove_live(&p);
                 if let Some(b) = self.sizes.remove(&p) {
                     self.content.forget(p, b);
                 }
             }
             for (p, rounded) in unfreed {
-                self.graphs.live.insert(
-                    p,
-                    LiveAlloc {
-                        rounded_bytes: rounded,
-                    },
-                );
+                self.graphs.insert_live(p, rounded);
             }
             // Run the nodes in order: allocations exist from their node until their free.
             for n in &nodes {
@@ -509,7 +472,7 @@ impl SimDevice {
                             self.content.forget(ptr, b);
                         }
                         if !own.contains(&ptr) {
-                            self.graphs.live.remove(&ptr);
+                            self.graphs.remove_live(&ptr);
                         }
                     }
                 }
@@ -518,13 +481,13 @@ impl SimDevice {
         let start = self.streams[si].max(self.host_ns);
         self.streams[si] = start.saturating_add(gpu_ns);
         let done = self.streams[si];
+        self.graphs.map(graph.0, Some(stream));
         if let Some(exec) = self
             .graphs
             .graphs
             .get_mut(&graph.0)
             .and_then(|g| g.exec.as_mut())
         {
-            exec.mapped_on = Some(stream);
             exec.busy_until_ns = exec.busy_until_ns.max(done);
         }
         self.graphs.note_highs();
@@ -543,19 +506,26 @@ impl SimDevice {
         self.graphs.graph(graph)?;
         self.advance(self.profile.latency.free.0);
         // Live allocations it left stay live; its mapping returns to the graph pool.
-        self.graphs.graphs.remove(&graph.0);
+        self.graphs.remove_graph(graph.0);
         Ok(())
     }
 
     pub(super) fn sim_graph_mem_trim(&mut self) -> DevResult<()> {
         self.advance(self.profile.latency.synchronize.0);
         let now = self.host_ns;
-        for g in self.graphs.graphs.values_mut() {
-            if let Some(e) = g.exec.as_mut()
-                && e.busy_until_ns <= now
-            {
-                e.mapped_on = None;
-            }
+        // Only mapped graphs can be unmapped: the walk is over them, not over every graph.
+        let idle: Vec<u32> = (self.graphs.usage.mapped.values())
+            .flatten()
+            .map(|(_, id)| *id)
+            .filter(|id| {
+                self.graphs.graphs[id]
+                    .exec
+                    .as_ref()
+                    .is_some_and(|e| e.busy_until_ns <= now)
+            })
+            .collect();
+        for id in idle {
+            self.graphs.map(id, None);
         }
         self.graphs.reserved = self.graphs.used();
         Ok(())

@@ -265,3 +265,66 @@ fn capture_rules() {
     d.graph_destroy(g).unwrap();
     assert!(d.graph_launch(g, s).is_err(), "destroyed");
 }
+
+/// The usage kept as graphs change equals the usage recomputed from every graph, after each
+/// kind of change: instantiate, upload, launch, relaunch, a move to another stream, a free of a
+/// launch's output, destroy (mapped and not), trim, a refused launch, release of everything.
+#[test]
+fn kept_usage_equals_usage_recomputed_from_every_graph() {
+    let (mut d, s) = tiny();
+    let s2 = d.create_stream().unwrap();
+    let agree = |d: &SimDevice, what: &str| {
+        assert_eq!(
+            d.graphs.used(),
+            d.graphs.used_recomputed(),
+            "used after {what}"
+        );
+        assert_eq!(
+            d.graphs.exec_bytes(),
+            d.graphs.exec_bytes_recomputed(),
+            "executables after {what}"
+        );
+    };
+    let a = capture(&mut d, s, 100 * MIB, 8 * MIB);
+    let b = capture(&mut d, s, 300 * MIB, 0);
+    let c = capture(&mut d, s2, 50 * MIB, 4 * MIB);
+    agree(&d, "captures");
+    for g in [a, b, c] {
+        d.graph_instantiate(g, true).unwrap();
+    }
+    agree(&d, "instantiate");
+    d.graph_upload(b, s).unwrap();
+    agree(&d, "upload");
+    d.graph_launch(a, s).unwrap();
+    d.graph_launch(c, s2).unwrap();
+    agree(&d, "launches");
+    d.graph_launch(a, s).unwrap();
+    agree(&d, "an auto-free relaunch");
+    d.graph_launch(b, s2).unwrap();
+    agree(&d, "a launch on another stream");
+    assert_eq!(
+        d.graphs.used(),
+        (100 * MIB).max(50 * MIB) + 300 * MIB + 8 * MIB + 4 * MIB,
+        "s keeps a's 100 MiB; s2 holds b's 300 MiB; two outputs live"
+    );
+    let outputs: Vec<_> = d.graphs.live.keys().copied().collect();
+    d.graph_free(outputs[0], s).unwrap();
+    agree(&d, "a free of a launch's output");
+    d.graph_destroy(b).unwrap();
+    agree(&d, "destroy of a mapped graph");
+    d.synchronize().unwrap();
+    d.graph_mem_trim().unwrap();
+    agree(&d, "trim");
+    let big = capture(&mut d, s, 8 << 30, 0);
+    d.graph_instantiate(big, false).unwrap();
+    assert!(matches!(
+        d.graph_launch(big, s),
+        Err(DeviceError::OutOfMemory { .. })
+    ));
+    agree(&d, "a refused launch");
+    d.graph_destroy(big).unwrap();
+    d.graph_launch(c, s).unwrap();
+    agree(&d, "a relaunch after trim, on the other stream");
+    d.release_all().unwrap();
+    agree(&d, "release of everything");
+}
