@@ -26,21 +26,22 @@ const ANNOTATIONS: [&str; 7] = [
 
 /// Checks `value` against `docs/schema/<name>.schema.json`; panics naming what does not fit.
 pub fn check(name: &str, value: &Value, what: &str) {
-    static SCHEMAS: OnceLock<Mutex<HashMap<String, Value>>> = OnceLock::new();
-    let schema = {
-        let cache = SCHEMAS.get_or_init(Default::default);
-        let mut cache = cache.lock().unwrap();
-        cache
-            .entry(name.to_string())
-            .or_insert_with(|| {
-                let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("docs/schema")
-                    .join(format!("{name}.schema.json"));
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-            })
-            .clone()
-    };
-    let errors = errors(&schema, value);
+    // Each schema is read once and kept for the whole test run.
+    static SCHEMAS: OnceLock<Mutex<HashMap<String, &'static Value>>> = OnceLock::new();
+    let schema: &'static Value = SCHEMAS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("docs/schema")
+                .join(format!("{name}.schema.json"));
+            Box::leak(Box::new(
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap(),
+            ))
+        });
+    let errors = errors(schema, value);
     assert!(
         errors.is_empty(),
         "{what} does not match docs/schema/{name}.schema.json: {errors:#?}"

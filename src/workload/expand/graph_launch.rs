@@ -40,24 +40,20 @@ impl Emitter<'_, '_> {
         if times == 0 {
             return Err(self.err("times must be at least 1"));
         }
+        // What the checks below read (not the graph's `uses`, which may be large).
         let info = &self.names.graphs.graphs[graph];
-        // What the checks below read; the graph's `uses` (possibly large) stay where they are.
-        let info = GraphInfo {
-            uses: BTreeSet::new(),
-            stream: String::new(),
-            last_stream: String::new(),
-            stale: info.stale.clone(),
-            frees: info.frees.clone(),
-            unfreed: info.unfreed.clone(),
-            state: info.state,
-            launched: info.launched,
-        };
-        if let Some(n) = &info.stale {
+        let (stale, frees, unfreed, launched) = (
+            info.stale.clone(),
+            info.frees.clone(),
+            info.unfreed.clone(),
+            info.launched,
+        );
+        if let Some(n) = &stale {
             return Err(self.err(format!(
                 "graph {graph:?} uses {n:?}, which was freed after the capture: the graph still holds its old address, and a replay would touch freed memory"
             )));
         }
-        for f in &info.frees {
+        for f in &frees {
             if !self.names.graphs.owners.contains_key(f) {
                 return Err(self.err(format!(
                     "graph {graph:?} frees {f:?}, which is not a live graph allocation at this point"
@@ -69,8 +65,7 @@ impl Emitter<'_, '_> {
                 )));
             }
         }
-        let still_live: Vec<&str> = info
-            .unfreed
+        let still_live: Vec<&str> = unfreed
             .iter()
             .map(|(n, _)| n.as_str())
             .filter(|n| {
@@ -92,15 +87,15 @@ impl Emitter<'_, '_> {
                     }
                 )));
             }
-            if times > 1 && !info.unfreed.is_empty() {
+            if times > 1 && !unfreed.is_empty() {
                 return Err(self.err(format!(
                     "replay of graph {graph:?} {times} times: it leaves {:?} live after each launch and was instantiated without auto_free, so the second launch would fail (CUDA_ERROR_INVALID_VALUE); instantiate with auto_free = true",
-                    info.unfreed[0].0
+                    unfreed[0].0
                 )));
             }
         }
         let stream = stream.unwrap_or(&own).to_string();
-        for (n, l) in &info.unfreed {
+        for (n, l) in &unfreed {
             let ours = self
                 .names
                 .graphs
@@ -118,13 +113,13 @@ impl Emitter<'_, '_> {
                 .insert(n.clone(), (graph.into(), stream.clone()));
             self.names.live.insert(n.clone(), l.clone());
         }
-        for f in &info.frees {
+        for f in &frees {
             self.names.live.remove(f);
             let book = self.book();
             book.owners.remove(f);
             book.freed_outside(f);
         }
-        let first = !info.launched;
+        let first = !launched;
         if let Some(g) = self.book().graphs.get_mut(graph) {
             g.launched = true;
             g.last_stream = stream.clone();
