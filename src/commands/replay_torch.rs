@@ -109,7 +109,14 @@ fn one(
         dev.profile.as_deref(),
     )?;
     let mut opened: Box<dyn crate::device::Device> = if dev.backend == Backend::Cuda {
-        select::open(dev.backend, dev.one_gpu("replay")?, None)?.device
+        select::open(
+            select::Request {
+                profile: None,
+                ..dev.request()
+            },
+            dev.one_gpu("replay")?,
+        )?
+        .device
     } else {
         Box::new(SimDevice::open(rdev.profile.clone(), t.device))
     };

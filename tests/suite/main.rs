@@ -13,6 +13,7 @@ mod alloc_conformance;
 mod caching_props;
 mod calibrate_crosscheck;
 mod docs;
+mod driver_floor;
 mod explain;
 mod fake_gpu;
 mod files_people_open;
