@@ -4,9 +4,10 @@
 use serde::Serialize;
 
 use crate::cli::DeviceArgs;
+use crate::device::driver_detail::with_driver_detail;
 use crate::device::node_profile::NodeProfile;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
-use crate::device::select::{self, Choice};
+use crate::device::select::{self, Backend, Choice};
 use crate::node::inventory::{GpuIdentity, inventory};
 use crate::units::Bytes;
 
@@ -33,7 +34,18 @@ pub(crate) struct Listing {
 }
 
 pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
-    let listing = match select::choose(args.request())? {
+    // Where the driver was asked and failed, say what else it reports (its version, NVML).
+    let probed = args.backend != Backend::Sim && args.profile.is_none();
+    let detail = |reason: &str| {
+        if probed {
+            with_driver_detail(reason)
+        } else {
+            reason.to_string()
+        }
+    };
+    let choice =
+        select::choose(args.request()).map_err(|e| anyhow::anyhow!(detail(&e.to_string())))?;
+    let listing = match choice {
         // A simulated device or node: its GPUs, as a driver would list them.
         Choice::Sim { .. } if args.profile.is_some() => Listing {
             backend: "sim",
@@ -44,7 +56,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         // No GPU here (or --backend sim): the profiles the simulator offers instead.
         Choice::Sim { notice } => Listing {
             backend: "sim",
-            reason: Some(notice.unwrap_or_else(|| "--backend sim".into())),
+            reason: Some(notice.map_or_else(|| "--backend sim".into(), |n| detail(&n))),
             gpus: vec![],
             profiles: profiles(),
         },

@@ -3,6 +3,7 @@
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
 
 use crate::device::{NvmlMemory, ProcessUsage};
 
@@ -81,4 +82,48 @@ pub fn read_processes(
 /// NVML's memory reading of a device by UUID before any CUDA context exists.
 pub fn memory_before_context(uuid: &str) -> Option<NvmlMemory> {
     NvmlDevice::open(uuid)?.memory()
+}
+
+/// Why NVML cannot start, in one line naming its error as the driver does
+/// (`nvmlInit_v2 failed: NVML_ERROR_DRIVER_NOT_LOADED (…)`), or `None` when it starts. Said
+/// beside a CUDA failure: NVML tells a missing kernel module from a missing library.
+pub fn init_failure() -> Option<String> {
+    let e = Nvml::init().err()?;
+    Some(match &e {
+        NvmlError::LibloadingError(l) => format!("libnvidia-ml.so.1 could not be loaded ({l})"),
+        NvmlError::FailedToLoadSymbol(s) => format!("NVML lacks a function headroom calls ({s})"),
+        _ => match error_name(&e) {
+            Some(name) => format!("nvmlInit_v2 failed: {name} ({e})"),
+            None => format!("nvmlInit_v2 failed: {e}"),
+        },
+    })
+}
+
+/// The name of NVML's return code for `e` (`NVML_ERROR_…`); `None` for an error that is not one.
+pub fn error_name(e: &NvmlError) -> Option<&'static str> {
+    use NvmlError as E;
+    Some(match e {
+        E::Uninitialized => "NVML_ERROR_UNINITIALIZED",
+        E::InvalidArg => "NVML_ERROR_INVALID_ARGUMENT",
+        E::NotSupported => "NVML_ERROR_NOT_SUPPORTED",
+        E::NoPermission => "NVML_ERROR_NO_PERMISSION",
+        E::NotFound => "NVML_ERROR_NOT_FOUND",
+        E::InsufficientSize(_) => "NVML_ERROR_INSUFFICIENT_SIZE",
+        E::InsufficientPower => "NVML_ERROR_INSUFFICIENT_POWER",
+        E::DriverNotLoaded => "NVML_ERROR_DRIVER_NOT_LOADED",
+        E::Timeout => "NVML_ERROR_TIMEOUT",
+        E::IrqIssue => "NVML_ERROR_IRQ_ISSUE",
+        E::LibraryNotFound => "NVML_ERROR_LIBRARY_NOT_FOUND",
+        E::FunctionNotFound => "NVML_ERROR_FUNCTION_NOT_FOUND",
+        E::CorruptedInfoROM => "NVML_ERROR_CORRUPTED_INFOROM",
+        E::GpuLost => "NVML_ERROR_GPU_IS_LOST",
+        E::ResetRequired => "NVML_ERROR_RESET_REQUIRED",
+        E::OperatingSystem => "NVML_ERROR_OPERATING_SYSTEM",
+        E::LibRmVersionMismatch => "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+        E::InUse => "NVML_ERROR_IN_USE",
+        E::InsufficientMemory => "NVML_ERROR_MEMORY",
+        E::NoData => "NVML_ERROR_NO_DATA",
+        E::Unknown => "NVML_ERROR_UNKNOWN",
+        _ => return None,
+    })
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, anyhow, bail};
 
 use crate::cli::DeviceArgs;
+use crate::device::driver_detail::with_driver_detail;
 use crate::device::nvml::{NvmlDevice, read_memory, read_processes};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::{self, Backend};
@@ -146,7 +147,8 @@ pub fn open(
     };
     let select::Choice::Cuda { count } = select::choose(gpu).map_err(|e| {
         anyhow!(
-            "{e}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)"
+            "{}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)",
+            with_driver_detail(&e.to_string())
         )
     })?
     else {
