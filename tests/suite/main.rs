@@ -30,6 +30,7 @@ mod outputs;
 mod plan_sim;
 mod plan_sweep;
 mod plot;
+mod real_driver;
 mod replay;
 mod reports;
 mod run_sim;
