@@ -12,6 +12,7 @@ mod common;
 mod alloc_conformance;
 mod caching_props;
 mod calibrate_crosscheck;
+mod ci_examples;
 mod docs;
 mod driver_floor;
 mod explain;
