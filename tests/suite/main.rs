@@ -28,6 +28,7 @@ mod limits;
 mod node;
 mod oom_sim;
 mod outputs;
+mod pipes;
 mod plan_sim;
 mod plan_sweep;
 mod plot;
