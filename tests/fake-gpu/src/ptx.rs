@@ -221,7 +221,12 @@ mod tests {
             MAX_VERSION,
         )
         .unwrap();
-        assert_eq!(m.version, (8, 4));
+        // Declared low enough for the driver floor, R470 (CUDA 11.4, ISA 7.4).
+        assert!(
+            m.version <= crate::branch::max_ptx_isa(11040),
+            "{:?}",
+            m.version
+        );
         let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["copy", "triad"]);
         assert_eq!(
