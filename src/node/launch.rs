@@ -142,17 +142,23 @@ fn worker_specs(
             let r = &mut rows[i];
             r.rank = Some(rank as u32);
             r.log = Some(format!("logs/{}.log", r.folder));
+            // A device chosen by UUID is the worker's only CUDA device: device 0.
+            let cuda_index = match r.gpu.cuda_visible_devices {
+                Some(_) => 0,
+                None => r.gpu.index,
+            };
             WorkerSpec {
                 args: worker_args(
                     inv,
                     dev.profile.as_deref(),
                     job,
-                    r.gpu.index,
+                    cuda_index,
                     &dir.join(&r.folder),
                 ),
                 rank: rank as u32,
                 rank_count: runnable.len() as u32,
                 log: dir.join("logs").join(format!("{}.log", r.folder)),
+                cuda_visible_devices: r.gpu.cuda_visible_devices.clone(),
             }
         })
         .collect()
@@ -217,6 +223,13 @@ fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
                 "note: GPU {}: the driver's process list cannot be trusted here ({why}); \
                  whether other processes use it is not known, and it is not skipped on that evidence",
                 r.gpu.index
+            ),
+            (Occupancy::Unknown, _) if r.gpu.processes_unavailable.is_some() => eprintln!(
+                "note: GPU {} ({}): no process list ({}); whether other processes use it is not \
+                 known, and it is not skipped on that evidence",
+                r.gpu.index,
+                r.gpu.uuid,
+                r.gpu.processes_unavailable.as_deref().unwrap_or_default()
             ),
             _ => {}
         }
