@@ -47,9 +47,22 @@ pub struct DeviceArgs {
     /// auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+    /// Refuse to run anywhere but on a real GPU: without a usable driver and device, exit 2
+    /// instead of falling back to the simulator (for CI jobs on GPU runners).
+    #[arg(long, global = true)]
+    pub require_gpu: bool,
 }
 
 impl DeviceArgs {
+    /// The device request these flags make.
+    pub fn request(&self) -> crate::device::select::Request<'_> {
+        crate::device::select::Request {
+            backend: self.backend,
+            profile: self.profile.as_deref(),
+            require_gpu: self.require_gpu,
+        }
+    }
+
     /// The one GPU a command that drives a single device runs on; `--device all` or a list is
     /// refused with the command's name.
     pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {

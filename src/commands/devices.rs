@@ -4,10 +4,9 @@
 use serde::Serialize;
 
 use crate::cli::DeviceArgs;
-use crate::device::cuda;
 use crate::device::node_profile::NodeProfile;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
-use crate::device::select::Backend;
+use crate::device::select::{self, Choice};
 use crate::node::inventory::{GpuIdentity, inventory};
 use crate::units::Bytes;
 
@@ -39,39 +38,27 @@ pub(crate) struct Listing {
 }
 
 pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
-    let listing = if args.profile.is_some() {
+    let listing = match select::choose(args.request())? {
         // A simulated device or node: its GPUs, as a driver would list them.
-        let inv = inventory(args.backend, args.profile.as_deref(), true)?;
-        Listing {
+        Choice::Sim { .. } if args.profile.is_some() => Listing {
             backend: "sim",
             reason: None,
-            gpus: inv.gpus,
+            gpus: inventory(args.request(), true)?.gpus,
             profiles: vec![],
-        }
-    } else {
-        let probe = match args.backend {
-            Backend::Sim => Err("--backend sim".to_string()),
-            _ => cuda::probe(),
-        };
-        match probe {
-            Ok(_) => Listing {
-                backend: "cuda",
-                reason: None,
-                gpus: inventory(Backend::Cuda, None, true)?.gpus,
-                profiles: vec![],
-            },
-            Err(reason) => {
-                if args.backend == Backend::Cuda {
-                    anyhow::bail!("{reason}");
-                }
-                Listing {
-                    backend: "sim",
-                    reason: Some(reason),
-                    gpus: vec![],
-                    profiles: profiles(),
-                }
-            }
-        }
+        },
+        // No GPU here (or --backend sim): the profiles the simulator offers instead.
+        Choice::Sim { notice } => Listing {
+            backend: "sim",
+            reason: Some(notice.unwrap_or_else(|| "--backend sim".into())),
+            gpus: vec![],
+            profiles: profiles(),
+        },
+        Choice::Cuda { .. } => Listing {
+            backend: "cuda",
+            reason: None,
+            gpus: inventory(args.request(), true)?.gpus,
+            profiles: vec![],
+        },
     };
     if json {
         crate::outln!("{}", serde_json::to_string_pretty(&listing)?)?;

@@ -7,6 +7,7 @@
 
 pub mod caps;
 pub mod cuda;
+pub mod floor;
 pub mod mig;
 pub mod node_profile;
 pub mod nvml;

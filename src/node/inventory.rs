@@ -10,7 +10,7 @@ use crate::device::node_profile::NodeProfile;
 use crate::device::nvml::NvmlDevice;
 use crate::device::prelude::*;
 use crate::device::profile::DEFAULT_PROFILE;
-use crate::device::select::Backend;
+use crate::device::select::{self, Choice, Request};
 use crate::device::sim::{SimDevice, sim_card_identity};
 use crate::device::{BackendKind, NvmlMemory, ProcessUsage};
 use crate::node::instances;
@@ -85,42 +85,24 @@ pub struct Inventory {
 
 /// Reads every GPU as `select::open` would choose the backend. `open_for_free`: where NVML
 /// cannot tell free memory, open a context to read it (`devices` does; a node never does).
-pub fn inventory(
-    backend: Backend,
-    profile: Option<&str>,
-    open_for_free: bool,
-) -> anyhow::Result<Inventory> {
-    let use_sim = match backend {
-        Backend::Sim => true,
-        Backend::Cuda => {
-            anyhow::ensure!(
-                profile.is_none(),
-                "--profile selects a simulated device; it cannot be used with --backend cuda"
-            );
-            false
+pub fn inventory(req: Request<'_>, open_for_free: bool) -> anyhow::Result<Inventory> {
+    match select::choose(req)? {
+        Choice::Sim { notice } => {
+            let node = NodeProfile::resolve(req.profile.unwrap_or(DEFAULT_PROFILE))?;
+            Ok(Inventory {
+                backend: BackendKind::Sim,
+                profile: Some(node.name.clone()),
+                gpus: sim_gpus(&node),
+                notice,
+            })
         }
-        Backend::Auto => profile.is_some() || cuda::probe().is_err(),
-    };
-    if use_sim {
-        let notice = match (backend, profile) {
-            (Backend::Auto, None) => cuda::probe().err(),
-            _ => None,
-        };
-        let node = NodeProfile::resolve(profile.unwrap_or(DEFAULT_PROFILE))?;
-        return Ok(Inventory {
-            backend: BackendKind::Sim,
-            profile: Some(node.name.clone()),
-            gpus: sim_gpus(&node),
-            notice,
-        });
+        Choice::Cuda { count } => Ok(Inventory {
+            backend: BackendKind::Cuda,
+            profile: None,
+            gpus: cuda_gpus(count, open_for_free)?,
+            notice: None,
+        }),
     }
-    let count = cuda::probe().map_err(anyhow::Error::msg)?;
-    Ok(Inventory {
-        backend: BackendKind::Cuda,
-        profile: None,
-        gpus: cuda_gpus(count, open_for_free)?,
-        notice: None,
-    })
 }
 
 /// The cards of a simulated node, as NVML would show them before any context: the profile's
@@ -222,10 +204,11 @@ pub(crate) fn split(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::select::Backend;
 
     #[test]
     fn the_simulated_node_shows_its_busy_card_and_distinct_folders() {
-        let inv = inventory(Backend::Sim, Some("8xh100-80g"), false).unwrap();
+        let inv = inventory(Request::new(Backend::Sim, Some("8xh100-80g")), false).unwrap();
         assert_eq!(inv.gpus.len(), 8);
         assert_eq!(inv.profile.as_deref(), Some("8xh100-80g"));
         let busy = &inv.gpus[5];

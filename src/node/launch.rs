@@ -49,7 +49,7 @@ pub fn run_node(
     job: &NodeJob,
     interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<i32> {
-    let inv = inventory(dev.backend, dev.profile.as_deref(), false)?;
+    let inv = inventory(dev.request(), false)?;
     if let Some(n) = &inv.notice {
         eprintln!(
             "note: {n}; using the simulated node (profile {})",

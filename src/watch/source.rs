@@ -107,6 +107,11 @@ pub fn open(
                 "--cuda-info reads cuMemGetInfo from a real driver; it cannot be used with --sim-script"
             );
         }
+        if dev.require_gpu {
+            bail!(
+                "--require-gpu: --sim-script replays a usage timeline on the simulated device, not a GPU"
+            );
+        }
         let profile = SimProfile::resolve(dev.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?;
         let script = UsageScript::load(path)?;
         let info = DeviceInfo {
@@ -133,11 +138,20 @@ pub fn open(
             "a simulated device cannot see another process's memory: give --sim-script FILE (what the job holds over time) to watch on the simulator"
         );
     }
-    let count = cuda::probe().map_err(|e| {
+    // Watching a process needs the real driver whatever --backend says: it decides as cuda.
+    let gpu = select::Request {
+        backend: Backend::Cuda,
+        profile: None,
+        require_gpu: true,
+    };
+    let select::Choice::Cuda { count } = select::choose(gpu).map_err(|e| {
         anyhow!(
             "{e}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)"
         )
-    })?;
+    })?
+    else {
+        bail!("headroom watch needs the real driver")
+    };
     if index >= count {
         bail!("there is no CUDA device {}: the driver sees {count}", index);
     }
@@ -172,7 +186,7 @@ pub fn open(
         let before = nvml
             .memory()
             .context("NVML's memory info failed before the context")?;
-        let opened = select::open(Backend::Cuda, index, None)?;
+        let opened = select::open(gpu, index)?;
         let after = nvml
             .memory()
             .context("NVML's memory info failed after the context")?;

@@ -13,7 +13,9 @@ mod pool;
 mod probe;
 mod vmm;
 
-pub use probe::{DeviceFacts, cuda_driver_version, device_facts, probe};
+pub use probe::{
+    DeviceFacts, NoGpu, cuda_driver_version, device_facts, driver_cuda_version, probe,
+};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,43 +3,100 @@
 //! calls (cudarc resolves each at its first call and panics on a missing one, so a driver too
 //! old for one is refused here, by name), how many GPUs it sees, and their facts.
 
+use std::fmt;
+use std::sync::OnceLock;
+
 use cudarc::driver::result;
 use cudarc::driver::sys;
 
 use super::driver_err;
 use crate::device::DevResult;
+use crate::device::floor;
 use crate::device::mig::{self, MigIdentity};
 use crate::device::nvml::NvmlDevice;
 
-/// Why there is no usable CUDA device, in one line for people.
-pub fn probe() -> Result<u32, String> {
+/// Why there is no usable CUDA device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoGpu {
+    /// No driver library, or a driver that says there is no device (`CUDA_ERROR_NO_DEVICE`, or
+    /// none counted): a machine without a GPU, where `--backend auto` may use the simulator.
+    Absent(String),
+    /// A driver is there but cannot be used (a mismatch with the kernel module, a stub library,
+    /// a missing function, a branch below the floor, any other error): never replaced by the
+    /// simulator without being asked, or a broken GPU runner would pass its checks.
+    Broken(String),
+}
+
+impl NoGpu {
+    pub fn reason(&self) -> &str {
+        match self {
+            NoGpu::Absent(r) | NoGpu::Broken(r) => r,
+        }
+    }
+}
+
+impl fmt::Display for NoGpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+/// How many CUDA devices the driver sees, or why none can be used. Decided once per process:
+/// every later call returns the first answer.
+pub fn probe() -> Result<u32, NoGpu> {
+    static PROBED: OnceLock<Result<u32, NoGpu>> = OnceLock::new();
+    PROBED.get_or_init(probe_driver).clone()
+}
+
+/// A driver call's failure as `NoGpu`: `CUDA_ERROR_NO_DEVICE` is a machine without a GPU.
+fn classify(why: String, e: cudarc::driver::DriverError) -> NoGpu {
+    if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE {
+        NoGpu::Absent(why)
+    } else {
+        NoGpu::Broken(why)
+    }
+}
+
+fn probe_driver() -> Result<u32, NoGpu> {
     // SAFETY: only tries to dlopen libcuda; no driver call is made.
     if !unsafe { sys::is_culib_present() } {
-        return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
+        return Err(NoGpu::Absent(
+            "no NVIDIA driver found (libcuda.so could not be loaded)".into(),
+        ));
+    }
+    // cuDriverGetVersion needs no cuInit, and every driver has it: an old branch is named by its
+    // version before the functions it lacks are listed.
+    if let Some(why) = driver_cuda_version().and_then(floor::below_floor) {
+        return Err(NoGpu::Broken(why));
     }
     let missing = missing_symbols();
     if !missing.is_empty() {
-        return Err(format!(
-            "the NVIDIA driver lacks {} function(s) headroom calls: {} (a driver of R550 or newer \
-             has them)",
+        return Err(NoGpu::Broken(format!(
+            "the NVIDIA driver lacks {} function(s) headroom calls: {} (every driver from R{} on \
+             has them; a stub or partial libcuda.so earlier on the library path is another cause)",
             missing.len(),
-            missing.join(", ")
-        ));
+            missing.join(", "),
+            floor::floor_branch()
+        )));
     }
     result::init().map_err(|e| {
-        format!(
+        let why = format!(
             "the NVIDIA driver did not initialize: {}",
             driver_err("cuInit", 0, e)
-        )
+        );
+        classify(why, e)
     })?;
     let n = result::device::get_count().map_err(|e| {
-        format!(
+        let why = format!(
             "cannot count CUDA devices: {}",
             driver_err("cuDeviceGetCount", 0, e)
-        )
+        );
+        classify(why, e)
     })?;
     if n <= 0 {
-        return Err("the NVIDIA driver is present but sees no CUDA device".into());
+        return Err(NoGpu::Absent(
+            "the NVIDIA driver is present but sees no CUDA device".into(),
+        ));
     }
     Ok(n as u32)
 }
@@ -132,16 +189,17 @@ fn missing_symbols() -> Vec<&'static str> {
         .collect()
 }
 
+/// `cuDriverGetVersion` (e.g. 12040), `None` when the call fails. Needs only the library.
+pub fn driver_cuda_version() -> Option<i32> {
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: writes one int through a valid pointer; callers checked the library loads.
+    let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
+    ok.then_some(v)
+}
+
 /// The driver's version as `major.minor` (e.g. `12.4`).
 pub fn cuda_driver_version() -> String {
-    let mut v: std::ffi::c_int = 0;
-    // SAFETY: writes one int through a valid pointer; the library is loaded (probe ran).
-    let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
-    if ok {
-        format!("{}.{}", v / 1000, (v % 1000) / 10)
-    } else {
-        "unknown".into()
-    }
+    driver_cuda_version().map_or_else(|| "unknown".into(), floor::cuda_version_text)
 }
 
 /// The device's UUID and, on a MIG instance, its parent GPU's: `cuDeviceGetUuid_v2` names the
