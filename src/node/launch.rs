@@ -224,15 +224,27 @@ fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
                  whether other processes use it is not known, and it is not skipped on that evidence",
                 r.gpu.index
             ),
-            (Occupancy::Unknown, _) if r.gpu.processes_unavailable.is_some() => eprintln!(
-                "note: GPU {} ({}): no process list ({}); whether other processes use it is not \
-                 known, and it is not skipped on that evidence",
-                r.gpu.index,
-                r.gpu.uuid,
-                r.gpu.processes_unavailable.as_deref().unwrap_or_default()
-            ),
             _ => {}
         }
+    }
+    // One note per reason (every instance of a MIG GPU gives the same one).
+    let mut unlisted: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for r in rows.iter().filter(|r| r.occupancy == Occupancy::Unknown) {
+        if let Some(why) = &r.gpu.processes_unavailable {
+            unlisted
+                .entry(why)
+                .or_default()
+                .push(r.gpu.index.to_string());
+        }
+    }
+    for (why, gpus) in unlisted {
+        eprintln!(
+            "note: GPU {}: no process list ({why}); whether other processes use {} is not \
+             known, and {} not skipped on that evidence",
+            gpus.join(", "),
+            if gpus.len() == 1 { "it" } else { "them" },
+            if gpus.len() == 1 { "it is" } else { "they are" }
+        );
     }
 }
 
