@@ -42,8 +42,9 @@ pub struct DeviceArgs {
         value_parser = DeviceSelection::parse
     )]
     pub device: DeviceSelection,
-    /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200) or a TOML file.
-    /// Implies the sim backend under --backend auto.
+    /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200; a MIG instance
+    /// of one, such as h200-1g.18gb) or a TOML file. Implies the sim backend under --backend
+    /// auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Refuse to run anywhere but on a real GPU: without a usable driver and device, exit 2

@@ -113,6 +113,8 @@ pub fn calibrate(
             module_bytes: crate::units::Size(module_bytes),
         },
         other_processes: Vec::new(),
+        mig: Vec::new(),
+        mig_of: None,
     };
     notes.insert(
         "graphs.exec_bytes_per_node",

@@ -22,6 +22,11 @@ struct ProfileRow {
     /// GPUs: 1 for a device profile, more for a node profile.
     devices: u32,
     default: bool,
+    /// For a MIG instance (`h200-1g.18gb`): the card it is part of and its MIG profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_profile: Option<String>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -74,7 +79,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
     if let Some(reason) = &listing.reason {
         crate::outln!("{reason}; simulated device profiles (use --profile NAME):")?;
         crate::outln!(
-            "{:<12} {:<44} {:>12} {:>12} {:>6}",
+            "{:<20} {:<46} {:>12} {:>12} {:>6}",
             "profile",
             "models",
             "total",
@@ -83,7 +88,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         )?;
         for p in &listing.profiles {
             crate::outln!(
-                "{:<12} {:<44} {:>12} {:>12} {:>6}{}",
+                "{:<20} {:<46} {:>12} {:>12} {:>6}{}",
                 p.name,
                 p.gpu_name,
                 Bytes(p.total_bytes).to_string(),
@@ -94,11 +99,26 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    for g in &listing.gpus {
+    if listing.backend == "cuda" && listing.gpus.iter().any(|g| g.mig.is_some()) {
         crate::outln!(
-            "GPU {}: {} · compute {} · {} SMs · compute mode {} · {}",
-            g.index,
-            g.name,
+            "MIG mode: a CUDA process sees one instance; choose it with \
+             CUDA_VISIBLE_DEVICES=<its MIG UUID>, or run on every one with --device all"
+        )?;
+    }
+    for g in &listing.gpus {
+        let kind = match &g.mig {
+            Some(m) => format!(
+                "MIG {}: {} · MIG {} of GPU {} ({})",
+                g.index,
+                g.name,
+                m.profile.as_deref().unwrap_or("(profile unknown)"),
+                m.parent_index.map_or("?".into(), |i| i.to_string()),
+                m.parent_uuid
+            ),
+            None => format!("GPU {}: {}", g.index, g.name),
+        };
+        crate::outln!(
+            "{kind} · compute {} · {} SMs · compute mode {} · {}",
             g.compute_capability,
             g.multiprocessors,
             g.compute_mode,
@@ -132,7 +152,12 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
                 }
             }
             Some(_) => crate::outln!("  no compute processes")?,
-            None => crate::outln!("  (NVML not available: no per-process figures)")?,
+            None => crate::outln!(
+                "  no process list: {}",
+                g.processes_unavailable
+                    .as_deref()
+                    .unwrap_or("NVML not available")
+            )?,
         }
     }
     Ok(0)
@@ -141,6 +166,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
 fn profiles() -> Vec<ProfileRow> {
     SimProfile::builtin_all()
         .into_iter()
+        .chain(SimProfile::builtin_instances())
         .map(|p| ProfileRow {
             default: p.name == DEFAULT_PROFILE,
             name: p.name,
@@ -150,6 +176,8 @@ fn profiles() -> Vec<ProfileRow> {
             nvml_reserved_bytes: p.memory.nvml_reserved_bytes.0,
             multiprocessors: p.multiprocessors,
             devices: 1,
+            mig_parent: p.mig_of.as_ref().map(|m| m.parent.clone()),
+            mig_profile: p.mig_of.as_ref().map(|m| m.profile.clone()),
         })
         .chain(NodeProfile::builtin_all().into_iter().map(|n| {
             let c = &n.cards[0];
@@ -162,6 +190,8 @@ fn profiles() -> Vec<ProfileRow> {
                 context_overhead_bytes: c.memory.context_overhead_bytes.0,
                 nvml_reserved_bytes: c.memory.nvml_reserved_bytes.0,
                 multiprocessors: c.multiprocessors,
+                mig_parent: None,
+                mig_profile: None,
             }
         }))
         .collect()

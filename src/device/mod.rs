@@ -9,6 +9,7 @@ pub mod caps;
 pub mod cuda;
 pub mod driver_detail;
 pub mod floor;
+pub mod mig;
 pub mod node_profile;
 pub mod nvml;
 pub mod profile;
@@ -206,6 +207,9 @@ pub struct DeviceInfo {
     pub driver_version: String,
     pub multiprocessors: u32,
     pub uuid: Option<String>,
+    /// The MIG instance this device is, with its profile and parent GPU (`None` on a whole GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<mig::MigIdentity>,
 }
 
 /// A GPU kernel the harness can launch (see `kernels/` for the CUDA C sources).

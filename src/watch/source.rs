@@ -10,7 +10,7 @@ use anyhow::{Context, anyhow, bail};
 
 use crate::cli::DeviceArgs;
 use crate::device::driver_detail::with_driver_detail;
-use crate::device::nvml::{NvmlDevice, read_memory, read_processes};
+use crate::device::nvml::{NvmlDevice, process_list_error, read_memory, read_processes};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::{self, Backend};
 use crate::device::{BackendKind, DeviceInfo, ProcessUsage, cuda};
@@ -61,8 +61,7 @@ impl DeviceProbe for NvmlProbe<'_> {
 
 impl ProcessProbe for NvmlProbe<'_> {
     fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
-        read_processes(&self.device)
-            .map_err(|e| format!("nvmlDeviceGetComputeRunningProcesses: {e}"))
+        read_processes(&self.device).map_err(|e| process_list_error(&e))
     }
 }
 
@@ -126,6 +125,7 @@ pub fn open(
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
             uuid: None,
+            mig: None,
         };
         let job =
             SimJob::new(profile, script, origin).with_context(|| format!("{}", path.display()))?;
@@ -167,6 +167,7 @@ pub fn open(
             facts.uuid
         )
     })?;
+    let mig = facts.mig(Some(&nvml));
     let mut info = DeviceInfo {
         backend: BackendKind::Cuda,
         profile: None,
@@ -180,6 +181,7 @@ pub fn open(
                 format!("{v} (CUDA {})", cuda::cuda_driver_version())
             }),
         multiprocessors: facts.multiprocessors,
+        mig,
         uuid: Some(facts.uuid),
     };
     let cuda = if cuda_info {

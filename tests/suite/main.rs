@@ -25,6 +25,7 @@ mod graphs_sim;
 mod hold;
 mod kernels_sim;
 mod limits;
+mod mig;
 mod node;
 mod oom_sim;
 mod outputs;

@@ -91,6 +91,7 @@ impl CudaDevice {
     pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>, u64)> {
         let facts = device_facts(index)?;
         let nvml = NvmlDevice::open(&facts.uuid);
+        let mig = facts.mig(nvml.as_ref());
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
         let ctx = CudaContext::new(index as usize)
@@ -118,6 +119,7 @@ impl CudaDevice {
             driver_version,
             multiprocessors: facts.multiprocessors,
             uuid: Some(facts.uuid),
+            mig,
         };
         let dev = CudaDevice {
             ctx,
@@ -221,6 +223,13 @@ impl DeviceCore for CudaDevice {
 
     fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
         self.nvml.as_ref()?.processes()
+    }
+
+    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
+        match &self.nvml {
+            Some(n) => n.processes_or_why(),
+            None => Err("NVML is not available for this device: no process list".into()),
+        }
     }
 
     fn sleep(&mut self, duration_ns: u64) {

@@ -12,6 +12,8 @@ use cudarc::driver::sys;
 use super::driver_err;
 use crate::device::DevResult;
 use crate::device::floor;
+use crate::device::mig::{self, MigIdentity};
+use crate::device::nvml::NvmlDevice;
 
 /// Why there is no usable CUDA device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +111,7 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceGet",
     "cuDeviceGetName",
     "cuDeviceGetUuid",
+    "cuDeviceGetUuid_v2",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
     "cuDevicePrimaryCtxRetain",
@@ -199,24 +202,28 @@ pub fn cuda_driver_version() -> String {
     driver_cuda_version().map_or_else(|| "unknown".into(), floor::cuda_version_text)
 }
 
-fn uuid_string(u: &sys::CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|c| *c as u8).collect();
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    )
+/// The device's UUID and, on a MIG instance, its parent GPU's: `cuDeviceGetUuid_v2` names the
+/// MIG instance a process sees, `cuDeviceGetUuid` (v1) the GPU that holds it (`mig.rs`).
+fn device_uuids(dev: sys::CUdevice) -> DevResult<(String, Option<String>)> {
+    let v1 = result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?;
+    let mut v2 = std::mem::MaybeUninit::<sys::CUuuid>::uninit();
+    // SAFETY: writes one CUuuid through a valid pointer; `dev` is a handle from cuDeviceGet.
+    unsafe { sys::cuDeviceGetUuid_v2(v2.as_mut_ptr(), dev) }
+        .result()
+        .map_err(|e| driver_err("cuDeviceGetUuid_v2", 0, e))?;
+    // SAFETY: initialized by the successful call above.
+    let v2 = unsafe { v2.assume_init() };
+    let bytes = |u: &sys::CUuuid| -> [u8; 16] { std::array::from_fn(|i| u.bytes[i] as u8) };
+    Ok(mig::uuid_strings(&bytes(&v2), &bytes(&v1)))
 }
 
 /// Static facts about a device, read without creating a context.
 pub struct DeviceFacts {
     pub name: String,
+    /// `GPU-…`, or `MIG-…` on a MIG instance.
     pub uuid: String,
+    /// The GPU that holds the MIG instance (`GPU-…`); `None` on a whole GPU.
+    pub parent_uuid: Option<String>,
     pub total_bytes: u64,
     pub compute_capability: String,
     pub multiprocessors: u32,
@@ -225,10 +232,28 @@ pub struct DeviceFacts {
     pub compute_mode: String,
 }
 
+impl DeviceFacts {
+    /// The MIG instance this device is: NVML's account where it has one, else what the
+    /// driver says (the parent's UUID, the profile in the device name).
+    pub fn mig(&self, nvml: Option<&NvmlDevice>) -> Option<MigIdentity> {
+        let parent_uuid = self.parent_uuid.as_ref()?;
+        nvml.and_then(NvmlDevice::mig_identity).or_else(|| {
+            Some(MigIdentity {
+                profile: mig::profile_from_device_name(&self.name),
+                parent_index: None,
+                parent_uuid: parent_uuid.clone(),
+                parent_name: None,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            })
+        })
+    }
+}
+
 pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
     let dev = result::device::get(index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
     let name = result::device::get_name(dev).map_err(|e| driver_err("cuDeviceGetName", 0, e))?;
-    let uuid = result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?;
+    let (uuid, parent_uuid) = device_uuids(dev)?;
     use sys::CUdevice_attribute as A;
     let attr = |a: A| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet.
@@ -249,7 +274,8 @@ pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
         .map_err(|e| driver_err("cuDeviceTotalMem", 0, e))?;
     Ok(DeviceFacts {
         name,
-        uuid: uuid_string(&uuid),
+        uuid,
+        parent_uuid,
         total_bytes: total as u64,
         compute_capability: format!("{major}.{minor}"),
         multiprocessors: sms.max(0) as u32,
