@@ -198,10 +198,34 @@ fn instances(gpu: &nvml_wrapper::Device<'_>) -> Vec<NvmlInstance> {
 pub fn read_memory(
     d: &nvml_wrapper::Device<'_>,
 ) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
-    let m = d.memory_info()?;
+    let m = match d.memory_info() {
+        Err(NvmlError::FailedToLoadSymbol(_)) => return read_memory_v1(d),
+        other => other?,
+    };
     Ok(NvmlMemory {
         total_bytes: m.total,
         reserved_bytes: m.reserved,
+        used_bytes: m.used,
+        free_bytes: m.free,
+    })
+}
+
+/// NVML's first memory info, on drivers before R510 (NVML 11.6 added the v2 that splits out
+/// the driver's reserved share): `used` there includes that share, so `reserved_bytes` is 0.
+fn read_memory_v1(
+    d: &nvml_wrapper::Device<'_>,
+) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
+    let sym = nvml_wrapper::error::nvml_sym(d.nvml().lib().nvmlDeviceGetMemoryInfo.as_ref())?;
+    let mut m = nvml_wrapper_sys::bindings::nvmlMemory_t {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: the handle is the device's own, and `m` is the v1 struct the function fills.
+    nvml_wrapper::error::nvml_try(unsafe { sym(d.handle(), &mut m) })?;
+    Ok(NvmlMemory {
+        total_bytes: m.total,
+        reserved_bytes: 0,
         used_bytes: m.used,
         free_bytes: m.free,
     })
@@ -212,7 +236,12 @@ pub fn read_processes(
     d: &nvml_wrapper::Device<'_>,
 ) -> Result<Vec<ProcessUsage>, nvml_wrapper::error::NvmlError> {
     let me = std::process::id();
-    Ok(d.running_compute_processes()?
+    // Drivers before R510 have only the v2 of the list (the same record, one function older).
+    let listed = match d.running_compute_processes() {
+        Err(NvmlError::FailedToLoadSymbol(_)) => d.running_compute_processes_v2(),
+        other => other,
+    };
+    Ok(listed?
         .into_iter()
         .map(|p| ProcessUsage {
             pid: p.pid,

@@ -199,3 +199,116 @@ fn require_gpu_refuses_a_simulated_device_and_passes_on_a_gpu() {
     assert_eq!(gpu.code, 0, "{}", gpu.stderr);
     assert_eq!(summary(&out_dir)["device"]["backend"], "cuda");
 }
+
+fn shipped_workloads() -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for d in ["workloads", "workloads/patterns", "workloads/oom"] {
+        for e in std::fs::read_dir(root().join(d)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Runs every shipped workload on the fake driver of `branch` (h100-80g), one after another.
+/// Returns (workload, exit, stderr, summary) per run.
+fn shipped_on_branch(dir: &Path, branch: &str) -> Vec<(String, i32, String, serde_json::Value)> {
+    shipped_workloads()
+        .iter()
+        .map(|wl| {
+            let name = wl.file_stem().unwrap().to_string_lossy().into_owned();
+            let out_dir = dir.join(format!("{branch}-{name}"));
+            let env = [
+                ("HEADROOM_FAKE_DRIVER", branch),
+                ("HEADROOM_FAKE_PROFILE", "h100-80g"),
+                ("HEADROOM_FAKE_TIME_SCALE", "0"),
+            ];
+            let args = [
+                "run",
+                wl.to_str().unwrap(),
+                "--backend",
+                "cuda",
+                "--out",
+                out_dir.to_str().unwrap(),
+                "-q",
+            ];
+            let out = on_fake(dir, &args, &env);
+            let s = std::fs::read_to_string(out_dir.join("summary.json"))
+                .map(|t| serde_json::from_str(&t).unwrap())
+                .unwrap_or(serde_json::Value::Null);
+            (name, out.code, out.stderr, s)
+        })
+        .collect()
+}
+
+#[test]
+fn every_shipped_workload_runs_its_kernels_at_the_floor_and_on_r535() {
+    let dir = tempfile::tempdir().unwrap();
+    let (floor, r535) = std::thread::scope(|s| {
+        let floor = s.spawn(|| shipped_on_branch(dir.path(), "470"));
+        let r535 = s.spawn(|| shipped_on_branch(dir.path(), "535"));
+        (floor.join().unwrap(), r535.join().unwrap())
+    });
+    for (branch, driver, runs) in [("470", "470.256.02", floor), ("535", "535.261.03", r535)] {
+        assert_eq!(runs.len(), shipped_workloads().len());
+        let mut modules = 0;
+        for (name, code, stderr, s) in &runs {
+            assert_eq!(*code, 0, "R{branch} {name}: {stderr}");
+            // Exit 0: every expectation held, a deliberate OOM included.
+            let status = s["status"].as_str().unwrap_or("none");
+            assert!(matches!(status, "completed" | "oom"), "R{branch} {name}: {status}");
+            assert_eq!(s["device"]["backend"], "cuda");
+            let version = s["device"]["driver_version"].as_str().unwrap();
+            assert!(version.starts_with(driver), "R{branch} {name}: {version}");
+            modules += s["idle"]["kernels"]["modules"].as_u64().unwrap_or(0);
+        }
+        // The kernels the workloads launch were loaded (JIT-compiled by the branch) each time.
+        assert!(
+            modules >= 10,
+            "R{branch}: {modules} kernel modules loaded in all"
+        );
+    }
+}
+
+#[test]
+fn a_driver_below_the_floor_is_refused_with_the_branch_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let quickstart = root().join("workloads/quickstart.toml");
+    let env = [("HEADROOM_FAKE_DRIVER", "460")];
+    let needs =
+        "the NVIDIA driver supports CUDA 11.2, R460; headroom needs R470 (CUDA 11.4) or newer";
+    for args in [
+        &["devices", "--backend", "cuda"][..],
+        &["devices"][..],
+        &[
+            "run",
+            quickstart.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "-q",
+        ][..],
+        &["run", quickstart.to_str().unwrap(), "-q"][..],
+    ] {
+        let out = on_fake(dir.path(), args, &env);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stdout);
+        assert!(out.stderr.contains(needs), "{args:?}: {}", out.stderr);
+    }
+    // At the floor, NVML's older functions (memory info v1, process list v2) still read.
+    let env = [("HEADROOM_FAKE_DRIVER", "470")];
+    let out = on_fake(
+        dir.path(),
+        &["devices", "--backend", "cuda", "--json"],
+        &env,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let gpu = &v["gpus"][0];
+    assert_eq!(u(&gpu["total_bytes"]), 4 * GIB);
+    assert_eq!(u(&gpu["free_bytes"]), 4 * GIB, "{gpu}");
+    assert_eq!(u(&gpu["nvml"]["total_bytes"]), 4 * GIB + 64 * MIB, "{gpu}");
+    assert!(gpu["processes"].is_array(), "{gpu}");
+}
