@@ -132,7 +132,17 @@ pub fn open(req: Request<'_>, index: u32) -> anyhow::Result<Opened> {
         Choice::Cuda { count } => count,
     };
     if index >= count {
-        bail!("there is no CUDA device {index}: the driver sees {count}");
+        let limited = std::env::var("CUDA_VISIBLE_DEVICES")
+            .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v} limits what it shows)"))
+            .unwrap_or_default();
+        // One device seen: on a GPU in MIG mode that is all a CUDA process ever sees.
+        let mig = if count == 1 {
+            "; on a GPU in MIG mode a CUDA process sees one instance: choose it with \
+             CUDA_VISIBLE_DEVICES=MIG-…, or give --device all for one worker per instance"
+        } else {
+            ""
+        };
+        bail!("there is no CUDA device {index}: the driver sees {count}{limited}{mig}");
     }
     let (dev, before, context_create_ns) =
         CudaDevice::open(index).with_context(|| format!("cannot open CUDA device {index}"))?;
