@@ -120,6 +120,7 @@ pub fn open(
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
             uuid: None,
+            capabilities: profile.capabilities,
         };
         let job =
             SimJob::new(profile, script, origin).with_context(|| format!("{}", path.display()))?;
@@ -165,6 +166,8 @@ pub fn open(
             }),
         multiprocessors: facts.multiprocessors,
         uuid: Some(facts.uuid),
+        capabilities: cuda::device_capabilities(index)
+            .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
     };
     let cuda = if cuda_info {
         let before = nvml

@@ -6,6 +6,7 @@
 //! reservation, plain allocations (page-rounded), the pool's reservation, graph memory and the
 //! other processes present at that instant; `cuMemGetInfo` reports the rest as free.
 
+mod capabilities;
 mod content;
 mod events;
 mod graphs;
@@ -24,8 +25,8 @@ use std::sync::Arc;
 use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
+    Capability, DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
+    GraphShape, Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
 };
 use crate::sampler::{LiveViews, VirtualSampler};
 
@@ -121,6 +122,7 @@ impl SimDevice {
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
             uuid: Some(sim_uuid(&profile.name, index)),
+            capabilities: profile.capabilities,
         };
         let mut dev = SimDevice {
             info,
@@ -515,6 +517,10 @@ impl Streams for SimDevice {
 
 impl VirtualMemory for SimDevice {
     fn vmm_granularity(&mut self) -> DevResult<u64> {
+        self.require(
+            Capability::VirtualMemoryManagement,
+            "cuMemGetAllocationGranularity",
+        )?;
         Ok(self.vmm.granularity())
     }
 
