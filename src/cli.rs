@@ -43,13 +43,26 @@ pub struct DeviceArgs {
     )]
     pub device: DeviceSelection,
     /// A simulated device profile: a built-in name (tiny-4g, t4-16g, l4-24g, a10g-24g, a100-40g,
-    /// h100-80g, h200) or a TOML file.
-    /// Implies the sim backend under --backend auto.
+    /// h100-80g, h200; a MIG instance of one, such as h200-1g.18gb) or a TOML file. Implies the
+    /// sim backend under --backend auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+    /// Refuse to run anywhere but on a real GPU: without a usable driver and device, exit 2
+    /// instead of falling back to the simulator (for CI jobs on GPU runners).
+    #[arg(long, global = true)]
+    pub require_gpu: bool,
 }
 
 impl DeviceArgs {
+    /// The device request these flags make.
+    pub fn request(&self) -> crate::device::select::Request<'_> {
+        crate::device::select::Request {
+            backend: self.backend,
+            profile: self.profile.as_deref(),
+            require_gpu: self.require_gpu,
+        }
+    }
+
     /// The one GPU a command that drives a single device runs on; `--device all` or a list is
     /// refused with the command's name.
     pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {

@@ -4,6 +4,10 @@
 //! simulated one), `alloc` (allocators over a device), `workload` (what to run), `run` (runs
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
+// Standard output goes through `output::print` (`out!`, `outln!`), which survives a reader
+// that goes away; a bare `print!` would panic there.
+#![deny(clippy::print_stdout)]
+
 pub mod alloc;
 pub mod bandwidth;
 pub mod calibrate;

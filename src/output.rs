@@ -1,16 +1,28 @@
 //! Standard output for people and pipes. A reader that goes away (`headroom replay log.csv |
-//! head -1`) ends the process quietly with exit 0, as ripgrep does; any other failure to write
-//! (`> /dev/full`) is an error naming standard output (exit 2). Results on disk are written
-//! before anything is printed, so neither loses them.
+//! head -1`) ends the output quietly, as ripgrep does, but not the command: what is left to
+//! print is dropped, and the process still exits with the command's own code (a failed
+//! expectation stays 1 behind `| head -1`). Any other failure to write (`> /dev/full`) is an
+//! error naming standard output (exit 2). Results on disk are written before anything is
+//! printed, so neither loses them.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Writes `text` to standard output and flushes it.
+/// Set once a write found the reader gone: nothing more is written.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` to standard output and flushes it; once the reader has gone, does nothing.
 pub fn print(text: &str) -> anyhow::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
         Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
     }
 }

@@ -117,6 +117,8 @@ pub fn calibrate(
         },
         other_processes: Vec::new(),
         capabilities: info.capabilities,
+        mig: Vec::new(),
+        mig_of: None,
     };
     notes.insert(
         "graphs.exec_bytes_per_node",

@@ -45,11 +45,7 @@ pub fn bandwidth(
             out.display()
         );
     }
-    let mut opened = select::open_noted(
-        dev.backend,
-        dev.one_gpu("bandwidth")?,
-        dev.profile.as_deref(),
-    )?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("bandwidth")?)?;
     let keep = default_keep_free(opened.device.info().total_bytes);
     let report = measure(opened.device.as_mut(), args.size, args.repeats, keep)?;
     let json = serde_json::to_string_pretty(&report)?;

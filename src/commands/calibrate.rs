@@ -47,11 +47,7 @@ pub fn calibrate(
             out.display()
         )
     })?;
-    let mut opened = select::open_noted(
-        dev.backend,
-        dev.one_gpu("calibrate")?,
-        dev.profile.as_deref(),
-    )?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("calibrate")?)?;
     let info = opened.device.info().clone();
     let result = measure(
         opened.device.as_mut(),

@@ -4,10 +4,10 @@
 use serde::Serialize;
 
 use crate::cli::DeviceArgs;
-use crate::device::cuda;
+use crate::device::driver_detail::with_driver_detail;
 use crate::device::node_profile::NodeProfile;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
-use crate::device::select::Backend;
+use crate::device::select::{self, Backend, Choice};
 use crate::node::inventory::{GpuIdentity, inventory};
 use crate::units::Bytes;
 
@@ -22,6 +22,11 @@ struct ProfileRow {
     /// GPUs: 1 for a device profile, more for a node profile.
     devices: u32,
     default: bool,
+    /// For a MIG instance (`h200-1g.18gb`): the card it is part of and its MIG profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_profile: Option<String>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -34,39 +39,38 @@ pub(crate) struct Listing {
 }
 
 pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
-    let listing = if args.profile.is_some() {
+    // Where the driver was asked and failed, say what else it reports (its version, NVML).
+    let probed = args.backend != Backend::Sim && args.profile.is_none();
+    let detail = |reason: &str| {
+        if probed {
+            with_driver_detail(reason)
+        } else {
+            reason.to_string()
+        }
+    };
+    let choice =
+        select::choose(args.request()).map_err(|e| anyhow::anyhow!(detail(&e.to_string())))?;
+    let listing = match choice {
         // A simulated device or node: its GPUs, as a driver would list them.
-        let inv = inventory(args.backend, args.profile.as_deref(), true)?;
-        Listing {
+        Choice::Sim { .. } if args.profile.is_some() => Listing {
             backend: "sim",
             reason: None,
-            gpus: inv.gpus,
+            gpus: inventory(args.request(), true)?.gpus,
             profiles: vec![],
-        }
-    } else {
-        let probe = match args.backend {
-            Backend::Sim => Err("--backend sim".to_string()),
-            _ => cuda::probe(),
-        };
-        match probe {
-            Ok(_) => Listing {
-                backend: "cuda",
-                reason: None,
-                gpus: inventory(Backend::Cuda, None, true)?.gpus,
-                profiles: vec![],
-            },
-            Err(reason) => {
-                if args.backend == Backend::Cuda {
-                    anyhow::bail!("{reason}");
-                }
-                Listing {
-                    backend: "sim",
-                    reason: Some(reason),
-                    gpus: vec![],
-                    profiles: profiles(),
-                }
-            }
-        }
+        },
+        // No GPU here (or --backend sim): the profiles the simulator offers instead.
+        Choice::Sim { notice } => Listing {
+            backend: "sim",
+            reason: Some(notice.map_or_else(|| "--backend sim".into(), |n| detail(&n))),
+            gpus: vec![],
+            profiles: profiles(),
+        },
+        Choice::Cuda { .. } => Listing {
+            backend: "cuda",
+            reason: None,
+            gpus: inventory(args.request(), true)?.gpus,
+            profiles: vec![],
+        },
     };
     if json {
         crate::outln!("{}", serde_json::to_string_pretty(&listing)?)?;
@@ -75,7 +79,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
     if let Some(reason) = &listing.reason {
         crate::outln!("{reason}; simulated device profiles (use --profile NAME):")?;
         crate::outln!(
-            "{:<12} {:<44} {:>12} {:>12} {:>6}",
+            "{:<20} {:<46} {:>12} {:>12} {:>6}",
             "profile",
             "models",
             "total",
@@ -84,7 +88,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         )?;
         for p in &listing.profiles {
             crate::outln!(
-                "{:<12} {:<44} {:>12} {:>12} {:>6}{}",
+                "{:<20} {:<46} {:>12} {:>12} {:>6}{}",
                 p.name,
                 p.gpu_name,
                 Bytes(p.total_bytes).to_string(),
@@ -95,11 +99,26 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    for g in &listing.gpus {
+    if listing.backend == "cuda" && listing.gpus.iter().any(|g| g.mig.is_some()) {
         crate::outln!(
-            "GPU {}: {} · compute {} · {} SMs · compute mode {} · {}",
-            g.index,
-            g.name,
+            "MIG mode: a CUDA process sees one instance; choose it with \
+             CUDA_VISIBLE_DEVICES=<its MIG UUID>, or run on every one with --device all"
+        )?;
+    }
+    for g in &listing.gpus {
+        let kind = match &g.mig {
+            Some(m) => format!(
+                "MIG {}: {} · MIG {} of GPU {} ({})",
+                g.index,
+                g.name,
+                m.profile.as_deref().unwrap_or("(profile unknown)"),
+                m.parent_index.map_or("?".into(), |i| i.to_string()),
+                m.parent_uuid
+            ),
+            None => format!("GPU {}: {}", g.index, g.name),
+        };
+        crate::outln!(
+            "{kind} · compute {} · {} SMs · compute mode {} · {}",
             g.compute_capability,
             g.multiprocessors,
             g.compute_mode,
@@ -133,7 +152,12 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
                 }
             }
             Some(_) => crate::outln!("  no compute processes")?,
-            None => crate::outln!("  (NVML not available: no per-process figures)")?,
+            None => crate::outln!(
+                "  no process list: {}",
+                g.processes_unavailable
+                    .as_deref()
+                    .unwrap_or("NVML not available")
+            )?,
         }
     }
     Ok(0)
@@ -142,6 +166,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
 fn profiles() -> Vec<ProfileRow> {
     SimProfile::builtin_all()
         .into_iter()
+        .chain(SimProfile::builtin_instances())
         .map(|p| ProfileRow {
             default: p.name == DEFAULT_PROFILE,
             name: p.name,
@@ -151,6 +176,8 @@ fn profiles() -> Vec<ProfileRow> {
             nvml_reserved_bytes: p.memory.nvml_reserved_bytes.0,
             multiprocessors: p.multiprocessors,
             devices: 1,
+            mig_parent: p.mig_of.as_ref().map(|m| m.parent.clone()),
+            mig_profile: p.mig_of.as_ref().map(|m| m.profile.clone()),
         })
         .chain(NodeProfile::builtin_all().into_iter().map(|n| {
             let c = &n.cards[0];
@@ -163,6 +190,8 @@ fn profiles() -> Vec<ProfileRow> {
                 context_overhead_bytes: c.memory.context_overhead_bytes.0,
                 nvml_reserved_bytes: c.memory.nvml_reserved_bytes.0,
                 multiprocessors: c.multiprocessors,
+                mig_parent: None,
+                mig_profile: None,
             }
         }))
         .collect()

@@ -25,7 +25,7 @@ pub fn hold(
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(std::os::unix::process::parent_id);
 
-    let mut opened = select::open_noted(dev.backend, dev.one_gpu("hold")?, dev.profile.as_deref())?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("hold")?)?;
     let d = opened.device.as_mut();
     let total = d.info().total_bytes;
     anyhow::ensure!(

@@ -38,8 +38,7 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
     let device = match plan.capacity_bytes {
         Some(_) => None,
         None => {
-            let opened =
-                select::open_noted(dev.backend, dev.one_gpu("plan")?, dev.profile.as_deref())?;
+            let opened = select::open_noted(dev.request(), dev.one_gpu("plan")?)?;
             Some(opened.device.info().clone())
         }
     };

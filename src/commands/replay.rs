@@ -29,8 +29,7 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         (AllocatorKind::Pool, None) => AllocatorSpec::Pool(PoolConfig::default()),
         (AllocatorKind::Direct, None) => AllocatorSpec::Direct,
     };
-    let mut opened =
-        select::open_noted(dev.backend, dev.one_gpu("replay")?, dev.profile.as_deref())?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("replay")?)?;
     let opts = ReplayOptions {
         on_bad_row: if args.keep_going {
             BadRowPolicy::Collect

@@ -80,12 +80,12 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         crate::outln!("{}", serde_json::to_string_pretty(&answers)?)?;
     } else {
         for a in &answers {
-            print!("{}", a.replay);
+            crate::out!("{}", a.replay)?;
             if let Some(c) = &a.find_capacity {
-                print!("{c}");
+                crate::out!("{c}")?;
             }
             if let Some(rows) = &a.try_settings {
-                print!("{}", whatif::settings_table(rows, &a.replay.device));
+                crate::out!("{}", whatif::settings_table(rows, &a.replay.device))?;
             }
         }
     }
@@ -109,7 +109,14 @@ fn one(
         dev.profile.as_deref(),
     )?;
     let mut opened: Box<dyn crate::device::Device> = if dev.backend == Backend::Cuda {
-        select::open(dev.backend, dev.one_gpu("replay")?, None)?.device
+        select::open(
+            select::Request {
+                profile: None,
+                ..dev.request()
+            },
+            dev.one_gpu("replay")?,
+        )?
+        .device
     } else {
         Box::new(SimDevice::open(rdev.profile.clone(), t.device))
     };

@@ -34,7 +34,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     let file = WorkloadFile::read_ranked(&args.workload, Rank::from_env()?)?;
     file.check()?;
     drop(loading);
-    let mut opened = select::open_noted(dev.backend, dev.one_gpu("run")?, dev.profile.as_deref())?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("run")?)?;
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }

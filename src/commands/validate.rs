@@ -78,11 +78,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         checked.map_err(|e| context(label, e))?;
     }
 
-    let mut opened = select::open_noted(
-        dev.backend,
-        dev.one_gpu("validate")?,
-        dev.profile.as_deref(),
-    )?;
+    let mut opened = select::open_noted(dev.request(), dev.one_gpu("validate")?)?;
     let total = opened.device.info().total_bytes;
     let resolved: Vec<(String, Resolved)> = points
         .iter()

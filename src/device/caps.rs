@@ -25,6 +25,12 @@ pub trait DeviceCore: Send {
     fn nvml_memory(&mut self) -> Option<NvmlMemory>;
     /// The processes the driver lists on this device, where NVML is present.
     fn processes(&mut self) -> Option<Vec<ProcessUsage>>;
+    /// As `processes`, or why there is no list (no NVML; NVML refused it, as on a MIG
+    /// instance without privileges).
+    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
+        self.processes()
+            .ok_or_else(|| "NVML is not available: no process list".to_string())
+    }
 
     /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
     fn sleep(&mut self, duration_ns: u64);

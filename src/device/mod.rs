@@ -7,6 +7,9 @@
 
 pub mod caps;
 pub mod cuda;
+pub mod driver_detail;
+pub mod floor;
+pub mod mig;
 pub mod node_profile;
 pub mod nvml;
 pub mod profile;
@@ -207,6 +210,9 @@ pub struct DeviceInfo {
     /// What the device supports of the driver features workloads may use, read at open.
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// The MIG instance this device is, with its profile and parent GPU (`None` on a whole GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<mig::MigIdentity>,
 }
 
 /// Driver features a workload may need that not every device has (vGPU and some virtualized

@@ -77,7 +77,7 @@ impl NodeProfile {
             return NodeProfile::from_toml(text, &format!("built-in profile {name_or_path}"), None);
         }
         let path = Path::new(name_or_path);
-        let is_builtin_device = profile::BUILTIN.iter().any(|(n, _)| *n == name_or_path);
+        let is_builtin_device = profile::is_builtin(name_or_path);
         if !is_builtin_device && (path.exists() || name_or_path.ends_with(".toml")) {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read device profile {}", path.display()))?;
@@ -112,9 +112,7 @@ impl NodeProfile {
             );
         }
         let base_ref = match dir {
-            Some(d) if !profile::BUILTIN.iter().any(|(b, _)| *b == n.base) => {
-                d.join(&n.base).display().to_string()
-            }
+            Some(d) if !profile::is_builtin(&n.base) => d.join(&n.base).display().to_string(),
             _ => n.base.clone(),
         };
         let base = SimProfile::resolve(&base_ref)

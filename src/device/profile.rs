@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::device::mig::{self, MigOf, MigProfile};
 use crate::units::{DurationNs, Size};
 
 /// Profiles compiled into the binary: (name, TOML text).
@@ -49,6 +50,13 @@ pub struct SimProfile {
     /// vGPU or virtualized card may lack memory pools or virtual memory management.
     #[serde(default)]
     pub capabilities: crate::device::Capabilities,
+    /// The card's MIG instance profiles (`[[mig]]`): `--profile <name>-<mig profile>` is a
+    /// card of one instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigProfile>,
+    /// Set on a card made from one of another card's `[[mig]]` tables.
+    #[serde(skip)]
+    pub mig_of: Option<MigOf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,10 +168,14 @@ impl SimProfile {
         Ok(p)
     }
 
-    /// A built-in profile by name, or a profile file by path.
+    /// A built-in profile by name (a card, or one MIG instance of a card: `h200-1g.18gb`), or
+    /// a profile file by path.
     pub fn resolve(name_or_path: &str) -> anyhow::Result<SimProfile> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
             return SimProfile::from_toml(text, &format!("built-in profile {name_or_path}"));
+        }
+        if let Some(card) = builtin_instance(name_or_path)? {
+            return Ok(card);
         }
         let path = Path::new(name_or_path);
         if path.exists() || name_or_path.ends_with(".toml") {
@@ -172,10 +184,45 @@ impl SimProfile {
             return SimProfile::from_toml(&text, &path.display().to_string());
         }
         let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+        let instances: Vec<String> = SimProfile::builtin_instances()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
         bail!(
-            "unknown device profile {name_or_path:?}: built-in profiles are {}, or give a path to a .toml file",
-            names.join(", ")
+            "unknown device profile {name_or_path:?}: built-in profiles are {}, MIG instances {}, \
+             or give a path to a .toml file",
+            names.join(", "),
+            instances.join(", ")
         )
+    }
+
+    /// Every MIG instance of every built-in card, as a card (`h200-1g.18gb`, …), in the
+    /// cards' order and each card's `[[mig]]` order.
+    pub fn builtin_instances() -> Vec<SimProfile> {
+        SimProfile::builtin_all()
+            .iter()
+            .flat_map(|p| p.mig.iter().map(|m| mig::instance_card(p, m)))
+            .collect()
+    }
+
+    /// The card of one of this card's MIG profiles, or an error naming the ones it has.
+    pub fn instance(&self, profile: &str) -> anyhow::Result<SimProfile> {
+        match self.mig.iter().find(|m| m.profile == profile) {
+            Some(m) => Ok(mig::instance_card(self, m)),
+            None if self.mig.is_empty() => bail!(
+                "device profile {} has no MIG profiles ([[mig]] tables), so it has no instance {profile:?}",
+                self.name
+            ),
+            None => bail!(
+                "device profile {} has no MIG profile {profile:?}: its MIG profiles are {}",
+                self.name,
+                self.mig
+                    .iter()
+                    .map(|m| m.profile.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     }
 
     pub fn builtin_all() -> Vec<SimProfile> {
@@ -227,8 +274,60 @@ impl SimProfile {
         if self.multiprocessors == 0 || self.stack.threads_per_multiprocessor == 0 {
             bail!("multiprocessors and stack.threads_per_multiprocessor must be above zero");
         }
+        self.check_mig()
+    }
+
+    /// Each `[[mig]]` table: a profile name as NVIDIA writes them, once, and an instance no
+    /// larger than the card that holds it its context.
+    fn check_mig(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, m) in self.mig.iter().enumerate() {
+            let place = format!("[[mig]] #{} (profile = {:?})", i + 1, m.profile);
+            if !mig::is_profile_name(&m.profile) {
+                bail!("{place}: not a MIG profile name; NVIDIA writes them as 1g.18gb or 3g.71gb");
+            }
+            if !seen.insert(m.profile.as_str()) {
+                bail!("{place}: this profile is described twice");
+            }
+            let total = m.total_bytes.0;
+            let context = self.memory.context_overhead_bytes.0;
+            if total <= context || total > self.memory.total_bytes.0 {
+                bail!(
+                    "{place}: total_bytes = {total} must be above the context overhead ({context} \
+                     bytes) and at most the card's memory.total_bytes ({} bytes)",
+                    self.memory.total_bytes.0
+                );
+            }
+            if m.multiprocessors == 0 || m.multiprocessors > self.multiprocessors {
+                bail!(
+                    "{place}: multiprocessors = {} must be from 1 to the card's {}",
+                    m.multiprocessors,
+                    self.multiprocessors
+                );
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether `name` is a built-in profile: a card, or one MIG instance of a card.
+pub fn is_builtin(name: &str) -> bool {
+    BUILTIN.iter().any(|(n, _)| *n == name) || matches!(builtin_instance(name), Ok(Some(_)))
+}
+
+/// `h200-1g.18gb`: the instance card, when the name is a built-in card and one of its MIG
+/// profiles; an error naming the card's MIG profiles when only the card is right.
+fn builtin_instance(name: &str) -> anyhow::Result<Option<SimProfile>> {
+    let Some((parent, profile)) = mig::split_instance_name(name) else {
+        return Ok(None);
+    };
+    let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == parent) else {
+        return Ok(None);
+    };
+    let card = SimProfile::from_toml(text, &format!("built-in profile {parent}"))?;
+    card.instance(profile)
+        .with_context(|| format!("unknown device profile {name:?}"))
+        .map(Some)
 }
 
 #[cfg(test)]
@@ -280,6 +379,113 @@ mod tests {
     fn unknown_profile_lists_the_builtins() {
         let e = SimProfile::resolve("a100").unwrap_err().to_string();
         assert!(e.contains("tiny-4g") && e.contains("h200"), "{e}");
+    }
+
+    #[test]
+    fn a_mig_instance_is_its_parent_with_the_instance_memory_and_sms() {
+        let h200 = SimProfile::resolve("h200").unwrap();
+        let slice = SimProfile::resolve("h200-1g.18gb").unwrap();
+        let table = h200.mig.iter().find(|m| m.profile == "1g.18gb").unwrap();
+        assert_eq!(slice.name, "h200-1g.18gb");
+        assert_eq!(slice.gpu_name, "NVIDIA H200 MIG 1g.18gb (simulated)");
+        assert_eq!(slice.memory.total_bytes, table.total_bytes);
+        assert_eq!(slice.memory.total_bytes.0, 16384 << 20);
+        assert_eq!(slice.multiprocessors, table.multiprocessors);
+        assert_eq!(slice.memory.nvml_reserved_bytes.0, 0);
+        assert_eq!(slice.bandwidth, h200.bandwidth);
+        assert_eq!(slice.latency, h200.latency);
+        assert!(slice.mig.is_empty());
+        let of = slice.mig_of.unwrap();
+        assert_eq!(
+            (of.parent.as_str(), of.profile.as_str()),
+            ("h200", "1g.18gb")
+        );
+        let h100 = SimProfile::resolve("h100-80g-3g.40gb").unwrap();
+        assert_eq!(
+            (h100.memory.total_bytes.0, h100.multiprocessors),
+            (40448 << 20, 60)
+        );
+        assert!(is_builtin("h200-7g.141gb") && !is_builtin("h200-8g.1gb"));
+    }
+
+    #[test]
+    fn every_builtin_instance_fits_its_card_and_is_listed() {
+        let names: Vec<String> = SimProfile::builtin_instances()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        let want: Vec<String> = [
+            "h100-80g-1g.10gb",
+            "h100-80g-1g.20gb",
+            "h100-80g-2g.20gb",
+            "h100-80g-3g.40gb",
+            "h100-80g-4g.40gb",
+            "h100-80g-7g.80gb",
+            "h200-1g.18gb",
+            "h200-1g.35gb",
+            "h200-2g.35gb",
+            "h200-3g.71gb",
+            "h200-4g.71gb",
+            "h200-7g.141gb",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(names, want);
+        for card in SimProfile::builtin_all() {
+            let mut last = (0, 0);
+            for m in &card.mig {
+                assert!(
+                    m.total_bytes.0 <= card.memory.total_bytes.0,
+                    "{}",
+                    m.profile
+                );
+                // Profiles are listed from the smallest; neither figure shrinks along the list.
+                let now = (m.total_bytes.0, m.multiprocessors);
+                assert!(now.0 >= last.0 && now.1 >= last.1, "{}", m.profile);
+                last = now;
+            }
+        }
+        let e = format!("{:#}", SimProfile::resolve("h200-9g.1gb").unwrap_err());
+        assert!(
+            e.contains("\"h200-9g.1gb\"") && e.contains("1g.18gb, 1g.35gb"),
+            "{e}"
+        );
+        let e = format!("{:#}", SimProfile::resolve("tiny-4g-1g.5gb").unwrap_err());
+        assert!(e.contains("tiny-4g has no MIG profiles"), "{e}");
+        let e = SimProfile::resolve("a100").unwrap_err().to_string();
+        assert!(e.contains("h200-1g.18gb"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_mig_table_names_its_place_and_value() {
+        let h200 = BUILTIN.iter().find(|(n, _)| *n == "h200").unwrap().1;
+        for (from, to, want) in [
+            (
+                "profile = \"1g.35gb\"",
+                "profile = \"1g.35\"",
+                "[[mig]] #2 (profile = \"1g.35\"): not a MIG profile name",
+            ),
+            (
+                "profile = \"1g.35gb\"",
+                "profile = \"1g.18gb\"",
+                "[[mig]] #2 (profile = \"1g.18gb\"): this profile is described twice",
+            ),
+            (
+                "total_bytes = \"16384MiB\"",
+                "total_bytes = \"200GiB\"",
+                "total_bytes = 214748364800 must be above the context overhead",
+            ),
+            (
+                "multiprocessors = 16                # [obs] 16 SMs",
+                "multiprocessors = 0 #",
+                "[[mig]] #1 (profile = \"1g.18gb\"): multiprocessors = 0 must be from 1 to the card's 132",
+            ),
+        ] {
+            assert!(h200.contains(from), "{from}");
+            let text = h200.replacen(from, to, 1);
+            let e = format!("{:#}", SimProfile::from_toml(&text, "x.toml").unwrap_err());
+            assert!(e.contains("x.toml") && e.contains(want), "{want}: {e}");
+        }
     }
 
     #[test]

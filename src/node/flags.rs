@@ -84,7 +84,9 @@ fn most_common<'a>(values: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     counts.into_iter().max_by_key(|(_, n)| *n).map(|(v, _)| v)
 }
 
-/// Every GPU that differs from the others, in GPU order.
+/// Every GPU that differs from the others, in GPU order. MIG instances are compared only
+/// with instances of the same MIG profile (a 1g.18gb is not a short 3g.71gb), whole GPUs with
+/// whole GPUs.
 pub fn flags(rows: &[GpuRow], threshold_bytes: u64) -> Vec<Flag> {
     let mut out = Vec::new();
     let mut flag = |r: &GpuRow, what: &str, message: String| {
@@ -115,6 +117,34 @@ pub fn flags(rows: &[GpuRow], threshold_bytes: u64) -> Vec<Flag> {
             _ => {}
         }
     }
+    let mut kinds: BTreeMap<Option<&str>, Vec<GpuRow>> = BTreeMap::new();
+    for r in rows {
+        let kind = r
+            .gpu
+            .mig
+            .as_ref()
+            .map(|m| m.profile.as_deref().unwrap_or("?"));
+        kinds.entry(kind).or_default().push(r.clone());
+    }
+    for group in kinds.values() {
+        out.extend(compared(group, threshold_bytes));
+    }
+    out.sort_by_key(|f| f.index);
+    out
+}
+
+/// The GPUs of one kind (whole GPUs, or MIG instances of one profile) that differ from the
+/// others of that kind: model, driver, exit code, OOM outcome and figures.
+fn compared(rows: &[GpuRow], threshold_bytes: u64) -> Vec<Flag> {
+    let mut out = Vec::new();
+    let mut flag = |r: &GpuRow, what: &str, message: String| {
+        out.push(Flag {
+            index: r.gpu.index,
+            uuid: r.gpu.uuid.clone(),
+            what: what.to_string(),
+            message,
+        });
+    };
     let name = most_common(rows.iter().map(|r| r.gpu.name.as_str()));
     let driver = most_common(rows.iter().filter_map(|r| r.gpu.driver_version.as_deref()));
     for r in rows {
@@ -168,7 +198,6 @@ pub fn flags(rows: &[GpuRow], threshold_bytes: u64) -> Vec<Flag> {
             }
         }
     }
-    out.sort_by_key(|f| f.index);
     out
 }
 
@@ -225,4 +254,85 @@ fn code_word(c: i32) -> &'static str {
 
 fn oom_word(n: u64) -> &'static str {
     if n == 0 { "no OOM" } else { "an OOM" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::mig::MigIdentity;
+    use crate::node::inventory::GpuIdentity;
+
+    const GIB: u64 = 1 << 30;
+
+    fn row(index: u32, profile: Option<&str>, total_bytes: u64) -> GpuRow {
+        let gpu = GpuIdentity {
+            index,
+            name: profile.map_or("NVIDIA H200".into(), |p| format!("NVIDIA H200 MIG {p}")),
+            uuid: format!("MIG-{index}"),
+            compute_capability: "9.0".into(),
+            multiprocessors: 16,
+            compute_mode: "default".into(),
+            total_bytes,
+            free_bytes: None,
+            driver_version: Some("550".into()),
+            nvml: None,
+            processes: None,
+            processes_unavailable: Some("refused".into()),
+            mig: profile.map(|p| MigIdentity {
+                profile: Some(p.into()),
+                parent_index: Some(0),
+                parent_uuid: "GPU-0".into(),
+                parent_name: None,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            }),
+            cuda_visible_devices: Some(format!("MIG-{index}")),
+        };
+        GpuRow {
+            folder: gpu.folder_name(),
+            gpu,
+            rank: None,
+            log: None,
+            occupancy: Occupancy::Unknown,
+            outcome: Outcome::Ran,
+            reason: None,
+            pid: None,
+            exit_code: Some(0),
+            signal: None,
+            elapsed_ns: None,
+            status: None,
+            ooms: Some(0),
+            first_oom: None,
+            figures: Default::default(),
+        }
+    }
+
+    #[test]
+    fn mig_instances_are_compared_within_their_profile() {
+        let mut rows = vec![
+            row(0, Some("1g.18gb"), 16 * GIB),
+            row(1, Some("1g.18gb"), 16 * GIB),
+            row(2, Some("1g.18gb"), 15 * GIB),
+            row(3, Some("3g.71gb"), 65 * GIB),
+        ];
+        // The 3g.71gb is neither a model that differs nor a long card; an OOM only there
+        // (or only on the small ones) is a difference of profiles, not of GPUs.
+        rows[3].ooms = Some(1);
+        let f = flags(&rows, DEFAULT_THRESHOLD_BYTES);
+        let whats: Vec<(u32, &str)> = f.iter().map(|f| (f.index, f.what.as_str())).collect();
+        assert_eq!(whats, [(2, "total_bytes")], "{f:?}");
+        assert!(
+            f[0].message
+                .contains("1.00 GiB below the node's median 16.00 GiB")
+        );
+        // Whole GPUs are still compared with one another.
+        let whole = vec![
+            row(0, None, 80 * GIB),
+            row(1, None, 80 * GIB),
+            row(2, None, 79 * GIB),
+        ];
+        let f = flags(&whole, DEFAULT_THRESHOLD_BYTES);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].index, f[0].what.as_str()), (2, "total_bytes"));
+    }
 }

@@ -5,13 +5,15 @@
 use serde::{Deserialize, Serialize};
 
 use crate::device::cuda::{self, CudaDevice};
+use crate::device::mig::MigIdentity;
 use crate::device::node_profile::NodeProfile;
 use crate::device::nvml::NvmlDevice;
 use crate::device::prelude::*;
 use crate::device::profile::DEFAULT_PROFILE;
-use crate::device::select::Backend;
-use crate::device::sim::{SimDevice, sim_uuid};
+use crate::device::select::{self, Choice, Request};
+use crate::device::sim::{SimDevice, sim_card_identity};
 use crate::device::{BackendKind, NvmlMemory, ProcessUsage};
+use crate::node::instances;
 
 /// One GPU as a node sees it before anything runs on it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -29,8 +31,21 @@ pub struct GpuIdentity {
     pub free_bytes: Option<u64>,
     pub driver_version: Option<String>,
     pub nvml: Option<NvmlMemory>,
-    /// Every compute process on the GPU (`None` without NVML).
+    /// Every compute process on the GPU (`None` without NVML, or where NVML refused it).
     pub processes: Option<Vec<ProcessUsage>>,
+    /// Why there is no process list, when there is none (no NVML; NVML refused it, as on a
+    /// MIG instance without privileges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_unavailable: Option<String>,
+    /// The MIG instance this is, with its profile and parent GPU (`None` on a whole GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigIdentity>,
+    /// What a process for this GPU sets `CUDA_VISIBLE_DEVICES` to, then opening CUDA device 0:
+    /// its UUID, on a node with a GPU in MIG mode (a CUDA process sees one MIG instance, so
+    /// `index` is this GPU's place in the node's list, not a CUDA ordinal). `None` elsewhere:
+    /// `index` is then the CUDA ordinal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
 }
 
 impl GpuIdentity {
@@ -39,6 +54,7 @@ impl GpuIdentity {
         let hex: String = self
             .uuid
             .trim_start_matches("GPU-")
+            .trim_start_matches("MIG-")
             .chars()
             .filter(char::is_ascii_hexdigit)
             .take(8)
@@ -69,42 +85,24 @@ pub struct Inventory {
 
 /// Reads every GPU as `select::open` would choose the backend. `open_for_free`: where NVML
 /// cannot tell free memory, open a context to read it (`devices` does; a node never does).
-pub fn inventory(
-    backend: Backend,
-    profile: Option<&str>,
-    open_for_free: bool,
-) -> anyhow::Result<Inventory> {
-    let use_sim = match backend {
-        Backend::Sim => true,
-        Backend::Cuda => {
-            anyhow::ensure!(
-                profile.is_none(),
-                "--profile selects a simulated device; it cannot be used with --backend cuda"
-            );
-            false
+pub fn inventory(req: Request<'_>, open_for_free: bool) -> anyhow::Result<Inventory> {
+    match select::choose(req)? {
+        Choice::Sim { notice } => {
+            let node = NodeProfile::resolve(req.profile.unwrap_or(DEFAULT_PROFILE))?;
+            Ok(Inventory {
+                backend: BackendKind::Sim,
+                profile: Some(node.name.clone()),
+                gpus: sim_gpus(&node),
+                notice,
+            })
         }
-        Backend::Auto => profile.is_some() || cuda::probe().is_err(),
-    };
-    if use_sim {
-        let notice = match (backend, profile) {
-            (Backend::Auto, None) => cuda::probe().err(),
-            _ => None,
-        };
-        let node = NodeProfile::resolve(profile.unwrap_or(DEFAULT_PROFILE))?;
-        return Ok(Inventory {
-            backend: BackendKind::Sim,
-            profile: Some(node.name.clone()),
-            gpus: sim_gpus(&node),
-            notice,
-        });
+        Choice::Cuda { count } => Ok(Inventory {
+            backend: BackendKind::Cuda,
+            profile: None,
+            gpus: cuda_gpus(count, open_for_free)?,
+            notice: None,
+        }),
     }
-    let count = cuda::probe().map_err(anyhow::Error::msg)?;
-    Ok(Inventory {
-        backend: BackendKind::Cuda,
-        profile: None,
-        gpus: cuda_gpus(count, open_for_free)?,
-        notice: None,
-    })
 }
 
 /// The cards of a simulated node, as NVML would show them before any context: the profile's
@@ -126,10 +124,14 @@ pub fn sim_gpus(node: &NodeProfile) -> Vec<GpuIdentity> {
                     is_self: false,
                 })
                 .collect();
+            let (uuid, mig) = sim_card_identity(card, index);
             GpuIdentity {
                 index,
                 name: card.gpu_name.clone(),
-                uuid: sim_uuid(&card.name, index),
+                uuid,
+                mig,
+                processes_unavailable: None,
+                cuda_visible_devices: None,
                 compute_capability: card.compute_capability.clone(),
                 multiprocessors: card.multiprocessors,
                 compute_mode: "default".into(),
@@ -143,11 +145,22 @@ pub fn sim_gpus(node: &NodeProfile) -> Vec<GpuIdentity> {
         .collect()
 }
 
+/// The GPUs on the driver: by CUDA ordinal, or, when a GPU is in MIG mode, every MIG
+/// instance (and whole GPU) NVML lists, each to be opened through `CUDA_VISIBLE_DEVICES`.
 fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>> {
+    if let Some(rows) = instances::mig_node(count)? {
+        return Ok(rows);
+    }
+    // A probe child reads facts only: no context on a device another process is listing.
+    let open_for_free = open_for_free && !instances::is_probe();
     let mut rows = Vec::new();
     for index in 0..count {
         let f = cuda::device_facts(index)?;
         let nvml = NvmlDevice::open(&f.uuid);
+        let (processes, processes_unavailable) = match &nvml {
+            Some(n) => split(n.processes_or_why()),
+            None => (None, Some("NVML is not available for this GPU".to_string())),
+        };
         let nvml_mem = nvml.as_ref().and_then(|n| n.memory());
         let free_bytes = match nvml_mem {
             Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
@@ -157,10 +170,9 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
                 .map(|m| m.free_bytes),
             None => None,
         };
+        let mig = f.mig(nvml.as_ref());
         rows.push(GpuIdentity {
             index,
-            name: f.name,
-            uuid: f.uuid,
             compute_capability: f.compute_capability,
             multiprocessors: f.multiprocessors,
             compute_mode: f.compute_mode,
@@ -168,19 +180,35 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
             free_bytes,
             driver_version: nvml.as_ref().and_then(|n| n.driver_version()),
             nvml: nvml_mem,
-            processes: nvml.as_ref().and_then(|n| n.processes()),
+            processes,
+            processes_unavailable,
+            mig,
+            cuda_visible_devices: None,
+            name: f.name,
+            uuid: f.uuid,
         });
     }
     Ok(rows)
 }
 
+/// A process list, or why there is none, as two fields.
+pub(crate) fn split(
+    r: Result<Vec<ProcessUsage>, String>,
+) -> (Option<Vec<ProcessUsage>>, Option<String>) {
+    match r {
+        Ok(ps) => (Some(ps), None),
+        Err(why) => (None, Some(why)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::select::Backend;
 
     #[test]
     fn the_simulated_node_shows_its_busy_card_and_distinct_folders() {
-        let inv = inventory(Backend::Sim, Some("8xh100-80g"), false).unwrap();
+        let inv = inventory(Request::new(Backend::Sim, Some("8xh100-80g")), false).unwrap();
         assert_eq!(inv.gpus.len(), 8);
         assert_eq!(inv.profile.as_deref(), Some("8xh100-80g"));
         let busy = &inv.gpus[5];

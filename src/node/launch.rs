@@ -49,7 +49,7 @@ pub fn run_node(
     job: &NodeJob,
     interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<i32> {
-    let inv = inventory(dev.backend, dev.profile.as_deref(), false)?;
+    let inv = inventory(dev.request(), false)?;
     if let Some(n) = &inv.notice {
         eprintln!(
             "note: {n}; using the simulated node (profile {})",
@@ -142,17 +142,23 @@ fn worker_specs(
             let r = &mut rows[i];
             r.rank = Some(rank as u32);
             r.log = Some(format!("logs/{}.log", r.folder));
+            // A device chosen by UUID is the worker's only CUDA device: device 0.
+            let cuda_index = match r.gpu.cuda_visible_devices {
+                Some(_) => 0,
+                None => r.gpu.index,
+            };
             WorkerSpec {
                 args: worker_args(
                     inv,
                     dev.profile.as_deref(),
                     job,
-                    r.gpu.index,
+                    cuda_index,
                     &dir.join(&r.folder),
                 ),
                 rank: rank as u32,
                 rank_count: runnable.len() as u32,
                 log: dir.join("logs").join(format!("{}.log", r.folder)),
+                cuda_visible_devices: r.gpu.cuda_visible_devices.clone(),
             }
         })
         .collect()
@@ -220,6 +226,25 @@ fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
             ),
             _ => {}
         }
+    }
+    // One note per reason (every instance of a MIG GPU gives the same one).
+    let mut unlisted: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for r in rows.iter().filter(|r| r.occupancy == Occupancy::Unknown) {
+        if let Some(why) = &r.gpu.processes_unavailable {
+            unlisted
+                .entry(why)
+                .or_default()
+                .push(r.gpu.index.to_string());
+        }
+    }
+    for (why, gpus) in unlisted {
+        eprintln!(
+            "note: GPU {}: no process list ({why}); whether other processes use {} is not \
+             known, and {} not skipped on that evidence",
+            gpus.join(", "),
+            if gpus.len() == 1 { "it" } else { "them" },
+            if gpus.len() == 1 { "it is" } else { "they are" }
+        );
     }
 }
 

@@ -9,6 +9,7 @@
 //! with the worst worker's code.
 
 pub mod flags;
+pub mod instances;
 pub mod inventory;
 pub mod launch;
 pub mod render;

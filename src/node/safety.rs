@@ -88,6 +88,9 @@ mod tests {
                 free_bytes: (80 << 30) - used,
             }),
             processes,
+            processes_unavailable: None,
+            mig: None,
+            cuda_visible_devices: None,
         }
     }
 

@@ -38,6 +38,8 @@ pub struct WorkerSpec {
     pub rank_count: u32,
     /// Its stdout and stderr.
     pub log: PathBuf,
+    /// `CUDA_VISIBLE_DEVICES` for it, when its GPU is chosen by UUID (a MIG instance).
+    pub cuda_visible_devices: Option<String>,
 }
 
 /// How a worker ended.
@@ -116,8 +118,11 @@ fn spawn(exe: &std::path::Path, s: &WorkerSpec) -> anyhow::Result<Child> {
     let log = std::fs::File::create_new(&s.log)
         .with_context(|| format!("cannot create {}", s.log.display()))?;
     let err = log.try_clone()?;
-    Command::new(exe)
-        .args(&s.args)
+    let mut cmd = Command::new(exe);
+    if let Some(v) = &s.cuda_visible_devices {
+        cmd.env("CUDA_VISIBLE_DEVICES", v);
+    }
+    cmd.args(&s.args)
         .env(NODE_PARENT_ENV, std::process::id().to_string())
         .env(RANK_ENV, s.rank.to_string())
         .env(RANK_COUNT_ENV, s.rank_count.to_string())

@@ -30,7 +30,17 @@ pub fn device_line(d: &crate::device::DeviceInfo) -> String {
             .as_ref()
             .map(|u| format!(" · {u}"))
             .unwrap_or_default()
-    )
+    ) + &d
+        .mig
+        .as_ref()
+        .map(|m| {
+            format!(
+                " · MIG instance {} of {}",
+                m.profile.as_deref().unwrap_or("(profile unknown)"),
+                m.parent_uuid
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// A phase's duration for a table cell (`-` when it did not both start and end).
@@ -297,6 +307,9 @@ fn peaks(o: &mut String, s: &Summary) {
         .collect();
     if !others.is_empty() {
         let _ = write!(o, "; other processes: {}", others.join(", "));
+    }
+    if let Some(why) = &s.idle.processes_unavailable {
+        let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
     let _ = writeln!(

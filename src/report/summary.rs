@@ -87,6 +87,10 @@ pub struct Idle {
     /// Why the process list cannot be believed, if it cannot (`device::process_list_doubt`).
     #[serde(default)]
     pub processes_doubt: Option<String>,
+    /// Why there is no process list, when there is none (no NVML; NVML refused it, as on a
+    /// MIG instance without privileges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_unavailable: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::record::View;
+use crate::report::escape::md;
 use crate::report::markdown::{
     cell, device_line, difference_text, phase_status, phase_time, status_name,
 };
@@ -180,6 +181,9 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
         .collect();
     if !others.is_empty() {
         let _ = write!(o, "; processes on the device then: {}", others.join(", "));
+    }
+    if let Some(why) = &s.idle.processes_unavailable {
+        let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
     let _ = writeln!(

@@ -58,7 +58,10 @@ pub(super) fn idle_reading(
         .mem_info()
         .context("the idle reading (cuMemGetInfo) failed")?;
     let nvml = device.nvml_memory();
-    let processes = device.processes();
+    let (processes, processes_unavailable) = match device.processes_or_why() {
+        Ok(ps) => (Some(ps), None),
+        Err(why) => (None, Some(why)),
+    };
     let processes_doubt = processes
         .as_deref()
         .and_then(|ps| process_list_doubt(ps, nvml.map(|n| n.used_bytes)));
@@ -81,6 +84,7 @@ pub(super) fn idle_reading(
         kernels,
         processes_doubt,
         processes,
+        processes_unavailable,
     };
     Ok(Before {
         baseline: Baseline {

@@ -202,7 +202,10 @@ fn run(
     // The idle reading: before the job starts (or, attached, as it runs).
     let idle_free = inputs.free_now().context("the idle reading failed")?;
     let idle_t = since(Instant::now());
-    let idle_processes = inputs.list.processes().ok();
+    let (idle_processes, idle_processes_unavailable) = match inputs.list.processes() {
+        Ok(ps) => (Some(ps), None),
+        Err(why) => (None, Some(why)),
+    };
     let total_bytes = match &inputs.cuda {
         Some(c) => c.device.info().total_bytes,
         None => idle_free + inputs.device.read().map_or(0, |r| r.used_bytes),
@@ -281,6 +284,7 @@ fn run(
         total_bytes,
         idle_nvml,
         idle_processes: idle_processes.clone(),
+        idle_processes_unavailable,
     });
     let watch = start::watch_section(
         opts,

@@ -9,7 +9,8 @@ use std::time::Instant;
 use anyhow::{Context, anyhow, bail};
 
 use crate::cli::DeviceArgs;
-use crate::device::nvml::{NvmlDevice, read_memory, read_processes};
+use crate::device::driver_detail::with_driver_detail;
+use crate::device::nvml::{NvmlDevice, process_list_error, read_memory, read_processes};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::{self, Backend};
 use crate::device::{BackendKind, DeviceInfo, ProcessUsage, cuda};
@@ -60,8 +61,7 @@ impl DeviceProbe for NvmlProbe<'_> {
 
 impl ProcessProbe for NvmlProbe<'_> {
     fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
-        read_processes(&self.device)
-            .map_err(|e| format!("nvmlDeviceGetComputeRunningProcesses: {e}"))
+        read_processes(&self.device).map_err(|e| process_list_error(&e))
     }
 }
 
@@ -108,6 +108,11 @@ pub fn open(
                 "--cuda-info reads cuMemGetInfo from a real driver; it cannot be used with --sim-script"
             );
         }
+        if dev.require_gpu {
+            bail!(
+                "--require-gpu: --sim-script replays a usage timeline on the simulated device, not a GPU"
+            );
+        }
         let profile = SimProfile::resolve(dev.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?;
         let script = UsageScript::load(path)?;
         let info = DeviceInfo {
@@ -121,6 +126,7 @@ pub fn open(
             multiprocessors: profile.multiprocessors,
             uuid: None,
             capabilities: profile.capabilities,
+            mig: None,
         };
         let job =
             SimJob::new(profile, script, origin).with_context(|| format!("{}", path.display()))?;
@@ -134,11 +140,21 @@ pub fn open(
             "a simulated device cannot see another process's memory: give --sim-script FILE (what the job holds over time) to watch on the simulator"
         );
     }
-    let count = cuda::probe().map_err(|e| {
+    // Watching a process needs the real driver whatever --backend says: it decides as cuda.
+    let gpu = select::Request {
+        backend: Backend::Cuda,
+        profile: None,
+        require_gpu: true,
+    };
+    let select::Choice::Cuda { count } = select::choose(gpu).map_err(|e| {
         anyhow!(
-            "{e}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)"
+            "{}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)",
+            with_driver_detail(&e.to_string())
         )
-    })?;
+    })?
+    else {
+        bail!("headroom watch needs the real driver")
+    };
     if index >= count {
         bail!("there is no CUDA device {}: the driver sees {count}", index);
     }
@@ -152,6 +168,7 @@ pub fn open(
             facts.uuid
         )
     })?;
+    let mig = facts.mig(Some(&nvml));
     let mut info = DeviceInfo {
         backend: BackendKind::Cuda,
         profile: None,
@@ -165,6 +182,7 @@ pub fn open(
                 format!("{v} (CUDA {})", cuda::cuda_driver_version())
             }),
         multiprocessors: facts.multiprocessors,
+        mig,
         uuid: Some(facts.uuid),
         capabilities: cuda::device_capabilities(index)
             .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
@@ -173,7 +191,7 @@ pub fn open(
         let before = nvml
             .memory()
             .context("NVML's memory info failed before the context")?;
-        let opened = select::open(Backend::Cuda, index, None)?;
+        let opened = select::open(gpu, index)?;
         let after = nvml
             .memory()
             .context("NVML's memory info failed after the context")?;

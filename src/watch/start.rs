@@ -129,6 +129,8 @@ pub(super) struct Record<'a> {
     pub total_bytes: u64,
     pub idle_nvml: Option<NvmlMemory>,
     pub idle_processes: Option<Vec<ProcessUsage>>,
+    /// Why there is no idle process list, when there is none.
+    pub idle_processes_unavailable: Option<String>,
 }
 
 /// The summary as it stands when the job starts: `running`, with the idle reading.
@@ -146,6 +148,7 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
         total_bytes,
         idle_nvml,
         idle_processes,
+        idle_processes_unavailable,
     } = r;
     Summary {
         format_version: crate::record::timeline::FORMAT_VERSION,
@@ -193,6 +196,7 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
             kernels: None,
             processes: idle_processes,
             processes_doubt: None,
+            processes_unavailable: idle_processes_unavailable,
         },
         phases: Vec::new(),
         peaks: Peaks {

@@ -73,3 +73,26 @@ fn format_version_is_where_the_readme_says() {
         );
     }
 }
+
+#[test]
+fn the_readme_states_the_driver_floor_headroom_enforces() {
+    use headroom::device::floor;
+    let text = readme();
+    let v = floor::FLOOR_CUDA_VERSION;
+    let floor_text = format!(
+        "R{} (CUDA {}, `cuDriverGetVersion` {v})",
+        floor::floor_branch(),
+        floor::cuda_version_text(v)
+    );
+    let at = text
+        .find("## On a real GPU")
+        .expect("the README has an On a real GPU section");
+    assert!(
+        text[at..].contains(&floor_text),
+        "README lacks {floor_text}"
+    );
+    assert!(
+        !text.contains("R550 or newer"),
+        "README names another floor"
+    );
+}

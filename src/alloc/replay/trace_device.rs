@@ -150,6 +150,10 @@ impl DeviceCore for TraceDevice<'_> {
         self.inner.processes()
     }
 
+    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
+        self.inner.processes_or_why()
+    }
+
     fn sleep(&mut self, duration_ns: u64) {
         self.inner.sleep(duration_ns)
     }

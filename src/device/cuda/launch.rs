@@ -332,9 +332,9 @@ impl KernelSet {
         let hint = match e.0 {
             sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
             | sys::CUresult::CUDA_ERROR_INVALID_PTX => {
-                "; the PTX is ISA 8.4 from CUDA 12.4, which needs an R550 or newer driver"
+                format!("; {}", crate::device::floor::ptx_hint())
             }
-            _ => "",
+            _ => String::new(),
         };
         match driver_err(call, bytes, e) {
             DeviceError::Driver { call, detail } => DeviceError::Driver {

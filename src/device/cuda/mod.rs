@@ -15,7 +15,9 @@ mod probe;
 mod vmm;
 
 pub use capabilities::device_capabilities;
-pub use probe::{DeviceFacts, cuda_driver_version, device_facts, probe};
+pub use probe::{
+    DeviceFacts, NoGpu, cuda_driver_version, device_facts, driver_cuda_version, probe,
+};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,6 +93,7 @@ impl CudaDevice {
     pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>, u64)> {
         let facts = device_facts(index)?;
         let nvml = NvmlDevice::open(&facts.uuid);
+        let mig = facts.mig(nvml.as_ref());
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
         let ctx = CudaContext::new(index as usize)
@@ -119,6 +122,7 @@ impl CudaDevice {
             multiprocessors: facts.multiprocessors,
             uuid: Some(facts.uuid),
             capabilities: device_capabilities(index)?,
+            mig,
         };
         let dev = CudaDevice {
             ctx,
@@ -222,6 +226,13 @@ impl DeviceCore for CudaDevice {
 
     fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
         self.nvml.as_ref()?.processes()
+    }
+
+    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
+        match &self.nvml {
+            Some(n) => n.processes_or_why(),
+            None => Err("NVML is not available for this device: no process list".into()),
+        }
     }
 
     fn sleep(&mut self, duration_ns: u64) {

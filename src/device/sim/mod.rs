@@ -17,7 +17,7 @@ mod pool;
 mod uuid;
 mod vmm;
 
-pub use uuid::sim_uuid;
+pub use uuid::{sim_card_identity, sim_uuid};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,6 +112,7 @@ impl SimDevice {
                     .map_or(u64::MAX, |d| p.start.0.saturating_add(d.0)),
             })
             .collect();
+        let (uuid, mig) = sim_card_identity(&profile, index);
         let info = DeviceInfo {
             backend: crate::device::BackendKind::Sim,
             profile: Some(profile.name.clone()),
@@ -121,7 +122,8 @@ impl SimDevice {
             total_bytes: m.total_bytes.0,
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
-            uuid: Some(sim_uuid(&profile.name, index)),
+            uuid: Some(uuid),
+            mig,
             capabilities: profile.capabilities,
         };
         let mut dev = SimDevice {

@@ -1,6 +1,9 @@
 //! A simulated GPU's UUID: derived from its profile's name and its index, so the same card of
 //! the same (node) profile has the same UUID in every run, and the cards of a node differ.
 
+use crate::device::mig::MigIdentity;
+use crate::device::profile::SimProfile;
+
 /// `GPU-xxxxxxxx-xxxx-4xxx-8xxx-xxxxxxxxxxxx`, as NVML writes a UUID (version 4, RFC 4122
 /// variant bits), from two FNV-1a hashes of `profile` and `index`.
 pub fn sim_uuid(profile: &str, index: u32) -> String {
@@ -19,6 +22,24 @@ pub fn sim_uuid(profile: &str, index: u32) -> String {
         hex(8..10),
         hex(10..16)
     )
+}
+
+/// The UUID of a simulated card and, for a MIG instance card, its MIG identity: `MIG-…`
+/// (the instance) with the parent's `GPU-…` as the parent UUID, as NVML writes them.
+pub fn sim_card_identity(card: &SimProfile, index: u32) -> (String, Option<MigIdentity>) {
+    let uuid = sim_uuid(&card.name, index);
+    let Some(of) = &card.mig_of else {
+        return (uuid, None);
+    };
+    let identity = MigIdentity {
+        profile: Some(of.profile.clone()),
+        parent_index: Some(index),
+        parent_uuid: sim_uuid(&of.parent, index),
+        parent_name: Some(of.parent_gpu_name.clone()),
+        gpu_instance_id: None,
+        compute_instance_id: None,
+    };
+    (format!("MIG-{}", &uuid["GPU-".len()..]), Some(identity))
 }
 
 fn fnv1a(seed: u64, profile: &str, index: u32) -> u64 {
@@ -45,5 +66,17 @@ mod tests {
             .collect();
         assert_eq!(prefixes.len(), 8, "the folder-name prefixes differ");
         assert_ne!(a, sim_uuid("h100-80g", 0));
+    }
+
+    #[test]
+    fn an_instance_card_is_a_mig_uuid_under_its_parent() {
+        let card = SimProfile::resolve("h200-1g.18gb").unwrap();
+        let (uuid, mig) = sim_card_identity(&card, 0);
+        let mig = mig.unwrap();
+        assert!(uuid.starts_with("MIG-") && uuid.len() == 40, "{uuid}");
+        assert_eq!(mig.parent_uuid, sim_uuid("h200", 0));
+        assert_eq!(mig.profile.as_deref(), Some("1g.18gb"));
+        let whole = SimProfile::resolve("h200").unwrap();
+        assert_eq!(sim_card_identity(&whole, 0), (sim_uuid("h200", 0), None));
     }
 }

@@ -109,7 +109,9 @@ pub const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: u32 = 39;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: u32 = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: u32 = 76;
 pub const CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: u32 = 106;
+pub const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: u32 = 102;
 pub const CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: u32 = 115;
+pub const CU_DEVICE_ATTRIBUTE_MEMPOOL_HANDLE_TYPES: u32 = 119;
 /// One past the last attribute of CUDA 12.4.
 pub const CU_DEVICE_ATTRIBUTE_MAX: u32 = 135;
 
@@ -190,7 +192,6 @@ pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: u32 = 1;
 pub const CU_STREAM_LEGACY: usize = 0x1;
 pub const CU_STREAM_PER_THREAD: usize = 0x2;
 
-/// `cuDriverGetVersion`: CUDA 12.4, matching the PTX ISA 8.4 the fake accepts.
+/// `cuDriverGetVersion` without `HEADROOM_FAKE_DRIVER` (`branch::Release::default`): CUDA 12.4,
+/// matching the PTX ISA 8.4 the fake then accepts.
 pub const DRIVER_VERSION: i32 = 12040;
-/// `nvmlSystemGetDriverVersion`: an R550 driver, the first that ships CUDA 12.4.
-pub const NVML_DRIVER_VERSION: &str = "550.54.15";

@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::branch::Release;
 use crate::faults::{self, Rule};
 use crate::profile::{self, Profile};
+use crate::topology::{self, CudaDevice, MigProfile};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -24,6 +26,115 @@ pub struct Config {
     pub nvml_hide_self: bool,
     pub faults: Vec<Rule>,
     pub time_scale: f64,
+    /// The driver release (`HEADROOM_FAKE_DRIVER`).
+    pub release: Release,
+    /// Every GPU's MIG instances (`HEADROOM_FAKE_MIG`); `None`: MIG mode is off.
+    pub mig: Option<Vec<MigProfile>>,
+    /// `HEADROOM_FAKE_PRIVILEGED=1`: NVML lists processes in MIG mode.
+    pub privileged: bool,
+    /// Capabilities turned off (`HEADROOM_FAKE_DISABLE`).
+    pub disabled: Disabled,
+    /// What CUDA enumerates, by ordinal (`CUDA_VISIBLE_DEVICES` and MIG applied).
+    pub cuda: Vec<CudaDevice>,
+}
+
+/// Device capabilities `HEADROOM_FAKE_DISABLE` turns off: the attribute reads 0 and every call
+/// of the family fails with `CUDA_ERROR_NOT_SUPPORTED`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Disabled {
+    pub memory_pools: bool,
+    pub vmm: bool,
+}
+
+/// The stream-ordered allocator's calls (`HEADROOM_FAKE_DISABLE=memory_pools`).
+pub const POOL_CALLS: &[&str] = &[
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolTrimTo",
+    "cuDeviceGetDefaultMemPool",
+    "cuDeviceGetMemPool",
+    "cuDeviceSetMemPool",
+];
+
+/// The virtual memory management calls (`HEADROOM_FAKE_DISABLE=vmm`).
+pub const VMM_CALLS: &[&str] = &[
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+];
+
+impl Disabled {
+    fn parse(text: &str) -> Result<Disabled, String> {
+        let mut d = Disabled::default();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "memory_pools" => d.memory_pools = true,
+                "vmm" => d.vmm = true,
+                other => {
+                    return Err(format!(
+                        "HEADROOM_FAKE_DISABLE: {other:?} is not a capability; use memory_pools, vmm"
+                    ));
+                }
+            }
+        }
+        Ok(d)
+    }
+
+    /// Whether the entry point `api` belongs to a family turned off.
+    pub fn refuses(&self, api: &str) -> bool {
+        (self.memory_pools && POOL_CALLS.contains(&api)) || (self.vmm && VMM_CALLS.contains(&api))
+    }
+}
+
+/// The instances `HEADROOM_FAKE_MIG` names, each looked up in the profile's `[[mig]]` table.
+fn mig_instances(profile: &Profile, names: &str) -> Result<Vec<MigProfile>, String> {
+    let table = profile.mig_profiles()?;
+    let valid: Vec<&str> = table.iter().map(|m| m.profile.as_str()).collect();
+    let mut out = Vec::new();
+    for name in names.split(',').map(str::trim) {
+        let m = table.iter().find(|m| m.profile == name).ok_or_else(|| {
+            if valid.is_empty() {
+                format!(
+                    "HEADROOM_FAKE_MIG: profile {} has no [[mig]] table, so no MIG profile {name:?}",
+                    profile.name
+                )
+            } else {
+                format!(
+                    "HEADROOM_FAKE_MIG: {name:?} is not a MIG profile of {} (its [[mig]] table has {})",
+                    profile.name,
+                    valid.join(", ")
+                )
+            }
+        })?;
+        out.push(m.clone());
+    }
+    if out.len() > topology::MAX_MIG_INSTANCES as usize {
+        return Err(format!(
+            "HEADROOM_FAKE_MIG: {} instances; a GPU has at most {}",
+            out.len(),
+            topology::MAX_MIG_INSTANCES
+        ));
+    }
+    let bytes: u64 = out.iter().map(|m| m.total_bytes.0).sum();
+    let sms: u32 = out.iter().map(|m| m.multiprocessors).sum();
+    if bytes > profile.memory.total_bytes.0 || sms > profile.multiprocessors {
+        return Err(format!(
+            "HEADROOM_FAKE_MIG={names:?}: the instances take {bytes} bytes and {sms} SMs, more than \
+             {}'s {} bytes and {} SMs",
+            profile.name, profile.memory.total_bytes.0, profile.multiprocessors
+        ));
+    }
+    Ok(out)
 }
 
 /// The settings in force, their number (a new one means a new driver) and the fault counters.
@@ -154,6 +265,28 @@ impl Config {
                 .filter(|x| x.is_finite() && *x >= 0.0)
                 .ok_or_else(|| format!("HEADROOM_FAKE_TIME_SCALE={v:?}: give a number ≥ 0"))?,
         };
+        let release = match var("HEADROOM_FAKE_DRIVER") {
+            None => Release::default(),
+            Some(v) => Release::parse(&v)?,
+        };
+        let mig = match var("HEADROOM_FAKE_MIG") {
+            None => None,
+            Some(v) => Some(mig_instances(&profile, &v)?),
+        };
+        let privileged = match var("HEADROOM_FAKE_PRIVILEGED").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(format!("HEADROOM_FAKE_PRIVILEGED={other:?}: use 0 or 1"));
+            }
+        };
+        let disabled = match var("HEADROOM_FAKE_DISABLE") {
+            None => Disabled::default(),
+            Some(v) => Disabled::parse(&v)?,
+        };
+        // An empty CUDA_VISIBLE_DEVICES hides every device, as on a real driver.
+        let visible = get("CUDA_VISIBLE_DEVICES");
+        let cuda = topology::cuda_devices(devices, mig.as_ref().map(Vec::len), visible.as_deref());
         let totals = (0..devices as usize)
             .map(|i| {
                 resolved
@@ -173,15 +306,59 @@ impl Config {
             nvml_hide_self,
             faults,
             time_scale,
+            release,
+            mig,
+            privileged,
+            disabled,
+            cuda,
         })
     }
 
-    /// Device `device`'s CUDA-visible total.
-    pub fn total_bytes(&self, device: u32) -> u64 {
+    /// What CUDA device `ordinal` is.
+    pub fn cuda_device(&self, ordinal: u32) -> CudaDevice {
+        self.cuda
+            .get(ordinal as usize)
+            .copied()
+            .unwrap_or(CudaDevice {
+                physical: ordinal,
+                instance: None,
+            })
+    }
+
+    /// The MIG instance kind of instance `k` (in MIG mode).
+    pub fn mig_profile(&self, k: u32) -> Option<&MigProfile> {
+        self.mig.as_ref()?.get(k as usize)
+    }
+
+    /// CUDA device `ordinal`'s CUDA-visible total (a MIG instance's own).
+    pub fn total_bytes(&self, ordinal: u32) -> u64 {
+        let d = self.cuda_device(ordinal);
+        match d.instance.and_then(|k| self.mig_profile(k)) {
+            Some(m) => m.total_bytes.0,
+            None => self.gpu_total_bytes(d.physical),
+        }
+    }
+
+    /// Physical GPU `physical`'s CUDA-visible total.
+    pub fn gpu_total_bytes(&self, physical: u32) -> u64 {
         self.totals
-            .get(device as usize)
+            .get(physical as usize)
             .copied()
             .unwrap_or(self.profile.memory.total_bytes.0)
+    }
+
+    /// CUDA device `ordinal`'s SM count.
+    pub fn multiprocessors(&self, ordinal: u32) -> u32 {
+        let d = self.cuda_device(ordinal);
+        d.instance
+            .and_then(|k| self.mig_profile(k))
+            .map_or(self.profile.multiprocessors, |m| m.multiprocessors)
+    }
+
+    /// The shared-table key of CUDA device `ordinal`'s memory.
+    pub fn memory_key(&self, ordinal: u32) -> u32 {
+        let d = self.cuda_device(ordinal);
+        topology::memory_key(d.physical, d.instance)
     }
 
     /// Modeled GPU time for `seconds` of work at full speed, times `HEADROOM_FAKE_TIME_SCALE`.

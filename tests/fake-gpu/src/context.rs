@@ -24,13 +24,14 @@ impl Driver {
             c.refcount += 1;
             return Ok(());
         }
-        if self.cfg.exclusive_process && self.shared.other_context(device).is_some() {
+        let key = self.cfg.memory_key(device);
+        if self.cfg.exclusive_process && self.shared.other_context(key).is_some() {
             return Err(CUDA_ERROR_DEVICE_UNAVAILABLE);
         }
         let default_stack = self.cfg.profile.stack.default_per_thread_bytes.0;
-        let bytes = self.ctx_bytes_for(default_stack);
+        let bytes = self.ctx_bytes_for(device, default_stack);
         self.reserve(device, bytes)?;
-        let slot = self.shared.claim(device).map_err(|e| {
+        let slot = self.shared.claim(key).map_err(|e| {
             eprintln!("headroom-fake-gpu: {e}");
             CUDA_ERROR_OUT_OF_MEMORY
         })?;

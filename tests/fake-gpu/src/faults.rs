@@ -43,8 +43,8 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
         .split_once('@')
         .ok_or_else(|| bad("expected API@N before '='"))?;
     let (api, n, rhs) = (api.trim(), n.trim(), rhs.trim());
-    let cuda = symbols::CUDA.contains(&api);
-    if !cuda && !symbols::NVML.contains(&api) {
+    let cuda = symbols::is_cuda(api);
+    if !cuda && !symbols::is_nvml(api) {
         return Err(bad(&format!(
             "{api:?} is not a function this driver exports"
         )));

@@ -1,12 +1,16 @@
 //! The calling convention every exported function goes through: count the call for fault
-//! injection, catch any panic (none may unwind into C), and turn `Result` into a status code.
+//! injection, refuse the calls of a capability turned off, catch any panic (none may unwind into
+//! C), and turn `Result` into a status code.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{CUresult, nvmlReturn_t};
 use crate::config;
-use crate::errors::{self, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN};
+use crate::errors::{
+    self, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN,
+    NVML_ERROR_UNKNOWN,
+};
 use crate::faults;
 
 thread_local! {
@@ -24,6 +28,15 @@ fn injected(api: &'static str) -> Option<u32> {
     let loaded = config::loaded();
     let cfg = loaded.config.as_ref().ok()?;
     faults::on_call(&cfg.faults, &loaded.counters, api)
+}
+
+/// Whether `api` belongs to a capability turned off (`HEADROOM_FAKE_DISABLE`).
+fn disabled(api: &str) -> bool {
+    let loaded = config::loaded();
+    loaded
+        .config
+        .as_ref()
+        .is_ok_and(|c| c.disabled.refuses(api))
 }
 
 fn guarded<T>(api: &str, fallback: T, f: impl FnOnce() -> T) -> T {
@@ -47,7 +60,11 @@ pub fn cuda(api: &'static str, f: impl FnOnce() -> Result<(), CUresult>) -> CUre
                 return code;
             }
         }
-        let r = f();
+        let r = if disabled(api) {
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        } else {
+            f()
+        };
         KERNEL_FAULT.with(Cell::take);
         match r {
             Ok(()) => 0,

@@ -210,7 +210,12 @@ mod tests {
 
     #[test]
     fn kinds_need_the_exact_parameter_list() {
-        let m = crate::ptx::parse(include_bytes!("../../../kernels/verify.ptx"), 90).unwrap();
+        let m = crate::ptx::parse(
+            include_bytes!("../../../kernels/verify.ptx"),
+            90,
+            crate::ptx::MAX_VERSION,
+        )
+        .unwrap();
         assert_eq!(Kind::of(&m.entries[0]), Some(Kind::Verify));
         let mut wrong = m.entries[0].clone();
         wrong.params.pop();

@@ -12,7 +12,8 @@
 //!
 //! # Environment
 //!
-//! - `HEADROOM_FAKE_PROFILE`: `tiny-4g` (default), `h100-80g`, `h200`, or a profile file.
+//! - `HEADROOM_FAKE_PROFILE`: `tiny-4g` (default), `h100-80g`, `h200`, any profile under
+//!   `profiles/` by name, or a profile file.
 //! - `HEADROOM_FAKE_DEVICES`: number of identical devices (default 1).
 //! - `HEADROOM_FAKE_STATE`: a file shared by every process using the fake (each process's
 //!   memory and context per device); without it, state is per process. `scripts/fake-gpu`
@@ -25,10 +26,18 @@
 //! - `HEADROOM_FAKE_FAULTS`: `API@N=ERROR`, `API@*=ERROR`, `API@N=hang:DURATION`, comma
 //!   separated (see `faults`).
 //! - `HEADROOM_FAKE_TIME_SCALE` (default 1.0): multiplies modeled kernel durations.
+//! - `HEADROOM_FAKE_DRIVER`: a driver branch (`470`) or version (`535.261.03`): the reported
+//!   versions, the JIT's newest PTX ISA and (through `scripts/fake-gpu`'s filter library) the
+//!   symbols the branch has (see `branch`).
+//! - `HEADROOM_FAKE_MIG`: MIG instances of every GPU, from the profile's `[[mig]]` table;
+//!   `HEADROOM_FAKE_PRIVILEGED=1` lets NVML list processes in MIG mode (see `topology`).
+//! - `HEADROOM_FAKE_DISABLE`: `memory_pools`, `vmm`: capabilities turned off.
+//! - `CUDA_VISIBLE_DEVICES`: as on a real driver.
 //!
 //! A bad setting makes `cuInit` and `nvmlInit` fail with a message on stderr.
 
 pub mod abi;
+pub mod branch;
 pub mod config;
 pub mod content;
 mod context;
@@ -48,6 +57,7 @@ pub mod shared;
 pub mod state;
 pub mod stream;
 pub mod symbols;
+pub mod topology;
 pub mod vmm;
 
 pub use exports::context::*;
@@ -58,6 +68,7 @@ pub use exports::module::*;
 pub use exports::pool::*;
 pub use exports::stream::*;
 pub use exports::vmm::*;
+pub use nvml::mig::*;
 pub use nvml::*;
 
 /// For tests that drive the C ABI in-process: one configuration at a time.

@@ -19,6 +19,21 @@ pub const BUILTIN: &[(&str, &str)] = &[
 
 pub const DEFAULT: &str = "tiny-4g";
 
+/// headroom's profile folder: a name that is neither built in nor a file is looked up there,
+/// so every profile under `profiles/` serves by name.
+const PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles");
+
+/// The file `name_or_path` names: itself, else `profiles/<name>.toml`.
+fn profile_file(name_or_path: &str) -> std::path::PathBuf {
+    let direct = std::path::PathBuf::from(name_or_path);
+    let named = std::path::Path::new(PROFILES_DIR).join(format!("{name_or_path}.toml"));
+    if !direct.exists() && !name_or_path.contains('/') && named.exists() {
+        named
+    } else {
+        direct
+    }
+}
+
 /// A size written as bytes (`4096`) or with a unit (`"512MiB"`, `"2GB"`, `"1.5GiB"`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Size(pub u64);
@@ -96,6 +111,10 @@ pub struct Profile {
     pub graphs: Graphs,
     #[serde(default)]
     pub kernels: Kernels,
+    /// The `[[mig]]` table, read only in MIG mode (`mig_profiles`), so that a profile whose
+    /// table the fake cannot read still serves as a whole GPU.
+    #[serde(default)]
+    pub mig: Vec<toml::Table>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -210,12 +229,11 @@ impl Devices {
         let node_text = match BUILTIN_NODES.iter().find(|(n, _)| *n == name_or_path) {
             Some((_, t)) => Some((t.to_string(), None)),
             None if !BUILTIN.iter().any(|(n, _)| *n == name_or_path) => {
-                std::fs::read_to_string(name_or_path).ok().and_then(|t| {
+                let file = profile_file(name_or_path);
+                std::fs::read_to_string(&file).ok().and_then(|t| {
                     let table: toml::Table = toml::from_str(&t).ok()?;
                     table.contains_key("node").then(|| {
-                        let dir = std::path::Path::new(name_or_path)
-                            .parent()
-                            .map(|d| d.to_path_buf());
+                        let dir = file.parent().map(|d| d.to_path_buf());
                         (t, dir)
                     })
                 })
@@ -235,12 +253,16 @@ impl Devices {
         let f: File =
             toml::from_str(&text).map_err(|e| format!("node profile {name_or_path}: {e}"))?;
         let n = f.node;
-        let base = match dir {
-            Some(d) if !BUILTIN.iter().any(|(b, _)| *b == n.base) => {
-                d.join(&n.base).display().to_string()
-            }
-            _ => n.base.clone(),
-        };
+        // The base: a built-in profile, a file next to the node's (with or without `.toml`), or
+        // a profile under profiles/.
+        let beside = dir
+            .filter(|_| !BUILTIN.iter().any(|(b, _)| *b == n.base))
+            .and_then(|d| {
+                [d.join(&n.base), d.join(format!("{}.toml", n.base))]
+                    .into_iter()
+                    .find(|p| p.is_file())
+            });
+        let base = beside.map_or(n.base.clone(), |p| p.display().to_string());
         let profile = Profile::resolve(&base)?;
         if !(1..=64).contains(&n.devices) {
             return Err(format!(
@@ -269,10 +291,11 @@ impl Profile {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
             return Profile::parse(text, name_or_path);
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+        let text = std::fs::read_to_string(profile_file(name_or_path)).map_err(|e| {
             let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
             format!(
-                "profile {name_or_path:?} is neither a built-in one ({}) nor a readable file: {e}",
+                "profile {name_or_path:?} is neither a built-in one ({}), one under {PROFILES_DIR} \
+                 nor a readable file: {e}",
                 names.join(", ")
             )
         })?;
@@ -309,6 +332,19 @@ impl Profile {
             ));
         }
         Ok(p)
+    }
+
+    /// The `[[mig]]` table's instance kinds (`profile`, `total_bytes`, `multiprocessors`; other
+    /// keys are ignored).
+    pub fn mig_profiles(&self) -> Result<Vec<crate::topology::MigProfile>, String> {
+        self.mig
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                crate::topology::MigProfile::deserialize(toml::Value::Table(t.clone()))
+                    .map_err(|e| format!("profile {}: [[mig]] entry {}: {e}", self.name, i + 1))
+            })
+            .collect()
     }
 
     /// (major, minor) from `"9.0"`.
@@ -357,6 +393,12 @@ mod tests {
             tiny.latency.mem_get_info.0,
             std::time::Duration::from_micros(8)
         );
+        // A name that is no file is looked up under profiles/.
+        assert_eq!(
+            profile_file("h200"),
+            std::path::Path::new(PROFILES_DIR).join("h200.toml")
+        );
+        assert!(profile_file("h200").is_file());
         let h200 = Profile::resolve("h200").unwrap();
         assert_eq!(h200.memory.nvml_reserved_bytes.0, 615 << 20);
         assert!(Profile::resolve("a100").unwrap_err().contains("tiny-4g"));

@@ -8,7 +8,7 @@ use crate::errors::{
     CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX, CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
 };
 
-/// The newest PTX ISA a CUDA 12.4 driver accepts.
+/// The newest PTX ISA the default driver (CUDA 12.4) accepts.
 pub const MAX_VERSION: (u32, u32) = (8, 4);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +77,9 @@ fn param_type(decl: &str) -> Param {
     }
 }
 
-/// Parses PTX text (`image` without its NUL).
-pub fn parse(image: &[u8], device_sm: u32) -> Result<Module, Refusal> {
+/// Parses PTX text (`image` without its NUL) as a JIT that accepts ISA versions up to
+/// `max_isa` would.
+pub fn parse(image: &[u8], device_sm: u32, max_isa: (u32, u32)) -> Result<Module, Refusal> {
     if image.starts_with(b"\x7fELF") || image.starts_with(&[0x50, 0xed, 0x55, 0xba]) {
         return Err(Refusal {
             code: CUDA_ERROR_INVALID_IMAGE,
@@ -104,13 +105,13 @@ pub fn parse(image: &[u8], device_sm: u32) -> Result<Module, Refusal> {
             let Some(v) = parsed else {
                 return Err(refuse(CUDA_ERROR_INVALID_PTX, n, "malformed .version"));
             };
-            if v > MAX_VERSION {
+            if v > max_isa {
                 return Err(refuse(
                     CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
                     n,
                     &format!(
                         "Unsupported .version {}.{}; current version is '{}.{}'",
-                        v.0, v.1, MAX_VERSION.0, MAX_VERSION.1
+                        v.0, v.1, max_isa.0, max_isa.1
                     ),
                 ));
             }
@@ -214,8 +215,18 @@ mod tests {
 
     #[test]
     fn reads_headroom_kernels() {
-        let m = parse(include_bytes!("../../../kernels/stream.ptx"), 90).unwrap();
-        assert_eq!(m.version, (8, 4));
+        let m = parse(
+            include_bytes!("../../../kernels/stream.ptx"),
+            90,
+            MAX_VERSION,
+        )
+        .unwrap();
+        // Declared low enough for the driver floor, R470 (CUDA 11.4, ISA 7.4).
+        assert!(
+            m.version <= crate::branch::max_ptx_isa(11040),
+            "{:?}",
+            m.version
+        );
         let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["copy", "triad"]);
         assert_eq!(
@@ -223,7 +234,12 @@ mod tests {
             [Param::U64, Param::U64, Param::U64, Param::U64, Param::F32]
         );
         assert_eq!(m.entries[0].max_threads, Some(256));
-        let s = parse(include_bytes!("../../../kernels/stack.ptx"), 90).unwrap();
+        let s = parse(
+            include_bytes!("../../../kernels/stack.ptx"),
+            90,
+            MAX_VERSION,
+        )
+        .unwrap();
         let frames: Vec<u32> = s.entries.iter().map(|e| e.local_bytes).collect();
         assert_eq!(frames, [4096, 16384, 65536]);
         assert_eq!(s.entries[0].max_threads, None);
@@ -231,21 +247,32 @@ mod tests {
 
     #[test]
     fn refuses_newer_isa_and_garbage() {
-        let e = parse(b".version 9.0\n.target sm_90\n", 90).unwrap_err();
+        let e = parse(b".version 9.0\n.target sm_90\n", 90, MAX_VERSION).unwrap_err();
         assert_eq!(e.code, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
         assert!(e.log.contains("Unsupported .version 9.0"), "{}", e.log);
+        // The boundary of an older JIT: CUDA 11.4 compiles ISA 7.4, not 7.5.
+        let isa_11_4 = crate::branch::max_ptx_isa(11040);
+        assert!(parse(b".version 7.4\n.target sm_70\n", 90, isa_11_4).is_ok());
+        let e = parse(b".version 7.5\n.target sm_70\n", 90, isa_11_4).unwrap_err();
+        assert_eq!(e.code, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+        assert!(
+            e.log
+                .ends_with("line 1; fatal   : Unsupported .version 7.5; current version is '7.4'"),
+            "{}",
+            e.log
+        );
         assert_eq!(
-            parse(b"hello", 90).unwrap_err().code,
+            parse(b"hello", 90, MAX_VERSION).unwrap_err().code,
             CUDA_ERROR_INVALID_PTX
         );
         assert_eq!(
-            parse(b".version 8.4\n.target sm_100\n", 90)
+            parse(b".version 8.4\n.target sm_100\n", 90, MAX_VERSION)
                 .unwrap_err()
                 .code,
             CUDA_ERROR_INVALID_PTX
         );
         assert_eq!(
-            parse(b"\x7fELF....", 90).unwrap_err().code,
+            parse(b"\x7fELF....", 90, MAX_VERSION).unwrap_err().code,
             CUDA_ERROR_INVALID_IMAGE
         );
     }

@@ -207,7 +207,7 @@ impl Driver {
             vmm: Vmm::default(),
             cfg: cfg.clone(),
         };
-        for index in 0..cfg.devices {
+        for index in 0..cfg.cuda.len() as u32 {
             let pool_id = d.next_id();
             let mut pools = HashMap::new();
             pools.insert(
@@ -313,7 +313,7 @@ impl Driver {
     pub fn free_bytes(&self, device: u32) -> u64 {
         self.cfg
             .total_bytes(device)
-            .saturating_sub(self.shared.device_used(device))
+            .saturating_sub(self.shared.device_used(self.cfg.memory_key(device)))
     }
 
     /// `Ok` if `bytes` more fit on `device`, else out of memory.
@@ -325,10 +325,11 @@ impl Driver {
         }
     }
 
-    /// The context's memory with a per-thread stack of `limit`.
-    pub fn ctx_bytes_for(&self, limit: u64) -> u64 {
+    /// The memory of `device`'s context with a per-thread stack of `limit`.
+    pub fn ctx_bytes_for(&self, device: u32, limit: u64) -> u64 {
         let p = &self.cfg.profile;
-        let threads = p.resident_threads();
+        let threads =
+            self.cfg.multiprocessors(device) as u64 * p.stack.threads_per_multiprocessor as u64;
         let base = p.memory.context_overhead_bytes.0;
         let default = p.stack.default_per_thread_bytes.0;
         if limit >= default {
@@ -340,7 +341,7 @@ impl Driver {
 
     /// Changes the stack limit of `device`'s context, taking or giving back its reservation.
     pub fn set_stack_limit(&mut self, device: u32, limit: u64) -> Result<(), CUresult> {
-        let new = self.ctx_bytes_for(limit);
+        let new = self.ctx_bytes_for(device, limit);
         let old = self.devices[device as usize].ctx_bytes;
         if new > old {
             self.reserve(device, new - old)?;

@@ -253,6 +253,7 @@ pub(super) fn finish(
             kernels: None,
             processes: None,
             processes_doubt: None,
+            processes_unavailable: None,
         },
         phases: vec![PhaseSummary {
             name: "trace".into(),

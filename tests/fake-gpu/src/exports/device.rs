@@ -6,6 +6,7 @@ use crate::abi::*;
 use crate::errors::*;
 use crate::ffi::{cuda, out, write_cstr};
 use crate::state::{cu, try_with_driver};
+use crate::topology::{gpu_uuid_bytes, mig_uuid_bytes};
 
 /// Keeps this library loaded for the life of the process: NVML users `dlclose` it, and stream
 /// workers run its code.
@@ -24,27 +25,14 @@ pub fn pin_self() {
     });
 }
 
-/// The 16 bytes of device `index`'s UUID (the same in CUDA and NVML).
-pub fn uuid_bytes(index: u32) -> [u8; 16] {
-    let i = index.to_be_bytes();
-    [
-        0xfa, 0x4e, 0x67, 0x70, 0, 0, 0x40, 0, 0x80, 0, 0, 0, i[0], i[1], i[2], i[3],
-    ]
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML and `nvidia-smi` write it.
-pub fn uuid_string(index: u32) -> String {
-    let b = uuid_bytes(index);
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    )
+/// The name CUDA and NVML give a GPU (`instance` `None`) or one of its MIG instances: the
+/// profile's, and the instance's MIG profile after it (`NVIDIA H200 (fake driver) MIG 1g.18gb`).
+pub fn device_name(cfg: &crate::config::Config, instance: Option<u32>) -> String {
+    let gpu = cfg.profile.device_name();
+    match instance.and_then(|k| cfg.mig_profile(k)) {
+        Some(m) => format!("{gpu} MIG {}", m.profile),
+        None => gpu,
+    }
 }
 
 /// Reports a bad `HEADROOM_FAKE_*` setting loudly, once per call that needs it.
@@ -59,8 +47,14 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        match try_with_driver(|d| d.initialized = true) {
-            Ok(()) => Ok(()),
+        match try_with_driver(|d| {
+            d.initialized = !d.devices.is_empty();
+            d.devices.len()
+        }) {
+            // As on a real driver, no visible device is an error of cuInit itself, and the
+            // driver stays uninitialized.
+            Ok(0) => Err(CUDA_ERROR_NO_DEVICE),
+            Ok(_) => Ok(()),
             Err(e) => {
                 report_setup_error("cuInit", &e);
                 Err(CUDA_ERROR_INVALID_VALUE)
@@ -71,9 +65,14 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
-    // SAFETY: the caller passes a valid out-pointer (null is refused).
-    cuda("cuDriverGetVersion", || unsafe {
-        out(version, DRIVER_VERSION)
+    cuda("cuDriverGetVersion", || {
+        // Answered without cuInit, as on a real driver, and even with a bad setting.
+        let v = crate::config::loaded()
+            .config
+            .as_ref()
+            .map_or(DRIVER_VERSION, |c| c.release.cuda_version);
+        // SAFETY: the caller passes a valid out-pointer (null is refused).
+        unsafe { out(version, v) }
     })
 }
 
@@ -98,7 +97,10 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     cuda("cuDeviceGetName", || {
-        let text = cu(|d| d.device(dev).map(|_| d.cfg.profile.device_name()))?;
+        let text = cu(|d| {
+            let i = d.device(dev)?;
+            Ok(device_name(&d.cfg, d.cfg.cuda_device(i).instance))
+        })?;
         if len <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -110,21 +112,26 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     })
 }
 
-fn get_uuid(uuid: *mut CUuuid, dev: CUdevice) -> Result<(), CUresult> {
-    let index = cu(|d| d.device(dev))?;
-    let bytes = uuid_bytes(index).map(|b| b as c_char);
+/// Device `dev`'s UUID: a MIG instance's own (`v2`), or its GPU's (`cuDeviceGetUuid`).
+fn get_uuid(uuid: *mut CUuuid, dev: CUdevice, v2: bool) -> Result<(), CUresult> {
+    let cd = cu(|d| d.device(dev).map(|i| d.cfg.cuda_device(i)))?;
+    let raw = match cd.instance {
+        Some(k) if v2 => mig_uuid_bytes(cd.physical, k),
+        _ => gpu_uuid_bytes(cd.physical),
+    };
+    let bytes = raw.map(|b| b as c_char);
     // SAFETY: the caller passes a valid out-pointer (null is refused).
     unsafe { out(uuid, CUuuid { bytes }) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-    cuda("cuDeviceGetUuid", || get_uuid(uuid, dev))
+    cuda("cuDeviceGetUuid", || get_uuid(uuid, dev, false))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-    cuda("cuDeviceGetUuid_v2", || get_uuid(uuid, dev))
+    cuda("cuDeviceGetUuid_v2", || get_uuid(uuid, dev, true))
 }
 
 #[unsafe(no_mangle)]
@@ -153,7 +160,7 @@ fn attribute(d: &crate::state::Driver, attr: u32, index: u32) -> Result<c_int, C
         12 | 82 => 65536, // MAX_REGISTERS_PER_BLOCK, _PER_MULTIPROCESSOR
         13 => 1_980_000,  // CLOCK_RATE (kHz)
         14 => 512,        // TEXTURE_ALIGNMENT
-        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => p.multiprocessors as c_int,
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => d.cfg.multiprocessors(index) as c_int,
         CU_DEVICE_ATTRIBUTE_COMPUTE_MODE if d.cfg.exclusive_process => {
             CU_COMPUTEMODE_EXCLUSIVE_PROCESS as c_int
         }
@@ -170,12 +177,15 @@ fn attribute(d: &crate::state::Driver, attr: u32, index: u32) -> Result<c_int, C
         81 => 228 << 10, // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
         97 => 227 << 10, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR => 32,
-        CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => 1,
-        119 => 1, // MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX fd
+        CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED | CU_DEVICE_ATTRIBUTE_MEMPOOL_HANDLE_TYPES => {
+            // POSIX fd handles (119) with pools; nothing without.
+            !d.cfg.disabled.memory_pools as c_int
+        }
+        CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => !d.cfg.disabled.vmm as c_int,
         // Capabilities a data-center GPU has (overlap, concurrent kernels, ECC, UVA, stream
         // priorities, managed memory, preemption, cooperative launch, VMM, ...).
-        15 | 31 | 32 | 41 | 78 | 79 | 80 | 83 | 89 | 90 | 95 | 102 | 120 => 1,
-        33 => index as c_int + 1, // PCI_BUS_ID
+        15 | 31 | 32 | 41 | 78 | 79 | 80 | 83 | 89 | 90 | 95 | 120 => 1,
+        33 => d.cfg.cuda_device(index).physical as c_int + 1, // PCI_BUS_ID
         a if a < CU_DEVICE_ATTRIBUTE_MAX => 0,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })

@@ -38,7 +38,7 @@ fn load(d: &mut Driver, image: *const c_void) -> (Result<u64, CUresult>, String,
     let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) }.to_bytes();
     let (major, minor) = d.cfg.profile.capability();
     let sm = (major * 10 + minor) as u32;
-    let m = match ptx::parse(text, sm) {
+    let m = match ptx::parse(text, sm, d.cfg.release.max_ptx) {
         Ok(m) => m,
         Err(r) => return (Err(r.code), String::new(), r.log),
     };

@@ -111,6 +111,13 @@ const REQUIRED_NVML: &[&str] = &[
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
 ];
 
 /// The cdylib cargo built next to this test.
@@ -131,18 +138,15 @@ fn library() -> PathBuf {
 fn the_shared_library_exports_every_entry_point() {
     for name in REQUIRED_CUDA.iter().chain(REQUIRED_NVML) {
         assert!(
-            symbols::CUDA.contains(name) || symbols::NVML.contains(name),
+            symbols::is_cuda(name) || symbols::is_nvml(name),
             "{name} is not in the fake's symbol list"
         );
     }
     // SAFETY: loading the fake runs no initialization code; symbols are only looked up.
     let lib = unsafe { libloading::Library::new(library()) }.unwrap();
-    let missing: Vec<&str> = symbols::CUDA
-        .iter()
-        .chain(symbols::NVML)
+    let missing: Vec<&str> = symbols::all()
         // SAFETY: the lookup does not call the symbol.
         .filter(|n| unsafe { lib.get::<*const ()>(n.as_bytes()) }.is_err())
-        .copied()
         .collect();
     assert!(missing.is_empty(), "not exported: {missing:?}");
     // One call through the library, as cudarc makes it.

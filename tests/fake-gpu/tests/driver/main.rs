@@ -5,11 +5,14 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod branches;
+mod capabilities;
 mod context;
 mod exports;
 mod faults;
 mod graphs;
 mod memory;
+mod mig;
 mod modules;
 mod nvml;
 mod pools;

@@ -128,7 +128,7 @@ fn a_filled_device_costs_no_host_memory() {
     );
 }
 
-fn prop() -> CUmemAllocationProp {
+pub fn prop() -> CUmemAllocationProp {
     CUmemAllocationProp {
         type_: CU_MEM_ALLOCATION_TYPE_PINNED,
         requestedHandleTypes: 0,

@@ -4,7 +4,7 @@ use crate::common::*;
 use std::ffi::{CStr, CString, c_char, c_void};
 
 /// `cuModuleLoadDataEx` with info and error logs; returns (status, module, info, error).
-fn load_ex(image: &[u8]) -> (u32, Handle, String, String) {
+pub fn load_ex(image: &[u8]) -> (u32, Handle, String, String) {
     let image = CString::new(image).unwrap();
     let mut info = vec![0 as c_char; 4096];
     let mut error = vec![0 as c_char; 4096];

@@ -1,22 +1,30 @@
 //! NVML: init and shutdown, driver versions, devices by index and UUID, memory info with the
-//! reserved share, compute mode, and the running compute processes.
+//! reserved share, compute mode, and the running compute processes; MIG handles in `mig`.
 //!
 //! NVML needs neither `cuInit` nor a context: it reads the shared table, so it sees every
 //! process using the fake. Its memory total is the CUDA-visible total plus the profile's
 //! `nvml_reserved_bytes`; used is every process's usage, context included, and free is what
 //! `cuMemGetInfo` reports. The process list holds every live process with a context on the
 //! device, this one included unless `HEADROOM_FAKE_NVML_HIDE_SELF=1` (as in a PID namespace).
+//!
+//! NVML ignores `CUDA_VISIBLE_DEVICES` and counts physical GPUs. In MIG mode a MIG handle's
+//! memory is its instance's (no reserved share; used is the instance's processes), the parent's
+//! is the whole GPU's, and process lists on either are `NVML_ERROR_NO_PERMISSION` unless
+//! `HEADROOM_FAKE_PRIVILEGED=1`, as for an unprivileged user on a real MIG GPU.
 
 // Each entry point's safety contract is the NVML reference's for the symbol of the same name.
 #![allow(clippy::missing_safety_doc)]
+
+pub mod mig;
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 use crate::abi::*;
 use crate::errors::*;
-use crate::exports::device::{pin_self, report_setup_error, uuid_string};
+use crate::exports::device::{device_name, pin_self, report_setup_error};
 use crate::ffi::{nvml, write_cstr};
 use crate::state::{Driver, Tag, handle, id_of, try_with_driver};
+use crate::topology::{gpu_uuid, memory_key, mig_uuid};
 
 /// Runs `f` on the driver within an NVML session.
 fn session<R>(f: impl FnOnce(&mut Driver) -> Result<R, nvmlReturn_t>) -> Result<R, nvmlReturn_t> {
@@ -29,12 +37,68 @@ fn session<R>(f: impl FnOnce(&mut Driver) -> Result<R, nvmlReturn_t>) -> Result<
     .unwrap_or(Err(NVML_ERROR_UNINITIALIZED))
 }
 
-fn device_of(d: &Driver, dev: nvmlDevice_t) -> Result<u32, nvmlReturn_t> {
-    let i = id_of(Tag::Nvml, dev).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
-    if (i as usize) < d.devices.len() {
-        Ok(i as u32)
+/// What an NVML handle names: a physical GPU, or MIG instance `k` of GPU `g`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Gpu(u32),
+    Mig(u32, u32),
+}
+
+/// MIG handles carry this bit above the GPU and instance numbers.
+const MIG_HANDLE: u64 = 1 << 40;
+
+pub fn handle_of(t: Target) -> nvmlDevice_t {
+    match t {
+        Target::Gpu(g) => handle(Tag::Nvml, g as u64),
+        Target::Mig(g, k) => handle(Tag::Nvml, MIG_HANDLE | (g as u64) << 8 | k as u64),
+    }
+}
+
+/// The GPU or instance a handle names, checked against the configuration.
+pub fn target_of(d: &Driver, dev: nvmlDevice_t) -> Result<Target, nvmlReturn_t> {
+    let id = id_of(Tag::Nvml, dev).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
+    let gpus = d.cfg.devices as u64;
+    let instances = d.cfg.mig.as_ref().map_or(0, Vec::len) as u64;
+    if id & MIG_HANDLE == 0 {
+        return if id < gpus {
+            Ok(Target::Gpu(id as u32))
+        } else {
+            Err(NVML_ERROR_INVALID_ARGUMENT)
+        };
+    }
+    let (g, k) = ((id & !MIG_HANDLE) >> 8, id & 0xff);
+    if g < gpus && k < instances {
+        Ok(Target::Mig(g as u32, k as u32))
     } else {
         Err(NVML_ERROR_INVALID_ARGUMENT)
+    }
+}
+
+impl Target {
+    pub fn gpu(self) -> u32 {
+        match self {
+            Target::Gpu(g) | Target::Mig(g, _) => g,
+        }
+    }
+
+    pub fn uuid(self) -> String {
+        match self {
+            Target::Gpu(g) => gpu_uuid(g),
+            Target::Mig(g, k) => mig_uuid(g, k),
+        }
+    }
+
+    /// The shared-table keys whose memory and processes this handle sees, with each one's
+    /// (GPU instance, compute instance) ids for the process list.
+    fn keys(self, d: &Driver) -> Vec<(u32, u32, u32)> {
+        const NONE: u32 = u32::MAX;
+        match (self, d.cfg.mig.as_ref()) {
+            (Target::Gpu(g), None) => vec![(memory_key(g, None), NONE, NONE)],
+            (Target::Gpu(g), Some(m)) => (0..m.len() as u32)
+                .map(|k| (memory_key(g, Some(k)), mig::gpu_instance_id(k), 0))
+                .collect(),
+            (Target::Mig(g, k), _) => vec![(memory_key(g, Some(k)), mig::gpu_instance_id(k), 0)],
+        }
     }
 }
 
@@ -109,7 +173,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     length: c_uint,
 ) -> nvmlReturn_t {
     nvml("nvmlSystemGetDriverVersion", || {
-        session(|_| put_str(version, length, NVML_DRIVER_VERSION))
+        session(|d| put_str(version, length, &d.cfg.release.nvml_version))
     })
 }
 
@@ -117,7 +181,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> nvmlReturn_t {
     // SAFETY: the caller passes a valid out-pointer (null is refused).
     nvml("nvmlSystemGetCudaDriverVersion", || {
-        session(|_| unsafe { put(v, DRIVER_VERSION) })
+        session(|d| unsafe { put(v, d.cfg.release.cuda_version) })
     })
 }
 
@@ -125,7 +189,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> nvmlRe
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> nvmlReturn_t {
     // SAFETY: the caller passes a valid out-pointer (null is refused).
     nvml("nvmlSystemGetCudaDriverVersion_v2", || {
-        session(|_| unsafe { put(v, DRIVER_VERSION) })
+        session(|d| unsafe { put(v, d.cfg.release.cuda_version) })
     })
 }
 
@@ -133,7 +197,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> nvm
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
     nvml("nvmlDeviceGetCount_v2", || {
         // SAFETY: the caller passes a valid out-pointer (null is refused).
-        session(|d| unsafe { put(count, d.devices.len() as c_uint) })
+        session(|d| unsafe { put(count, d.cfg.devices as c_uint) })
     })
 }
 
@@ -144,11 +208,11 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
 ) -> nvmlReturn_t {
     nvml("nvmlDeviceGetHandleByIndex_v2", || {
         session(|d| {
-            if index as usize >= d.devices.len() {
+            if index >= d.cfg.devices {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             // SAFETY: the caller passes a valid out-pointer (null is refused).
-            unsafe { put(device, handle(Tag::Nvml, index as u64)) }
+            unsafe { put(device, handle_of(Target::Gpu(index))) }
         })
     })
 }
@@ -167,11 +231,16 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
             .to_string_lossy()
             .into_owned();
         session(|d| {
-            let i = (0..d.devices.len() as u32)
-                .find(|i| uuid_string(*i) == wanted)
+            let instances = d.cfg.mig.as_ref().map_or(0, Vec::len) as u32;
+            let t = (0..d.cfg.devices)
+                .flat_map(|g| {
+                    std::iter::once(Target::Gpu(g))
+                        .chain((0..instances).map(move |k| Target::Mig(g, k)))
+                })
+                .find(|t| t.uuid() == wanted)
                 .ok_or(NVML_ERROR_NOT_FOUND)?;
             // SAFETY: the caller passes a valid out-pointer (null is refused).
-            unsafe { put(device, handle(Tag::Nvml, i as u64)) }
+            unsafe { put(device, handle_of(t)) }
         })
     })
 }
@@ -183,7 +252,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     length: c_uint,
 ) -> nvmlReturn_t {
     nvml("nvmlDeviceGetUUID", || {
-        session(|d| put_str(uuid, length, &uuid_string(device_of(d, device)?)))
+        session(|d| put_str(uuid, length, &target_of(d, device)?.uuid()))
     })
 }
 
@@ -195,8 +264,11 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
 ) -> nvmlReturn_t {
     nvml("nvmlDeviceGetName", || {
         session(|d| {
-            device_of(d, device)?;
-            put_str(name, length, &d.cfg.profile.device_name())
+            let instance = match target_of(d, device)? {
+                Target::Gpu(_) => None,
+                Target::Mig(_, k) => Some(k),
+            };
+            put_str(name, length, &device_name(&d.cfg, instance))
         })
     })
 }
@@ -208,21 +280,27 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
 ) -> nvmlReturn_t {
     // SAFETY: the caller passes a valid out-pointer (null is refused).
     nvml("nvmlDeviceGetIndex", || {
-        session(|d| unsafe { put(index, device_of(d, device)?) })
+        session(|d| unsafe { put(index, target_of(d, device)?.gpu()) })
     })
 }
 
-/// (total, reserved, used, free) as NVML v2 reports them.
-fn memory(d: &Driver, device: u32) -> (u64, u64, u64, u64) {
-    let m = &d.cfg.profile.memory;
-    let visible = d.cfg.total_bytes(device);
-    let used = d.shared.device_used(device).min(visible);
-    (
-        visible + m.nvml_reserved_bytes.0,
-        m.nvml_reserved_bytes.0,
-        used,
-        visible - used,
-    )
+/// (total, reserved, used, free) as NVML v2 reports them: a GPU's with its reserved share, a
+/// MIG instance's without one.
+fn memory(d: &Driver, t: Target) -> (u64, u64, u64, u64) {
+    let (visible, reserved) = match t {
+        Target::Gpu(g) => (
+            d.cfg.gpu_total_bytes(g),
+            d.cfg.profile.memory.nvml_reserved_bytes.0,
+        ),
+        Target::Mig(_, k) => (d.cfg.mig_profile(k).map_or(0, |m| m.total_bytes.0), 0),
+    };
+    let used: u64 = t
+        .keys(d)
+        .iter()
+        .map(|(key, _, _)| d.shared.device_used(*key))
+        .sum();
+    let used = used.min(visible);
+    (visible + reserved, reserved, used, visible - used)
 }
 
 #[unsafe(no_mangle)]
@@ -232,7 +310,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
 ) -> nvmlReturn_t {
     nvml("nvmlDeviceGetMemoryInfo", || {
         session(|d| {
-            let (total, reserved, used, free) = memory(d, device_of(d, device)?);
+            let (total, reserved, used, free) = memory(d, target_of(d, device)?);
             // Version 1 counts the reserved share as used.
             let v = nvmlMemory_t {
                 total,
@@ -260,7 +338,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         session(|d| {
-            let (total, reserved, used, free) = memory(d, device_of(d, device)?);
+            let (total, reserved, used, free) = memory(d, target_of(d, device)?);
             let v = nvmlMemory_v2_t {
                 version,
                 total,
@@ -274,47 +352,82 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     })
 }
 
+/// The running compute processes; `_v2` (R450) and `_v3` (R510) fill the same 24-byte record.
+///
+/// # Safety
+/// `count` must be null or valid for reads and writes, `infos` null or valid for `*count`
+/// records.
+unsafe fn running_processes(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> Result<(), nvmlReturn_t> {
+    if count.is_null() {
+        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    let list = session(|d| {
+        let t = target_of(d, device)?;
+        if d.cfg.mig.is_some() && !d.cfg.privileged {
+            return Err(NVML_ERROR_NO_PERMISSION);
+        }
+        let me = std::process::id();
+        let hide = d.cfg.nvml_hide_self;
+        let mut list = Vec::new();
+        for (key, gi, ci) in t.keys(d) {
+            list.extend(
+                d.shared
+                    .entries(key)
+                    .into_iter()
+                    .filter(|e| e.context && !e.dead && !(hide && e.pid == me))
+                    .map(|e| (e, gi, ci)),
+            );
+        }
+        Ok(list)
+    })?;
+    // SAFETY: checked non-null; the caller passes the capacity of `infos`.
+    let capacity = unsafe { *count } as usize;
+    // SAFETY: as above.
+    unsafe { *count = list.len() as c_uint };
+    if list.is_empty() {
+        return Ok(());
+    }
+    if infos.is_null() || capacity < list.len() {
+        return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (i, (e, gi, ci)) in list.iter().enumerate() {
+        let info = nvmlProcessInfo_t {
+            pid: e.pid,
+            usedGpuMemory: e.used,
+            gpuInstanceId: *gi,
+            computeInstanceId: *ci,
+        };
+        // SAFETY: `i` < capacity, the caller's array length.
+        unsafe { infos.add(i).write_unaligned(info) };
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's pointers, as NVML documents them.
+    nvml("nvmlDeviceGetComputeRunningProcesses_v2", || unsafe {
+        running_processes(device, count, infos)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     device: nvmlDevice_t,
     count: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    nvml("nvmlDeviceGetComputeRunningProcesses_v3", || {
-        if count.is_null() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        let list = session(|d| {
-            let dev = device_of(d, device)?;
-            let me = std::process::id();
-            let hide = d.cfg.nvml_hide_self;
-            Ok(d.shared
-                .entries(dev)
-                .into_iter()
-                .filter(|e| e.context && !e.dead && !(hide && e.pid == me))
-                .collect::<Vec<_>>())
-        })?;
-        // SAFETY: checked non-null; the caller passes the capacity of `infos`.
-        let capacity = unsafe { *count } as usize;
-        // SAFETY: as above.
-        unsafe { *count = list.len() as c_uint };
-        if list.is_empty() {
-            return Ok(());
-        }
-        if infos.is_null() || capacity < list.len() {
-            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
-        }
-        for (i, e) in list.iter().enumerate() {
-            let info = nvmlProcessInfo_t {
-                pid: e.pid,
-                usedGpuMemory: e.used,
-                gpuInstanceId: u32::MAX,
-                computeInstanceId: u32::MAX,
-            };
-            // SAFETY: `i` < capacity, the caller's array length.
-            unsafe { infos.add(i).write_unaligned(info) };
-        }
-        Ok(())
+    // SAFETY: the caller's pointers, as NVML documents them.
+    nvml("nvmlDeviceGetComputeRunningProcesses_v3", || unsafe {
+        running_processes(device, count, infos)
     })
 }
 
@@ -325,7 +438,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeMode(
 ) -> nvmlReturn_t {
     nvml("nvmlDeviceGetComputeMode", || {
         session(|d| {
-            device_of(d, device)?;
+            target_of(d, device)?;
             let m = if d.cfg.exclusive_process {
                 CU_COMPUTEMODE_EXCLUSIVE_PROCESS
             } else {
