@@ -1,9 +1,9 @@
 //! Workloads that do not fit the device: a card below a workload's stated minimum total, and a
 //! device without a driver capability a workload needs (memory pools, virtual memory
-//! management), on the simulator (a profile's `[capabilities]`). Each is refused before the
-//! first step, naming what is missing (exit 2, nothing written), or with `--skip-unfit`
-//! recorded as a `skipped` run with the reason in summary.json, report.md and junit.xml
-//! (exit 0).
+//! management), on the simulator (a profile's `[capabilities]`) and on the fake driver
+//! (`HEADROOM_FAKE_DISABLE`). Each is refused before the first step, naming what is missing
+//! (exit 2, nothing written), or with `--skip-unfit` recorded as a `skipped` run with the
+//! reason in summary.json, report.md and junit.xml (exit 0).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -285,4 +285,36 @@ fn a_device_without_a_capability_refuses_what_needs_it_and_runs_the_rest() {
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(summary(&again)["status"], "skipped");
+}
+#[test]
+fn the_fake_driver_without_pools_or_vmm_gives_the_same_refusals_and_skips() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (disable, keep) in [("memory_pools", VMM), ("vmm", POOLS)] {
+        let env: &[(&str, &str)] = &[("HEADROOM_FAKE_DISABLE", disable)];
+        for (i, (wl, feature, attribute)) in needing(tmp.path()).into_iter().enumerate() {
+            let out = tmp.path().join(format!("{disable}-{i}"));
+            let o = run(&wl, &out, &["--skip-unfit"], Some(env));
+            assert_eq!(o.code, 0, "{wl}: {}", o.stderr);
+            let s = summary(&out);
+            assert_eq!(s["device"]["backend"], "cuda");
+            if attribute == keep {
+                // The capability the fake still has: the workload runs.
+                assert_eq!(s["status"], "completed", "{wl} with {disable} off: {s}");
+                continue;
+            }
+            let reason = s["status_detail"].as_str().unwrap().to_string();
+            assert!(
+                reason.starts_with(feature)
+                    && reason.contains(&format!("needs {attribute}, which "))
+                    && reason.ends_with("(fake driver) reports as 0"),
+                "{reason}"
+            );
+            assert_skipped(&out, &reason);
+            let refused = tmp.path().join(format!("{disable}-{i}-refused"));
+            let o = run(&wl, &refused, &[], Some(env));
+            assert_eq!(o.code, 2, "{wl}: {}", o.stderr);
+            assert!(o.stderr.contains(attribute), "{}", o.stderr);
+            assert!(!refused.exists());
+        }
+    }
 }
