@@ -42,9 +42,9 @@ pub struct DeviceArgs {
         value_parser = DeviceSelection::parse
     )]
     pub device: DeviceSelection,
-    /// A simulated device profile: a built-in name (tiny-4g, h100-80g, h200; a MIG instance
-    /// of one, such as h200-1g.18gb) or a TOML file. Implies the sim backend under --backend
-    /// auto.
+    /// A simulated device profile: a built-in name (tiny-4g, t4-16g, l4-24g, a10g-24g, a100-40g,
+    /// h100-80g, h200; a MIG instance of one, such as h200-1g.18gb) or a TOML file. Implies the
+    /// sim backend under --backend auto.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Refuse to run anywhere but on a real GPU: without a usable driver and device, exit 2
@@ -403,6 +403,11 @@ pub struct RunArgs {
     /// --device all or a list, run on such GPUs instead of skipping them.
     #[arg(long)]
     pub shared_ok: bool,
+    /// A workload that does not fit the device (below its `[workload] min_total_bytes`, or
+    /// needing a capability the device lacks) is recorded as skipped, with the reason, and
+    /// exits 0 instead of 2.
+    #[arg(long)]
+    pub skip_unfit: bool,
 
     /// Print summary.json to stdout instead of the table.
     #[arg(long)]

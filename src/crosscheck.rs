@@ -34,7 +34,7 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     pub workload: String,
-    /// `none` or `phase/step` of the first OOM.
+    /// `none`, `phase/step` of the first OOM, or `skipped`.
     pub real_oom: String,
     pub sim_oom: String,
     pub agree: bool,
@@ -88,7 +88,11 @@ fn load_runs(dir: &Path) -> anyhow::Result<BTreeMap<String, (PathBuf, Summary)>>
     Ok(runs)
 }
 
+/// `none`, `phase/step` of the first OOM, or `skipped` (the workload did not fit the device).
 fn first_oom(s: &Summary) -> String {
+    if s.status == crate::report::summary::RunStatus::Skipped {
+        return "skipped".into();
+    }
     s.ooms
         .first()
         .map_or("none".to_string(), |o| format!("{}/{}", o.phase, o.step))

@@ -69,26 +69,13 @@ pub(super) fn measure(
         "median cuMemFree time of the same allocations".into(),
     );
 
-    dev.pool_configure(PoolConfig::default())?;
-    let mut async_alloc = Vec::new();
-    let mut async_free = Vec::new();
-    for _ in 0..20 {
-        let t0 = dev.now_ns();
-        let p = dev.malloc_async(64 * MIB, StreamId::MAIN)?;
-        let t1 = dev.now_ns();
-        dev.free_async(p, StreamId::MAIN)?;
-        async_free.push(dev.now_ns() - t1);
-        async_alloc.push(t1 - t0);
-    }
-    dev.synchronize()?;
-    notes.insert(
-        "latency.malloc_async",
-        "median of 20 cuMemAllocFromPoolAsync of 64 MiB".into(),
-    );
-    notes.insert(
-        "latency.free_async",
-        "median of the matching cuMemFreeAsync".into(),
-    );
+    let (malloc_async, free_async) = if dev.info().capabilities.memory_pools_supported {
+        stream_ordered(dev, notes)?
+    } else {
+        notes.insert("latency.malloc_async", super::NO_POOLS.into());
+        notes.insert("latency.free_async", super::NO_POOLS.into());
+        (fallback.latency.malloc_async, fallback.latency.free_async)
+    };
     let sync_ns = time_calls(dev, 100, |d| Ok(d.synchronize()?))?;
     notes.insert(
         "latency.synchronize",
@@ -118,11 +105,42 @@ pub(super) fn measure(
         malloc_base: DurationNs(base.max(0.0).round() as u64),
         malloc_per_gib: DurationNs(per_gib.max(0.0).round() as u64),
         free: DurationNs(median(free_times)),
-        malloc_async: DurationNs(median(async_alloc)),
-        free_async: DurationNs(median(async_free)),
+        malloc_async,
+        free_async,
         launch: DurationNs(launch_ns),
         stream_create: DurationNs(stream_ns),
         synchronize: DurationNs(sync_ns),
         context_create: DurationNs(0),
     })
+}
+
+/// Medians of 20 stream-ordered allocations of 64 MiB and their frees.
+fn stream_ordered(
+    dev: &mut dyn Device,
+    notes: &mut Notes,
+) -> anyhow::Result<(DurationNs, DurationNs)> {
+    dev.pool_configure(PoolConfig::default())?;
+    let mut async_alloc = Vec::new();
+    let mut async_free = Vec::new();
+    for _ in 0..20 {
+        let t0 = dev.now_ns();
+        let p = dev.malloc_async(64 * MIB, StreamId::MAIN)?;
+        let t1 = dev.now_ns();
+        dev.free_async(p, StreamId::MAIN)?;
+        async_free.push(dev.now_ns() - t1);
+        async_alloc.push(t1 - t0);
+    }
+    dev.synchronize()?;
+    notes.insert(
+        "latency.malloc_async",
+        "median of 20 cuMemAllocFromPoolAsync of 64 MiB".into(),
+    );
+    notes.insert(
+        "latency.free_async",
+        "median of the matching cuMemFreeAsync".into(),
+    );
+    Ok((
+        DurationNs(median(async_alloc)),
+        DurationNs(median(async_free)),
+    ))
 }

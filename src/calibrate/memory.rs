@@ -92,16 +92,22 @@ pub(super) fn measure(
     );
 
     // The pool's granule: what a 1-byte stream-ordered allocation reserves.
-    dev.pool_configure(PoolConfig::default())?;
-    let p = dev.malloc_async(1, StreamId::MAIN)?;
-    let pool_granule = dev.pool_usage()?.reserved_current_bytes;
-    dev.free_async(p, StreamId::MAIN)?;
-    dev.synchronize()?;
-    let released = dev.pool_usage()?.reserved_current_bytes == 0;
-    notes.insert(
-        "memory.pool_granularity_bytes",
-        format!("pool reserved after a 1-byte stream-ordered allocation; released at synchronize with threshold 0: {released}"),
-    );
+    let pool_granule = if dev.info().capabilities.memory_pools_supported {
+        dev.pool_configure(PoolConfig::default())?;
+        let p = dev.malloc_async(1, StreamId::MAIN)?;
+        let granule = dev.pool_usage()?.reserved_current_bytes;
+        dev.free_async(p, StreamId::MAIN)?;
+        dev.synchronize()?;
+        let released = dev.pool_usage()?.reserved_current_bytes == 0;
+        notes.insert(
+            "memory.pool_granularity_bytes",
+            format!("pool reserved after a 1-byte stream-ordered allocation; released at synchronize with threshold 0: {released}"),
+        );
+        granule
+    } else {
+        notes.insert("memory.pool_granularity_bytes", super::NO_POOLS.into());
+        fallback.memory.pool_granularity_bytes.0
+    };
     Ok(MemoryModel {
         total_bytes: Size(mem0.total_bytes),
         nvml_reserved_bytes: Size(nvml_reserved),

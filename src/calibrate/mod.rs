@@ -22,6 +22,9 @@ use crate::device::{Device, NvmlMemory};
 /// Key (e.g. `memory.page_bytes`) → one line saying how it was measured.
 pub(crate) type Notes = BTreeMap<&'static str, String>;
 
+/// The note of a figure a device without memory pools cannot give.
+pub(crate) const NO_POOLS: &str = "NOT MEASURED: the device has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0); the built-in figure";
+
 /// A measured profile and, per key, how it was obtained.
 pub struct Calibration {
     pub profile: SimProfile,
@@ -113,6 +116,7 @@ pub fn calibrate(
             module_bytes: crate::units::Size(module_bytes),
         },
         other_processes: Vec::new(),
+        capabilities: info.capabilities,
         mig: Vec::new(),
         mig_of: None,
     };
@@ -220,6 +224,18 @@ pub fn to_toml(c: &Calibration, header: &str) -> String {
         "module_bytes = {}{}",
         p.kernels.module_bytes.0,
         note("kernels.module_bytes")
+    );
+    let c = &p.capabilities;
+    let _ = writeln!(o, "\n[capabilities]");
+    let _ = writeln!(
+        o,
+        "memory_pools_supported = {}  # CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED",
+        c.memory_pools_supported
+    );
+    let _ = writeln!(
+        o,
+        "virtual_memory_management_supported = {}  # CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED",
+        c.virtual_memory_management_supported
     );
     o
 }

@@ -42,6 +42,10 @@ pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
             Some(opened.device.info().clone())
         }
     };
+    let plan = match &device {
+        Some(d) => plan.at_capacity(d.total_bytes),
+        None => plan,
+    };
     let budget = budget_for(&plan, device.as_ref().map(|d| d.total_bytes))?;
     let claim = plan.claimed_concurrency();
     if args.json {

@@ -8,9 +8,9 @@ use crate::device::select::{self, Opened};
 use crate::node::summary::NodeCommand;
 use crate::node::{NodeJob, run_node};
 use crate::report::table;
-use crate::run::{RunOptions, TenantLaunch, run as run_workload};
+use crate::run::{RunOptions, TenantLaunch, record_skipped, run as run_workload};
 use crate::units::Bytes;
-use crate::workload::{Rank, WorkloadFile};
+use crate::workload::{Rank, WorkloadFile, fit};
 
 /// Set to 1 to have `tenant` steps start a real `headroom hold` child on the simulator too
 /// (it holds no memory there); tests use it to check that children are always reaped.
@@ -38,9 +38,24 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     if !args.shared_ok {
         refuse_shared(&mut opened)?;
     }
+    let info = opened.device.info().clone();
+    let too_small = fit::unfit_total(file.min_total_bytes(), &info);
+    if let Some(why) = &too_small {
+        refuse_unless_skipping(args, why)?;
+    }
     let loading = crate::signals::loading();
-    let wl = file.expand(opened.device.info().total_bytes)?;
+    let wl = match (file.expand(info.total_bytes), &too_small) {
+        (Ok(wl), _) => wl,
+        // A workload too large for the device may not expand for it: the skip records its
+        // phases as the file check expanded them.
+        (Err(_), Some(_)) => file.expand(u64::MAX)?,
+        (Err(e), None) => return Err(e.into()),
+    };
     drop(loading);
+    let unfit = too_small.or_else(|| fit::unfit_capabilities(&wl, &info));
+    if let Some(why) = &unfit {
+        refuse_unless_skipping(args, why)?;
+    }
     let opts = RunOptions {
         out_dir: args.out.clone(),
         results_root: args.results.clone(),
@@ -55,13 +70,40 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
         plan: None,
         watchdog_ns: args.watchdog,
     };
-    let report = run_workload(&wl, opened, &opts)?;
+    let report = match unfit {
+        Some(why) => {
+            if let Some(n) = &opened.notice {
+                eprintln!("note: {n}");
+            }
+            eprintln!("skipped: {}: {why}", args.workload.display());
+            record_skipped(
+                &wl,
+                opened.device.as_mut(),
+                opened.before_context,
+                &opts,
+                why,
+            )?
+        }
+        None => run_workload(&wl, opened, &opts)?,
+    };
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report.summary)?)?;
     } else if !args.quiet {
         crate::out!("{}", table::render(&report.summary, &report.dir))?;
     }
     Ok(report.exit_code)
+}
+
+/// A workload that does not fit the device is refused (exit 2) unless `--skip-unfit` asks
+/// for a skip.
+fn refuse_unless_skipping(args: &RunArgs, why: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.skip_unfit,
+        "{}: does not fit this device: {why}; pass --skip-unfit to record the run as skipped \
+         (exit 0)",
+        args.workload.display()
+    );
+    Ok(())
 }
 
 /// headroom never stresses a GPU that other processes are using unless told so.
@@ -131,6 +173,7 @@ fn node_job(args: &RunArgs, label: &str) -> NodeJob {
         (args.expect_oom, "--expect-oom"),
         (args.fail_on_mismatch, "--fail-on-mismatch"),
         (args.shared_ok, "--shared-ok"),
+        (args.skip_unfit, "--skip-unfit"),
     ];
     w.extend(flags.iter().filter(|(on, _)| *on).map(|(_, f)| (*f).into()));
     if let Some(b) = args.keep_free {

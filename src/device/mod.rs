@@ -207,9 +207,63 @@ pub struct DeviceInfo {
     pub driver_version: String,
     pub multiprocessors: u32,
     pub uuid: Option<String>,
+    /// What the device supports of the driver features workloads may use, read at open.
+    #[serde(default)]
+    pub capabilities: Capabilities,
     /// The MIG instance this device is, with its profile and parent GPU (`None` on a whole GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<mig::MigIdentity>,
+}
+
+/// Driver features a workload may need that not every device has (vGPU and some virtualized
+/// cards lack them), read when the device is opened: on `cuda` the device attributes, on
+/// `sim` the profile's `[capabilities]` table (each `true` unless it says otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Capabilities {
+    /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`: stream-ordered allocation
+    /// (`cuMemPoolCreate`, `cuMemAllocAsync`) and graph memory nodes.
+    pub memory_pools_supported: bool,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`: `cuMemAddressReserve`,
+    /// `cuMemCreate`, `cuMemMap`.
+    pub virtual_memory_management_supported: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            memory_pools_supported: true,
+            virtual_memory_management_supported: true,
+        }
+    }
+}
+
+/// One entry of `Capabilities`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    MemoryPools,
+    VirtualMemoryManagement,
+}
+
+impl Capability {
+    /// The device attribute that says whether the device has it.
+    pub fn attribute(self) -> &'static str {
+        match self {
+            Capability::MemoryPools => "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED",
+            Capability::VirtualMemoryManagement => {
+                "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"
+            }
+        }
+    }
+}
+
+impl Capabilities {
+    pub fn has(&self, c: Capability) -> bool {
+        match c {
+            Capability::MemoryPools => self.memory_pools_supported,
+            Capability::VirtualMemoryManagement => self.virtual_memory_management_supported,
+        }
+    }
 }
 
 /// A GPU kernel the harness can launch (see `kernels/` for the CUDA C sources).

@@ -15,6 +15,10 @@ use crate::units::{DurationNs, Size};
 /// Profiles compiled into the binary: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
     ("tiny-4g", include_str!("../../profiles/tiny-4g.toml")),
+    ("t4-16g", include_str!("../../profiles/t4-16g.toml")),
+    ("l4-24g", include_str!("../../profiles/l4-24g.toml")),
+    ("a10g-24g", include_str!("../../profiles/a10g-24g.toml")),
+    ("a100-40g", include_str!("../../profiles/a100-40g.toml")),
     ("h100-80g", include_str!("../../profiles/h100-80g.toml")),
     ("h200", include_str!("../../profiles/h200.toml")),
 ];
@@ -42,6 +46,10 @@ pub struct SimProfile {
     /// Processes other than the harness that hold memory on the device from the start.
     #[serde(default)]
     pub other_processes: Vec<OtherProcess>,
+    /// Driver features the device has (`[capabilities]`; each true unless set false), as a
+    /// vGPU or virtualized card may lack memory pools or virtual memory management.
+    #[serde(default)]
+    pub capabilities: crate::device::Capabilities,
     /// The card's MIG instance profiles (`[[mig]]`): `--profile <name>-<mig profile>` is a
     /// card of one instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -329,11 +337,42 @@ mod tests {
     #[test]
     fn builtin_profiles_parse() {
         let all = SimProfile::builtin_all();
-        assert_eq!(all.len(), 3);
-        let h200 = SimProfile::resolve("h200").unwrap();
-        assert_eq!(h200.memory.total_bytes.0, 143_156 << 20);
-        let tiny = SimProfile::resolve("tiny-4g").unwrap();
-        assert_eq!(tiny.memory.total_bytes.0, 4 << 30);
+        assert_eq!(all.len(), BUILTIN.len());
+        // Each card as its sources give it: CUDA-visible total, SMs, compute capability.
+        for (name, total_mib, sms, cc) in [
+            ("tiny-4g", 4096, 8, "9.0"),
+            ("t4-16g", 14_930, 40, "7.5"),
+            ("l4-24g", 22_580, 58, "8.9"),
+            ("a10g-24g", 22_600, 80, "8.6"),
+            ("a100-40g", 40_336, 108, "8.0"),
+            ("h100-80g", 81_089, 132, "9.0"),
+            ("h200", 143_156, 132, "9.0"),
+        ] {
+            let p = SimProfile::resolve(name).unwrap();
+            assert_eq!(p.name, name);
+            assert_eq!(p.memory.total_bytes.0, total_mib << 20, "{name}");
+            assert_eq!(
+                (p.multiprocessors, p.compute_capability.as_str()),
+                (sms, cc)
+            );
+            assert_eq!(p.capabilities, crate::device::Capabilities::default());
+        }
+    }
+
+    #[test]
+    fn capabilities_are_read_from_the_profile() {
+        let text = format!(
+            "{}\n[capabilities]\nmemory_pools_supported = false\n",
+            BUILTIN[0].1
+        );
+        let p = SimProfile::from_toml(&text, "x.toml").unwrap();
+        assert!(!p.capabilities.memory_pools_supported);
+        assert!(p.capabilities.virtual_memory_management_supported);
+        let e = format!(
+            "{:#}",
+            SimProfile::from_toml(&format!("{text}vmm = false\n"), "x.toml").unwrap_err()
+        );
+        assert!(e.contains("vmm"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::Size;
+use crate::units::{Size, SizeSpec};
 
 /// `[workload]` of a plan file: the shape of the serving workload the capacity claim is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -91,9 +91,9 @@ struct PlanSection {
     #[serde(default)]
     description: String,
     capacity: Option<Size>,
-    weights: Option<Size>,
-    other_peak: Option<Size>,
-    margin: Option<Size>,
+    weights: Option<SizeSpec>,
+    other_peak: Option<SizeSpec>,
+    margin: Option<SizeSpec>,
 }
 
 const SECTIONS: &[&str] = &["plan", "workload", "allocator"];
@@ -131,12 +131,30 @@ pub struct Plan {
     pub other_peak_bytes: u64,
     pub margin_bytes: u64,
     pub kv_per_request_bytes: u64,
+    /// Categories the file gives as a share of the capacity (`"60% of total"`); their bytes
+    /// above are known once the capacity is (`at_capacity`).
+    pub shares: Shares,
     /// Whether `kv_per_request_bytes` came from a flag (or a sweep) rather than the shape.
     pub kv_per_request_overridden: bool,
     pub shape: Option<Shape>,
     /// The plan file's `[allocator]` table, handed to the validation workload as written.
     #[serde(skip)]
     pub allocator: Option<toml::Table>,
+}
+
+/// Shares of the capacity, in hundredths of a percent, for the categories a plan file writes
+/// as `"N% of total"`: one file then asks the same question of a 16 GB card and a 141 GB one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Shares {
+    pub weights: Option<u32>,
+    pub other_peak: Option<u32>,
+    pub margin: Option<u32>,
+}
+
+impl Shares {
+    pub fn any(&self) -> bool {
+        self.weights.or(self.other_peak).or(self.margin).is_some()
+    }
 }
 
 /// A plan that cannot be used, with where the problem is.
@@ -161,6 +179,22 @@ impl Plan {
     /// arithmetic's count.
     pub fn claimed_concurrency(&self) -> Option<u64> {
         self.shape.as_ref().and_then(|s| s.concurrency)
+    }
+
+    /// The plan with its shares of the capacity in bytes: the plan's capacity, else
+    /// `device_total_bytes` (rounded down to whole 2 MiB pages, as a workload's shares are).
+    pub fn at_capacity(&self, device_total_bytes: u64) -> Plan {
+        let capacity = self.capacity_bytes.unwrap_or(device_total_bytes);
+        let mut p = self.clone();
+        let share = |h: Option<u32>, bytes: &mut u64| {
+            if let Some(h) = h {
+                *bytes = SizeSpec::PercentOfTotal(h).resolve(capacity);
+            }
+        };
+        share(self.shares.weights, &mut p.weights_bytes);
+        share(self.shares.other_peak, &mut p.other_peak_bytes);
+        share(self.shares.margin, &mut p.margin_bytes);
+        p
     }
 
     /// Reads a plan file and applies the overrides.
@@ -202,6 +236,7 @@ impl Plan {
             other_peak_bytes: o.other_peak_bytes.unwrap_or(0),
             margin_bytes: o.margin_bytes.unwrap_or(0),
             kv_per_request_bytes: o.kv_per_request_bytes.unwrap_or(0),
+            shares: Shares::default(),
             kv_per_request_overridden: true,
             shape: None,
             allocator: None,
@@ -249,18 +284,27 @@ impl Plan {
             .map_err(|e: toml::de::Error| err(format!("[workload]: {}", e.message().trim())))?;
         shape.check().map_err(err)?;
         let allocator = section("allocator")?.and_then(|v| v.as_table().cloned());
-        let need = |v: Option<Size>, key: &str, flag: Option<u64>| -> Result<u64, PlanError> {
-            flag.or(v.map(|s| s.0))
-                .ok_or_else(|| err(format!("[plan] {key} is missing")))
-        };
-        let weights_bytes = need(plan.weights, "weights", o.weights_bytes)?;
-        let other_peak_bytes = need(plan.other_peak, "other_peak", o.other_peak_bytes)?;
-        let margin_bytes = need(plan.margin, "margin", o.margin_bytes)?;
         let (capacity_bytes, capacity_source) = match (o.capacity_bytes, plan.capacity) {
             (Some(c), _) => (Some(c), Some(CapacitySource::Flag)),
             (None, Some(c)) => (Some(c.0), Some(CapacitySource::PlanFile)),
             (None, None) => (None, None),
         };
+        // A flag gives bytes; the file gives bytes or a share of the capacity.
+        let need = |v: Option<SizeSpec>,
+                    key: &str,
+                    flag: Option<u64>|
+         -> Result<(u64, Option<u32>), PlanError> {
+            match (flag, v) {
+                (Some(b), _) => Ok((b, None)),
+                (None, Some(SizeSpec::Bytes(b))) => Ok((b, None)),
+                (None, Some(SizeSpec::PercentOfTotal(h))) => Ok((0, Some(h))),
+                (None, None) => Err(err(format!("[plan] {key} is missing"))),
+            }
+        };
+        let (weights_bytes, weights_share) = need(plan.weights, "weights", o.weights_bytes)?;
+        let (other_peak_bytes, other_peak_share) =
+            need(plan.other_peak, "other_peak", o.other_peak_bytes)?;
+        let (margin_bytes, margin_share) = need(plan.margin, "margin", o.margin_bytes)?;
         let name = plan.name.unwrap_or_else(|| {
             file.and_then(|f| f.file_stem())
                 .map_or("plan".into(), |s| s.to_string_lossy().into_owned())
@@ -278,9 +322,23 @@ impl Plan {
                 .kv_per_request_bytes
                 .unwrap_or_else(|| shape.kv_per_request_bytes()),
             kv_per_request_overridden: o.kv_per_request_bytes.is_some(),
+            shares: Shares {
+                weights: weights_share,
+                other_peak: other_peak_share,
+                margin: margin_share,
+            },
             shape: Some(shape),
             allocator,
-        })
+        }
+        .at_capacity_if_known())
+    }
+
+    /// `at_capacity` when the plan names its capacity (a flag or the file), else unchanged.
+    fn at_capacity_if_known(self) -> Plan {
+        match self.capacity_bytes {
+            Some(c) => self.at_capacity(c),
+            None => self,
+        }
     }
 
     /// Blocks each request takes in the validation workload, or why the KV per request cannot
@@ -390,6 +448,40 @@ kv_bytes_per_token = "128KiB"
         assert!(e.to_string().contains("kv_bytes_per_token is 0 B"), "{e}");
         let e = parse("[plan\n").unwrap_err();
         assert!(e.to_string().contains("line 1: not valid TOML"), "{e}");
+    }
+
+    #[test]
+    fn shares_of_the_total_resolve_against_the_capacity() {
+        let card = ARTICLE
+            .replace("capacity = \"80GiB\"\n", "")
+            .replace("\"48GiB\"", "\"60% of total\"")
+            .replace("\"20GiB\"", "\"25% of total\"")
+            .replace("\"4GiB\"", "\"5% of total\"");
+        let p = parse(&card).unwrap();
+        assert_eq!(p.capacity_bytes, None);
+        assert_eq!(p.shares.weights, Some(6000));
+        // On the device: whole 2 MiB pages of its total (tiny-4g's 4 GiB: 2456 MiB of weights).
+        let on_tiny = p.at_capacity(4 * GIB);
+        assert_eq!(on_tiny.weights_bytes, 2456 * MIB);
+        assert_eq!(on_tiny.other_peak_bytes, 1024 * MIB);
+        assert_eq!(on_tiny.margin_bytes, 204 * MIB);
+        let b = crate::plan::budget_for(&p, Some(4 * GIB)).unwrap();
+        assert_eq!(b.inputs.weights_bytes, 2456 * MIB);
+        assert_eq!(b.inputs.margin_bytes, 204 * MIB);
+        // A capacity in the file (or a flag) resolves them at once; a flag overrides a share.
+        let sized = parse(&card.replace("[plan]\n", "[plan]\ncapacity = \"80GiB\"\n")).unwrap();
+        assert_eq!(sized.weights_bytes, 48 * GIB);
+        assert_eq!(sized.other_peak_bytes, 20 * GIB);
+        assert_eq!(sized.margin_bytes, 4 * GIB);
+        let o = PlanOverrides {
+            weights_bytes: Some(GIB),
+            ..Default::default()
+        };
+        let flagged = Plan::from_toml(&card, None, &o).unwrap();
+        assert_eq!(flagged.shares.weights, None);
+        assert_eq!(flagged.at_capacity(4 * GIB).weights_bytes, GIB);
+        let e = parse(&card.replace("\"5% of total\"", "\"5%\"")).unwrap_err();
+        assert!(e.to_string().contains("of total"), "{e}");
     }
 
     #[test]

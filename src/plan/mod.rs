@@ -18,15 +18,18 @@ pub mod validate;
 use budget::{Budget, BudgetError, BudgetInputs};
 use file::Plan;
 
-/// The plan's arithmetic, with the capacity taken from the plan, else `device_total_bytes`.
+/// The plan's arithmetic, with the capacity taken from the plan, else `device_total_bytes`
+/// (and the plan's shares of it in bytes).
 ///
 /// Panics if neither is known: callers open the device first when the plan names no capacity.
 pub fn budget_for(plan: &Plan, device_total_bytes: Option<u64>) -> Result<Budget, BudgetError> {
+    let capacity_bytes = plan
+        .capacity_bytes
+        .or(device_total_bytes)
+        .expect("a capacity from the plan or the device");
+    let plan = &plan.at_capacity(capacity_bytes);
     BudgetInputs {
-        capacity_bytes: plan
-            .capacity_bytes
-            .or(device_total_bytes)
-            .expect("a capacity from the plan or the device"),
+        capacity_bytes,
         weights_bytes: plan.weights_bytes,
         other_peak_bytes: plan.other_peak_bytes,
         margin_bytes: plan.margin_bytes,

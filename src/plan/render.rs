@@ -76,16 +76,36 @@ pub fn plan_text(plan: &Plan, b: &Budget, device: Option<&DeviceInfo>) -> String
         );
         let _ = writeln!(o, "{}", line.trim_end());
     };
+    let share = |h: Option<u32>, note: &str| match h {
+        Some(h) => format!("{}% of the capacity{}", h as f64 / 100.0, note),
+        None => note.trim_start_matches("; ").to_string(),
+    };
+    let sh = &plan.shares;
     w(&mut o, " ", "capacity", i.capacity_bytes, &source);
-    w(&mut o, "−", "weights", i.weights_bytes, "");
+    w(
+        &mut o,
+        "−",
+        "weights",
+        i.weights_bytes,
+        &share(sh.weights, ""),
+    );
     w(
         &mut o,
         "−",
         "other peak",
         i.other_peak_bytes,
-        "activations, workspace, runtime/communication, graphs",
+        &share(
+            sh.other_peak,
+            "; activations, workspace, runtime/communication, graphs",
+        ),
     );
-    w(&mut o, "−", "safety margin", i.margin_bytes, "");
+    w(
+        &mut o,
+        "−",
+        "safety margin",
+        i.margin_bytes,
+        &share(sh.margin, ""),
+    );
     w(&mut o, "=", "KV budget", b.kv_budget_bytes, "");
     let _ = writeln!(o);
     let _ = writeln!(o, "{}", b.budget_line());

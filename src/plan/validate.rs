@@ -54,6 +54,7 @@ impl Resolved {
     /// Does the arithmetic (capacity: the plan's, else `device_total_bytes`) and lays the KV
     /// out in the shape's blocks. Errors show the arithmetic that failed.
     pub fn new(plan: &Plan, device_total_bytes: u64) -> anyhow::Result<Resolved> {
+        let plan = &plan.at_capacity(device_total_bytes);
         let budget = crate::plan::budget_for(plan, Some(device_total_bytes))?;
         let (blocks_per_request, block_bytes) =
             plan.blocks_per_request().map_err(anyhow::Error::msg)?;

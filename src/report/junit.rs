@@ -1,5 +1,6 @@
 //! `junit.xml`: one test case per expectation of the workload (a failure says expected vs
-//! actual), plus an error case when the run could not finish, for CI systems that show JUnit.
+//! actual), plus an error case when the run could not finish, or a skipped case when the
+//! workload did not fit the device, for CI systems that show JUnit.
 
 use std::fmt::Write as _;
 
@@ -16,8 +17,17 @@ pub fn render(run: &RunData) -> String {
         Some(e) => e.saturating_sub(s.start_ns) as f64 / 1e9,
         None => 0.0,
     };
+    let skipped = (s.status == RunStatus::Skipped).then(|| {
+        format!(
+            "skipped{}",
+            s.status_detail
+                .as_ref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        )
+    });
     let could_not_run = match s.status {
-        RunStatus::Completed | RunStatus::Oom => None,
+        RunStatus::Completed | RunStatus::Oom | RunStatus::Skipped => None,
         _ => Some(format!(
             "the run ended {}{}",
             status_name(s),
@@ -27,7 +37,10 @@ pub fn render(run: &RunData) -> String {
                 .unwrap_or_default()
         )),
     };
-    let tests = s.expectations.len() + usize::from(could_not_run.is_some());
+    let tests = s.expectations.len()
+        + usize::from(could_not_run.is_some())
+        + usize::from(skipped.is_some());
+    let skipped_count = usize::from(skipped.is_some());
     let failures = s.expectations.iter().filter(|e| !e.held).count();
     let errors = usize::from(could_not_run.is_some());
     // JUnit's timestamp has no zone or fraction; the exact UTC is a property.
@@ -41,7 +54,7 @@ pub fn render(run: &RunData) -> String {
     );
     let _ = writeln!(
         o,
-        r#"  <testsuite name="{}" tests="{tests}" failures="{failures}" errors="{errors}" skipped="0" time="{seconds:.3}" timestamp="{timestamp}">"#,
+        r#"  <testsuite name="{}" tests="{tests}" failures="{failures}" errors="{errors}" skipped="{skipped_count}" time="{seconds:.3}" timestamp="{timestamp}">"#,
         xml_escape(&suite)
     );
     let _ = writeln!(o, "    <properties>");
@@ -79,6 +92,15 @@ pub fn render(run: &RunData) -> String {
             r#"      <error message="{m}" type="could-not-run">{m}</error>"#,
             m = xml_escape(msg)
         );
+        let _ = writeln!(o, "    </testcase>");
+    }
+    if let Some(msg) = &skipped {
+        let _ = writeln!(
+            o,
+            r#"    <testcase classname="{}" name="run" time="0">"#,
+            xml_escape(&suite)
+        );
+        let _ = writeln!(o, r#"      <skipped message="{}"/>"#, xml_escape(msg));
         let _ = writeln!(o, "    </testcase>");
     }
     for e in &s.expectations {

@@ -9,7 +9,7 @@ use crate::oom::OomRecord;
 use crate::record::View;
 use crate::report::escape::{self, md};
 use crate::report::rundata::RunData;
-use crate::report::summary::Summary;
+use crate::report::summary::{RunStatus, Summary};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
 /// A Markdown table cell: text escaped (`escape::md`), pipes escaped, line breaks flattened.
@@ -99,6 +99,20 @@ pub fn render(run: &RunData) -> String {
         md(&s.device.name)
     );
     header(&mut o, s);
+    if s.status == RunStatus::Skipped {
+        let _ = writeln!(
+            o,
+            "\nSkipped: the workload does not fit this device (the reason is under status \
+             above); no step ran and nothing was allocated."
+        );
+        phases(&mut o, s);
+        let _ = writeln!(
+            o,
+            "\n---\nFiles: `summary.json`, `timeline.csv` (the idle reading), `events.csv` (no \
+             events), `junit.xml` (a skipped test case)."
+        );
+        return escape::document(&o);
+    }
     if let Some(i) = &s.import {
         crate::report::imported::section(&mut o, i);
     }

@@ -25,6 +25,10 @@ pub enum RunStatus {
     Interrupted,
     /// A device or I/O error stopped the run.
     Failed,
+    /// Not run: the workload does not fit the device (its stated minimum total, or a
+    /// capability the device lacks), and `--skip-unfit` asked for a skip; `status_detail`
+    /// says why.
+    Skipped,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::record::View;
-use crate::report::summary::Summary;
+use crate::report::summary::{RunStatus, Summary};
 use crate::report::text_table::{Align, TextTable};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
@@ -36,6 +36,16 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         let _ = write!(o, " (creating the context took {})", Bytes(c));
     }
     let _ = writeln!(o);
+    if s.status == RunStatus::Skipped {
+        // Nothing ran: the reason is the whole story.
+        let why = s
+            .status_detail
+            .as_deref()
+            .unwrap_or("it does not fit this device");
+        let _ = writeln!(o, "skipped: {why}");
+        let _ = writeln!(o, "results: {}", dir.display());
+        return crate::report::escape::document(&o);
+    }
     if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
         let _ = writeln!(
             o,

@@ -15,6 +15,7 @@ mod holdings;
 mod progress;
 mod recording;
 mod setup;
+mod skip;
 mod steps;
 pub mod watchdog;
 
@@ -41,6 +42,7 @@ use actions::Floor;
 pub(crate) use actions::GraphRun;
 use holdings::Holdings;
 use recording::Recording;
+pub use skip::record_skipped;
 
 /// How to run, beyond what the workload file says.
 #[derive(Debug, Clone)]
@@ -362,12 +364,14 @@ impl Runner<'_, '_> {
     }
 }
 
-/// 0: ran and every expectation held; 1: an expectation failed (an unexpected OOM is one);
-/// 2: could not run (stopped at the floor, a device error); 130: interrupted.
+/// 0: ran and every expectation held (or was skipped as unfit for the device, as asked); 1:
+/// an expectation failed (an unexpected OOM is one); 2: could not run (stopped at the floor, a
+/// device error); 130: interrupted.
 fn exit_code(s: &Summary) -> i32 {
     match s.status {
         RunStatus::Interrupted => 130,
         RunStatus::Failed | RunStatus::StoppedAtFloor | RunStatus::Running => 2,
+        RunStatus::Skipped => 0,
         RunStatus::Completed | RunStatus::Oom => {
             if s.expectations.iter().all(|e| e.held) {
                 0

@@ -41,6 +41,18 @@ pub(super) fn before_first_step(
     } else {
         None
     };
+    let mut before = idle_reading(device, before_context, kernels)?;
+    before.sampler_perturbation = sampler_perturbation;
+    Ok(before)
+}
+
+/// The idle reading alone: the device as the run found it (after the context and `kernels`,
+/// the load measured just before it, if any).
+pub(super) fn idle_reading(
+    device: &mut dyn Device,
+    before_context: Option<NvmlMemory>,
+    kernels: Option<KernelLoad>,
+) -> anyhow::Result<Before> {
     // Idle, after the context: one reading before anything of the workload exists.
     let mem = device
         .mem_info()
@@ -81,7 +93,7 @@ pub(super) fn before_first_step(
             others_bytes,
         },
         idle,
-        sampler_perturbation,
+        sampler_perturbation: None,
     })
 }
 

@@ -125,6 +125,7 @@ pub fn open(
             driver_version: profile.driver_version.clone(),
             multiprocessors: profile.multiprocessors,
             uuid: None,
+            capabilities: profile.capabilities,
             mig: None,
         };
         let job =
@@ -183,6 +184,8 @@ pub fn open(
         multiprocessors: facts.multiprocessors,
         mig,
         uuid: Some(facts.uuid),
+        capabilities: cuda::device_capabilities(index)
+            .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
     };
     let cuda = if cuda_info {
         let before = nvml

@@ -500,6 +500,7 @@ pub fn expand(
     Ok(Workload {
         name: file.name,
         description: file.description,
+        min_total_bytes: file.min_total_bytes,
         file: path.to_path_buf(),
         settings: file.settings,
         allocator: file.allocator,

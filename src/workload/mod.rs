@@ -7,6 +7,7 @@
 
 pub mod action;
 pub mod expand;
+pub mod fit;
 pub mod parse;
 pub mod rank;
 pub mod step;
@@ -27,6 +28,8 @@ pub use step::Step;
 pub struct Workload {
     pub name: String,
     pub description: String,
+    /// The smallest CUDA-visible total the workload states it fits on.
+    pub min_total_bytes: Option<u64>,
     pub file: PathBuf,
     pub settings: Settings,
     pub allocator: AllocatorSpec,
@@ -158,6 +161,12 @@ impl WorkloadFile {
     /// checked, no single allocation above the total.
     pub fn expand(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
         expand::expand(self.parsed.clone(), &self.path, total_bytes, self.rank)
+    }
+
+    /// The smallest CUDA-visible total the file states it fits on (`[workload]
+    /// min_total_bytes`).
+    pub fn min_total_bytes(&self) -> Option<u64> {
+        self.parsed.min_total_bytes
     }
 
     /// Everything that can be checked before a device is known (an expansion against an

@@ -53,6 +53,8 @@ impl std::error::Error for WorkloadError {}
 pub struct FileWorkload {
     pub name: String,
     pub description: String,
+    /// The smallest CUDA-visible total the workload fits on (`[workload] min_total_bytes`).
+    pub min_total_bytes: Option<u64>,
     pub settings: Settings,
     pub allocator: AllocatorSpec,
     pub expect: Expect,
@@ -66,6 +68,7 @@ struct WorkloadSection {
     name: String,
     #[serde(default)]
     description: String,
+    min_total_bytes: Option<Size>,
 }
 
 #[derive(Deserialize)]
@@ -216,9 +219,17 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         }
         phases.push((p.name, steps));
     }
+    if head.min_total_bytes.is_some_and(|m| m.0 == 0) {
+        return Err(WorkloadError::new(
+            file,
+            "[workload] min_total_bytes",
+            "0 B says nothing; give the smallest CUDA-visible total the workload fits on, or leave it out",
+        ));
+    }
     Ok(FileWorkload {
         name: head.name,
         description: head.description,
+        min_total_bytes: head.min_total_bytes.map(|m| m.0),
         settings,
         allocator,
         expect,

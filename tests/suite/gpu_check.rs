@@ -1,9 +1,11 @@
-//! `scripts/gpu-check` end to end, twice at once: for real on the fake NVIDIA driver
-//! (`tests/fake-gpu`, through `scripts/fake-gpu`) with the h100-80g profile, every shipped
-//! workload on the cuda backend agreeing with the simulator calibrated on the fake; and dry on
-//! the simulator with the built-in h100-80g profile for a few workloads (`WORKLOADS`): every
-//! step runs, the calibrated simulator agrees with the device it measured, and the fake's cuda
-//! runs of those workloads agree with the built-in profile's.
+//! `scripts/gpu-check` end to end, three times at once: for real on the fake NVIDIA driver
+//! (`tests/fake-gpu`, through `scripts/fake-gpu`) with its default profile, tiny-4g, and no
+//! setting at all, every shipped workload on the cuda backend agreeing with the simulator
+//! calibrated on the fake and the two too large for a 4 GiB card skipped; on the fake with the
+//! h100-80g profile and dry on the simulator with the built-in h100-80g profile, for a few
+//! workloads (`WORKLOADS`): every step runs, the calibrated simulator agrees with the device it
+//! measured, and the fake's cuda runs of those workloads agree with the built-in profile's.
+//! The other cards are in `gpu_check_cards`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,12 +13,12 @@ use std::process::{Child, Command};
 
 use crate::common::*;
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Starts `scripts/gpu-check OUT` (through `wrapper` when given) with its output in `OUT.log`.
-fn start(out_dir: &Path, wrapper: Option<&str>, env: &[(&str, &str)]) -> Child {
+pub(crate) fn start(out_dir: &Path, wrapper: Option<&str>, env: &[(&str, &str)]) -> Child {
     let log = File::create(out_dir.with_extension("stdout")).unwrap();
     let mut cmd = Command::new("bash");
     if let Some(w) = wrapper {
@@ -27,7 +29,15 @@ fn start(out_dir: &Path, wrapper: Option<&str>, env: &[(&str, &str)]) -> Child {
         .current_dir(root())
         .env("HEADROOM", env!("CARGO_BIN_EXE_headroom"))
         .env_remove("HEADROOM_FAKE_STATE")
+        .env_remove("HEADROOM_FAKE_PROFILE")
+        .env_remove("HEADROOM_FAKE_TIME_SCALE")
+        .env_remove("HEADROOM_FAKE_DISABLE")
+        .env_remove("HEADROOM_FAKE_MIG")
         .env_remove("DEVICE")
+        .env_remove("WORKLOADS")
+        .env_remove("BANDWIDTH_SIZE")
+        .env_remove("BANDWIDTH_REPEATS")
+        .env_remove("PLAN")
         .stdout(log.try_clone().unwrap())
         .stderr(log);
     for (k, v) in env {
@@ -36,7 +46,7 @@ fn start(out_dir: &Path, wrapper: Option<&str>, env: &[(&str, &str)]) -> Child {
     cmd.spawn().unwrap()
 }
 
-fn finished(mut child: Child, out_dir: &Path) -> String {
+pub(crate) fn finished(mut child: Child, out_dir: &Path) -> String {
     let status = child.wait().unwrap();
     let stdout = std::fs::read_to_string(out_dir.with_extension("stdout")).unwrap();
     let log = std::fs::read_to_string(out_dir.join("gpu-check.log")).unwrap_or_default();
@@ -45,22 +55,20 @@ fn finished(mut child: Child, out_dir: &Path) -> String {
     stdout
 }
 
-fn shipped_workloads() -> usize {
-    ["workloads", "workloads/patterns", "workloads/oom"]
-        .iter()
-        .map(|d| {
-            std::fs::read_dir(root().join(d))
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|x| x == "toml")
-                })
-                .count()
-        })
-        .sum()
+/// Every shipped workload file, relative to the repository, as gpu-check runs them.
+fn shipped_workloads() -> Vec<String> {
+    let mut files = Vec::new();
+    for d in ["workloads", "workloads/patterns", "workloads/oom"] {
+        let mut here: Vec<String> = std::fs::read_dir(root().join(d))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .map(|p| format!("{d}/{}", p.file_name().unwrap().to_string_lossy()))
+            .collect();
+        here.sort();
+        files.extend(here);
+    }
+    files
 }
 
 fn watch_summary(out_dir: &Path) -> serde_json::Value {
@@ -97,6 +105,7 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
     let dir = tempfile::tempdir().unwrap();
     let dry_dir = dir.path().join("dry");
     let fake_dir = dir.path().join("fake");
+    let tiny_dir = dir.path().join("tiny");
     let dry_workloads = DRY_WORKLOADS.join(" ");
     let dry = start(
         &dry_dir,
@@ -112,11 +121,14 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         &[
             ("HEADROOM_FAKE_PROFILE", "h100-80g"),
             ("BANDWIDTH_SIZE", "256MiB"),
+            ("WORKLOADS", &dry_workloads),
         ],
     );
+    // The fake's default card, with nothing set.
+    let tiny = start(&tiny_dir, Some("scripts/fake-gpu"), &[]);
     let dry_stdout = finished(dry, &dry_dir);
     let fake_stdout = finished(fake, &fake_dir);
-    let shipped = shipped_workloads();
+    let tiny_stdout = finished(tiny, &tiny_dir);
 
     // The dry run: every file, every workload on both sides, and agreement.
     for f in [
@@ -126,8 +138,10 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         "crosscheck.csv",
         "crosscheck.txt",
         "gpu-check.log",
+        "summary.txt",
         "watch/summary.json",
         "watch/report.md",
+        "plan/validation.json",
     ] {
         assert!(dry_dir.join(f).is_file(), "{f} missing");
     }
@@ -150,40 +164,43 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
     assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);
     assert_eq!(w["exit_code"], 0);
 
-    // The fake driver: every shipped workload ran on the cuda backend, and agrees with the
-    // calibrated simulator (the script's own crosscheck) ...
+    // tiny-4g on the fake: every shipped workload, each on the cuda backend and run or, when
+    // the card is below its stated minimum, skipped; every step sized by the 4 GiB card.
+    let shipped = shipped_workloads();
+    let (ran, skipped) =
+        crate::gpu_check_cards::check_card(&tiny_dir, "tiny-4g", &shipped, 4 * GIB, 20);
+    assert_eq!(skipped, ["comm", "serving"], "{tiny_stdout}");
+    assert_eq!(ran.len(), shipped.len() - 2);
+
+    // The fake driver on h100-80g: the dry run's workloads ran on the cuda backend, and agree
+    // with the calibrated simulator (the script's own crosscheck) ...
     let fake_runs = runs(&fake_dir.join("cuda"));
-    assert_eq!(fake_runs.len(), shipped, "{fake_stdout}");
+    assert_eq!(fake_runs.len(), DRY_WORKLOADS.len(), "{fake_stdout}");
     for run in &fake_runs {
         let s: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
                 .unwrap();
         assert_eq!(s["device"]["backend"], "cuda", "{}", run.display());
+        assert_eq!(s["status_detail"], serde_json::Value::Null, "{s}");
     }
     assert!(!fake_stdout.contains(" NO"), "{fake_stdout}");
-    // ... and, for the dry run's workloads, with the simulator on the built-in profile the
-    // fake ran (the dry run's device).
-    let dry_names: Vec<String> = runs(&dry_dir.join("cuda"))
-        .iter()
-        .map(|r| workload_name(r))
-        .collect();
-    let fake_subset = dir.path().join("fake-subset");
-    std::fs::create_dir(&fake_subset).unwrap();
-    for run in &fake_runs {
-        if dry_names.contains(&workload_name(run)) {
-            std::os::unix::fs::symlink(run, fake_subset.join(run.file_name().unwrap())).unwrap();
-        }
-    }
-    assert_eq!(runs(&fake_subset).len(), DRY_WORKLOADS.len());
+    // ... and with the simulator on the built-in profile the fake ran (the dry run's device).
     let cross = headroom(
         root(),
         &[
             "crosscheck",
-            fake_subset.to_str().unwrap(),
+            fake_dir.join("cuda").to_str().unwrap(),
             dry_dir.join("cuda").to_str().unwrap(),
         ],
     );
     assert_eq!(cross.code, 0, "{}\n{}", cross.stdout, cross.stderr);
+    let dry_names: Vec<String> = runs(&dry_dir.join("cuda"))
+        .iter()
+        .map(|r| workload_name(r))
+        .collect();
+    for run in &fake_runs {
+        assert!(dry_names.contains(&workload_name(run)));
+    }
     // The fake driver grows its pool before making another stream wait, as the simulator does.
     assert!(pool_reuse_agrees(&cross.stdout), "{}", cross.stdout);
     // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's

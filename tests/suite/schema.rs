@@ -57,10 +57,22 @@ fn every_json_output_matches_its_schema() {
         check("summary", &json(&std::fs::read_to_string(&p).unwrap()), f);
     }
     // Runs that end every way: completed, OOM (each cause's scenario), stopped at the floor,
-    // with graphs and with a stream-ordered pool. run_tiny checks each summary.json.
+    // skipped, with graphs and with a stream-ordered pool. run_tiny checks each summary.json.
+    let floor = workload(
+        tmp.path(),
+        "floor",
+        "[[phase]]\nname = \"a\"\nsteps = [{ op = \"allocate\", name = \"x\", size = \"95% of total\" }]\n",
+    );
+    let (out, s, _) = run_tiny(tmp.path(), &floor, &[]);
+    assert_eq!(
+        (out.code, s["status"].as_str()),
+        (2, Some("stopped_at_floor"))
+    );
+    let serving = root().join("workloads/serving.toml");
+    let (out, s, _) = run_tiny(tmp.path(), &serving, &["--skip-unfit"]);
+    assert_eq!((out.code, s["status"].as_str()), (0, Some("skipped")));
     for w in [
         "quickstart",
-        "serving",
         "graphs",
         "pool-reuse",
         "oom/fragmentation",

@@ -6,6 +6,7 @@
 //! above need addresses and sizes, not typed buffers. Every allocation is tracked here so that
 //! `release_all` (and `Drop`) can give everything back, also after an OOM or an interrupt.
 
+mod capabilities;
 mod events;
 mod graphs;
 mod launch;
@@ -13,6 +14,7 @@ mod pool;
 mod probe;
 mod vmm;
 
+pub use capabilities::device_capabilities;
 pub use probe::{
     DeviceFacts, NoGpu, cuda_driver_version, device_facts, driver_cuda_version, probe,
 };
@@ -119,6 +121,7 @@ impl CudaDevice {
             driver_version,
             multiprocessors: facts.multiprocessors,
             uuid: Some(facts.uuid),
+            capabilities: device_capabilities(index)?,
             mig,
         };
         let dev = CudaDevice {

@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::device::{
-    DevPtr, DevResult, DeviceError, GraphId, GraphMemUsage, GraphShape, Kernel, StreamId,
+    Capability, DevPtr, DevResult, DeviceError, GraphId, GraphMemUsage, GraphShape, Kernel,
+    StreamId,
 };
 use crate::units::round_up;
 
@@ -297,6 +298,8 @@ impl SimDevice {
     }
 
     pub(super) fn sim_graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        // A graph memory node is a stream-ordered allocation: it needs memory pools.
+        self.require(Capability::MemoryPools, "cuMemAllocAsync (graph)")?;
         if bytes == 0 {
             return Err(invalid("cuMemAllocAsync of 0 bytes".into()));
         }

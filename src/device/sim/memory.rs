@@ -3,7 +3,7 @@
 //! the stream-ordered pool. A size whose rounding would pass 2^64 bytes fits nowhere.
 
 use crate::device::prelude::*;
-use crate::device::{DevPtr, DevResult, DeviceError, PoolConfig, PoolUsage, StreamId};
+use crate::device::{Capability, DevPtr, DevResult, DeviceError, PoolConfig, PoolUsage, StreamId};
 
 use super::pool::{Reuse, Take};
 use super::{SimDevice, per_gib_ns};
@@ -96,6 +96,7 @@ impl StreamOrderedPool for SimDevice {
     }
 
     fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
+        self.require(Capability::MemoryPools, "cuMemAllocFromPoolAsync")?;
         if bytes == 0 {
             return Err(DeviceError::Invalid("cuMemAllocAsync of 0 bytes".into()));
         }
@@ -126,6 +127,7 @@ impl StreamOrderedPool for SimDevice {
     }
 
     fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
+        self.require(Capability::MemoryPools, "cuMemFreeAsync")?;
         let si = self.stream_index(stream)?;
         self.refuse_while_capturing("cuMemFreeAsync (pool)", Some(stream))?;
         self.advance(self.profile.latency.free_async.0);
@@ -142,12 +144,14 @@ impl StreamOrderedPool for SimDevice {
     }
 
     fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
+        self.require(Capability::MemoryPools, "cuMemPoolTrimTo")?;
         self.advance(self.profile.latency.synchronize.0);
         self.pool.trim_to(keep_bytes);
         Ok(())
     }
 
     fn pool_usage(&mut self) -> DevResult<PoolUsage> {
+        self.require(Capability::MemoryPools, "cuMemPoolGetAttribute")?;
         Ok(self.pool.usage())
     }
 }

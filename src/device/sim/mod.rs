@@ -6,6 +6,7 @@
 //! reservation, plain allocations (page-rounded), the pool's reservation, graph memory and the
 //! other processes present at that instant; `cuMemGetInfo` reports the rest as free.
 
+mod capabilities;
 mod content;
 mod events;
 mod graphs;
@@ -24,8 +25,8 @@ use std::sync::Arc;
 use crate::device::prelude::*;
 use crate::device::profile::SimProfile;
 use crate::device::{
-    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
+    Capability, DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
+    GraphShape, Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
 };
 use crate::sampler::{LiveViews, VirtualSampler};
 
@@ -123,6 +124,7 @@ impl SimDevice {
             multiprocessors: profile.multiprocessors,
             uuid: Some(uuid),
             mig,
+            capabilities: profile.capabilities,
         };
         let mut dev = SimDevice {
             info,
@@ -517,6 +519,10 @@ impl Streams for SimDevice {
 
 impl VirtualMemory for SimDevice {
     fn vmm_granularity(&mut self) -> DevResult<u64> {
+        self.require(
+            Capability::VirtualMemoryManagement,
+            "cuMemGetAllocationGranularity",
+        )?;
         Ok(self.vmm.granularity())
     }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::device::{DevPtr, DevResult, DeviceError};
+use crate::device::{Capability, DevPtr, DevResult, DeviceError};
 
 use super::{SimDevice, per_gib_ns};
 
@@ -185,6 +185,7 @@ impl SimVmm {
 /// memory idle synchronize the stream first, as PyTorch does).
 impl SimDevice {
     pub(super) fn sim_vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
+        self.require(Capability::VirtualMemoryManagement, "cuMemAddressReserve")?;
         self.vmm.check_reserve(bytes)?;
         self.advance(self.profile.latency.malloc_base.0);
         let base = self.take_va(bytes)?;
@@ -193,6 +194,7 @@ impl SimDevice {
     }
 
     pub(super) fn sim_vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.require(Capability::VirtualMemoryManagement, "cuMemCreate")?;
         self.vmm.check_map(ptr, bytes)?;
         let lat = &self.profile.latency;
         self.advance(
@@ -210,6 +212,7 @@ impl SimDevice {
     }
 
     pub(super) fn sim_vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
+        self.require(Capability::VirtualMemoryManagement, "cuMemUnmap")?;
         let gone = self.vmm.unmap(ptr, bytes)?;
         self.advance(self.profile.latency.free.0);
         for (a, b) in gone {
@@ -219,6 +222,7 @@ impl SimDevice {
     }
 
     pub(super) fn sim_vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
+        self.require(Capability::VirtualMemoryManagement, "cuMemAddressFree")?;
         let gone = self.vmm.free(ptr)?;
         self.advance(self.profile.latency.free.0);
         for (a, b) in gone {

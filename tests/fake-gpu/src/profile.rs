@@ -9,6 +9,10 @@ use serde::Deserialize;
 /// (name, TOML text) of the profiles shipped with headroom.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("tiny-4g", include_str!("../../../profiles/tiny-4g.toml")),
+    ("t4-16g", include_str!("../../../profiles/t4-16g.toml")),
+    ("l4-24g", include_str!("../../../profiles/l4-24g.toml")),
+    ("a10g-24g", include_str!("../../../profiles/a10g-24g.toml")),
+    ("a100-40g", include_str!("../../../profiles/a100-40g.toml")),
     ("h100-80g", include_str!("../../../profiles/h100-80g.toml")),
     ("h200", include_str!("../../../profiles/h200.toml")),
 ];

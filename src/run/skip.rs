@@ -1,0 +1,92 @@
+//! A run that does not start because the workload does not fit the device (its stated
+//! minimum total, a capability the device lacks): recorded as `skipped`, with the reason, in
+//! a result folder like any other run's — the idle reading in `timeline.csv`, no events, every
+//! phase `skipped`, `report.md` and `junit.xml` saying why — and exit 0. Nothing is allocated
+//! and no kernel is loaded.
+
+use std::time::SystemTime;
+
+use anyhow::Context;
+
+use crate::device::{Device, NvmlMemory};
+use crate::record::timeline::{EventLog, Recorder};
+use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::report::summary::{PhaseStatus, RunStatus};
+use crate::run::{RunOptions, RunReport, default_keep_free, setup, write_summary};
+use crate::units::{utc_folder_stamp, utc_timestamp};
+use crate::workload::Workload;
+
+/// Records `wl` as skipped on `device` because of `reason`.
+pub fn record_skipped(
+    wl: &Workload,
+    device: &mut dyn Device,
+    before_context: Option<NvmlMemory>,
+    opts: &RunOptions,
+    reason: String,
+) -> anyhow::Result<RunReport> {
+    let started = SystemTime::now();
+    let dir = crate::outdir::create(
+        opts.out_dir.as_deref(),
+        &opts.results_root,
+        &utc_folder_stamp(started),
+        &wl.name,
+    )?;
+    let info = device.info().clone();
+    let mut before = setup::idle_reading(device, before_context, None)?;
+    let start_ns = device.now_ns();
+    let mut summary = setup::initial_summary(
+        setup::SummaryStart {
+            wl,
+            device: info.clone(),
+            started,
+            start_ns,
+            sample_interval_ns: opts
+                .sample_interval_ns
+                .unwrap_or(wl.settings.sample_interval_ns),
+            keep_free_bytes: opts
+                .keep_free_bytes
+                .or(wl.settings.keep_free_bytes)
+                .unwrap_or_else(|| default_keep_free(info.total_bytes)),
+            allow_oom: opts.allow_oom || wl.settings.allow_oom,
+            plan: opts.plan.clone(),
+        },
+        &mut before,
+    );
+    for p in &mut summary.phases {
+        p.status = PhaseStatus::Skipped;
+    }
+    let idle = &before.idle.after_context;
+    let csv_path = |name: &str| dir.join(name).display().to_string();
+    let phase_names = wl.phases.iter().map(|p| p.name.clone()).collect();
+    let mut timeline = Recorder::create(&dir, phase_names, info.total_bytes, start_ns)
+        .with_context(|| format!("cannot create {}", csv_path("timeline.csv")))?;
+    timeline.push(Reading {
+        t_ns: idle.t_ns,
+        phase: NO_PHASE,
+        source: Source::Idle,
+        device_free_bytes: idle.device_free_bytes,
+        views: ViewSet::default().with(View::OwnBytes, 0),
+    });
+    timeline
+        .flush()
+        .with_context(|| format!("cannot write {}", csv_path("timeline.csv")))?;
+    EventLog::create(&dir)
+        .and_then(|mut e| e.flush())
+        .with_context(|| format!("cannot write {}", csv_path("events.csv")))?;
+    summary.status = RunStatus::Skipped;
+    summary.status_detail = Some(reason);
+    summary.end_ns = Some(start_ns);
+    summary.timeline_rows = timeline.rows_written;
+    summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
+    summary.exit_code = Some(0);
+    write_summary(&dir, &summary)
+        .with_context(|| format!("cannot write {}", csv_path("summary.json")))?;
+    if let Err(e) = crate::report::artifacts::write_all(&dir, &summary) {
+        eprintln!("warning: writing the run's reports: {e:#}");
+    }
+    Ok(RunReport {
+        dir,
+        summary,
+        exit_code: 0,
+    })
+}
