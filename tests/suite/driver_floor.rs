@@ -260,7 +260,10 @@ fn every_shipped_workload_runs_its_kernels_at_the_floor_and_on_r535() {
             assert_eq!(*code, 0, "R{branch} {name}: {stderr}");
             // Exit 0: every expectation held, a deliberate OOM included.
             let status = s["status"].as_str().unwrap_or("none");
-            assert!(matches!(status, "completed" | "oom"), "R{branch} {name}: {status}");
+            assert!(
+                matches!(status, "completed" | "oom"),
+                "R{branch} {name}: {status}"
+            );
             assert_eq!(s["device"]["backend"], "cuda");
             let version = s["device"]["driver_version"].as_str().unwrap();
             assert!(version.starts_with(driver), "R{branch} {name}: {version}");
