@@ -94,7 +94,13 @@ fn every_fixture_parses_and_diagnoses_as_expected() {
             .collect();
         assert_eq!(Value::from(lines), expected["unrecognized_lines"], "{name}");
     }
-    // Every format has at least one fixture.
+    // Every format has at least one fixture here or in the corpus of real messages (which
+    // `oom_corpus` holds to at least three each).
+    let index = std::fs::read_to_string(fixtures().join("corpus/index.toml")).unwrap();
+    let index: toml::Value = toml::from_str(&index).unwrap();
+    for m in index["message"].as_array().unwrap() {
+        formats.insert(m["format"].as_str().unwrap().to_string());
+    }
     for f in headroom::oom_message::Format::ALL {
         assert!(formats.contains(f.name()), "no fixture for {}", f.name());
     }
@@ -297,10 +303,8 @@ fn terminal_control_characters_in_the_input_are_escaped() {
     let out = run(&["explain", "--json"], Some(evil));
     assert!(!out.stdout.contains('\u{1b}'));
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(
-        v["explanations"][0]["message"]["allocator"],
-        "GPU_0_\u{1b}[31mbfc"
-    );
+    // Colour codes are not part of the name: the quote keeps them (escaped), the figure not.
+    assert_eq!(v["explanations"][0]["message"]["allocator"], "GPU_0_bfc");
 }
 
 #[test]
@@ -462,4 +466,26 @@ proptest! {
             prop_assert_eq!(&text[s.start_byte..s.end_byte], e.message.text.as_str());
         }
     }
+}
+
+#[test]
+fn every_known_wording_no_reader_takes_is_listed() {
+    // Each line says memory ran out, in words headroom knows, in a form no reader parses
+    // (a cut-off paste, a library without a reader, the host).
+    let lines = [
+        "RuntimeError: CUDA out of memory. Tried to allocate",
+        "ERROR: CudaCustomAllocator out of memory",
+        "2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array",
+        "\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m",
+        "paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: cudaMalloc failed",
+        "[12345.678] Out of memory: Killed process 4242 (python)",
+    ];
+    let text = lines.join("\n");
+    let r = explain_text(&text);
+    assert!(r.explanations.is_empty(), "{:?}", r.explanations);
+    let listed: Vec<usize> = r.unrecognized.iter().map(|u| u.line).collect();
+    assert_eq!(listed, (1..=lines.len()).collect::<Vec<_>>());
 }
