@@ -25,6 +25,7 @@ mod hold;
 mod kernels_sim;
 mod limits;
 mod node;
+mod oom_corpus;
 mod oom_sim;
 mod outputs;
 mod plan_sim;
