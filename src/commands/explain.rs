@@ -61,7 +61,12 @@ fn source(args: &ExplainArgs) -> Source<'_> {
     match args.message.as_slice() {
         [] => Source::Stdin,
         [one] if one == "-" => Source::Stdin,
-        [one] if !one.contains(char::is_whitespace) && Path::new(one).is_file() => {
+        // A regular file, a pipe (`<(kubectl logs …)`) or a device: anything but a folder.
+        [one]
+            if !one.contains(char::is_whitespace)
+                && Path::new(one).exists()
+                && !Path::new(one).is_dir() =>
+        {
             Source::File(Path::new(one))
         }
         words => Source::Words(words.join(" ")),

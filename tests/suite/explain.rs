@@ -480,6 +480,10 @@ fn a_dash_reads_stdin_and_a_lone_path_reads_the_file() {
     let b: Value = serde_json::from_str(&from_file.stdout).unwrap();
     assert_eq!(a, b);
     assert_eq!(a["explanations"][0]["message"]["format"], "pytorch-caching");
+    // A pipe is read like a file (here stdin's, by its path).
+    let out = run(&["explain", "/dev/stdin", "--json"], Some(&text));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&out.stdout).unwrap(), a);
     // A word that names no file is the message itself.
     let out = run(&["explain", "oom.log"], None);
     assert_eq!(out.code, 1);
