@@ -197,8 +197,9 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The message (quote it, or give its words; they are joined with spaces).
-    #[arg(value_name = "MESSAGE", conflicts_with = "file")]
+    /// The message (quote it, or give its words; they are joined with spaces); `-` reads
+    /// stdin, and a lone argument naming an existing file reads that file.
+    #[arg(value_name = "MESSAGE|FILE|-", conflicts_with = "file")]
     pub message: Vec<String>,
     /// Read the text from a file (a whole log is fine), or `-` for stdin [default: stdin when
     /// no MESSAGE is given].

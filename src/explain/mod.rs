@@ -6,9 +6,13 @@
 //! Every conclusion is drawn on intervals (`interval`): a case the printed precision cannot
 //! decide is reported as undecided, with the two candidates, rather than picked.
 
+mod context;
+mod frameworks;
 mod interval;
 mod other;
 pub mod render;
+#[cfg(test)]
+mod rule_tests;
 mod serving;
 mod torch;
 
@@ -127,6 +131,8 @@ pub struct Report {
     pub explanations: Vec<Explanation>,
     /// Lines that mention out-of-memory in a format none of the readers knows.
     pub unrecognized: Vec<Unrecognized>,
+    /// Unrecognized lines past the first 1,000 of a streamed text, counted but not listed.
+    pub unrecognized_left_out: u64,
     pub known_formats: Vec<&'static str>,
 }
 
@@ -138,6 +144,7 @@ pub fn explain_text(text: &str) -> Report {
         format_version: FORMAT_VERSION,
         explanations: explain_all(messages),
         unrecognized,
+        unrecognized_left_out: 0,
         known_formats: crate::oom_message::Format::ALL
             .iter()
             .map(|f| f.name())
@@ -166,7 +173,18 @@ pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
         Detail::VllmStartupFreeMemory { .. }
         | Detail::VllmNoKvCacheMemory {}
         | Detail::VllmKvCacheTooSmall { .. }
-        | Detail::VllmMaxSeqLen { .. } => serving::diagnose(&message.detail, &mut d),
+        | Detail::VllmMaxSeqLen { .. }
+        | Detail::VllmSamplerWarmup { .. } => serving::diagnose(&message.detail, &mut d),
+        Detail::PytorchMps { .. }
+        | Detail::ThcRuntimeError { .. }
+        | Detail::StreamExecutorContext { .. }
+        | Detail::GgmlCudaAlloc { .. }
+        | Detail::GgmlCudaError { .. }
+        | Detail::PaddleOutOfMemory { .. }
+        | Detail::CupyOutOfMemory { .. }
+        | Detail::OnnxruntimeBfcArena { .. }
+        | Detail::XlaAllocateRequest { .. }
+        | Detail::TfGpuOomBytes { .. } => frameworks::diagnose(&message.detail, &mut d),
         _ => other::diagnose(&message.detail, earlier, &mut d),
     }
     d.finish(message)

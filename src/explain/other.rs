@@ -4,13 +4,14 @@
 
 use super::interval::{Iv, Verdict};
 use super::{Diagnosis, Explanation, cause, nvidia_smi_check};
-use crate::oom_message::{BfcStats, Detail, Format};
+use crate::oom_message::{BfcStats, Detail, Format, MemoryKind};
 
 pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnosis) {
     match detail {
         Detail::XlaResourceExhausted {
             requested,
             host_memory: true,
+            ..
         } => {
             d.bytes("requested_bytes", "as printed", Iv::of(requested));
             d.summary = format!(
@@ -24,8 +25,15 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
                 "raises XLA's pinned host memory limit (the message's own advice)",
             );
         }
-        Detail::XlaResourceExhausted { requested, .. } => {
+        Detail::XlaResourceExhausted {
+            requested,
+            buffer_assignment,
+            ..
+        } => {
             d.bytes("requested_bytes", "as printed", Iv::of(requested));
+            if let Some(stats) = buffer_assignment {
+                super::frameworks::buffer_assignment(d, Iv::of(requested), stats);
+            }
             if !lean_on_bfc(d, earlier, None) {
                 d.summary = format!(
                     "XLA's allocator refused {}; the message says nothing else.",
@@ -52,11 +60,17 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
             requested,
             rounded_bytes,
             not_a_failure,
+            host_memory,
             stats,
             ..
         } => {
             let r = rounded_bytes.map_or(Iv::of(requested), |b| Iv::exact(i128::from(b)));
             d.bytes("requested_bytes", "rounded request (exact when printed)", r);
+            if *host_memory {
+                d.findings.push(
+                    "This allocator holds pinned host memory, not GPU memory: the host's locked-page limit or RAM ran out.".into(),
+                );
+            }
             if *not_a_failure {
                 d.summary = "Not an out-of-memory error: the allocator logs a failed attempt the caller retries (it may only have run slower).".into();
                 return;
@@ -147,13 +161,21 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
             );
             nvidia_smi_check(d);
         }
-        Detail::StreamExecutorAlloc { requested_bytes } => {
+        Detail::StreamExecutorAlloc {
+            requested_bytes,
+            memory,
+        } => {
             d.bytes(
                 "requested_bytes",
                 "as printed",
                 Iv::exact(i128::from(*requested_bytes)),
             );
-            d.summary = "The driver refused a region for TensorFlow's or XLA's pool.".into();
+            d.summary = match memory {
+                MemoryKind::Device => "The driver refused a region for TensorFlow's or XLA's pool.",
+                MemoryKind::Unified => "The driver refused unified memory (cuMemAllocManaged) for TensorFlow's or XLA's pool: device and host together were short.",
+                MemoryKind::Host => "The driver refused pinned host memory (cuMemHostAlloc): the host's RAM or its locked-page limit ran out, not the GPU.",
+            }
+            .into();
             d.findings.push(
                 "TensorFlow and XLA log this while creating or growing their pool and retry smaller sizes; it is fatal only when an OOM error follows.".into(),
             );
@@ -164,6 +186,10 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
             );
             nvidia_smi_check(d);
         }
+        Detail::CudaDriver {
+            context_creation: Some(call),
+            ..
+        } => super::frameworks::context_creation(d, call),
         Detail::CudaDriver { .. } => {
             d.summary = "The CUDA driver refused an allocation that no framework allocator reported: a context creation, a library workspace or a direct cudaMalloc.".into();
             d.undecided(
@@ -263,7 +289,7 @@ fn lean_on_bfc(d: &mut Diagnosis, earlier: &[Explanation], allocator: Option<&st
                         ..
                     },
                     Some(want),
-                ) => a == want && !not_a_failure,
+                ) => a.as_deref() == Some(want) && !not_a_failure,
                 (Detail::TfBfcAllocator { not_a_failure, .. }, None) => !not_a_failure,
                 _ => false,
             }

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::{CheckKind, Explanation, Iv, Report, Value};
-use crate::oom_message::{Detail, Format, Quantity};
+use crate::oom_message::Format;
 
 /// Control characters (and bidirectional overrides) as visible escapes; `\n` as `\n`.
 pub fn escape(s: &str) -> String {
@@ -40,216 +40,9 @@ fn excerpt(s: &str, max: usize) -> String {
     format!("{}{more}", escape(&cut))
 }
 
-enum Field<'a> {
-    Size(&'a Quantity),
-    Bytes(u64),
-    Text(String),
-}
+mod fields;
 
-/// The figures of a message, in the order it prints them.
-fn fields(detail: &Detail) -> Vec<(String, Field<'_>)> {
-    fn size<'a>(name: &str, q: Option<&'a Quantity>, f: &mut Vec<(String, Field<'a>)>) {
-        if let Some(q) = q {
-            f.push((name.to_string(), Field::Size(q)));
-        }
-    }
-    let mut f: Vec<(String, Field)> = Vec::new();
-    match detail {
-        Detail::PytorchCaching {
-            requested,
-            device_index,
-            device_total,
-            device_free,
-            processes,
-            this_process,
-            allowed,
-            allocated,
-            private_pools,
-            reserved_unallocated,
-            ..
-        } => {
-            size("requested", Some(requested), &mut f);
-            if let Some(i) = device_index {
-                f.push(("device_index".into(), Field::Text(i.to_string())));
-            }
-            size("device_total", device_total.as_ref(), &mut f);
-            size("device_free", device_free.as_ref(), &mut f);
-            for p in processes {
-                f.push((format!("process {}", p.pid), Field::Size(&p.used)));
-            }
-            size("this_process", this_process.as_ref(), &mut f);
-            size("allowed", allowed.as_ref(), &mut f);
-            size("allocated", allocated.as_ref(), &mut f);
-            size("private_pools", private_pools.as_ref(), &mut f);
-            size(
-                "reserved_unallocated",
-                reserved_unallocated.as_ref(),
-                &mut f,
-            );
-        }
-        Detail::PytorchCachingLegacy {
-            requested,
-            device_index,
-            device_total,
-            allocated,
-            device_free,
-            allowed,
-            reserved,
-            ..
-        } => {
-            size("requested", Some(requested), &mut f);
-            f.push(("device_index".into(), Field::Text(device_index.to_string())));
-            size("device_total", Some(device_total), &mut f);
-            size("allocated", Some(allocated), &mut f);
-            size("device_free", Some(device_free), &mut f);
-            size("allowed", allowed.as_ref(), &mut f);
-            size("reserved", Some(reserved), &mut f);
-        }
-        Detail::PytorchCudaMallocAsync {
-            device_index,
-            allocated,
-            requested,
-            device_total,
-            device_free,
-            limit,
-        } => {
-            f.push(("device_index".into(), Field::Text(device_index.to_string())));
-            size("allocated", allocated.as_ref(), &mut f);
-            size("requested", requested.as_ref(), &mut f);
-            size("device_total", device_total.as_ref(), &mut f);
-            size("device_free", device_free.as_ref(), &mut f);
-            size("limit", limit.as_ref(), &mut f);
-        }
-        Detail::VllmStartupFreeMemory {
-            device,
-            device_free,
-            device_total,
-            gpu_memory_utilization,
-            requested,
-        } => {
-            if let Some(d) = device {
-                f.push(("device".into(), Field::Text(d.clone())));
-            }
-            size("device_free", Some(device_free), &mut f);
-            size("device_total", Some(device_total), &mut f);
-            f.push((
-                "gpu_memory_utilization".into(),
-                Field::Text(gpu_memory_utilization.clone()),
-            ));
-            size("requested", Some(requested), &mut f);
-        }
-        Detail::VllmNoKvCacheMemory {} => {}
-        Detail::VllmKvCacheTooSmall {
-            max_model_len,
-            kv_cache_needed,
-            kv_cache_available,
-            estimated_max_model_len,
-        } => {
-            f.push((
-                "max_model_len".into(),
-                Field::Text(max_model_len.to_string()),
-            ));
-            size("kv_cache_needed", Some(kv_cache_needed), &mut f);
-            size("kv_cache_available", Some(kv_cache_available), &mut f);
-            if let Some(n) = estimated_max_model_len {
-                f.push(("estimated_max_model_len".into(), Field::Text(n.to_string())));
-            }
-        }
-        Detail::VllmMaxSeqLen {
-            max_model_len,
-            kv_cache_tokens,
-        } => {
-            f.push((
-                "max_model_len".into(),
-                Field::Text(max_model_len.to_string()),
-            ));
-            f.push((
-                "kv_cache_tokens".into(),
-                Field::Text(kv_cache_tokens.to_string()),
-            ));
-        }
-        Detail::XlaResourceExhausted { requested, .. } => {
-            size("requested", Some(requested), &mut f)
-        }
-        Detail::TfBfcAllocator {
-            allocator,
-            requested,
-            rounded_bytes,
-            op,
-            stats,
-            ..
-        } => {
-            f.push(("allocator".into(), Field::Text(allocator.clone())));
-            size("requested", Some(requested), &mut f);
-            if let Some(b) = rounded_bytes {
-                f.push(("rounded".into(), Field::Bytes(*b)));
-            }
-            if let Some(op) = op {
-                f.push(("op".into(), Field::Text(op.clone())));
-            }
-            if let Some(s) = stats {
-                for (name, v) in [
-                    ("pool limit", s.limit_bytes),
-                    ("pool in use", s.in_use_bytes),
-                    ("pool max in use", s.max_in_use_bytes),
-                    ("largest free block", s.largest_free_block_bytes),
-                ] {
-                    if let Some(v) = v {
-                        f.push((format!("{name} (line {})", s.line), Field::Bytes(v)));
-                    }
-                }
-            }
-        }
-        Detail::TfOomTensor {
-            shape,
-            dtype,
-            device,
-            allocator,
-            ..
-        } => {
-            f.push(("shape".into(), Field::Text(shape.clone())));
-            for (name, v) in [
-                ("dtype", dtype),
-                ("device", device),
-                ("allocator", allocator),
-            ] {
-                if let Some(v) = v {
-                    f.push((name.into(), Field::Text(v.clone())));
-                }
-            }
-        }
-        Detail::NcclCalloc {
-            device_index,
-            requested_bytes,
-        } => {
-            if let Some(i) = device_index {
-                f.push(("device_index".into(), Field::Text(i.to_string())));
-            }
-            f.push(("requested".into(), Field::Bytes(*requested_bytes)));
-        }
-        Detail::NcclCudaFailure {
-            device_index,
-            error_code,
-        } => {
-            if let Some(i) = device_index {
-                f.push(("device_index".into(), Field::Text(i.to_string())));
-            }
-            if let Some(c) = error_code {
-                f.push(("error_code".into(), Field::Text(c.to_string())));
-            }
-        }
-        Detail::CublasAllocFailed { call } => {
-            if let Some(c) = call {
-                f.push(("call".into(), Field::Text(c.clone())));
-            }
-        }
-        Detail::StreamExecutorAlloc { requested_bytes } => {
-            f.push(("requested".into(), Field::Bytes(*requested_bytes)));
-        }
-        Detail::CudaDriver { error } => f.push(("error".into(), Field::Text(error.clone()))),
-    }
-    f
-}
+use fields::{Field, fields};
 
 fn bytes_text(low: u64, high: u64) -> String {
     if low == high {
@@ -259,16 +52,17 @@ fn bytes_text(low: u64, high: u64) -> String {
     }
 }
 
-fn render_one(o: &mut String, e: &Explanation, index: usize, count: usize) {
+fn render_one(o: &mut String, e: &Explanation, index: usize, count: Option<usize>) {
     let m = &e.message;
     let raised = m
         .raised_as
         .as_deref()
         .map(|r| format!(" (raised as {})", escape(r)))
         .unwrap_or_default();
+    let of = count.map(|n| format!(" of {n}")).unwrap_or_default();
     let _ = writeln!(
         o,
-        "message {index} of {count} · line {} · {}{raised}",
+        "message {index}{of} · line {} · {}{raised}",
         m.span.line,
         m.format().name()
     );
@@ -362,8 +156,23 @@ pub fn render_text(r: &Report) -> String {
         if i > 0 {
             o.push('\n');
         }
-        render_one(&mut o, e, i + 1, count);
+        render_one(&mut o, e, i + 1, Some(count));
     }
+    o.push_str(&render_tail(r, count));
+    o
+}
+
+/// One explanation on its own, for a streamed report (`count` unknown while streaming).
+pub fn render_message(e: &Explanation, index: usize, count: Option<usize>) -> String {
+    let mut o = String::new();
+    render_one(&mut o, e, index, count);
+    o
+}
+
+/// What follows the explanations: the unrecognized lines, and the known formats when
+/// nothing was recognized. `count` is the number of messages explained.
+pub fn render_tail(r: &Report, count: usize) -> String {
+    let mut o = String::new();
     if count == 0 {
         o.push_str("No out-of-memory message recognized.\n");
     }
@@ -371,10 +180,13 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(
             o,
             "\n{} line(s) mention running out of memory in a format headroom does not know (not recognized, so not explained):",
-            r.unrecognized.len()
+            r.unrecognized.len() as u64 + r.unrecognized_left_out
         );
         for u in &r.unrecognized {
             let _ = writeln!(o, "  line {}: {}", u.line, escape(&u.text));
+        }
+        if r.unrecognized_left_out > 0 {
+            let _ = writeln!(o, "  … and {} more", r.unrecognized_left_out);
         }
     }
     if count == 0 {

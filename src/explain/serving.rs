@@ -5,14 +5,10 @@
 //! graph estimate (`vllm/v1/worker/gpu_worker.py`). Its messages print GiB rounded to two
 //! places, so every figure here is an interval.
 
+use super::context::{Era, ROOM_MARGIN_BYTES, context_bytes, context_text};
 use super::interval::{Iv, Verdict};
 use super::{Diagnosis, cause, nvidia_smi_check};
 use crate::oom_message::Detail;
-
-const GIB: i128 = 1 << 30;
-
-/// More than a CUDA context takes (0.3–0.6 GiB measured; about 1 GiB before CUDA 11.7).
-const CONTEXT_CEILING: i128 = 3 * GIB / 2;
 
 pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
     match detail {
@@ -40,23 +36,40 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
                 f,
                 t,
             );
-            match used.ge(Iv::exact(CONTEXT_CEILING)) {
+            // vLLM's own process has created its context by now: the rest is someone else's.
+            let context = context_bytes(t, Era::Lazy);
+            let others = d.bytes(
+                "device_used_beyond_context_bytes",
+                &format!(
+                    "device_used_at_start − one CUDA context ({})",
+                    context_text(context)
+                ),
+                used.minus(Iv::exact(context)).non_negative(),
+            );
+            match f.plus(others).minus(b).ge(Iv::exact(ROOM_MARGIN_BYTES)) {
                 Verdict::Yes => {
                     d.cause = Some(cause::OTHER_PROCESS);
                     d.summary = format!(
-                        "vLLM wanted {} ({gpu_memory_utilization} of {}) before loading anything, but {used} was already in use: more than a CUDA context takes, so another process (or an earlier vLLM still exiting) holds it.",
+                        "vLLM wanted {} ({gpu_memory_utilization} of {}) before loading anything, but {used} was already in use: {others} beyond its own CUDA context, more than the {short} shortfall, so another process (or an earlier vLLM still exiting) holds it.",
                         requested.printed, device_total.printed
                     );
                 }
-                _ => {
+                Verdict::No => {
+                    d.cause = Some(cause::CAPACITY);
+                    d.summary = format!(
+                        "vLLM wanted {} ({gpu_memory_utilization} of {}), more than the card offers beyond one CUDA context: even without the {others} others hold, the budget would not fit.",
+                        requested.printed, device_total.printed
+                    );
+                }
+                Verdict::Undecided => {
                     d.summary = format!(
                         "vLLM wanted {} ({gpu_memory_utilization} of {}) and {used} was in use at start: about what a CUDA context, a display or a small tenant takes.",
                         requested.printed, device_total.printed
                     );
                     d.undecided(
                         format!("Who holds the {used} in use at start?"),
-                        vec![cause::OTHER_PROCESS, cause::HELD_OUTSIDE_ANY_ALLOCATOR],
-                        "a CUDA context alone takes 0.3–0.6 GiB; the message cannot tell it from a small tenant".into(),
+                        vec![cause::OTHER_PROCESS, cause::CAPACITY],
+                        "beyond one CUDA context it is about the shortfall: the printed precision cannot tell".into(),
                     );
                 }
             }
@@ -71,6 +84,26 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
                     "the largest utilization the free memory at start allows (budget everything vLLM then needs inside it)",
                 );
             }
+        }
+        Detail::VllmSamplerWarmup { dummy_requests } => {
+            d.count("dummy_requests", "as printed", *dummy_requests);
+            d.summary = format!(
+                "vLLM's sampler warm-up with {dummy_requests} requests ran out of memory after the KV cache took its budget: the sampler's peak was not in the profiled estimate."
+            );
+            d.undecided(
+                "Was the budget too large for the card, or was the memory elsewhere?".into(),
+                vec![cause::CAPACITY, cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR],
+                "the message carries no figure; the PyTorch error chained before it in the log does".into(),
+            );
+            d.check(
+                format!("vllm serve MODEL --max-num-seqs {}", (*dummy_requests / 2).max(1)),
+                "fewer sequences per step shrink the sampler's warm-up (one logits row per sequence)",
+            );
+            d.check(
+                "vllm serve MODEL --gpu-memory-utilization 0.85",
+                "a smaller KV-cache budget leaves the sampler room on the card",
+            );
+            nvidia_smi_check(d);
         }
         Detail::VllmNoKvCacheMemory {} => {
             d.cause = Some(cause::CAPACITY);

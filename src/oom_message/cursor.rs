@@ -5,7 +5,9 @@
 //! expected literal matches one or more whitespace characters of any kind: logs and pasted
 //! messages wrap lines where the framework printed one space.
 
-use super::size::{Quantity, torch_bytes, tsl_bytes, vllm_gib_bytes};
+use super::size::{
+    Quantity, ggml_mib_bytes, mps_bytes, paddle_bytes, torch_bytes, tsl_bytes, vllm_gib_bytes,
+};
 
 /// The largest char boundary at or below `i`.
 pub fn floor_boundary(text: &str, i: usize) -> usize {
@@ -83,6 +85,14 @@ impl<'a> Cursor<'a> {
             } else if self.pos < self.end && bytes[self.pos] == want[i] {
                 self.pos += 1;
                 i += 1;
+            } else if i > 0
+                && want[i - 1] != b' '
+                && self.pos + 1 < self.end
+                && bytes[self.pos] == b' '
+                && bytes[self.pos + 1] == want[i]
+            {
+                // A terminal's hard wrap inside a word ("KV cach\ne is needed").
+                self.pos += 1;
             } else {
                 self.pos = start;
                 return false;
@@ -101,7 +111,7 @@ impl<'a> Cursor<'a> {
         out
     }
 
-    fn take_while(&mut self, keep: impl Fn(u8) -> bool) -> &'a str {
+    pub fn take_while(&mut self, keep: impl Fn(u8) -> bool) -> &'a str {
         let start = self.pos;
         let bytes = self.text.as_bytes();
         while self.pos < self.end && keep(bytes[self.pos]) {
@@ -110,11 +120,11 @@ impl<'a> Cursor<'a> {
         &self.text[start..self.pos]
     }
 
-    /// Digits, at most 19 of them (a u64).
+    /// Digits, at most 20 of them (a u64).
     pub fn uint(&mut self) -> Option<u64> {
         self.attempt(|c| {
             let digits = c.take_while(|b| b.is_ascii_digit());
-            if digits.is_empty() || digits.len() > 19 {
+            if digits.is_empty() || digits.len() > 20 {
                 return None;
             }
             digits.parse().ok()
@@ -147,17 +157,16 @@ impl<'a> Cursor<'a> {
         (!t.is_empty()).then_some(t)
     }
 
-    /// Everything up to (not including) `stop` on the current line.
+    /// Everything up to (not including) `stop`, at most 512 bytes ahead and not past a newline.
     pub fn until_on_line(&mut self, stop: u8) -> Option<&'a str> {
         self.attempt(|c| {
+            let end = c.end;
+            c.end = floor_boundary(c.text, (c.pos + 512).min(end));
             let t = c.take_while(|b| b != stop && b != b'\n');
-            (c.pos < c.end && c.text.as_bytes()[c.pos] == stop).then_some(t)
+            let hit = c.pos < c.end && c.text.as_bytes()[c.pos] == stop;
+            c.end = end;
+            hit.then_some(t)
         })
-    }
-
-    /// The rest of the current line, newline excluded.
-    pub fn rest_of_line(&mut self) -> &'a str {
-        self.take_while(|b| b != b'\n')
     }
 
     /// A size as PyTorch's `format_size` prints it: `786.00 MiB`, `0 bytes`.
@@ -168,7 +177,7 @@ impl<'a> Cursor<'a> {
             if c.skip_ws() == 0 {
                 return None;
             }
-            let unit = c.token(b".,;:()")?;
+            let unit = c.token(b".,;:()\"'`")?;
             let bytes = torch_bytes(number, unit)?;
             Some(Quantity {
                 printed: c.text[start..c.pos].to_string(),
@@ -187,6 +196,53 @@ impl<'a> Cursor<'a> {
             Some(Quantity {
                 printed: printed.to_string(),
                 bytes: tsl_bytes(printed)?,
+            })
+        })
+    }
+
+    /// A size as PaddlePaddle's `HumanReadableSize` prints it: `145.468994MB`, `0.000000B`.
+    pub fn paddle_size(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let start = c.pos;
+            let number = c.number_text()?;
+            let unit = c.take_while(|b| b.is_ascii_alphabetic());
+            Some(Quantity {
+                printed: c.text[start..c.pos].to_string(),
+                bytes: paddle_bytes(number, unit)?,
+            })
+        })
+    }
+
+    /// A size as PyTorch's MPS allocator prints it: `9.05 GB`, `292.50 MiB`, `256 bytes`.
+    pub fn mps_size(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let start = c.pos;
+            let number = c.number_text()?;
+            if c.skip_ws() == 0 {
+                return None;
+            }
+            let unit = c.token(b".,;:()\"'`")?;
+            let bytes = mps_bytes(number, unit)?;
+            Some(Quantity {
+                printed: c.text[start..c.pos].to_string(),
+                bytes,
+            })
+        })
+    }
+
+    /// ggml's `%.2f MiB`: `144817.04 MiB`, or `1900,00 MiB` under a comma locale.
+    pub fn ggml_mib(&mut self) -> Option<Quantity> {
+        self.attempt(|c| {
+            let start = c.pos;
+            let number = c.take_while(|b| b.is_ascii_digit() || b == b'.' || b == b',');
+            if number.is_empty() || number.len() > 40 {
+                return None;
+            }
+            let bytes = ggml_mib_bytes(number)?;
+            c.lit(" MiB").then_some(())?;
+            Some(Quantity {
+                printed: c.text[start..c.pos].to_string(),
+                bytes,
             })
         })
     }
@@ -215,6 +271,9 @@ mod tests {
         assert_eq!(c.pos, 0);
         assert!(c.lit("is reserved by PyTorch"));
         assert_eq!(c.rest(), " but");
+        let text = "KV cach e is needed";
+        let mut c = Cursor::new(text, 0, text.len());
+        assert!(c.lit("KV cache is needed"));
         let mut c = Cursor::new("8)requested", 0, 11);
         assert_eq!(c.uint(), Some(8));
         assert!(!c.clone().lit(") requested"));

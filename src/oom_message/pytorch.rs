@@ -17,56 +17,67 @@
 //! followed pytorch/pytorch#121932. ROCm builds say "HIP" and "HIP Graphs". Before 2.1 the
 //! numbers sat in one parenthesis ("(GPU 0; X total capacity; …)"). Every part after the
 //! request is optional here, because quoted messages are often cut short; what is missing is
-//! marked, never filled in.
+//! marked, never filled in. A paste that starts at "Tried to allocate" (its lead-in lost) is
+//! read from there, and the "more than 1EB" `format_size` prints for 2^60 bytes and up is read
+//! as that open interval.
 
 use super::cursor::Cursor;
-use super::scan::{Found, raised_as};
+use super::scan::{Found, Reader, back_from, raised_as};
+use super::size::more_than_one_eib;
 use super::{Detail, ProcessUse, Quantity, TorchHint};
 
 /// How far past the anchor a message may reach (dozens of processes fit).
 const WINDOW: usize = 8192;
 
-pub(super) fn find(text: &str, out: &mut Vec<Found>) {
-    for anchor in [
-        "out of memory. Tried to allocate ",
-        "Out of memory. Tried to allocate ",
-    ] {
-        for (at, _) in text.match_indices(anchor) {
-            out.extend(read_caching(text, at, anchor.len()));
-        }
-    }
-    for (at, _) in text.match_indices(" would exceed allowed memory. (out of memory)") {
-        out.extend(read_async(text, at));
-    }
-}
+pub(super) const ANCHORS: &[(&str, Reader)] = &[
+    ("Tried to allocate ", read_caching),
+    ("would exceed allowed memory. (out of memory)", read_async),
+];
 
-/// The device word before "out of memory" (`CUDA`, `HIP`), and where the message starts.
-fn device_prefix(text: &str, at: usize) -> (Option<String>, usize) {
-    let Some(before) = text[..at].strip_suffix(' ') else {
-        return (None, at);
+/// The lead-in before "Tried to allocate": "CUDA out of memory. " (or `HIP`, `NPU`…, or
+/// "Out of memory. "), and where the message starts; `None` when the paste starts at "Tried".
+fn lead_in(text: &str, at: usize) -> Option<(Option<String>, usize)> {
+    let from = back_from(text, at);
+    let before = &text[from..at];
+    let before = before.strip_suffix(' ').unwrap_or(before);
+    let before = before.strip_suffix('.')?;
+    if let Some(b) = before.strip_suffix("Out of memory") {
+        return Some((None, from + b.len()));
+    }
+    let b = before.strip_suffix("out of memory")?;
+    let Some(word) = b.strip_suffix(' ') else {
+        return Some((None, from + b.len()));
     };
-    let word_start = before
+    let word_start = word
         .char_indices()
         .rev()
         .find(|&(_, c)| !c.is_ascii_uppercase())
         .map_or(0, |(i, c)| i + c.len_utf8());
-    let word = &before[word_start..];
-    if (2..=8).contains(&word.len()) {
-        (Some(word.to_string()), word_start)
+    if (2..=8).contains(&(word.len() - word_start)) {
+        Some((Some(word[word_start..].to_string()), from + word_start))
     } else {
-        (None, at)
+        Some((None, from + b.len()))
     }
 }
 
-fn read_caching(text: &str, at: usize, anchor_len: usize) -> Option<Found> {
-    let (device_kind, start) = if text[at..].starts_with('O') {
-        (None, at)
-    } else {
-        device_prefix(text, at)
-    };
-    let mut c = Cursor::new(text, at + anchor_len, at + anchor_len + WINDOW);
+fn read_caching(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let (device_kind, start) = lead_in(text, at).unwrap_or((None, at));
+    let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
+    if c.lit("more than 1EB memory") {
+        c.lit_loose(".");
+        let requested = Quantity {
+            printed: "more than 1EB".into(),
+            bytes: more_than_one_eib(),
+        };
+        let detail = Sentences::new(requested).into_detail(device_kind, true);
+        return Some(found(text, start, c.pos, detail));
+    }
     let requested = c.torch_size()?;
-    if let Some(legacy) = c.attempt(|c| legacy(c, &device_kind, &requested)) {
+    // MPS says "Tried to allocate X on private pool": its own reader takes it.
+    if c.clone().lit(" on private pool") || c.clone().lit(" on shared pool") {
+        return None;
+    }
+    if let Some(legacy) = c.attempt(|c| super::pytorch_legacy::read(c, &device_kind, &requested)) {
         return Some(found(text, start, c.pos, legacy));
     }
     let mut detail = Sentences::new(requested);
@@ -248,51 +259,14 @@ fn read_documentation_pointer(c: &mut Cursor) {
     });
 }
 
-/// "(GPU 0; 7.93 GiB total capacity; 130.35 MiB already allocated; 47.06 MiB free;
-/// [X allowed; ]188.00 MiB reserved in total by PyTorch)" and its hint.
-fn legacy(c: &mut Cursor, device_kind: &Option<String>, requested: &Quantity) -> Option<Detail> {
-    c.lit(" (GPU ").then_some(())?;
-    let device_index = u32::try_from(c.uint()?).ok()?;
-    c.lit_loose("; ").then_some(())?;
-    let device_total = c.torch_size()?;
-    c.lit(" total capacity; ").then_some(())?;
-    let allocated = c.torch_size()?;
-    c.lit(" already allocated; ").then_some(())?;
-    let device_free = c.torch_size()?;
-    c.lit(" free; ").then_some(())?;
-    let allowed = c.attempt(|c| {
-        let q = c.torch_size()?;
-        c.lit(" allowed; ").then_some(q)
-    });
-    let reserved = c.torch_size()?;
-    (c.lit(" reserved in total by PyTorch)") || c.lit(" cached)")).then_some(())?;
-    c.attempt(|c| {
-        c.lit(" If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
-            .then_some(())?;
-        read_documentation_pointer(c);
-        Some(())
-    });
-    Some(Detail::PytorchCachingLegacy {
-        device_kind: device_kind.clone(),
-        requested: requested.clone(),
-        device_index,
-        device_total,
-        allocated,
-        device_free,
-        allowed,
-        reserved,
-    })
-}
-
 /// "Allocation on device N would exceed allowed memory. (out of memory)" and its table.
-fn read_async(text: &str, at: usize) -> Option<Found> {
+fn read_async(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     const LEAD: &str = "Allocation on device ";
-    let line_before = &text[super::scan::line_start(text, at)..at];
+    let line_before = &text[back_from(text, at)..at];
     let lead_at = line_before.rfind(LEAD)?;
-    let index_text = &line_before[lead_at + LEAD.len()..];
+    let index_text = line_before[lead_at + LEAD.len()..].trim_end();
     let device_index: u32 = index_text.parse().ok()?;
     let start = at - line_before.len() + lead_at;
-    let anchor_end = at + " would exceed allowed memory. (out of memory)".len();
     let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
     let row = |c: &mut Cursor, label: &str| {
         c.attempt(|c| {

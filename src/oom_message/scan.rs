@@ -1,11 +1,20 @@
-//! Running every format reader over a text, keeping the most specific reading of each span,
-//! numbering lines; the line-by-line scanner; and the lines that look like an unknown format.
+//! Running every format reader over a text: one pass of a multi-pattern search finds every
+//! anchor phrase in the folded text (`shadow`), the reader behind each anchor reads the message
+//! around it, the most specific reading of each span is kept, and spans and lines are mapped
+//! back to the input. Also: the lines that look like an unknown format.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-use super::{Detail, OomMessage, Span, Unrecognized, driver, nccl, pytorch, vllm, xla};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
-/// A reader's find, before line numbers are known.
+use super::shadow::Shadow;
+use super::{
+    Detail, OomMessage, Span, Unrecognized, driver, ggml, nccl, others, pytorch, pytorch_legacy,
+    tensorflow, vllm, xla,
+};
+
+/// A reader's find, in folded-text offsets, before line numbers are known.
 #[derive(Debug, Clone)]
 pub(super) struct Found {
     pub start: usize,
@@ -14,70 +23,117 @@ pub(super) struct Found {
     pub detail: Detail,
 }
 
-type Reader = fn(&str, &mut Vec<Found>);
+/// Reads the message around an anchor found at `text[at..anchor_end]` (folded text).
+pub(super) type Reader = fn(text: &str, at: usize, anchor_end: usize) -> Option<Found>;
 
 /// Most specific first: a span claimed by an earlier reader is not read again by a later one
 /// (the `CUDA_ERROR_OUT_OF_MEMORY` inside a StreamExecutor line is not a second message).
-const READERS: &[Reader] = &[
-    pytorch::find,
-    vllm::find,
-    xla::find_tensorflow,
-    xla::find_bfc,
-    xla::find_xla,
-    nccl::find,
-    driver::find_stream_executor,
-    driver::find,
-];
-
-pub(super) fn find_all(text: &str) -> Vec<OomMessage> {
-    let mut taken: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut kept: Vec<Found> = Vec::new();
-    let mut found = Vec::new();
-    for reader in READERS {
-        found.clear();
-        reader(text, &mut found);
-        for f in found.drain(..) {
-            let overlaps_before = taken
-                .range(..=f.start)
-                .next_back()
-                .is_some_and(|(_, &end)| end > f.start);
-            let overlaps_after = taken
-                .range(f.start..f.end.max(f.start + 1))
-                .next()
-                .is_some();
-            if f.end <= f.start || overlaps_before || overlaps_after {
-                continue;
-            }
-            taken.insert(f.start, f.end);
-            kept.push(f);
-        }
-    }
-    kept.sort_by_key(|f| f.start);
-    number_lines(text, kept)
+fn families() -> [&'static [(&'static str, Reader)]; 10] {
+    [
+        pytorch::ANCHORS,
+        pytorch_legacy::ANCHORS,
+        vllm::ANCHORS,
+        ggml::ANCHORS,
+        others::ANCHORS,
+        tensorflow::ANCHORS,
+        xla::ANCHORS,
+        nccl::ANCHORS,
+        driver::SPECIFIC_ANCHORS,
+        driver::GENERIC_ANCHORS,
+    ]
 }
 
-fn number_lines(text: &str, kept: Vec<Found>) -> Vec<OomMessage> {
+struct Registry {
+    search: AhoCorasick,
+    /// Per pattern: its reader and its family's rank (lower is more specific).
+    readers: Vec<(Reader, usize)>,
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut patterns = Vec::new();
+        let mut readers = Vec::new();
+        for (rank, family) in families().into_iter().enumerate() {
+            for &(anchor, read) in family {
+                patterns.push(anchor);
+                readers.push((read, rank));
+            }
+        }
+        let search = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::Standard)
+            .build(&patterns)
+            .expect("the anchor phrases build an automaton");
+        Registry { search, readers }
+    })
+}
+
+/// Every reading of every anchor in folded `text`, with its rank.
+fn candidates(text: &str) -> Vec<(usize, Found)> {
+    let r = registry();
+    let mut out = Vec::new();
+    for m in r.search.find_overlapping_iter(text) {
+        let (read, rank) = r.readers[m.pattern().as_usize()];
+        if let Some(f) = read(text, m.start(), m.end())
+            && f.end > f.start
+        {
+            out.push((rank, f));
+        }
+    }
+    out
+}
+
+/// The non-overlapping readings, most specific first, in order of position.
+fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
+    found.sort_by_key(|(rank, f)| (*rank, f.start));
+    let mut taken: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut kept = Vec::new();
+    for (_, f) in found {
+        let overlaps_before = taken
+            .range(..=f.start)
+            .next_back()
+            .is_some_and(|(_, &end)| end > f.start);
+        let overlaps_after = taken.range(f.start..f.end).next().is_some();
+        if overlaps_before || overlaps_after {
+            continue;
+        }
+        taken.insert(f.start, f.end);
+        kept.push(f);
+    }
+    kept.sort_by_key(|f| f.start);
+    kept
+}
+
+pub(super) fn find_all(text: &str) -> Vec<OomMessage> {
+    let shadow = Shadow::new(text);
+    let kept = select(candidates(&shadow.text));
+    to_messages(text, &shadow, kept)
+}
+
+fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage> {
     let bytes = text.as_bytes();
     let (mut line, mut at) = (1usize, 0usize);
     kept.into_iter()
         .map(|f| {
-            line += bytes[at..f.start].iter().filter(|&&b| b == b'\n').count();
-            at = f.start;
+            let (start, end) = shadow.span_to_input(f.start, f.end);
+            line += bytes[at..start].iter().filter(|&&b| b == b'\n').count();
+            at = start;
             let mut detail = f.detail;
             if let Detail::TfBfcAllocator {
                 stats: Some(stats), ..
             } = &mut detail
             {
-                let between = &bytes[f.start..stats.offset.max(f.start)];
+                stats.offset = shadow.to_input(stats.offset).max(start);
+                let between = &bytes[start..stats.offset.min(bytes.len())];
                 stats.line = line + between.iter().filter(|&&b| b == b'\n').count();
             }
             OomMessage {
                 span: Span {
-                    start_byte: f.start,
-                    end_byte: f.end,
+                    start_byte: start,
+                    end_byte: end,
                     line,
                 },
-                text: text[f.start..f.end].to_string(),
+                text: text[start..end].to_string(),
                 raised_as: f.raised_as,
                 detail,
             }
@@ -85,11 +141,21 @@ fn number_lines(text: &str, kept: Vec<Found>) -> Vec<OomMessage> {
         .collect()
 }
 
-/// The exception or logger name printed right before `start` on its line, as in
+/// How far back a reader looks for what precedes an anchor on its line: a bound, so a huge
+/// single-line input with many anchors stays linear.
+pub(super) const LOOK_BACK: usize = 256;
+
+/// The start of the window `LOOK_BACK` bytes before `at` (on a char boundary).
+pub(super) fn back_from(text: &str, at: usize) -> usize {
+    super::cursor::floor_boundary(text, at.saturating_sub(LOOK_BACK))
+}
+
+/// The exception or logger name printed right before `start`, as in
 /// `torch.OutOfMemoryError: CUDA out of memory…` or `ValueError: No available memory…`.
 pub(super) fn raised_as(text: &str, start: usize) -> Option<String> {
-    let from = super::cursor::floor_boundary(text, start.saturating_sub(LOOK_BACK));
-    let before = text[from..start].strip_suffix(": ")?;
+    let from = back_from(text, start);
+    let before = text[from..start].trim_end_matches(' ');
+    let before = before.strip_suffix(':')?;
     let token_start = before
         .char_indices()
         .rev()
@@ -100,165 +166,151 @@ pub(super) fn raised_as(text: &str, start: usize) -> Option<String> {
     (named && token.len() <= 80).then(|| token.to_string())
 }
 
-/// How far back a reader looks for the start of a message's line: a bound, so a huge
-/// single-line input with many anchors stays linear.
-const LOOK_BACK: usize = 256;
+/// Calls that create a CUDA context (or the first state right after it): an out-of-memory
+/// error raised there means the memory was held before this process asked for any.
+const CONTEXT_CALLS: &[&str] = &[
+    "cuCtxCreate",
+    "cuDevicePrimaryCtxRetain",
+    "cudaSetDevice",
+    "_cuda_init",
+    "cuInit",
+    "THCTensorRandom.cu",
+    "initializeGenerator",
+    "CuContext",
+    "cudaDeviceReset",
+];
 
-/// The start of the line holding byte `at`, or `at − LOOK_BACK` if the line began earlier.
-pub(super) fn line_start(text: &str, at: usize) -> usize {
-    let from = super::cursor::floor_boundary(text, at.saturating_sub(LOOK_BACK));
-    text[from..at].rfind('\n').map_or(from, |i| from + i + 1)
+/// How far around a message its traceback is searched for a context-creation call.
+const CONTEXT_REACH: usize = 2048;
+
+/// The context-creation call printed within `CONTEXT_REACH` of `text[start..end]`, if any.
+pub(super) fn context_call(text: &str, start: usize, end: usize) -> Option<String> {
+    let cursor = super::cursor::floor_boundary;
+    let from = cursor(text, start.saturating_sub(CONTEXT_REACH));
+    let to = cursor(text, end.saturating_add(CONTEXT_REACH));
+    let window = &text[from..to];
+    CONTEXT_CALLS
+        .iter()
+        .filter_map(|c| window.find(c).map(|i| (i, *c)))
+        .min_by_key(|&(i, _)| i)
+        .map(|(_, c)| c.to_string())
 }
 
 /// Lines longer than this are shown cut, with an ellipsis.
 const SHOWN_LINE_CHARS: usize = 400;
 
-const SUSPECT_WORDS: &[&str] = &[
+/// Every known way of saying a device (or host) ran out of memory, matched without regard to
+/// case in the folded text: a line with one that no reader took is reported.
+const SUSPECT_PHRASES: &[&str] = &[
     "out of memory",
+    "out of gpu memory",
+    "out of device memory",
+    "out of host memory",
+    "out of cuda memory",
+    "out of video memory",
+    "out of vram",
     "outofmemory",
     "out_of_memory",
     "resource_exhausted",
     "resource exhausted",
+    "resourceexhausted",
     "alloc_failed",
     "memoryallocation",
     "not enough memory",
+    "failed to allocate memory",
+    "cannot allocate memory",
+    "could not allocate",
+    "unable to allocate",
+    "insufficient memory",
+    "memory exhausted",
+    "failed to alloc ",
+    "failed to allocate",
+    "allocation failed",
+    "bad_alloc",
+    "memoryerror",
+    "malloc failed",
 ];
 
-fn contains_ignore_case(hay: &str, needle: &str) -> bool {
-    let (h, n) = (hay.as_bytes(), needle.as_bytes());
-    h.len() >= n.len() && h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
-}
-
-/// `OOM` as a word (not inside `ROOM` or `oomph`).
-fn has_oom_word(line: &str) -> bool {
-    line.match_indices("OOM").any(|(i, _)| {
-        let before = line[..i].chars().next_back();
-        let after = line[i + 3..].chars().next();
-        !before.is_some_and(|c| c.is_alphanumeric()) && !after.is_some_and(|c| c.is_alphanumeric())
+fn suspect_search() -> &'static (AhoCorasick, AhoCorasick) {
+    static SEARCH: OnceLock<(AhoCorasick, AhoCorasick)> = OnceLock::new();
+    SEARCH.get_or_init(|| {
+        let phrases = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .build(SUSPECT_PHRASES)
+            .expect("the suspect phrases build an automaton");
+        let oom = AhoCorasick::new(["OOM"]).expect("one pattern");
+        (phrases, oom)
     })
 }
 
+/// `OOM` as a word (not inside `ROOM` or `oomph`).
+fn is_oom_word(text: &str, at: usize) -> bool {
+    let before = text[..at].chars().next_back();
+    let after = text[at + 3..].chars().next();
+    !before.is_some_and(|c| c.is_alphanumeric()) && !after.is_some_and(|c| c.is_alphanumeric())
+}
+
+/// Input offsets of every suspect phrase in `text`.
+fn suspect_offsets(text: &str) -> Vec<usize> {
+    let shadow = Shadow::new(text);
+    let (phrases, oom) = suspect_search();
+    let mut hits: Vec<usize> = phrases
+        .find_iter(&shadow.text)
+        .map(|m| m.start())
+        .chain(
+            oom.find_iter(&shadow.text)
+                .map(|m| m.start())
+                .filter(|&at| is_oom_word(&shadow.text, at)),
+        )
+        .map(|at| shadow.to_input(at))
+        .collect();
+    hits.sort_unstable();
+    hits.dedup();
+    hits
+}
+
 pub(super) fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecognized> {
-    let mut out = Vec::new();
+    let hits = suspect_offsets(text);
+    let mut out: Vec<Unrecognized> = Vec::new();
     let mut spans = found.iter().map(|m| m.span).peekable();
-    let mut offset = 0;
-    for (index, raw) in text.split_inclusive('\n').enumerate() {
-        let (start, end) = (offset, offset + raw.len());
-        offset = end;
-        while spans.peek().is_some_and(|s| s.end_byte <= start) {
-            spans.next();
+    let (mut line, mut line_start) = (1usize, 0usize);
+    for at in hits {
+        // Walk to the line holding `at`.
+        let newlines = text.as_bytes()[line_start..at]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        if newlines > 0 {
+            line += newlines;
+            line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
         }
-        if spans.peek().is_some_and(|s| s.start_byte < end) {
+        if out.last().is_some_and(|u| u.line == line) {
             continue;
         }
-        let line = raw.trim_end_matches(['\n', '\r']);
-        if SUSPECT_WORDS.iter().any(|w| contains_ignore_case(line, w)) || has_oom_word(line) {
-            let shown: String = line.chars().take(SHOWN_LINE_CHARS).collect();
-            let cut = shown.len() < line.len();
-            out.push(Unrecognized {
-                line: index + 1,
-                text: if cut { format!("{shown}…") } else { shown },
-            });
+        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        while spans.peek().is_some_and(|s| s.end_byte <= line_start) {
+            spans.next();
         }
+        if spans
+            .peek()
+            .is_some_and(|s| s.start_byte < line_end.max(line_start + 1))
+        {
+            continue;
+        }
+        let shown_line = text[line_start..line_end].trim_end_matches('\r');
+        let shown: String = shown_line.chars().take(SHOWN_LINE_CHARS).collect();
+        let cut = shown.len() < shown_line.len();
+        out.push(Unrecognized {
+            line,
+            text: if cut { format!("{shown}…") } else { shown },
+        });
     }
     out
 }
 
-/// Lines kept while waiting for the rest of a message: more than the longest format has.
-const WINDOW_LINES: usize = 32;
+mod stream;
 
-/// Lines that must follow a message's first line before it is reported: more than the
-/// longest message spans (the `cudaMallocAsync` table takes seven).
-const HOLD_LINES: usize = 8;
-
-/// Finds messages in text that arrives a line at a time (a child's stderr, for `watch`).
-///
-/// A message is reported once `HOLD_LINES` lines have followed its first one (so a wrapped
-/// or multi-line message is whole), at `flush` (the caller saw the stream go quiet) or at
-/// `finish`. Offsets and line numbers count from the first line pushed. The BFC statistics
-/// TensorFlow prints after the allocator's message are attached only when they arrive before
-/// the message is reported.
-#[derive(Debug, Default)]
-pub struct LineScanner {
-    window: String,
-    /// Byte offset and 1-based line of the window's first byte in the whole stream.
-    base_byte: usize,
-    base_line: usize,
-    /// Start offsets (in the window) of its lines.
-    line_starts: Vec<usize>,
-    /// Everything before this stream offset has been reported.
-    reported_until: usize,
-}
-
-impl LineScanner {
-    pub fn new() -> LineScanner {
-        LineScanner {
-            base_line: 1,
-            ..LineScanner::default()
-        }
-    }
-
-    /// Takes one line (with or without its newline); returns the messages now complete.
-    pub fn push_line(&mut self, line: &str) -> Vec<OomMessage> {
-        self.line_starts.push(self.window.len());
-        self.window.push_str(line.trim_end_matches(['\n', '\r']));
-        self.window.push('\n');
-        let lines = self.line_starts.len();
-        let out = self.take(|m| lines.saturating_sub(m.span.line) >= HOLD_LINES);
-        self.trim();
-        out
-    }
-
-    /// Reports every message found so far, whole or not (the stream has gone quiet).
-    pub fn flush(&mut self) -> Vec<OomMessage> {
-        self.take(|_| true)
-    }
-
-    /// Reports what is left (the stream has ended).
-    pub fn finish(&mut self) -> Vec<OomMessage> {
-        let out = self.take(|_| true);
-        self.window.clear();
-        self.line_starts.clear();
-        out
-    }
-
-    fn take(&mut self, complete: impl Fn(&OomMessage) -> bool) -> Vec<OomMessage> {
-        let mut out = Vec::new();
-        for mut m in find_all(&self.window) {
-            let start = self.base_byte + m.span.start_byte;
-            if start < self.reported_until || !complete(&m) {
-                continue;
-            }
-            self.reported_until = self.base_byte + m.span.end_byte;
-            m.span.start_byte = start;
-            m.span.end_byte = self.reported_until;
-            m.span.line += self.base_line - 1;
-            if let Detail::TfBfcAllocator {
-                stats: Some(stats), ..
-            } = &mut m.detail
-            {
-                stats.line += self.base_line - 1;
-            }
-            out.push(m);
-        }
-        out
-    }
-
-    fn trim(&mut self) {
-        if self.line_starts.len() <= WINDOW_LINES {
-            return;
-        }
-        let drop_lines = self.line_starts.len() - WINDOW_LINES;
-        let cut = self.line_starts[drop_lines];
-        self.window.drain(..cut);
-        self.line_starts.drain(..drop_lines);
-        for s in &mut self.line_starts {
-            *s -= cut;
-        }
-        self.base_byte += cut;
-        self.base_line += drop_lines;
-    }
-}
+pub use stream::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 
 #[cfg(test)]
 mod tests {
@@ -283,8 +335,34 @@ mod tests {
 
     #[test]
     fn oom_is_a_word_not_a_fragment() {
-        assert!(has_oom_word("Killed: OOM in step 3"));
-        assert!(!has_oom_word("ROOM 12"));
-        assert!(contains_ignore_case("Ran Out Of Memory", "out of memory"));
+        assert!(is_oom_word("Killed: OOM in step 3", 8));
+        assert!(!is_oom_word("ROOM 12", 1));
+        let lines = suspicious_lines("ok\nRan Out Of\n  Memory here\nROOM\n", &[]);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].line, 2);
+    }
+
+    #[test]
+    fn a_wrapped_message_keeps_its_input_span_and_line() {
+        let text = "start\n[1] E foo] Execution failed: Resource exhausted: Out \nof memory while trying to allocate 5520758552 bytes.\n";
+        let found = find_all(text);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].span.line, 2);
+        assert!(
+            found[0]
+                .text
+                .starts_with("Resource exhausted: Out \nof memory")
+        );
+        assert!(found[0].text.ends_with("bytes."));
+    }
+
+    #[test]
+    fn context_calls_near_a_message_are_named() {
+        let text = "x\ncuDevicePrimaryCtxRetain\n ERROR: Out of GPU memory";
+        assert_eq!(
+            context_call(text, 30, 50).as_deref(),
+            Some("cuDevicePrimaryCtxRetain")
+        );
+        assert_eq!(context_call("nothing here", 0, 4), None);
     }
 }

@@ -92,18 +92,24 @@ impl Decimal {
     /// `[ceil((x − h)·scale), floor((x + h)·scale)]` where `h` is half a unit in the
     /// `round_places`-th decimal: the values that round to this literal.
     fn rounding_bounds(self, scale: u128, round_places: u32) -> (u128, u128) {
+        self.checked_rounding_bounds(scale, round_places)
+            .unwrap_or((u128::MAX, u128::MAX))
+    }
+
+    /// As `rounding_bounds`, `None` where the products would not fit in 128 bits.
+    fn checked_rounding_bounds(self, scale: u128, round_places: u32) -> Option<(u128, u128)> {
         // x = m / 10^p and h = 1 / (2·10^r); over the common denominator 2·10^(p+r):
         // x ± h = (2·m·10^r ± 10^p) / (2·10^(p+r)).
-        let p = 10u128.pow(self.places);
-        let r = 10u128.pow(round_places);
-        let denominator = 2 * p * r;
-        let centre = 2 * self.mantissa * r;
-        let low_numerator = centre.saturating_sub(p) * scale;
-        let high_numerator = (centre + p) * scale;
-        (
+        let p = 10u128.checked_pow(self.places)?;
+        let r = 10u128.checked_pow(round_places)?;
+        let denominator = p.checked_mul(r)?.checked_mul(2)?;
+        let centre = self.mantissa.checked_mul(r)?.checked_mul(2)?;
+        let low_numerator = centre.saturating_sub(p).checked_mul(scale)?;
+        let high_numerator = centre.checked_add(p)?.checked_mul(scale)?;
+        Some((
             low_numerator.div_ceil(denominator),
             high_numerator / denominator,
-        )
+        ))
     }
 }
 
@@ -186,6 +192,63 @@ pub fn vllm_gib_bytes(number: &str) -> Option<ByteRange> {
     Some(within(low, high, 0, u128::MAX))
 }
 
+/// PaddlePaddle's `string::HumanReadableSize`: `%f` (six decimals, rounded) of the size
+/// divided by 1024 while it is at least 1024, with `B`, `kB`, `MB`, `GB`, `TB`, `PB`, `EB`.
+pub fn paddle_bytes(number: &str, unit: &str) -> Option<ByteRange> {
+    let d = Decimal::parse(number)?;
+    let steps = match unit {
+        "B" => 0,
+        "kB" | "KB" => 1,
+        "MB" => 2,
+        "GB" => 3,
+        "TB" => 4,
+        "PB" => 5,
+        "EB" => 6,
+        _ => return None,
+    };
+    let scale = 1u128 << (10 * steps);
+    let (low, high) = d.checked_rounding_bounds(scale, 6)?;
+    // The unit is the one where the scaled value first falls below 1024.
+    let unit_low = if steps == 0 { 0 } else { scale };
+    let unit_high = (scale << 10) - 1;
+    Some(within(low, high, unit_low, unit_high))
+}
+
+/// PyTorch's MPS allocator (`MPSHeapAllocatorImpl::format_size`): two decimals of the size
+/// cast to `float` and divided by 1024, 1024² or 1024³, named `KB`/`MB`/`GB` (later releases
+/// `KiB`/`MiB`/`GiB`), `N bytes` up to 1 KiB. The cast to `float` can move a size by one part
+/// in 2^24, so the bounds allow that much more.
+pub fn mps_bytes(number: &str, unit: &str) -> Option<ByteRange> {
+    let d = Decimal::parse(number)?;
+    if unit == "bytes" {
+        return (d.places == 0).then(|| ByteRange::exact(clamp_u64(d.mantissa)));
+    }
+    let (scale, unit_low, unit_high) = match unit {
+        "KB" | "KiB" => (KIB, KIB + 1, MIB),
+        "MB" | "MiB" => (MIB, MIB + 1, GIB),
+        "GB" | "GiB" => (GIB, GIB + 1, u128::MAX),
+        _ => return None,
+    };
+    let (low, high) = d.checked_rounding_bounds(scale, d.places)?;
+    let (low, high) = (low - (low >> 24), high + (high >> 24));
+    Some(within(low, high, unit_low, unit_high))
+}
+
+/// ggml's `%.2f MiB` of `size / 1024.0 / 1024.0` (a comma where the C locale is not in use).
+pub fn ggml_mib_bytes(number: &str) -> Option<ByteRange> {
+    let d = Decimal::parse(&number.replace(',', "."))?;
+    let (low, high) = d.checked_rounding_bounds(MIB, 2)?;
+    Some(within(low, high, 0, u128::MAX))
+}
+
+/// PyTorch's "more than 1EB": any size from 2^60 bytes up.
+pub fn more_than_one_eib() -> ByteRange {
+    ByteRange {
+        low: 1 << 60,
+        high: u64::MAX,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +314,36 @@ mod tests {
         assert!(Decimal::parse("1234567890123456789012345").is_none());
         assert!(Decimal::parse(".").is_none());
         assert!(Decimal::parse("1.2.3").is_none());
+    }
+
+    #[test]
+    fn paddle_sizes_have_six_decimals_and_kilo_with_a_small_k() {
+        let r = paddle_bytes("1.000000", "GB").unwrap();
+        assert!(r.low <= G && G <= r.high && r.high - r.low <= 1100);
+        let r = paddle_bytes("39.250000", "kB").unwrap();
+        assert_eq!((r.low, r.high), (40192, 40192));
+        assert_eq!(paddle_bytes("0.000000", "B"), Some(ByteRange::exact(0)));
+        assert!(paddle_bytes("85.412131", "TB").unwrap().low > 85 << 40);
+        assert_eq!(paddle_bytes("1.0", "GiB"), None);
+    }
+
+    #[test]
+    fn mps_sizes_allow_for_the_float_cast() {
+        let r = mps_bytes("9.07", "GB").unwrap();
+        let exact = torch_bytes("9.07", "GiB").unwrap();
+        assert!(r.low < exact.low && r.high > exact.high);
+        assert!(r.high - r.low < exact.high - exact.low + 2048);
+        assert_eq!(mps_bytes("256", "bytes"), Some(ByteRange::exact(256)));
+        assert_eq!(
+            mps_bytes("1.59", "MiB").unwrap().low,
+            mps_bytes("1.59", "MB").unwrap().low
+        );
+    }
+
+    #[test]
+    fn ggml_mib_takes_a_point_or_a_comma() {
+        let r = ggml_mib_bytes("9866.00").unwrap();
+        assert!(r.low <= 9866 * M && 9866 * M <= r.high);
+        assert_eq!(ggml_mib_bytes("1900,00"), ggml_mib_bytes("1900.00"));
     }
 }

@@ -19,38 +19,61 @@
 
 use super::Detail;
 use super::cursor::Cursor;
-use super::scan::{Found, raised_as};
+use super::scan::{Found, Reader, raised_as};
 
 const WINDOW: usize = 2048;
 
-type Reader = fn(&mut Cursor) -> Option<Detail>;
+pub(super) const ANCHORS: &[(&str, Reader)] = &[
+    ("Free memory on device", |t, a, e| {
+        read(t, a, e, startup_free_memory)
+    }),
+    ("No available memory for the cache blocks.", |t, a, e| {
+        read(t, a, e, no_kv_cache_memory)
+    }),
+    ("To serve at least one request with the model", |t, a, e| {
+        read(t, a, e, kv_cache_too_small)
+    }),
+    ("The model's max seq len (", |t, a, e| {
+        read(t, a, e, max_seq_len)
+    }),
+    (
+        "out of memory occurred when warming up sampler",
+        read_sampler,
+    ),
+];
 
-pub(super) fn find(text: &str, out: &mut Vec<Found>) {
-    let readers: [(&str, Reader); 4] = [
-        ("Free memory on device", startup_free_memory),
-        (
-            "No available memory for the cache blocks.",
-            no_kv_cache_memory,
-        ),
-        (
-            "To serve at least one request with the model",
-            kv_cache_too_small,
-        ),
-        ("The model's max seq len (", max_seq_len),
-    ];
-    for (anchor, read) in readers {
-        for (at, _) in text.match_indices(anchor) {
-            let mut c = Cursor::new(text, at + anchor.len(), at + anchor.len() + WINDOW);
-            if let Some(detail) = c.attempt(read) {
-                out.push(Found {
-                    start: at,
-                    end: c.pos,
-                    raised_as: raised_as(text, at),
-                    detail,
-                });
-            }
-        }
-    }
+fn read(
+    text: &str,
+    at: usize,
+    anchor_end: usize,
+    parse: fn(&mut Cursor) -> Option<Detail>,
+) -> Option<Found> {
+    let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
+    let detail = c.attempt(parse)?;
+    Some(Found {
+        start: at,
+        end: c.pos,
+        raised_as: raised_as(text, at),
+        detail,
+    })
+}
+
+/// `vllm/v1/worker/gpu_model_runner.py` `_dummy_sampler_run`: "CUDA out of memory occurred
+/// when warming up sampler with {num_reqs} dummy requests. Please try lowering `max_num_seqs`
+/// or `gpu_memory_utilization` when initializing the engine."
+fn read_sampler(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let start = text[..at].strip_suffix("CUDA ").map_or(at, |b| b.len());
+    let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
+    c.lit(" with ").then_some(())?;
+    let dummy_requests = c.uint()?;
+    c.lit(" dummy requests.").then_some(())?;
+    c.lit(" Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.");
+    Some(Found {
+        start,
+        end: c.pos,
+        raised_as: raised_as(text, start),
+        detail: Detail::VllmSamplerWarmup { dummy_requests },
+    })
 }
 
 /// " See https://docs.vllm.ai/… for more details."

@@ -86,7 +86,7 @@ fn device_figures(d: &Detail) -> (Option<&Quantity>, Option<&Quantity>, Option<&
             device_total,
             device_free,
             ..
-        } => (Some(device_total), Some(device_free), None),
+        } => (device_total.as_ref(), device_free.as_ref(), None),
         Detail::PytorchCudaMallocAsync {
             device_total,
             device_free,

@@ -94,7 +94,13 @@ fn every_fixture_parses_and_diagnoses_as_expected() {
             .collect();
         assert_eq!(Value::from(lines), expected["unrecognized_lines"], "{name}");
     }
-    // Every format has at least one fixture.
+    // Every format has at least one fixture here or in the corpus of real messages (which
+    // `oom_corpus` holds to at least three each).
+    let index = std::fs::read_to_string(fixtures().join("corpus/index.toml")).unwrap();
+    let index: toml::Value = toml::from_str(&index).unwrap();
+    for m in index["message"].as_array().unwrap() {
+        formats.insert(m["format"].as_str().unwrap().to_string());
+    }
     for f in headroom::oom_message::Format::ALL {
         assert!(formats.contains(f.name()), "no fixture for {}", f.name());
     }
@@ -297,10 +303,8 @@ fn terminal_control_characters_in_the_input_are_escaped() {
     let out = run(&["explain", "--json"], Some(evil));
     assert!(!out.stdout.contains('\u{1b}'));
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(
-        v["explanations"][0]["message"]["allocator"],
-        "GPU_0_\u{1b}[31mbfc"
-    );
+    // Colour codes are not part of the name: the quote keeps them (escaped), the figure not.
+    assert_eq!(v["explanations"][0]["message"]["allocator"], "GPU_0_bfc");
 }
 
 #[test]
@@ -462,4 +466,130 @@ proptest! {
             prop_assert_eq!(&text[s.start_byte..s.end_byte], e.message.text.as_str());
         }
     }
+}
+
+#[test]
+fn a_dash_reads_stdin_and_a_lone_path_reads_the_file() {
+    let text = fixture("pytorch-two-processes.log");
+    let from_stdin = run(&["explain", "-", "--json"], Some(&text));
+    assert_eq!(from_stdin.code, 0, "{}", from_stdin.stderr);
+    let path = fixtures().join("pytorch-two-processes.log");
+    let from_file = run(&["explain", path.to_str().unwrap(), "--json"], None);
+    assert_eq!(from_file.code, 0, "{}", from_file.stderr);
+    let a: Value = serde_json::from_str(&from_stdin.stdout).unwrap();
+    let b: Value = serde_json::from_str(&from_file.stdout).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a["explanations"][0]["message"]["format"], "pytorch-caching");
+    // A pipe is read like a file (here stdin's, by its path).
+    let out = run(&["explain", "/dev/stdin", "--json"], Some(&text));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&out.stdout).unwrap(), a);
+    // A word that names no file is the message itself.
+    let out = run(&["explain", "oom.log"], None);
+    assert_eq!(out.code, 1);
+    assert!(out.stdout.contains("No out-of-memory message recognized."));
+}
+
+/// The peak resident memory of a running process, from `/proc/PID/status` (`VmHWM`), in bytes.
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_long_log_is_streamed_in_bounded_memory() {
+    use std::io::{BufRead, BufReader};
+    // 6 MB, past the 4 MiB read whole: 3,000 messages among training output.
+    let filler = "step 1234 loss 0.1234 lr 0.0001 throughput 123.4 samples/s\n".repeat(30);
+    let message = "RuntimeError: CUDA error: out of memory\n";
+    let messages = 3000;
+    let block = format!("{filler}{message}");
+    let log = block.repeat(messages);
+    assert!(log.len() > 4 << 20);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["explain", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut pipe = child.stdin.take().unwrap();
+    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        pipe.write_all(log.as_bytes()).unwrap();
+        // Held open until the peak is read, so that the process is still running then
+        // (or, if nothing is printed before the input ends, for a minute).
+        let _ = close_rx.recv_timeout(Duration::from_secs(60));
+        drop(pipe);
+    });
+    let lines_per_block = block.lines().count();
+    let mut seen = 0usize;
+    let mut peak_while_streaming = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("message ") {
+            seen += 1;
+            // Streamed: no "of M", the line counted across reads.
+            assert_eq!(
+                rest,
+                format!(
+                    "{seen} · line {} · cuda-driver (raised as RuntimeError)",
+                    seen * lines_per_block
+                )
+            );
+            // The first 4 MiB hold about 2,000 messages: they are explained before the
+            // input ends.
+            if seen == 1000 {
+                peak_while_streaming = Some(peak_rss_bytes(pid));
+                close_tx.send(()).unwrap();
+            }
+        }
+    }
+    writer.join().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(seen, messages);
+    let peak = peak_while_streaming.expect("explanations printed before the input ended");
+    // Holding every message and its explanation costs tens of kilobytes each; reading a
+    // chunk at a time stays near the binary's own ~30 MB.
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes");
+}
+
+#[test]
+fn binary_input_is_refused_after_a_mebibyte_of_nul_bytes() {
+    let zeros = "\0".repeat((1 << 20) + 1);
+    let text = format!("CUDA error: out of memory\n{zeros}");
+    let out = run(&["explain", "-"], Some(&text));
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("stdin: not a text log: 1048577 NUL bytes in the first"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn every_known_wording_no_reader_takes_is_listed() {
+    // Each line says memory ran out, in words headroom knows, in a form no reader parses
+    // (a cut-off paste, a library without a reader, the host).
+    let lines = [
+        "RuntimeError: CUDA out of memory. Tried to allocate",
+        "ERROR: CudaCustomAllocator out of memory",
+        "2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array",
+        "\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m",
+        "paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: cudaMalloc failed",
+        "[12345.678] Out of memory: Killed process 4242 (python)",
+    ];
+    let text = lines.join("\n");
+    let r = explain_text(&text);
+    assert!(r.explanations.is_empty(), "{:?}", r.explanations);
+    let listed: Vec<usize> = r.unrecognized.iter().map(|u| u.line).collect();
+    assert_eq!(listed, (1..=lines.len()).collect::<Vec<_>>());
 }

@@ -29,6 +29,7 @@ mod kernels_sim;
 mod limits;
 mod mig;
 mod node;
+mod oom_corpus;
 mod oom_sim;
 mod outputs;
 mod pipes;

@@ -1,9 +1,12 @@
 //! Who holds the device memory PyTorch did not reserve, as far as the message tells: this
-//! process outside PyTorch's allocator, other processes, or both together.
+//! process outside PyTorch's allocator, other processes, or both together. This process's own
+//! CUDA context is part of that memory and no one's fault: what is compared with the shortfall
+//! is what lies beyond one context (`context`).
 
 use super::Evidence;
 use crate::explain::Diagnosis;
 use crate::explain::cause;
+use crate::explain::context::{context_bytes, context_text};
 use crate::explain::interval::{Iv, Verdict};
 use crate::oom_message::{ProcessUse, Quantity};
 
@@ -110,6 +113,13 @@ pub(super) fn holders(
                 "this_process − reserved",
                 p.minus(reserved).non_negative(),
             );
+            let outside = beyond_context(
+                d,
+                e,
+                outside,
+                "outside_allocator_beyond_context_bytes",
+                "outside_allocator",
+            );
             let others = d.bytes(
                 "other_processes_bytes",
                 "device_total − device_free − this_process",
@@ -117,12 +127,31 @@ pub(super) fn holders(
             );
             Holders::Split { outside, others }
         }
-        None => Holders::Unsplit {
-            outside_pytorch: d.bytes(
+        None => {
+            let outside = d.bytes(
                 "outside_pytorch_bytes",
                 "device_total − device_free − reserved",
                 used.minus(reserved).non_negative(),
-            ),
-        },
+            );
+            Holders::Unsplit {
+                outside_pytorch: beyond_context(
+                    d,
+                    e,
+                    outside,
+                    "outside_pytorch_beyond_context_bytes",
+                    "outside_pytorch",
+                ),
+            }
+        }
     }
+}
+
+/// `bytes` less this process's CUDA context (by card class and loading era), never below 0.
+fn beyond_context(d: &mut Diagnosis, e: &Evidence, bytes: Iv, name: &str, of: &str) -> Iv {
+    let context = context_bytes(e.total, e.era);
+    d.bytes(
+        name,
+        &format!("{of} − one CUDA context ({})", context_text(context)),
+        bytes.minus(Iv::exact(context)).non_negative(),
+    )
 }

@@ -1,0 +1,120 @@
+//! Figures that cannot all hold: each contradiction is a finding naming the two figures, never
+//! a silent clamp.
+
+use super::{Evidence, absurd};
+use crate::explain::Diagnosis;
+use crate::explain::interval::{Iv, Verdict};
+use crate::oom_message::{ProcessUse, Quantity};
+
+/// `a` exceeds `b` for every value their printed precision allows.
+fn exceeds(a: Iv, b: Iv) -> bool {
+    a.gt(b) == Verdict::Yes
+}
+
+fn contradiction(d: &mut Diagnosis, big: &str, big_iv: Iv, small: &str, small_iv: Iv, why: &str) {
+    d.findings.push(format!(
+        "The figures contradict each other: {big} ({big_iv}) exceeds {small} ({small_iv}); {why}"
+    ));
+}
+
+/// A request of a petabyte or more: the size was computed wrong; nothing else is concluded.
+pub(super) fn impossible_request(d: &mut Diagnosis, requested: &Quantity) -> bool {
+    if !super::absurd(Iv::of(requested)) {
+        return false;
+    }
+    d.summary = format!(
+        "The request ({}) is larger than any device holds: the size was computed wrong (a negative or uninitialized dimension, an overflow), so the memory figures do not explain it.",
+        requested.printed
+    );
+    d.findings.push(
+        "A tensor size that large comes from the shapes, not from memory pressure: print the shapes of the failing operation's inputs.".into(),
+    );
+    true
+}
+
+/// Contradictions the sentence form can show, beyond the common ones.
+pub(super) fn sentence_form(
+    d: &mut Diagnosis,
+    e: &Evidence,
+    this: Option<&Quantity>,
+    processes: &[ProcessUse],
+) {
+    common(d, e);
+    if let (Some(q), Some(r)) = (this, e.reserved.as_ref())
+        && !exceeds(Iv::of(q), e.total)
+        && exceeds(r.total, Iv::of(q))
+    {
+        contradiction(
+            d,
+            "PyTorch's reserved memory",
+            r.total,
+            "this process's memory in use",
+            Iv::of(q),
+            "NVML counted the process at another instant, or the device shares memory with the host.",
+        );
+    }
+    let listed = processes
+        .iter()
+        .filter(|p| !exceeds(Iv::of(&p.used), e.total))
+        .fold(Iv::exact(0), |acc, p| acc.plus(Iv::of(&p.used)));
+    if !processes.is_empty() && exceeds(listed, e.total) {
+        contradiction(
+            d,
+            "the listed processes' memory",
+            listed,
+            "the device total",
+            e.total,
+            "NVML's per-process figures are not to be trusted here.",
+        );
+    }
+}
+
+/// Contradictions any PyTorch message with its device figures can show.
+pub(super) fn common(d: &mut Diagnosis, e: &Evidence) {
+    if exceeds(e.free, e.total) {
+        contradiction(
+            d,
+            "free memory",
+            e.free,
+            "the device total",
+            e.total,
+            "the two were read from different devices or at different times.",
+        );
+    }
+    if let Some(r) = e.reserved.as_ref()
+        && exceeds(r.total, e.total)
+    {
+        contradiction(
+            d,
+            "PyTorch's reserved memory",
+            r.total,
+            "the device total",
+            e.total,
+            "the device lends system memory (Windows' shared GPU memory, a unified-memory APU), so the card's total is not the limit that was hit.",
+        );
+    }
+    if absurd(e.total) {
+        d.findings.push(format!(
+            "The device total ({}) is more than any device holds: the driver reported a wrapped counter.",
+            e.total
+        ));
+    }
+}
+
+/// 1.4 to 2.0 printed "reserved in total", which includes the allocated bytes.
+pub(super) fn legacy_total_below_allocated(
+    d: &mut Diagnosis,
+    allocated: &Quantity,
+    reserved: &Quantity,
+) {
+    if exceeds(Iv::of(allocated), Iv::of(reserved)) {
+        contradiction(
+            d,
+            "\"already allocated\"",
+            Iv::of(allocated),
+            "\"reserved in total by PyTorch\"",
+            Iv::of(reserved),
+            "the allocator's total includes what it allocated, so one of the two was edited or read from another device.",
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! The corpus of real out-of-memory messages (`tests/fixtures/oom-messages/corpus`): every
+//! message copied from a public page, its figures read by hand with their printed precision,
+//! its cause judged by hand. Prints and asserts how many headroom reads to the printed
+//! precision and how often it names the same cause, and that every format has messages, a
+//! source and a row in the README's format table.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use headroom::explain::explain_text;
+use headroom::oom_message::Format;
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom-messages/corpus")
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Index {
+    message: Vec<Entry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Entry {
+    file: String,
+    source: String,
+    repository: String,
+    format: String,
+    cause: String,
+    figures: BTreeMap<String, String>,
+}
+
+fn index() -> Index {
+    let text = std::fs::read_to_string(corpus().join("index.toml")).unwrap();
+    toml::from_str(&text).unwrap()
+}
+
+/// `owner/name` from a GitHub address.
+fn repository(source: &str) -> String {
+    let path = source.trim_start_matches("https://github.com/");
+    path.split('/').take(2).collect::<Vec<_>>().join("/")
+}
+
+/// A printed figure read by hand: `"1.71 GiB"` → mantissa 171, 2 places, 2^30 bytes a unit.
+fn hand_figure(s: &str) -> Option<(u128, u32, u128)> {
+    let (number, unit) = s.split_once(' ')?;
+    let scale: u128 = match unit {
+        "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    let mantissa: u128 = format!("{int}{frac}").parse().ok()?;
+    Some((mantissa, frac.len() as u32, scale))
+}
+
+/// The JSON value at `key` (`processes[0].used`, `buffer_assignment.total_allocation`).
+fn lookup<'a>(message: &'a Value, key: &str) -> Option<&'a Value> {
+    let mut v = message;
+    for part in key.split('.') {
+        match part.split_once('[') {
+            Some((name, rest)) => {
+                let i: usize = rest.trim_end_matches(']').parse().ok()?;
+                v = v.get(name)?.get(i)?;
+            }
+            None => v = v.get(part)?,
+        }
+    }
+    Some(v)
+}
+
+/// Why a figure does not match, or `None` when it does.
+fn figure_mismatch(message: &Value, key: &str, want: &str) -> Option<String> {
+    let Some(got) = lookup(message, key) else {
+        return Some(format!("{key}: missing"));
+    };
+    if let Some(q) = got.as_object().filter(|q| q.contains_key("printed")) {
+        let (low, high) = (q["low"].as_u64()? as u128, q["high"].as_u64()? as u128);
+        let Some((m, places, scale)) = hand_figure(want) else {
+            return Some(format!("{key}: cannot read {want:?}"));
+        };
+        let p = 10u128.pow(places);
+        // What the printed figure can stand for ([value − ½ulp, value + ½ulp], scaled by 2p
+        // to stay in integers) meets headroom's interval, and that interval is no wider than
+        // twice the printed precision (a tsl truncation or MPS's float cast adds a little).
+        let (lo2, hi2, nom2) = (low * 2 * p, high * 2 * p, 2 * m * scale);
+        let inside = lo2 <= nom2 + scale && hi2 + scale >= nom2;
+        let ulp = (scale / p).max(1);
+        let narrow = high - low <= 2 * ulp + (ulp >> 4) + 1;
+        return (!(inside && narrow)).then(|| format!("{key}: {want} vs [{low}, {high}]"));
+    }
+    if let Some(n) = got.as_u64() {
+        let want_n: u64 = want.trim_end_matches(" B").parse().ok()?;
+        return (n != want_n).then(|| format!("{key}: {n} vs {want}"));
+    }
+    if let Some(s) = got.as_str() {
+        return (s != want).then(|| format!("{key}: {s:?} vs {want:?}"));
+    }
+    Some(format!("{key}: unexpected {got}"))
+}
+
+#[test]
+fn the_corpus_of_real_messages_reads_and_diagnoses_as_judged_by_hand() {
+    let index = index();
+    let mut reports: BTreeMap<String, Value> = BTreeMap::new();
+    let (mut parsed, mut decided, mut agreed) = (0usize, 0usize, 0usize);
+    let mut failures = Vec::new();
+    let mut per_format: BTreeMap<String, usize> = BTreeMap::new();
+    let mut repositories = BTreeSet::new();
+    for e in &index.message {
+        *per_format.entry(e.format.clone()).or_default() += 1;
+        assert_eq!(e.repository, repository(&e.source), "{}", e.file);
+        repositories.insert(e.repository.clone());
+        let report = reports.entry(e.file.clone()).or_insert_with(|| {
+            let text = std::fs::read_to_string(corpus().join(&e.file)).unwrap();
+            serde_json::to_value(explain_text(&text)).unwrap()
+        });
+        let found = report["explanations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["message"]["format"] == e.format.as_str());
+        let Some(x) = found else {
+            failures.push(format!("{}: no {} message", e.file, e.format));
+            continue;
+        };
+        let wrong: Vec<String> = e
+            .figures
+            .iter()
+            .filter_map(|(k, v)| figure_mismatch(&x["message"], k, v))
+            .collect();
+        if wrong.is_empty() {
+            parsed += 1;
+        } else {
+            failures.push(format!("{}: {}", e.file, wrong.join("; ")));
+        }
+        if e.cause != "undecided" {
+            decided += 1;
+            let got = x["cause"].as_str().unwrap_or("undecided");
+            if got == e.cause {
+                agreed += 1;
+            } else {
+                failures.push(format!("{}: cause {got}, judged {}", e.file, e.cause));
+            }
+        }
+    }
+    let n = index.message.len();
+    let parsed_share = parsed as f64 / n as f64;
+    let agreed_share = agreed as f64 / decided.max(1) as f64;
+    println!(
+        "oom corpus: {n} messages from {} repositories; {parsed} parsed to the printed precision ({:.1}%); cause agrees on {agreed} of {decided} decided ({:.1}%)",
+        repositories.len(),
+        parsed_share * 100.0,
+        agreed_share * 100.0
+    );
+    for f in &failures {
+        println!("  {f}");
+    }
+    // The README states the same figures.
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for claim in [
+        format!(
+            "{n} real messages from {} public repositories",
+            repositories.len()
+        ),
+        format!(
+            "{parsed} of {n} parsed with every printed figure inside headroom's interval ({:.1}%)",
+            parsed_share * 100.0
+        ),
+        format!(
+            "the cause agrees on {agreed} of {decided} decided messages ({:.1}%)",
+            agreed_share * 100.0
+        ),
+        format!("where the numbers decide it ({decided} messages;"),
+    ] {
+        assert!(readme.contains(&claim), "the README does not say {claim:?}");
+    }
+    assert!(n >= 150, "only {n} messages");
+    assert!(
+        repositories.len() >= 80,
+        "only {} repositories",
+        repositories.len()
+    );
+    assert!(parsed_share >= 0.97, "parsed {parsed_share:.3}");
+    assert!(agreed_share >= 0.90, "cause agreement {agreed_share:.3}");
+    for f in Format::ALL {
+        let k = per_format.get(f.name()).copied().unwrap_or(0);
+        assert!(k >= 3, "{}: {k} messages in the corpus", f.name());
+    }
+}
+
+#[test]
+fn every_message_has_its_source_and_every_format_its_readme_row() {
+    let index = index();
+    let sources = std::fs::read_to_string(corpus().join("SOURCES.md")).unwrap();
+    for e in &index.message {
+        assert!(corpus().join(&e.file).is_file(), "{}", e.file);
+        assert!(
+            sources.contains(&format!("`{}`", e.file)) && sources.contains(&e.source),
+            "{} / {} not in SOURCES.md",
+            e.file,
+            e.source
+        );
+    }
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("## I got an out-of-memory error")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    for f in Format::ALL {
+        let row = section
+            .lines()
+            .find(|l| l.starts_with("| ") && l.contains(&format!("`{}`", f.name())))
+            .unwrap_or_else(|| panic!("no README row for {}", f.name()));
+        assert!(row.matches(" | ").count() >= 2, "{row}");
+    }
+}
