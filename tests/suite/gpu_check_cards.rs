@@ -8,7 +8,9 @@
 //! `serving` (25 GiB) and `comm` (6 GiB): each card runs `comm`, the cards below 25 GiB skip
 //! `serving` and the A100 runs it (the H200, which it fits as well, runs `comm` alone). The
 //! kernels' modeled time is scaled to zero and each bandwidth case launched twice, all six
-//! cards at once: a few seconds of CPU each.
+//! cards at once: a few seconds of CPU each. Each card runs on a driver branch such runners
+//! have: the T4 on the floor, R470; the L4 and A10G on R535; the A100 and the MIG instance on
+//! R550; the H200 on the newest, R580.
 
 use std::path::{Path, PathBuf};
 
@@ -32,17 +34,26 @@ type Card = (
 const CARDS: [Card; 6] = [
     (
         "t4-16g",
-        &[("HEADROOM_FAKE_PROFILE", "t4-16g")],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "t4-16g"),
+            ("HEADROOM_FAKE_DRIVER", "470"),
+        ],
         &[SERVING, COMM],
     ),
     (
         "l4-24g",
-        &[("HEADROOM_FAKE_PROFILE", "l4-24g")],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "l4-24g"),
+            ("HEADROOM_FAKE_DRIVER", "535"),
+        ],
         &[SERVING, COMM],
     ),
     (
         "a10g-24g",
-        &[("HEADROOM_FAKE_PROFILE", "a10g-24g")],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "a10g-24g"),
+            ("HEADROOM_FAKE_DRIVER", "535"),
+        ],
         &[SERVING, COMM],
     ),
     (
@@ -50,15 +61,26 @@ const CARDS: [Card; 6] = [
         &[
             ("HEADROOM_FAKE_PROFILE", "h200"),
             ("HEADROOM_FAKE_MIG", "1g.18gb"),
+            ("HEADROOM_FAKE_DRIVER", "550"),
         ],
         &[SERVING, COMM],
     ),
     (
         "a100-40g",
-        &[("HEADROOM_FAKE_PROFILE", "a100-40g")],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "a100-40g"),
+            ("HEADROOM_FAKE_DRIVER", "550"),
+        ],
         &[SERVING, COMM],
     ),
-    ("h200", &[("HEADROOM_FAKE_PROFILE", "h200")], &[COMM]),
+    (
+        "h200",
+        &[
+            ("HEADROOM_FAKE_PROFILE", "h200"),
+            ("HEADROOM_FAKE_DRIVER", "580"),
+        ],
+        &[COMM],
+    ),
 ];
 
 fn json(path: &Path) -> serde_json::Value {
@@ -224,8 +246,18 @@ fn the_gpu_check_passes_on_every_card_with_what_does_not_fit_skipped() {
         })
         .collect();
     let mut outcomes = Vec::new();
-    for ((dir, child), (card, _, files)) in children.into_iter().zip(CARDS) {
+    for ((dir, child), (card, fake, files)) in children.into_iter().zip(CARDS) {
         finished(child, &dir);
+        let branch = fake
+            .iter()
+            .find(|(k, _)| *k == "HEADROOM_FAKE_DRIVER")
+            .map_or("550", |(_, v)| *v);
+        let devices = json(&dir.join("devices.json"));
+        let driver = devices["gpus"][0]["driver_version"].as_str().unwrap_or("");
+        assert!(
+            driver.starts_with(&format!("{branch}.")),
+            "{card}: {devices}"
+        );
         let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
         outcomes.push(check_card(&dir, card, &files, 4 * GIB, 2));
     }
