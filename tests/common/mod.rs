@@ -34,6 +34,34 @@ pub fn headroom(cwd: &Path, args: &[&str]) -> Out {
     }
 }
 
+/// Runs `headroom ARGS` on the fake NVIDIA driver (`scripts/fake-gpu`) in `cwd` with `env`
+/// set: a fresh shared state, the default driver branch unless `env` names one. A panic of
+/// headroom fails the test.
+pub fn on_fake(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut cmd = Command::new("bash");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fake-gpu"))
+        .arg(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("HEADROOM_FAKE_STATE")
+        .env_remove("HEADROOM_FAKE_DRIVER");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("scripts/fake-gpu runs");
+    let o = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        !o.stderr.contains("panicked"),
+        "headroom panicked: {}",
+        o.stderr
+    );
+    o
+}
+
 /// Writes a workload with a `[workload]` header and the given body; returns its path.
 pub fn workload(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));

@@ -15,28 +15,9 @@ fn root() -> &'static Path {
 
 /// Runs `headroom ARGS --backend cuda` on the fake driver with `env` set.
 fn fake(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = Command::new("bash");
-    cmd.arg(root().join("scripts/fake-gpu"))
-        .arg(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .args(["--backend", "cuda"])
-        .current_dir(dir)
-        .env_remove("HEADROOM_FAKE_STATE");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("scripts/fake-gpu runs");
-    let o = Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !o.stderr.contains("panicked"),
-        "headroom panicked: {}",
-        o.stderr
-    );
-    o
+    let mut all = args.to_vec();
+    all.extend(["--backend", "cuda"]);
+    on_fake(dir, &all, env)
 }
 
 /// Runs workload `wl` on the fake into `<dir>/out-<name>`: (output, summary, folder).

@@ -1,6 +1,6 @@
 //! `scripts/gpu-check` end to end, three times at once: for real on the fake NVIDIA driver
-//! (`tests/fake-gpu`, through `scripts/fake-gpu`) with its default profile, tiny-4g, and no
-//! setting at all, every shipped workload on the cuda backend agreeing with the simulator
+//! (`tests/fake-gpu`, through `scripts/fake-gpu`) with its default profile, tiny-4g, on R535
+//! (the driver set, nothing else), every shipped workload on the cuda backend agreeing with the simulator
 //! calibrated on the fake and the two too large for a 4 GiB card skipped; on the fake with the
 //! h100-80g profile and dry on the simulator with the built-in h100-80g profile, for a few
 //! workloads (`WORKLOADS`): every step runs, the calibrated simulator agrees with the device it
@@ -124,8 +124,13 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             ("WORKLOADS", &dry_workloads),
         ],
     );
-    // The fake's default card, with nothing set.
-    let tiny = start(&tiny_dir, Some("scripts/fake-gpu"), &[]);
+    // The fake's default card, on R535 (the long-term branch CI runners have): only the
+    // driver set, the card as it comes.
+    let tiny = start(
+        &tiny_dir,
+        Some("scripts/fake-gpu"),
+        &[("HEADROOM_FAKE_DRIVER", "535")],
+    );
     let dry_stdout = finished(dry, &dry_dir);
     let fake_stdout = finished(fake, &fake_dir);
     let tiny_stdout = finished(tiny, &tiny_dir);
@@ -171,6 +176,20 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         crate::gpu_check_cards::check_card(&tiny_dir, "tiny-4g", &shipped, 4 * GIB, 20);
     assert_eq!(skipped, ["comm", "serving"], "{tiny_stdout}");
     assert_eq!(ran.len(), shipped.len() - 2);
+    // Each of them on R535's driver.
+    let tiny_runs = runs(&tiny_dir.join("cuda"));
+    assert_eq!(tiny_runs.len(), shipped.len());
+    for run in &tiny_runs {
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
+                .unwrap();
+        let driver = s["device"]["driver_version"].as_str().unwrap();
+        assert!(
+            driver.starts_with("535.261.03"),
+            "{}: {driver}",
+            run.display()
+        );
+    }
 
     // The fake driver on h100-80g: the dry run's workloads ran on the cuda backend, and agree
     // with the calibrated simulator (the script's own crosscheck) ...

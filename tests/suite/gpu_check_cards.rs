@@ -9,8 +9,8 @@
 //! `serving` and the A100 runs it (the H200, which it fits as well, runs `comm` alone). The
 //! kernels' modeled time is scaled to zero and each bandwidth case launched twice, all six
 //! cards at once: a few seconds of CPU each. Each card runs on a driver branch such runners
-//! have: the T4 on the floor, R470; the L4 and A10G on R535; the A100 and the MIG instance on
-//! R550; the H200 on the newest, R580.
+//! have: the T4 on the floor, R470; the L4, A10G and A100 on R535; the MIG instance on R550;
+//! the H200 on the newest, R580.
 
 use std::path::{Path, PathBuf};
 
