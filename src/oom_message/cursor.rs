@@ -6,7 +6,8 @@
 //! messages wrap lines where the framework printed one space.
 
 use super::size::{
-    Quantity, ggml_mib_bytes, mps_bytes, paddle_bytes, torch_bytes, tsl_bytes, vllm_gib_bytes,
+    ByteRange, Quantity, ggml_mib_bytes, mps_bytes, paddle_bytes, torch_bytes, tsl_bytes,
+    vllm_gib_bytes,
 };
 
 /// The largest char boundary at or below `i`.
@@ -171,6 +172,11 @@ impl<'a> Cursor<'a> {
 
     /// A size as PyTorch's `format_size` prints it: `786.00 MiB`, `0 bytes`.
     pub fn torch_size(&mut self) -> Option<Quantity> {
+        self.spaced_size(torch_bytes)
+    }
+
+    /// A number, white space and a unit word, converted by `bytes` (number, unit).
+    fn spaced_size(&mut self, bytes: fn(&str, &str) -> Option<ByteRange>) -> Option<Quantity> {
         self.attempt(|c| {
             let start = c.pos;
             let number = c.number_text()?;
@@ -178,7 +184,7 @@ impl<'a> Cursor<'a> {
                 return None;
             }
             let unit = c.token(b".,;:()\"'`")?;
-            let bytes = torch_bytes(number, unit)?;
+            let bytes = bytes(number, unit)?;
             Some(Quantity {
                 printed: c.text[start..c.pos].to_string(),
                 bytes,
@@ -215,19 +221,7 @@ impl<'a> Cursor<'a> {
 
     /// A size as PyTorch's MPS allocator prints it: `9.05 GB`, `292.50 MiB`, `256 bytes`.
     pub fn mps_size(&mut self) -> Option<Quantity> {
-        self.attempt(|c| {
-            let start = c.pos;
-            let number = c.number_text()?;
-            if c.skip_ws() == 0 {
-                return None;
-            }
-            let unit = c.token(b".,;:()\"'`")?;
-            let bytes = mps_bytes(number, unit)?;
-            Some(Quantity {
-                printed: c.text[start..c.pos].to_string(),
-                bytes,
-            })
-        })
+        self.spaced_size(mps_bytes)
     }
 
     /// ggml's `%.2f MiB`: `144817.04 MiB`, or `1900,00 MiB` under a comma locale.
