@@ -92,6 +92,34 @@ impl Default for RunOptions {
     }
 }
 
+impl RunOptions {
+    /// The free-memory floor: the option, else the workload's, else `default_keep_free`.
+    pub fn keep_free_bytes_for(&self, wl: &Workload, total_bytes: u64) -> u64 {
+        self.keep_free_bytes
+            .or(wl.settings.keep_free_bytes)
+            .unwrap_or_else(|| default_keep_free(total_bytes))
+    }
+
+    pub fn allow_oom_for(&self, wl: &Workload) -> bool {
+        self.allow_oom || wl.settings.allow_oom
+    }
+
+    pub fn sample_interval_ns_for(&self, wl: &Workload) -> u64 {
+        self.sample_interval_ns
+            .unwrap_or(wl.settings.sample_interval_ns)
+    }
+
+    /// The run's result folder, created for `wl` started at `started`.
+    pub fn create_folder(&self, wl: &Workload, started: SystemTime) -> anyhow::Result<PathBuf> {
+        crate::outdir::create(
+            self.out_dir.as_deref(),
+            &self.results_root,
+            &utc_folder_stamp(started),
+            &wl.name,
+        )
+    }
+}
+
 /// The allocator's call log in a run folder (headroom's log format, read by `headroom replay`).
 pub const ALLOC_LOG: &str = "alloc-log.csv";
 
@@ -181,21 +209,11 @@ pub fn run_on(
     opts: &RunOptions,
 ) -> anyhow::Result<RunReport> {
     let started = SystemTime::now();
-    let dir = crate::outdir::create(
-        opts.out_dir.as_deref(),
-        &opts.results_root,
-        &utc_folder_stamp(started),
-        &wl.name,
-    )?;
+    let dir = opts.create_folder(wl, started)?;
     let info = device.info().clone();
-    let keep_free_bytes = opts
-        .keep_free_bytes
-        .or(wl.settings.keep_free_bytes)
-        .unwrap_or_else(|| default_keep_free(info.total_bytes));
-    let allow_oom = opts.allow_oom || wl.settings.allow_oom;
-    let sample_interval_ns = opts
-        .sample_interval_ns
-        .unwrap_or(wl.settings.sample_interval_ns);
+    let keep_free_bytes = opts.keep_free_bytes_for(wl, info.total_bytes);
+    let allow_oom = opts.allow_oom_for(wl);
+    let sample_interval_ns = opts.sample_interval_ns_for(wl);
     let mut before = setup::before_first_step(wl, device, before_context, sample_interval_ns)?;
 
     let alloc = wl.allocator.build(&mut *device).map_err(|e| {

@@ -12,8 +12,8 @@ use crate::device::{Device, NvmlMemory};
 use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::summary::{PhaseStatus, RunStatus};
-use crate::run::{RunOptions, RunReport, default_keep_free, setup, write_summary};
-use crate::units::{utc_folder_stamp, utc_timestamp};
+use crate::run::{RunOptions, RunReport, setup, write_summary};
+use crate::units::utc_timestamp;
 use crate::workload::Workload;
 
 /// Records `wl` as skipped on `device` because of `reason`.
@@ -25,12 +25,7 @@ pub fn record_skipped(
     reason: String,
 ) -> anyhow::Result<RunReport> {
     let started = SystemTime::now();
-    let dir = crate::outdir::create(
-        opts.out_dir.as_deref(),
-        &opts.results_root,
-        &utc_folder_stamp(started),
-        &wl.name,
-    )?;
+    let dir = opts.create_folder(wl, started)?;
     let info = device.info().clone();
     let mut before = setup::idle_reading(device, before_context, None)?;
     let start_ns = device.now_ns();
@@ -40,14 +35,9 @@ pub fn record_skipped(
             device: info.clone(),
             started,
             start_ns,
-            sample_interval_ns: opts
-                .sample_interval_ns
-                .unwrap_or(wl.settings.sample_interval_ns),
-            keep_free_bytes: opts
-                .keep_free_bytes
-                .or(wl.settings.keep_free_bytes)
-                .unwrap_or_else(|| default_keep_free(info.total_bytes)),
-            allow_oom: opts.allow_oom || wl.settings.allow_oom,
+            sample_interval_ns: opts.sample_interval_ns_for(wl),
+            keep_free_bytes: opts.keep_free_bytes_for(wl, info.total_bytes),
+            allow_oom: opts.allow_oom_for(wl),
             plan: opts.plan.clone(),
         },
         &mut before,

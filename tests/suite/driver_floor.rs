@@ -12,6 +12,20 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `headroom run workloads/quickstart.toml --out OUT -q EXTRA…` on the fake driver.
+fn run_quickstart(dir: &Path, out_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Out {
+    let wl = root().join("workloads/quickstart.toml");
+    let mut args = vec![
+        "run",
+        wl.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    on_fake(dir, &args, env)
+}
+
 fn summary(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
 }
@@ -19,7 +33,6 @@ fn summary(dir: &Path) -> serde_json::Value {
 #[test]
 fn a_present_driver_that_fails_is_exit_2_under_auto_never_a_simulated_run() {
     let dir = tempfile::tempdir().unwrap();
-    let quickstart = root().join("workloads/quickstart.toml");
     for error in [
         "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
         "CUDA_ERROR_STUB_LIBRARY",
@@ -28,17 +41,7 @@ fn a_present_driver_that_fails_is_exit_2_under_auto_never_a_simulated_run() {
         let out_dir = dir.path().join(error);
         let fault = format!("cuInit@*={error}");
         let env = [("HEADROOM_FAKE_FAULTS", fault.as_str())];
-        let run = on_fake(
-            dir.path(),
-            &[
-                "run",
-                quickstart.to_str().unwrap(),
-                "--out",
-                out_dir.to_str().unwrap(),
-                "-q",
-            ],
-            &env,
-        );
+        let run = run_quickstart(dir.path(), &out_dir, &[], &env);
         assert_eq!(run.code, 2, "{error}: {}", run.stderr);
         assert!(
             run.stderr.contains(&format!("cuInit failed: {error}")),
@@ -66,20 +69,9 @@ fn a_present_driver_that_fails_is_exit_2_under_auto_never_a_simulated_run() {
 #[test]
 fn no_device_falls_back_with_a_note_unless_a_gpu_is_required() {
     let dir = tempfile::tempdir().unwrap();
-    let quickstart = root().join("workloads/quickstart.toml");
     let env = [("HEADROOM_FAKE_FAULTS", "cuInit@*=CUDA_ERROR_NO_DEVICE")];
     let out_dir = dir.path().join("auto");
-    let run = on_fake(
-        dir.path(),
-        &[
-            "run",
-            quickstart.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-            "-q",
-        ],
-        &env,
-    );
+    let run = run_quickstart(dir.path(), &out_dir, &[], &env);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stderr.contains(
@@ -101,15 +93,7 @@ fn no_device_falls_back_with_a_note_unless_a_gpu_is_required() {
 
     for extra in [&["--require-gpu"][..], &["--backend", "cuda"][..]] {
         let out_dir = dir.path().join(extra.join(""));
-        let mut args = vec![
-            "run",
-            quickstart.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-            "-q",
-        ];
-        args.extend_from_slice(extra);
-        let refused = on_fake(dir.path(), &args, &env);
+        let refused = run_quickstart(dir.path(), &out_dir, extra, &env);
         assert_eq!(refused.code, 2, "{extra:?}: {}", refused.stderr);
         assert!(
             refused.stderr.contains("CUDA_ERROR_NO_DEVICE"),
@@ -161,18 +145,7 @@ fn require_gpu_refuses_a_simulated_device_and_passes_on_a_gpu() {
         sim.stderr
     );
     let out_dir = dir.path().join("gpu");
-    let gpu = on_fake(
-        dir.path(),
-        &[
-            "run",
-            quickstart.to_str().unwrap(),
-            "--require-gpu",
-            "--out",
-            out_dir.to_str().unwrap(),
-            "-q",
-        ],
-        &[],
-    );
+    let gpu = run_quickstart(dir.path(), &out_dir, &["--require-gpu"], &[]);
     assert_eq!(gpu.code, 0, "{}", gpu.stderr);
     assert_eq!(summary(&out_dir)["device"]["backend"], "cuda");
 }
