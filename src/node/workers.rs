@@ -1,10 +1,14 @@
 //! Worker processes: one `headroom … --device N` child per GPU, all started at once, each in
 //! its own process group with its output in a log file.
 //!
-//! The node's parent is the only process the terminal (or Slurm, or Kubernetes) signals: its
-//! first Ctrl-C or SIGTERM is forwarded to every worker as SIGINT (each stops after its current
-//! step, releases its memory and writes its results); a second one kills them. A worker whose
-//! parent disappears stops as if interrupted (`watch_parent`), so nothing is orphaned.
+//! A terminal signals the node's parent alone (the workers are in their own process groups); a
+//! scheduler (Slurm's `scancel` and time limit, Kubernetes, systemd) signals every process of
+//! the job at once. Either way the parent's first Ctrl-C or SIGTERM is forwarded to every worker
+//! as SIGINT, once: each stops after its current step, releases its memory and writes its
+//! results, and a worker that hears the scheduler's signal and the forwarded one takes them as
+//! one request (`crate::signals`). Only a deliberate second Ctrl-C at the terminal kills them. A
+//! worker whose parent disappears stops as if interrupted (`watch_parent`), so nothing is
+//! orphaned.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,7 +26,7 @@ pub use crate::workload::rank::{RANK_COUNT_ENV, RANK_ENV};
 /// How often the parent looks at its workers.
 const POLL: Duration = Duration::from_millis(20);
 
-/// Live workers by pid, so a second interrupt can kill them all (`kill_all`).
+/// Live workers by pid, so a second Ctrl-C at the terminal can kill them all (`kill_all`).
 static LIVE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 fn live() -> std::sync::MutexGuard<'static, Vec<u32>> {
@@ -130,7 +134,7 @@ fn spawn(exe: &std::path::Path, s: &WorkerSpec) -> anyhow::Result<Child> {
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(err))
         // Its own process group: a terminal's Ctrl-C reaches the parent alone, which forwards
-        // it once (twice would make each worker quit without writing its results).
+        // it once.
         .process_group(0)
         .spawn()
         .with_context(|| format!("cannot start {}", exe.display()))
@@ -154,7 +158,8 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
-/// Kills every live worker at once (a second Ctrl-C: the driver reclaims their memory).
+/// Kills every live worker at once (a second Ctrl-C at the terminal: the driver reclaims
+/// their memory).
 pub fn kill_all() {
     for pid in live().iter() {
         signal(*pid, libc::SIGKILL);

@@ -193,3 +193,57 @@ fn workers_stop_on_their_own_when_the_node_process_is_killed() {
         "the node itself never finished"
     );
 }
+
+/// One phase that finishes at once, then a minute of GPU work in short steps.
+const FINISHED_THEN_LONG: &str = "[[phase]]\nname = \"load\"\nsteps = [{ op = \"allocate\", name = \"w\", size = \"128MiB\" }]\n\n[[phase]]\nname = \"serve\"\nsteps = [\n { op = \"repeat\", times = 3000, steps = [{ op = \"spin\", for = \"20ms\" }, { op = \"synchronize\" }] },\n]\n";
+
+/// As Slurm's `scancel` and time limit, Kubernetes and systemd do: SIGTERM to the node and to
+/// every worker at the same moment. Each worker hears it twice (its own and the node's
+/// forwarded SIGINT) and takes it as one request: every record is `interrupted`, with the
+/// phase it finished.
+#[test]
+fn a_node_and_all_its_workers_signalled_together_record_every_worker_interrupted() {
+    let b = Bench::new(Backend::Fake);
+    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
+    let (mut node, out) = start_node(&b, FINISHED_THEN_LONG);
+    let pids = wait_for_workers(&out, 3);
+    // Every worker inside its second phase before the signal.
+    let t0 = Instant::now();
+    for g in node_json(&out)["gpus"].as_array().unwrap() {
+        let events = out.join(g["folder"].as_str().unwrap()).join("events.csv");
+        while !std::fs::read_to_string(&events).is_ok_and(|t| t.contains("serve")) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "never reached serve");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut all: Vec<String> = vec!["-TERM".into(), node.id().to_string()];
+    all.extend(pids.iter().map(u32::to_string));
+    assert!(Command::new("kill").args(&all).status().unwrap().success());
+    let status = node.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let n = node_json(&out);
+    assert_eq!(n["status"], "interrupted");
+    for (i, g) in n["gpus"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            (g["outcome"].as_str(), g["exit_code"].as_i64(), g["signal"].as_i64()),
+            (Some("ran"), Some(130), None),
+            "GPU {i}: {g}"
+        );
+        assert_eq!(g["status"], "interrupted", "GPU {i}");
+        let dir = out.join(g["folder"].as_str().unwrap());
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(s["status"], "interrupted", "GPU {i}");
+        assert_eq!(s["phases"][0]["name"], "load");
+        assert_eq!(s["phases"][0]["status"], "completed", "GPU {i}");
+        assert_eq!(
+            s["phases"][0]["peaks"]["own_bytes"]["bytes"],
+            128 * 1024 * 1024,
+            "GPU {i}"
+        );
+        assert_eq!(s["phases"][1]["name"], "serve");
+        assert_eq!(s["phases"][1]["status"], "stopped", "GPU {i}");
+    }
+    assert!(pids.iter().all(|p| !alive(*p)), "a worker outlived its node");
+}
