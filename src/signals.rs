@@ -135,8 +135,7 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
         // SAFETY: `byte` is a valid one-byte buffer; `fd` is this thread's read end.
         let n = unsafe { libc::read(fd, byte.as_mut_ptr().cast(), 1) };
         if n != 1 {
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-            {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             return;

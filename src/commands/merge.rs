@@ -1,24 +1,56 @@
-//! `headroom merge DIR…`.
+//! `headroom merge DIR…`: the folders streamed, the CSV written as they are read.
 
 use std::io::Write as _;
 
 use crate::cli::MergeArgs;
+use crate::report::escape;
 use crate::report::merge;
 
 pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
-    let m = merge::load(&args.dirs, args.skip_incomplete)?;
-    for (dir, why) in &m.skipped {
-        eprintln!("skipped {}: incomplete: {why}", dir.display());
-    }
-    for note in &m.node_notes {
-        eprintln!("note: {note}");
-    }
-    let csv = merge::csv(&m.runs)?;
     if let Some(out) = &args.out {
-        merge::write_new(out, &csv, args.force)?;
+        merge::check_new(out, args.force)?;
+    }
+    let mut file = args
+        .out
+        .as_deref()
+        .map(merge::CsvFile::create)
+        .transpose()?;
+    let mut stdout = args.csv.then(|| {
+        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(std::io::stdout()));
+        let _ = w.write_record(merge::header());
+        w
+    });
+    let m = merge::stream(
+        &args.dirs,
+        args.skip_incomplete,
+        |row| {
+            if let Some(f) = &mut file {
+                f.row(&row)?;
+            }
+            if let Some(w) = &mut stdout {
+                w.write_record(&row)?;
+            }
+            Ok(())
+        },
+        |dir, why| {
+            eprintln!(
+                "skipped {}: incomplete: {}",
+                escape::line(&dir.display().to_string()),
+                escape::line(why)
+            );
+        },
+    )?;
+    for name in &m.unfinished_nodes {
+        eprintln!(
+            "note: {}: the node never finished (node.json still says running); its GPUs are judged one by one",
+            escape::line(name)
+        );
+    }
+    if let Some(f) = file {
+        f.finish()?;
         eprintln!(
             "wrote {} ({} runs{})",
-            out.display(),
+            escape::line(&args.out.as_ref().expect("--out").display().to_string()),
             m.runs.len(),
             if m.skipped.is_empty() {
                 String::new()
@@ -27,8 +59,9 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
             }
         );
     }
-    if args.csv {
-        std::io::stdout().write_all(&csv)?;
+    if let Some(w) = stdout {
+        let mut inner = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+        inner.flush()?;
     } else {
         crate::out!("{}", merge::markdown(&m))?;
     }

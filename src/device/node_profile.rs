@@ -30,6 +30,35 @@ use crate::units::Size;
 pub const BUILTIN_NODES: &[(&str, &str)] =
     &[("8xh100-80g", include_str!("../../profiles/8xh100-80g.toml"))];
 
+/// The variables a scheduler sets that tell one node of a fleet from another: a Slurm array
+/// task, a Kubernetes Indexed Job's index, a node of a multi-node Slurm job.
+pub const FLEET_RANK_VARS: [&str; 3] = [
+    "SLURM_ARRAY_TASK_ID",
+    "JOB_COMPLETION_INDEX",
+    "SLURM_NODEID",
+];
+
+/// Which node of a fleet this simulated node is: the scheduler's ranks of it and the host's
+/// name, when a scheduler set any (so every simulated node of a fleet has UUIDs of its own, as
+/// real GPUs do); `None` outside one, where a profile's cards keep the same UUIDs in every run.
+pub fn fleet_identity() -> Option<String> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let ranks: Vec<String> = FLEET_RANK_VARS
+            .iter()
+            .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+            .collect();
+        if ranks.is_empty() {
+            return None;
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        Some(format!("{}@{host}", ranks.join(",")))
+    })
+    .clone()
+}
+
 /// The most cards a node profile may have.
 pub const MAX_DEVICES: u32 = 64;
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::record::View;
 use crate::record::timeline::FORMAT_VERSION;
+use crate::report::escape::line;
 use crate::report::markdown::{cell, status_name};
 use crate::report::rundata::load_summary;
 use crate::report::summary::Summary;
@@ -135,7 +136,7 @@ fn finished(dir: &Path) -> anyhow::Result<Summary> {
     anyhow::ensure!(
         reasons.is_empty(),
         "{}: incomplete, not a result to compare: {}",
-        dir.display(),
+        line(&dir.display().to_string()),
         crate::report::complete::describe(&reasons)
     );
     load_summary(dir)
@@ -290,19 +291,20 @@ fn sections(c: &Comparison) -> [(&'static str, &[Row]); 4] {
 /// The comparison as an aligned text table.
 pub fn render_text(c: &Comparison) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "A: {}", run_line(&c.a));
-    let _ = writeln!(o, "B: {}", run_line(&c.b));
+    let _ = writeln!(o, "A: {}", line(&run_line(&c.a)));
+    let _ = writeln!(o, "B: {}", line(&run_line(&c.b)));
     if !c.same_workload {
         let _ = writeln!(
             o,
             "note: the workloads differ ({} vs {}): the deltas compare different work",
-            c.a.workload, c.b.workload
+            line(&c.a.workload),
+            line(&c.b.workload)
         );
     }
     for (title, rows) in sections(c) {
         let w = rows
             .iter()
-            .map(|r| r.name.len())
+            .map(|r| line(&r.name).chars().count())
             .max()
             .unwrap_or(0)
             .max(title.len());
@@ -317,7 +319,7 @@ pub fn render_text(c: &Comparison) -> String {
             let _ = writeln!(
                 o,
                 "{:<w$} {:>12} {:>12} {:>13} {:>9}",
-                r.name,
+                line(&r.name),
                 human(r.a_bytes),
                 human(r.b_bytes),
                 d,
@@ -326,8 +328,8 @@ pub fn render_text(c: &Comparison) -> String {
         }
     }
     let _ = writeln!(o);
-    let _ = writeln!(o, "OOM A: {}", oom_line(&c.a));
-    let _ = writeln!(o, "OOM B: {}", oom_line(&c.b));
+    let _ = writeln!(o, "OOM A: {}", line(&oom_line(&c.a)));
+    let _ = writeln!(o, "OOM B: {}", line(&oom_line(&c.b)));
     let _ = writeln!(
         o,
         "expectations held: A {}/{}, B {}/{}",
@@ -337,6 +339,19 @@ pub fn render_text(c: &Comparison) -> String {
         c.b.expectations_total
     );
     o
+}
+
+/// A name as inline code when it is plain (letters, digits, spaces, `_./:-`), else escaped text: a
+/// backtick or markup in a phase name cannot break out of the cell.
+fn code(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:- ".contains(c))
+    {
+        format!("`{s}`")
+    } else {
+        cell(s)
+    }
 }
 
 /// The comparison as Markdown tables.
@@ -349,7 +364,8 @@ pub fn render_markdown(c: &Comparison) -> String {
         let _ = writeln!(
             o,
             "- note: the workloads differ ({} vs {})",
-            c.a.workload, c.b.workload
+            cell(&c.a.workload),
+            cell(&c.b.workload)
         );
     }
     for (title, rows) in sections(c) {
@@ -361,8 +377,8 @@ pub fn render_markdown(c: &Comparison) -> String {
             let (d, p) = delta(r);
             let _ = writeln!(
                 o,
-                "| `{}` | {} | {} | {d} | {p} |",
-                r.name,
+                "| {} | {} | {} | {d} | {p} |",
+                code(&r.name),
                 human(r.a_bytes),
                 human(r.b_bytes)
             );

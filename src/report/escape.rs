@@ -28,6 +28,14 @@ pub fn document(s: &str) -> String {
     out
 }
 
+/// One line of text for a terminal (a folder name, a workload or phase name, a message):
+/// every control character escaped, line breaks included.
+pub fn line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    visible_into(&mut out, s, false);
+    out
+}
+
 /// One piece of text inside Markdown: control characters escaped, and `&`, `<`, `>` written as
 /// entities so a name such as `<script>` stays text in every renderer.
 pub fn md(s: &str) -> String {
@@ -58,5 +66,6 @@ mod tests {
         assert_eq!(md("x\u{1b}[2Jy\nz"), "x\\u{1b}[2Jy\\u{a}z");
         assert_eq!(document("a\u{1b}[2J\nb\tc\u{7}"), "a\\u{1b}[2J\nb\tc\\u{7}");
         assert_eq!(md("GiB é −"), "GiB é −");
+        assert_eq!(line("a\u{1b}[31mb\nc<d>"), "a\\u{1b}[31mb\\u{a}c<d>");
     }
 }

@@ -189,7 +189,10 @@ fn the_kubernetes_indexed_job_runs_one_node_per_index_and_merges_what_is_left() 
     );
     let md = std::fs::read_to_string(fleet.join("fleet.md")).unwrap();
     assert!(md.contains("### Skipped: incomplete (1)"), "{md}");
-    assert!(md.contains("node-2: the node never finished"), "{md}");
+    assert!(
+        md.contains("1 node never finished (node.json still says running; its GPUs are judged one by one): node-2"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -241,9 +244,14 @@ fn the_slurm_array_runs_one_node_per_task_and_a_dependent_merge() {
         "{}",
         r.stderr
     );
-    assert_eq!(csv_rows(&job.join("fleet.csv")).len(), 5);
+    let rows = csv_rows(&job.join("fleet.csv"));
+    assert_eq!(rows.len(), 5);
+    // Each array task's simulated node has UUIDs of its own (its rank is part of them).
+    let uuids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r["uuid"].as_str()).collect();
+    assert_eq!(uuids.len(), 5, "{uuids:?}");
     let md = std::fs::read_to_string(job.join("fleet.md")).unwrap();
-    assert!(md.contains("## headroom merge: 5 runs"), "{md}");
+    assert!(md.contains("## headroom merge: 5 runs on 3 nodes"), "{md}");
+    assert!(!md.contains("duplicate UUID"), "{md}");
     // Outside an array task the script says what it needs.
     let r = site.command("bash", &[script], &[]);
     assert_ne!(r.code, 0);

@@ -21,6 +21,7 @@ mod files_people_open;
 mod fit;
 mod fleet;
 mod fleet_reports;
+mod fleet_text;
 mod gpu_check;
 mod gpu_check_cards;
 mod graphs_sim;

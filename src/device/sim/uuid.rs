@@ -26,15 +26,21 @@ pub fn sim_uuid(profile: &str, index: u32) -> String {
 
 /// The UUID of a simulated card and, for a MIG instance card, its MIG identity: `MIG-…`
 /// (the instance) with the parent's `GPU-…` as the parent UUID, as NVML writes them.
+/// Inside a fleet (a scheduler's rank is set) the node's identity is part of the hash, so
+/// simulated nodes never share UUIDs (`node_profile::fleet_identity`).
 pub fn sim_card_identity(card: &SimProfile, index: u32) -> (String, Option<MigIdentity>) {
-    let uuid = sim_uuid(&card.name, index);
+    let seeded = |name: &str| match crate::device::node_profile::fleet_identity() {
+        Some(id) => format!("{name}\u{0}{id}"),
+        None => name.to_string(),
+    };
+    let uuid = sim_uuid(&seeded(&card.name), index);
     let Some(of) = &card.mig_of else {
         return (uuid, None);
     };
     let identity = MigIdentity {
         profile: Some(of.profile.clone()),
         parent_index: Some(index),
-        parent_uuid: sim_uuid(&of.parent, index),
+        parent_uuid: sim_uuid(&seeded(&of.parent), index),
         parent_name: Some(of.parent_gpu_name.clone()),
         gpu_instance_id: None,
         compute_instance_id: None,

@@ -257,7 +257,7 @@ fn a_node_runs_every_gpu_skips_the_busy_one_and_flags_the_short_one(b: Backend) 
     let md = std::fs::read_to_string(out.join("node.md")).unwrap();
     assert_eq!(md, r.stdout);
     assert!(md.contains("2 ran, 1 skipped, 0 failed"), "{md}");
-    // The node is a folder merge reads: the two runs, and the GPU it skipped as a note.
+    // The node is a folder merge reads: the two runs, and the GPU it skipped as a finding.
     let m = b.run(&["merge", out.to_str().unwrap()]);
     assert_eq!(m.code, 0, "{}", m.stderr);
     assert!(
@@ -266,13 +266,14 @@ fn a_node_runs_every_gpu_skips_the_busy_one_and_flags_the_short_one(b: Backend) 
         m.stdout
     );
     assert!(
-        m.stdout.contains("was not run: in use by pid"),
+        m.stdout
+            .contains("- GPU index 2 not run on 1/1 nodes (node): in use by pid"),
         "{}",
         m.stdout
     );
     assert!(
         m.stdout
-            .contains("CUDA-visible total 3.88 GiB is 128.00 MiB below the median 4.00 GiB"),
+            .contains("- GPU index 1: CUDA-visible total 128.00 MiB below the median (4.00 GiB) on 1/1 nodes (node)\n"),
         "{}",
         m.stdout
     );

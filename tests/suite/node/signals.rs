@@ -212,7 +212,10 @@ fn a_node_and_all_its_workers_signalled_together_record_every_worker_interrupted
     for g in node_json(&out)["gpus"].as_array().unwrap() {
         let events = out.join(g["folder"].as_str().unwrap()).join("events.csv");
         while !std::fs::read_to_string(&events).is_ok_and(|t| t.contains("serve")) {
-            assert!(t0.elapsed() < Duration::from_secs(30), "never reached serve");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "never reached serve"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -225,7 +228,11 @@ fn a_node_and_all_its_workers_signalled_together_record_every_worker_interrupted
     assert_eq!(n["status"], "interrupted");
     for (i, g) in n["gpus"].as_array().unwrap().iter().enumerate() {
         assert_eq!(
-            (g["outcome"].as_str(), g["exit_code"].as_i64(), g["signal"].as_i64()),
+            (
+                g["outcome"].as_str(),
+                g["exit_code"].as_i64(),
+                g["signal"].as_i64()
+            ),
             (Some("ran"), Some(130), None),
             "GPU {i}: {g}"
         );
@@ -245,5 +252,8 @@ fn a_node_and_all_its_workers_signalled_together_record_every_worker_interrupted
         assert_eq!(s["phases"][1]["name"], "serve");
         assert_eq!(s["phases"][1]["status"], "stopped", "GPU {i}");
     }
-    assert!(pids.iter().all(|p| !alive(*p)), "a worker outlived its node");
+    assert!(
+        pids.iter().all(|p| !alive(*p)),
+        "a worker outlived its node"
+    );
 }
