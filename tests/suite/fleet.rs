@@ -239,11 +239,15 @@ fn the_slurm_array_runs_one_node_per_task_and_a_dependent_merge() {
     kill_node(&job.join("node-1"));
     let r = site.command("bash", &[script, "merge", "77"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // Its log, like every task's, is under RESULTS, not where it was submitted from.
+    let log = std::fs::read_to_string(job.join("logs/merge.log")).unwrap();
     assert!(
-        r.stderr.contains("skipped") && r.stderr.contains("node-1/gpu1-"),
-        "{}",
-        r.stderr
+        log.contains("skipped") && log.contains("node-1/gpu1-"),
+        "{log}"
     );
+    for task in 0..3 {
+        assert!(job.join(format!("logs/task-{task}.log")).is_file());
+    }
     let rows = csv_rows(&job.join("fleet.csv"));
     assert_eq!(rows.len(), 5);
     // Each array task's simulated node has UUIDs of its own (its rank is part of them).

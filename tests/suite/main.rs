@@ -20,6 +20,7 @@ mod fake_gpu;
 mod files_people_open;
 mod fit;
 mod fleet;
+mod fleet_image;
 mod fleet_reports;
 mod fleet_text;
 mod gpu_check;
