@@ -43,6 +43,7 @@ mod replay;
 mod reports;
 mod run_sim;
 mod schema;
+mod slurm;
 mod torch_import;
 mod watch_fake;
 mod watch_sim;
