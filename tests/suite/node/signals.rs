@@ -257,3 +257,121 @@ fn a_node_and_all_its_workers_signalled_together_record_every_worker_interrupted
         "a worker outlived its node"
     );
 }
+
+/// A pseudo-terminal: its master and the slave's path.
+fn pty() -> (std::fs::File, PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt has no memory preconditions; the fd is checked.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(
+        master >= 0,
+        "posix_openpt: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `master` is the pty master just opened.
+    assert_eq!(unsafe { libc::grantpt(master) }, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::unlockpt(master) }, 0);
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: `name` is a writable buffer of the length given.
+    assert_eq!(
+        unsafe { libc::ptsname_r(master, name.as_mut_ptr(), name.len()) },
+        0
+    );
+    // SAFETY: ptsname_r wrote a NUL-terminated path into `name`.
+    let path = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `master` is an open fd this function owns from here on.
+    (
+        unsafe { std::fs::File::from_raw_fd(master) },
+        PathBuf::from(path),
+    )
+}
+
+/// Only a deliberate second Ctrl-C at the terminal (more than a second after the first) quits
+/// now: a second one at once, and a SIGINT from another process, are the same request. The
+/// workers are stopped (SIGSTOP) so the node is still waiting for them when the signals come.
+#[test]
+fn only_a_deliberate_second_ctrl_c_at_the_terminal_kills_the_workers() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let b = Bench::new(Backend::Fake);
+    std::fs::write(b.path().join("node.toml"), NO_BUSY).unwrap();
+    let wl = b.workload("slow", LONG);
+    let out = b.path().join("node");
+    let (mut master, slave_path) = pty();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&slave_path)
+        .unwrap();
+    let slave_fd = slave.as_raw_fd();
+    let mut cmd = b.command(&[
+        "run",
+        &wl,
+        "--device",
+        "all",
+        "-q",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    cmd.stdin(Stdio::from(slave))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid and ioctl are async-signal-safe; the slave fd stays open in the child
+    // until exec (it is its stdin).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut node = cmd.spawn().unwrap();
+    let pids = wait_for_workers(&out, 3);
+    for p in &pids {
+        signal(*p, "-STOP");
+    }
+    let ctrl_c = |m: &mut std::fs::File| m.write_all(b"\x03").unwrap();
+    ctrl_c(&mut master);
+    std::thread::sleep(Duration::from_millis(100));
+    ctrl_c(&mut master);
+    signal(node.id(), "-INT");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        node.try_wait().unwrap().is_none(),
+        "a second Ctrl-C within the window, or a SIGINT from a process, ended the node"
+    );
+    assert!(pids.iter().all(|p| alive(*p)));
+    let t0 = Instant::now();
+    ctrl_c(&mut master);
+    let status = loop {
+        if let Some(s) = node.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the deliberate second Ctrl-C did not quit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut node.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("interrupted (SIGINT)"), "{stderr}");
+    assert!(
+        stderr.contains("SIGINT again: already stopping"),
+        "{stderr}"
+    );
+    let t0 = Instant::now();
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "workers outlived the quit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
