@@ -5,7 +5,7 @@
 //!
 //! One node is run for real on the simulator (`8xh100-80g`: card 3 is 128 MiB short, card 5
 //! busy); the fleet is that node folder copied 1,000 times with UUIDs of each node's own, but
-//! node-7, a copy of node-3 (a GPU counted twice).
+//! node-7, a copy of node-3 (a GPU counted twice), and one run that says `oom`.
 
 mod common;
 
@@ -47,13 +47,19 @@ fn run_measured(cwd: &Path, args: &[&str], stdout: &Path) -> (i32, u64) {
     (code, usage.ru_maxrss as u64 * 1024)
 }
 
+/// The folder of GPU `index` in the template node.
+fn template_folder(template: &Path, index: usize) -> String {
+    let n: serde_json::Value = serde_json::from_str(&read(&template.join("node.json"))).unwrap();
+    n["gpus"][index]["folder"].as_str().unwrap().to_string()
+}
+
 /// `uuid` with its last 12 hex digits replaced by `node`'s number: every node's own.
 fn node_uuid(uuid: &str, node: usize) -> String {
     format!("{}{node:012x}", &uuid[..uuid.len() - 12])
 }
 
 /// Writes `fleet/node-<i>/` for every i: the template's files with node i's UUIDs (node-7's
-/// are node-3's). The template must be on the same file system (its CSVs are linked).
+/// are node-3's; node-42's GPU 0 says `oom`). The template must be on the same file system (its CSVs are linked).
 fn generate(template: &Path, fleet: &Path) -> Vec<String> {
     let node_json = read(&template.join("node.json"));
     let n: serde_json::Value = serde_json::from_str(&node_json).unwrap();
@@ -100,7 +106,12 @@ fn generate(template: &Path, fleet: &Path) -> Vec<String> {
             std::fs::create_dir(&g).unwrap();
             for (name, text) in fs {
                 if *name == "summary.json" {
-                    std::fs::write(g.join(name), subst(text)).unwrap();
+                    let mut text = subst(text);
+                    if i == 42 && folder.starts_with("gpu0-") {
+                        // One run of the fleet ended otherwise than the rest.
+                        text = text.replacen("\"status\": \"completed\"", "\"status\": \"oom\"", 1);
+                    }
+                    std::fs::write(g.join(name), text).unwrap();
                 } else {
                     // The CSVs hold no UUID: one copy, linked into every node.
                     std::fs::hard_link(template.join(folder).join(name), g.join(name)).unwrap();
@@ -181,6 +192,11 @@ fn a_thousand_nodes_merge_in_bounded_memory_into_a_short_report() {
         md.contains("- GPU index 5 not run on 1000/1000 nodes: in use by pid 4242 (20.00 GiB)"),
         "{md}"
     );
+    let odd = format!(
+        "- status oom on 1/7000 runs (node-42/{}); the others completed\n",
+        template_folder(&template, 0)
+    );
+    assert!(md.contains(&odd), "{md}");
     // node-7 holds node-3's GPUs: eight UUIDs twice, five named, the rest counted.
     let dup0 = format!(
         "- duplicate UUID {} on 2 GPUs (node-3 GPU 0, node-7 GPU 0)",

@@ -90,12 +90,14 @@ pub(super) fn slurm_available() -> Result<(), String> {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two free TCP ports on the loopback interface (held together while chosen, so they differ).
+fn free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 /// The processes (not zombies) whose environment carries `MARK=dir`: pid and command line.
@@ -188,6 +190,7 @@ impl Cluster {
             .find_map(|w| w.strip_prefix("CPUs=").map(str::to_string))
             .unwrap_or_else(|| "1".into());
         let d_ = d.display();
+        let (ctld_port, slurmd_port) = free_ports();
         let conf = format!(
             "ClusterName=headroom\nSlurmctldHost=localhost(127.0.0.1)\nSlurmUser=root\n\
              SlurmdUser=root\nAuthType=auth/munge\nCredType=cred/munge\n\
@@ -202,8 +205,7 @@ impl Cluster {
              CommunicationParameters=NoInAddrAny,NoCtldInAddrAny\n\
              NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:8 State=UNKNOWN\n\
              PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
-            free_port(),
-            free_port(),
+            ctld_port, slurmd_port,
         );
         std::fs::write(d.join("slurm.conf"), conf).unwrap();
         std::fs::write(
