@@ -152,7 +152,6 @@ fn a_thousand_nodes_merge_in_bounded_memory_into_a_short_report() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let fleet = tmp.path().join("fleet");
     let uuids = generate(&template, &fleet);
-    let t0 = std::time::Instant::now();
     let csv = tmp.path().join("fleet.csv");
     let md_path = tmp.path().join("fleet.md");
     let t0 = std::time::Instant::now();
