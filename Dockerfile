@@ -21,7 +21,9 @@ COPY workloads /workloads
 COPY profiles /profiles
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-# Results go to a mounted volume (job.yaml's /results); nothing needs root.
+# Results go to /results (job.yaml mounts a volume there), writable by the user that runs;
+# nothing needs root.
+RUN mkdir /results && chown 10001:10001 /results
 USER 10001:10001
 WORKDIR /results
 ENTRYPOINT ["headroom"]

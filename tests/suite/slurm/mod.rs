@@ -158,6 +158,18 @@ fn the_documented_slurm_array_runs_on_a_real_slurm_and_scancel_and_time_limits_i
         let gpus = n["gpus"].as_array().unwrap();
         assert_eq!(gpus.len(), 8);
         assert_eq!(gpus.iter().filter(|g| g["outcome"] == "ran").count(), 7);
+        for g in gpus.iter().filter(|g| g["outcome"] == "ran") {
+            let dir = job
+                .join(format!("node-{task}"))
+                .join(g["folder"].as_str().unwrap());
+            let s = json(&dir.join("summary.json"));
+            assert_eq!(s["status"], "completed", "{}", dir.display());
+            assert_eq!(s["workload"]["name"], "quickstart");
+        }
+        assert_eq!(
+            gpus[5]["outcome"], "skipped",
+            "card 5 is busy on 8xh100-80g"
+        );
         assert!(job.join(format!("logs/task-{task}.log")).is_file());
     }
     let rows = csv_rows(&job.join("fleet.csv"));
