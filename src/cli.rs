@@ -187,7 +187,9 @@ pub struct WatchArgs {
     /// simulated device.
     #[arg(long, value_name = "FILE")]
     pub sim_script: Option<PathBuf>,
-    /// Print summary.json to stdout when the job has ended.
+    /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
+    /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
+    /// document.
     #[arg(long)]
     pub json: bool,
     /// Print nothing of headroom's own but errors (the job's output still passes through).

@@ -1,5 +1,9 @@
 //! The `headroom` binary: parse, dispatch, print `error: …`, exit with the command's code.
 
+// Every print goes through `headroom::output` (see `src/lib.rs`).
+#![deny(clippy::print_stdout)]
+#![deny(clippy::print_stderr)]
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,14 +27,14 @@ fn main() -> ExitCode {
             std::process::exit(130);
         }
 
-        eprintln!(
+        headroom::errln!(
             "\ninterrupted: stopping after this step and releasing device memory (Ctrl-C again to quit now)"
         );
     });
     match headroom::commands::dispatch(cli, interrupted) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            headroom::errln!("error: {e:#}");
             ExitCode::from(2)
         }
     }

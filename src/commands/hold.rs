@@ -1,6 +1,5 @@
 //! `headroom hold SIZE --for DURATION`: be another tenant holding device memory.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -67,7 +66,6 @@ pub fn hold(
             ""
         }
     )?;
-    std::io::stdout().flush()?;
     let end = Instant::now() + Duration::from_nanos(args.duration);
     let mut why = "the time was up";
     while Instant::now() < end {
@@ -86,7 +84,7 @@ pub fn hold(
     if let Some(p) = ptr {
         d.free(p)?;
     }
-    eprintln!("released {} ({why})", Bytes(args.size));
+    crate::errln!("released {} ({why})", Bytes(args.size));
     // Interrupted by a signal is exit 130, as for every command.
     Ok(if why == "interrupted" { 130 } else { 0 })
 }

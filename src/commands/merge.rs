@@ -1,22 +1,20 @@
 //! `headroom merge DIR…`.
 
-use std::io::Write as _;
-
 use crate::cli::MergeArgs;
 use crate::report::merge;
 
 pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
     let m = merge::load(&args.dirs, args.skip_incomplete)?;
     for (dir, why) in &m.skipped {
-        eprintln!("skipped {}: incomplete: {why}", dir.display());
+        crate::errln!("skipped {}: incomplete: {why}", dir.display());
     }
     for note in &m.node_notes {
-        eprintln!("note: {note}");
+        crate::errln!("note: {note}");
     }
     let csv = merge::csv(&m.runs)?;
     if let Some(out) = &args.out {
         merge::write_new(out, &csv, args.force)?;
-        eprintln!(
+        crate::errln!(
             "wrote {} ({} runs{})",
             out.display(),
             m.runs.len(),
@@ -28,7 +26,7 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
         );
     }
     if args.csv {
-        std::io::stdout().write_all(&csv)?;
+        crate::output::print_bytes(&csv)?;
     } else {
         crate::out!("{}", merge::markdown(&m))?;
     }

@@ -73,9 +73,9 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     let report = match unfit {
         Some(why) => {
             if let Some(n) = &opened.notice {
-                eprintln!("note: {n}");
+                crate::errln!("note: {n}");
             }
-            eprintln!("skipped: {}: {why}", args.workload.display());
+            crate::errln!("skipped: {}: {why}", args.workload.display());
             record_skipped(
                 &wl,
                 opened.device.as_mut(),
@@ -113,7 +113,7 @@ fn refuse_shared(opened: &mut Opened) -> anyhow::Result<()> {
     };
     let nvml_used = opened.device.nvml_memory().map(|m| m.used_bytes);
     if let Some(why) = crate::device::process_list_doubt(&ps, nvml_used) {
-        eprintln!(
+        crate::errln!(
             "note: the driver's process list cannot be trusted here ({why}); whether other \
              processes use this GPU is not known, and it is not refused on that evidence"
         );

@@ -27,7 +27,7 @@ pub fn validate(
 ) -> anyhow::Result<i32> {
     match run(dev, args, interrupted) {
         Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
-            eprintln!("interrupted: the probes so far are in their folders");
+            crate::errln!("interrupted: the probes so far are in their folders");
             Ok(130)
         }
         other => other,
@@ -116,7 +116,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
     let Some(spec) = spec else {
         let r = &resolved[0].1;
         if progress {
-            eprintln!(
+            crate::errln!(
                 "validating plan {:?}: {} planned; each probe is a run under {}",
                 r.plan.name,
                 r.planned_requests,
@@ -138,7 +138,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         std::fs::create_dir_all(&pdir)
             .with_context(|| format!("cannot create {}", pdir.display()))?;
         if progress {
-            eprintln!("{label}: {} planned", r.planned_requests);
+            crate::errln!("{label}: {} planned", r.planned_requests);
         }
         results.push(validate::validate(r, &mut session, &pdir).with_context(|| label.clone())?);
     }

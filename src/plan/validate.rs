@@ -181,7 +181,7 @@ impl Prober<'_, '_> {
             outcome,
         };
         if self.s.progress {
-            eprintln!(
+            crate::errln!(
                 "  {n:>5} requests: {}{}",
                 record.outcome.word(),
                 headroom.map_or(String::new(), |h| format!(

@@ -32,7 +32,7 @@ use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
 use crate::oom::OomRecord;
 use crate::record::timeline::{EventLog, Recorder};
-use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
 use crate::sampler::LiveViews;
 use crate::units::{GIB, utc_folder_stamp};
@@ -195,7 +195,7 @@ pub(crate) struct Runner<'w, 'd> {
 /// Runs a parsed workload on an opened device and writes its results.
 pub fn run(wl: &Workload, mut opened: Opened, opts: &RunOptions) -> anyhow::Result<RunReport> {
     if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
+        crate::errln!("note: {n}");
     }
     run_on(wl, opened.device.as_mut(), opened.before_context, opts)
 }
@@ -325,13 +325,27 @@ fn start_recording(
     // driver call keeps every step before it.
     events.set_flush_each_row(!info.is_sim());
     let idle = &before.idle.after_context;
+    // Every view a run has is known at the idle reading (nothing allocated, no pool or graph
+    // memory yet): the first row gives every byte column a number, so a CSV reader that
+    // infers types (polars, pandas) types them alike in every run's file.
     timeline.push(Reading {
         t_ns: idle.t_ns,
         phase: NO_PHASE,
         source: Source::Idle,
         device_free_bytes: idle.device_free_bytes,
-        views: ViewSet::default().with(View::OwnBytes, 0),
+        views: alloc
+            .stats()
+            .views()
+            .with(View::OwnBytes, 0)
+            .with(View::PoolUsed, 0)
+            .with(View::PoolReserved, 0)
+            .with(View::GraphUsed, 0)
+            .with(View::GraphReserved, 0),
     });
+    // On disk at once with the header: a run killed from here on leaves a typed first row.
+    timeline
+        .flush()
+        .with_context(|| format!("cannot write {}", dir.join("timeline.csv").display()))?;
     let live = Arc::new(LiveViews::default());
     live.publish(alloc.stats().views().with(View::OwnBytes, 0));
     // Readings from a thread arrive late; they are held back this long on a real GPU.

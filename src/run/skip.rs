@@ -72,7 +72,7 @@ pub fn record_skipped(
     write_summary(&dir, &summary)
         .with_context(|| format!("cannot write {}", csv_path("summary.json")))?;
     if let Err(e) = crate::report::artifacts::write_all(&dir, &summary) {
-        eprintln!("warning: writing the run's reports: {e:#}");
+        crate::errln!("warning: writing the run's reports: {e:#}");
     }
     Ok(RunReport {
         dir,

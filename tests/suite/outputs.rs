@@ -175,3 +175,131 @@ fn a_write_that_fails_names_the_file_and_exits_2() {
     // Everything the run held was released before the record was written.
     assert_eq!(s["release"]["difference_bytes"], 0, "{}", s["release"]);
 }
+
+/// Runs `headroom run WL --profile P --out DIR -q` in `dir` and returns the folder.
+fn run_into(dir: &std::path::Path, wl: &str, profile: &str, name: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join(name);
+    let o = headroom(
+        dir,
+        &[
+            "run",
+            root.join(wl).to_str().unwrap(),
+            "--profile",
+            profile,
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+    );
+    assert!(o.code <= 1, "{wl}: {}", o.stderr);
+    out
+}
+
+/// Every CSV has its header from the moment it exists, and each column one type in every
+/// run: polars, with its default settings, reads the timelines, events and allocation logs
+/// of a completed run, OOM runs of two causes, a pool run, a graph run and a SIGKILLed run,
+/// and concatenates each kind.
+#[test]
+fn polars_reads_and_concatenates_the_csvs_of_different_runs_with_its_defaults() {
+    if !crate::common::schema::tools_or_skip("outputs::polars") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut dirs = vec![
+        run_into(dir.path(), "workloads/quickstart.toml", "tiny-4g", "quick"),
+        run_into(
+            dir.path(),
+            "workloads/oom/fragmentation.toml",
+            "tiny-4g",
+            "frag",
+        ),
+        run_into(
+            dir.path(),
+            "workloads/oom/pending-free.toml",
+            "tiny-4g",
+            "pending",
+        ),
+        run_into(dir.path(), "workloads/pool-reuse.toml", "tiny-4g", "pool"),
+        run_into(dir.path(), "workloads/graphs.toml", "tiny-4g", "graphs"),
+    ];
+    // Killed: filling an 80 GiB device 2 MiB at a time takes seconds; SIGKILL once every
+    // file holds rows.
+    let killed = dir.path().join("killed");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            root.join("workloads/oom/fragmentation.toml")
+                .to_str()
+                .unwrap(),
+        ])
+        .args([
+            "--profile",
+            "h100-80g",
+            "--out",
+            killed.to_str().unwrap(),
+            "-q",
+        ])
+        .spawn()
+        .unwrap();
+    let rows = |f: &str| std::fs::read_to_string(killed.join(f)).map_or(0, |t| t.lines().count());
+    let t0 = std::time::Instant::now();
+    while ["timeline.csv", "events.csv", "alloc-log.csv"]
+        .iter()
+        .any(|f| rows(f) < 3)
+    {
+        assert!(t0.elapsed().as_secs() < 60, "the run wrote no rows");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let summary = std::fs::read_to_string(killed.join("summary.json")).unwrap_or_default();
+    assert!(!summary.contains("\"status\": \"completed\""));
+    dirs.push(killed);
+
+    let script = r#"
+import sys, polars as pl
+for f in ["timeline", "events", "alloc-log"]:
+    frames = [pl.read_csv(d + "/" + f + ".csv") for d in sys.argv[1:]]
+    both = pl.concat(frames)
+    ints = [c for c, t in both.schema.items() if t == pl.Int64]
+    print(f, both.height, sum(x.height for x in frames), ",".join(ints))
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(&dirs)
+        .env("PYTHONPATH", crate::common::schema::py_tools().unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in &lines {
+        assert_eq!(l[1], l[2], "every row concatenated: {text}");
+    }
+    // The byte and time columns are integers, not strings.
+    let mut timeline_ints = vec!["t_ns", "device_free_bytes"];
+    timeline_ints.extend(
+        headroom::record::View::ALL
+            .iter()
+            .map(|v| v.key())
+            .filter(|k| *k != "job_used_bytes"),
+    );
+    assert_eq!(lines[0][3], timeline_ints.join(","), "{text}");
+    assert_eq!(
+        lines[1][3], "t_ns,requested_bytes,size_bytes,latency_ns,device_free_bytes",
+        "{text}"
+    );
+    assert_eq!(lines[2][3], "t_ns,bytes,stream", "{text}");
+}

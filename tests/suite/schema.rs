@@ -49,11 +49,9 @@ fn json(text: &str) -> serde_json::Value {
 #[test]
 fn every_json_output_matches_its_schema() {
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["tiny-4g", "h100-80g"] {
-        let p = root()
-            .join("tests/fixtures/runs")
-            .join(f)
-            .join("summary.json");
+    // The committed fixtures, the killed run's included.
+    for f in ["runs/tiny-4g", "runs/h100-80g", "killed/tiny-4g"] {
+        let p = root().join("tests/fixtures").join(f).join("summary.json");
         check("summary", &json(&std::fs::read_to_string(&p).unwrap()), f);
     }
     // Runs that end every way: completed, OOM (each cause's scenario), stopped at the floor,
@@ -250,6 +248,11 @@ fn the_readme_lists_every_status_and_cause() {
 #[test]
 fn the_validator_refuses_what_the_schemas_forbid() {
     use crate::common::schema::errors;
+    if !crate::common::schema::tools_or_skip(
+        "schema::the_validator_refuses_what_the_schemas_forbid",
+    ) {
+        return;
+    }
     let schema = json(
         r##"{
           "type": "object",
@@ -308,6 +311,18 @@ fn the_validator_refuses_what_the_schemas_forbid() {
             !errors(&committed, &s).is_empty(),
             "accepted {field} = {}",
             s[field]
+        );
+    }
+    // Closed: a field the type does not name is refused, at the top and inside.
+    for (at, field) in [("", "statuss"), ("workload", "nmae"), ("idle", "kernel")] {
+        let mut s = summary.clone();
+        let obj = if at.is_empty() { &mut s } else { &mut s[at] };
+        obj.as_object_mut()
+            .unwrap()
+            .insert(field.into(), serde_json::json!(0));
+        assert!(
+            !errors(&committed, &s).is_empty(),
+            "accepted an unknown field {at}.{field}"
         );
     }
     let mut s = summary.clone();

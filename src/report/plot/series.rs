@@ -88,11 +88,14 @@ const CHURN_BUCKET_PX: f64 = 3.0;
 /// Device used's colour, shared by the true-peak mark.
 pub const DEVICE_USED: Color = Color(0x00, 0x72, 0xb2);
 
-/// Whether a view is drawn for this run: recorded, and (for graph memory) ever above zero.
+/// Whether a view is drawn for this run: recorded, and (for graph and pool memory, which the
+/// idle row states as 0 in every run) ever above zero.
 pub fn drawn(run: &RunData, view: View) -> bool {
     run.timeline.view(view).is_some()
-        && (!matches!(view, View::GraphReserved | View::GraphUsed)
-            || run.timeline.points(view).any(|(_, v)| v > 0))
+        && (!matches!(
+            view,
+            View::GraphReserved | View::GraphUsed | View::PoolUsed | View::PoolReserved
+        ) || run.timeline.points(view).any(|(_, v)| v > 0))
 }
 
 /// One line per drawn view, and a shaded band wherever it churns within a pixel column.
