@@ -17,7 +17,7 @@ use crate::plan::budget::Short;
 use crate::plan::file::Plan;
 use crate::plan::sweep::{self, SweepResult};
 use crate::plan::validate::{self, Interrupted, Resolved, Session};
-use crate::plan::{budget_for, render};
+use crate::plan::{budget_for, claims, render};
 use crate::units::utc_folder_stamp;
 
 pub fn validate(
@@ -124,10 +124,12 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
             );
         }
         let v = validate::validate(r, &mut session, &dir)?;
+        let text = render::validation_text(&v, &r.plan, &dir);
+        claims::write(&dir, &[(String::new(), &v, text.clone())])?;
         if args.json {
             crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
         } else if !args.quiet {
-            crate::out!("{}", render::validation_text(&v, &r.plan, &dir))?;
+            crate::out!("{text}")?;
         }
         return Ok(v.exit_code);
     };
@@ -144,6 +146,16 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
     }
     let exit_code = results.iter().map(|v| v.exit_code).max().unwrap_or(0);
     write_sweep(&dir, &spec, &results, exit_code)?;
+    let points: Vec<(String, &validate::Validation, String)> = resolved
+        .iter()
+        .zip(&results)
+        .zip(&spec.values_bytes)
+        .map(|(((label, r), v), value)| {
+            let pdir = dir.join(sweep::point_dir(spec.key, *value));
+            (label.clone(), v, render::validation_text(v, &r.plan, &pdir))
+        })
+        .collect();
+    claims::write(&dir, &points)?;
     if args.json {
         let j = SweepResult {
             format_version: validate::FORMAT_VERSION,

@@ -303,3 +303,90 @@ for f in ["timeline", "events", "alloc-log"]:
     );
     assert_eq!(lines[2][3], "t_ns,bytes,stream", "{text}");
 }
+
+/// `headroom validate` leaves a top-level junit.xml with one case per claim of the plan, whose
+/// failures are exactly the claims validation.json says failed, and a report.md; its probes'
+/// junit.xml files (runs above the limit are meant to fail) count no failure.
+#[test]
+fn validate_writes_a_junit_whose_failures_are_the_plans_failed_claims() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    // tiny.toml forgets the context: 20 planned, 16 fit. From the free reading (3840 MiB)
+    // it plans 16 and holds.
+    for (name, extra, want_code, want_failed, kv) in [
+        (
+            "fails",
+            &[][..],
+            1,
+            &["admitted count", "margin at the peak"][..],
+            20,
+        ),
+        ("holds", &["--capacity", "3840MiB"][..], 0, &[][..], 16),
+    ] {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "validate",
+            "workloads/plans/tiny.toml",
+            "--profile",
+            "tiny-4g",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        let r = headroom(root, &args);
+        assert_eq!(r.code, want_code, "{name}: {}", r.stderr);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("validation.json")).unwrap())
+                .unwrap();
+        let claims = v["claims"].as_array().unwrap();
+        let failed: Vec<&str> = claims
+            .iter()
+            .filter(|c| c["held"] == false)
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(failed, want_failed, "{name}");
+        let names: Vec<&str> = claims.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "admitted count",
+                "margin at the peak",
+                "category: weights",
+                &format!("category: KV, {kv} requests"),
+                "category: other peak"
+            ],
+            "{name}"
+        );
+        let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+        assert!(
+            junit.contains(&format!(
+                r#"<testsuites name="headroom validate" tests="5" failures="{}" errors="0">"#,
+                failed.len()
+            )),
+            "{junit}"
+        );
+        assert_eq!(junit.matches("<testcase ").count(), 5, "{junit}");
+        assert_eq!(junit.matches("<failure ").count(), failed.len(), "{junit}");
+        for f in &failed {
+            let case = junit
+                .split("<testcase ")
+                .find(|c| c.contains(&format!("name=\"{f}\"")))
+                .unwrap();
+            assert!(case.contains("<failure "), "{f}: {case}");
+        }
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert_eq!(md.matches("**failed**").count(), failed.len(), "{md}");
+        let mut probes = 0;
+        for p in std::fs::read_dir(&out).unwrap() {
+            let j = p.unwrap().path().join("junit.xml");
+            if j.is_file() {
+                probes += 1;
+                let t = std::fs::read_to_string(&j).unwrap();
+                assert!(!t.contains("<failure"), "{}: {t}", j.display());
+                assert!(t.contains(r#"<property name="validate_probe" value="true"/>"#));
+            }
+        }
+        assert!(probes >= 2, "{name}: {probes} probes");
+    }
+}
