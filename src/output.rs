@@ -10,8 +10,124 @@
 //! quietly and never changes the exit code. Every print of the crate goes through this module:
 //! clippy's `print_stdout` and `print_stderr` are denied everywhere else.
 
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// `--color`: when the tables people read are coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorWhen {
+    /// When the stream is a terminal, `NO_COLOR` is unset or empty and `TERM` is not `dumb`.
+    #[default]
+    Auto,
+    /// Always (also through a pipe, and over `NO_COLOR`).
+    Always,
+    /// Never.
+    Never,
+}
+
+static COLOR: AtomicU8 = AtomicU8::new(0);
+/// `-q`: notes and progress lines are not printed; errors and warnings still are.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Sets `--color` for the whole process.
+pub fn set_color(when: ColorWhen) {
+    COLOR.store(when as u8, Ordering::Relaxed);
+}
+
+/// Sets `-q` for the whole process.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Whether text for a stream that `is_tty` gets colour.
+fn coloured(is_tty: bool) -> bool {
+    match COLOR.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            is_tty
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+        }
+    }
+}
+
+const RED: &str = "\x1b[1;31m";
+const YELLOW: &str = "\x1b[33m";
+const RESET: &str = "\x1b[0m";
+
+/// The colour of a line of a terminal table: red for an OOM, a failed run, expectation or
+/// claim, a violated margin; yellow for skipped, stopped and interrupted.
+fn line_colour(line: &str) -> Option<&'static str> {
+    if line.starts_with("expect ") {
+        return line.ends_with("[FAILED]").then_some(RED);
+    }
+    // An OOM's findings and next checks explain it; the OOM line itself is the one coloured.
+    if line.starts_with("  - ") || line.starts_with("  next: ") {
+        return None;
+    }
+    let words = line
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'));
+    let mut colour = None;
+    for w in words {
+        match w {
+            "OOM" | "oom" | "failed" | "FAILED" | "VIOLATED" | "violated" => return Some(RED),
+            "skipped" | "stopped" | "stopped_at_floor" | "interrupted" | "wedged" => {
+                colour = Some(YELLOW)
+            }
+            _ => {}
+        }
+    }
+    colour
+}
+
+/// `text` with its OOM, failed and skipped lines coloured when `on`.
+pub fn highlight(text: &str, on: bool) -> String {
+    if !on {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.split_inclusive('\n') {
+        let (body, nl) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+        match line_colour(body) {
+            Some(c) => {
+                out.push_str(c);
+                out.push_str(body);
+                out.push_str(RESET);
+                out.push_str(nl);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Prints a table for people to standard output, coloured as `--color` says.
+pub fn print_table(text: &str) -> anyhow::Result<()> {
+    print(&highlight(text, coloured(std::io::stdout().is_terminal())))
+}
+
+/// Prints a table for people to standard error, coloured as `--color` says.
+pub fn eprint_table(text: &str) {
+    eprint(&highlight(text, coloured(std::io::stderr().is_terminal())))
+}
+
+/// `note: TEXT` on standard error, unless `-q`.
+pub fn note(text: &str) {
+    info(&format!("note: {text}"));
+}
+
+/// A line for the person watching on standard error, unless `-q`.
+pub fn info(line: &str) {
+    if !quiet() {
+        eprint(&format!("{line}\n"));
+    }
+}
 
 /// Set once a write found the reader gone: nothing more is written.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);

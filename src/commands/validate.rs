@@ -129,7 +129,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         if args.json {
             crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
         } else if !args.quiet {
-            crate::out!("{text}")?;
+            crate::output::print_table(&text)?;
         }
         return Ok(v.exit_code);
     };
@@ -165,7 +165,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         };
         crate::outln!("{}", serde_json::to_string_pretty(&j)?)?;
     } else if !args.quiet {
-        crate::out!("{}", sweep::text(&spec, &results, &dir))?;
+        crate::output::print_table(&sweep::text(&spec, &results, &dir))?;
     }
     Ok(exit_code)
 }

@@ -37,10 +37,11 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         v["watch"] = serde_json::to_value(&report.watch)?;
         crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else if !args.quiet {
-        crate::err!(
-            "{}",
-            crate::watch::table::render(&report.summary, &report.watch, &report.dir)
-        );
+        crate::output::eprint_table(&crate::watch::table::render(
+            &report.summary,
+            &report.watch,
+            &report.dir,
+        ));
     }
     Ok(report.exit_code)
 }

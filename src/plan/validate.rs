@@ -167,7 +167,8 @@ impl Prober<'_, '_> {
                 },
             },
             other => bail!(
-                "the probe with {n} requests could not run ({other:?}): {} (see {})",
+                "the probe with {n} requests could not run (status {}): {} (see {})",
+                crate::report::word(&other),
                 sm.status_detail.clone().unwrap_or_default(),
                 pdir.display()
             ),

@@ -245,23 +245,45 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
-/// Every value of `events.csv`'s `result` column, with what it means.
-pub const EVENT_RESULTS: [(&str, &str); 5] = [
+/// Every value of `events.csv`'s `result` column, with what it means: the one list the
+/// writers use and the README's table is checked against (`EventLog::write` refuses any
+/// other value in debug builds).
+pub const EVENT_RESULTS: [(&str, &str); 7] = [
     ("ok", "the action completed"),
-    ("oom", "the request was refused for lack of memory"),
+    (
+        "oom",
+        "the request was refused for lack of memory (recorded with its evidence in `summary.json`)",
+    ),
     (
         "full",
-        "the refusal that ends an allocation with count = \"fill\"",
+        "the refusal that ends an `allocate` with `count = \"fill\"`: the device is full, as asked",
     ),
     (
         "stopped",
-        "not run: below the free-memory floor, or interrupted",
+        "not run: the step would have gone below the free-memory floor, or the run was interrupted",
+    ),
+    (
+        "skipped",
+        "not run: the step uses an allocation that failed earlier (`detail` names it)",
     ),
     (
         "error",
-        "the call failed other than by running out of memory",
+        "the call failed other than by running out of memory (a driver error, a bad address)",
+    ),
+    (
+        "wedged",
+        "the driver call did not return within the watchdog (`--watchdog`): the run ended there with exit 2",
     ),
 ];
+
+/// The README's table of `result` values, as `EVENT_RESULTS` gives it.
+pub fn event_results_table() -> String {
+    let mut t = String::from("| `result` | meaning |\n| --- | --- |\n");
+    for (v, m) in EVENT_RESULTS {
+        t.push_str(&format!("| `{v}` | {m} |\n"));
+    }
+    t
+}
 
 /// The columns of `events.csv`, `EventRow`'s fields in order.
 pub const EVENT_HEADER: [&str; 12] = [
@@ -329,6 +351,11 @@ impl EventLog {
     }
 
     pub fn write(&mut self, row: &EventRow) -> std::io::Result<()> {
+        debug_assert!(
+            EVENT_RESULTS.iter().any(|(v, _)| *v == row.result),
+            "result {:?} is not in EVENT_RESULTS",
+            row.result
+        );
         let _io = crate::run::watchdog::events_io();
         self.csv.serialize(row).map_err(std::io::Error::other)?;
         if self.flush_each_row {

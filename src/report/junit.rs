@@ -77,9 +77,9 @@ pub fn render(run: &RunData) -> String {
             s.exit_code.map_or("-".into(), |c| c.to_string()),
         ),
         ("results", run.dir.display().to_string()),
-        ("validate_probe", probe.to_string()),
     ];
-    for (k, v) in props {
+    let probe_prop = probe.then(|| ("validate_probe", "true".to_string()));
+    for (k, v) in props.into_iter().chain(probe_prop) {
         let _ = writeln!(
             o,
             r#"      <property name="{k}" value="{}"/>"#,

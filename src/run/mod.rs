@@ -195,7 +195,7 @@ pub(crate) struct Runner<'w, 'd> {
 /// Runs a parsed workload on an opened device and writes its results.
 pub fn run(wl: &Workload, mut opened: Opened, opts: &RunOptions) -> anyhow::Result<RunReport> {
     if let Some(n) = &opened.notice {
-        crate::errln!("note: {n}");
+        crate::output::note(n);
     }
     run_on(wl, opened.device.as_mut(), opened.before_context, opts)
 }
