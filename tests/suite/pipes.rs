@@ -176,3 +176,102 @@ fn called(code: &str, name: &str) -> bool {
             .is_some_and(|c| c.is_alphanumeric() || c == '_')
     })
 }
+
+/// Every `--json` prints exactly one JSON document on stdout and nothing else, whatever the
+/// outcome (an OOM, a failed plan, a message explained or not recognized).
+#[test]
+fn every_json_flag_prints_exactly_one_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    std::fs::write(dir.path().join("u.toml"), USAGE).unwrap();
+    std::fs::write(dir.path().join("msg.log"), "nothing to see here\n").unwrap();
+    let quick = format!("{root}/workloads/quickstart.toml");
+    let frag = format!("{root}/workloads/oom/fragmentation.toml");
+    let plan = format!("{root}/workloads/plans/tiny.toml");
+    let fixture = format!("{root}/tests/fixtures/runs");
+    let cases: Vec<Vec<String>> = [
+        vec![
+            "run",
+            &quick,
+            "--profile",
+            "tiny-4g",
+            "--out",
+            "r1",
+            "--json",
+        ],
+        vec![
+            "run",
+            &frag,
+            "--profile",
+            "tiny-4g",
+            "--out",
+            "r2",
+            "--json",
+        ],
+        vec![
+            "validate",
+            &plan,
+            "--profile",
+            "tiny-4g",
+            "--out",
+            "v",
+            "--json",
+        ],
+        vec![
+            "bandwidth",
+            "--size",
+            "64MiB",
+            "--profile",
+            "tiny-4g",
+            "--json",
+        ],
+        vec!["devices", "--json"],
+        vec!["plan", &plan, "--json"],
+        vec![
+            "compare",
+            &format!("{fixture}/tiny-4g"),
+            &format!("{fixture}/h100-80g"),
+            "--json",
+        ],
+        vec![
+            "replay",
+            "r1/alloc-log.csv",
+            "--profile",
+            "tiny-4g",
+            "--json",
+        ],
+        vec![
+            "explain",
+            "--json",
+            "CUDA out of memory. Tried to allocate 20.00 MiB",
+        ],
+        vec!["explain", "--json", "--file", "msg.log"],
+        vec![
+            "watch",
+            "--json",
+            "--profile",
+            "tiny-4g",
+            "--sim-script",
+            "u.toml",
+            "--out",
+            "w",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2",
+        ],
+    ]
+    .iter()
+    .map(|c| c.iter().map(|s| s.to_string()).collect())
+    .collect();
+    for args in cases {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = headroom(dir.path(), &a);
+        assert!(o.code <= 1, "{a:?}: {}", o.stderr);
+        let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&o.stdout)
+            .into_iter::<serde_json::Value>()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{a:?}: {e}: {}", o.stdout));
+        assert_eq!(docs.len(), 1, "{a:?}: {}", o.stdout);
+    }
+}

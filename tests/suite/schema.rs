@@ -195,6 +195,38 @@ fn every_json_output_matches_its_schema() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     check("crosscheck", &json(&r.stdout), "crosscheck --json");
 
+    // Every JSON file the runs, validations and probes above wrote, whatever its folder.
+    let mut checked = 0;
+    let mut stack = vec![tmp.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let schema = match name.as_str() {
+                "summary.json" => "summary",
+                "validation.json" => "validation",
+                "node.json" => "node",
+                "bandwidth.json" => "bandwidth",
+                // Chrome's trace-event format, which Perfetto reads; not one of ours.
+                "trace.json" => continue,
+                other if other.ends_with(".json") => panic!("{}: no schema", p.display()),
+                _ => continue,
+            };
+            check(
+                schema,
+                &json(&std::fs::read_to_string(&p).unwrap()),
+                &p.display().to_string(),
+            );
+            checked += 1;
+        }
+    }
+    // Ten runs, a validation with its probes, four runs for the crosscheck.
+    assert!(checked >= 15, "{checked} JSON files");
+
     for log in std::fs::read_dir(root().join("tests/fixtures/oom-messages")).unwrap() {
         let p = log.unwrap().path();
         if p.extension().is_some_and(|x| x == "log") {
