@@ -325,22 +325,12 @@ fn start_recording(
     // driver call keeps every step before it.
     events.set_flush_each_row(!info.is_sim());
     let idle = &before.idle.after_context;
-    // Every view a run has is known at the idle reading (nothing allocated, no pool or graph
-    // memory yet): the first row gives every byte column a number, so a CSV reader that
-    // infers types (polars, pandas) types them alike in every run's file.
     timeline.push(Reading {
         t_ns: idle.t_ns,
         phase: NO_PHASE,
         source: Source::Idle,
         device_free_bytes: idle.device_free_bytes,
-        views: alloc
-            .stats()
-            .views()
-            .with(View::OwnBytes, 0)
-            .with(View::PoolUsed, 0)
-            .with(View::PoolReserved, 0)
-            .with(View::GraphUsed, 0)
-            .with(View::GraphReserved, 0),
+        views: crate::record::idle_views(alloc.stats().views()),
     });
     // On disk at once with the header: a run killed from here on leaves a typed first row.
     timeline

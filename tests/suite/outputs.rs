@@ -302,6 +302,55 @@ for f in ["timeline", "events", "alloc-log"]:
         "{text}"
     );
     assert_eq!(lines[2][3], "t_ns,bytes,stream", "{text}");
+
+    // A skipped run (nothing ran): its timeline's idle row types like any other; its events
+    // and allocation log have their headers and no row.
+    let skipped = dir.path().join("skipped");
+    let o = headroom(
+        dir.path(),
+        &[
+            "run",
+            root.join("workloads/serving.toml").to_str().unwrap(),
+            "--profile",
+            "t4-16g",
+            "--skip-unfit",
+            "--out",
+            skipped.to_str().unwrap(),
+            "-q",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (f, header) in [
+        (
+            "events.csv",
+            headroom::record::timeline::EVENT_HEADER.join(","),
+        ),
+        (
+            "alloc-log.csv",
+            headroom::alloc::adaptors::LOG_HEADER.join(","),
+        ),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(skipped.join(f)).unwrap(),
+            header + "\n",
+            "{f}"
+        );
+    }
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sys, polars as pl; print(pl.concat([pl.read_csv(d + '/timeline.csv') for d in sys.argv[1:]]).height)")
+        .arg(&dirs[0])
+        .arg(&skipped)
+        .env("PYTHONPATH", crate::common::schema::py_tools().unwrap())
+        .output()
+        .unwrap();
+    let rows = |d: &std::path::Path| csv_rows(&d.join("timeline.csv")).len();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (rows(&dirs[0]) + rows(&skipped)).to_string(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `headroom validate` leaves a top-level junit.xml with one case per claim of the plan, whose

@@ -237,11 +237,8 @@ fn cross(x: f32, y: f32, r: f32, color: Color) -> [Shape; 2] {
 
 fn title(s: &Summary, f: &Frame, poll: Option<(u64, u64)>) -> Group {
     let mut g = Group::new("title", "title");
-    let status = serde_json::to_value(s.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-        .replace('_', " ");
+    // One spelling of a status everywhere: summary.json's.
+    let status = crate::report::word(&s.status);
     let head = format!(
         "headroom · {} on {} · {status}",
         s.workload.name, s.device.name
