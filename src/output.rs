@@ -70,13 +70,18 @@ fn line_colour(line: &str) -> Option<&'static str> {
     if line.starts_with("  - ") || line.starts_with("  next: ") {
         return None;
     }
-    let words = line
+    let words: Vec<&str> = line
         .split_whitespace()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'));
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
+        .collect();
     let mut colour = None;
-    for w in words {
-        match w {
-            "OOM" | "oom" | "failed" | "FAILED" | "VIOLATED" | "violated" => return Some(RED),
+    for (i, w) in words.iter().enumerate() {
+        // "OOM allowed" says what a run may do, not what happened.
+        let allowed = words.get(i + 1) == Some(&"allowed");
+        match *w {
+            "OOM" | "oom" | "failed" | "FAILED" | "VIOLATED" | "violated" if !allowed => {
+                return Some(RED);
+            }
             "skipped" | "stopped" | "stopped_at_floor" | "interrupted" | "wedged" => {
                 colour = Some(YELLOW)
             }
@@ -196,4 +201,34 @@ macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::output::print(&format!("{}\n", format_args!($($arg)*)))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_failed_and_skipped_rows_are_coloured_and_nothing_else() {
+        for (line, want) in [
+            ("headroom · w on tiny · oom (fragmentation)", Some(RED)),
+            ("request          oom        65.9 µs    4.00 GiB", Some(RED)),
+            (
+                "OOM (fragmentation) at request/s1 (allocate big): …",
+                Some(RED),
+            ),
+            ("expect oom: false — true [FAILED]", Some(RED)),
+            ("expect oom: false — false [held]", None),
+            ("      17 margin violated         3.81 GiB", Some(RED)),
+            ("probes (each a run in its folder, OOM allowed; …):", None),
+            ("skipped: workloads/serving.toml: too small", Some(YELLOW)),
+            ("a     stopped 8.0 µs  256.00 MiB", Some(YELLOW)),
+            ("  - release_available_cached_blocks: skipped", None),
+            ("view                 idle  true peak", None),
+        ] {
+            assert_eq!(line_colour(line), want, "{line}");
+        }
+        let text = "a\nOOM at x\n";
+        assert_eq!(highlight(text, false), text);
+        assert_eq!(highlight(text, true), format!("a\n{RED}OOM at x{RESET}\n"));
+    }
 }
