@@ -85,7 +85,7 @@ pub fn measure(
     })();
     for p in bufs {
         if let Err(e) = dev.free(p) {
-            eprintln!("warning: freeing a bandwidth buffer: {e}");
+            crate::errln!("warning: freeing a bandwidth buffer: {e}");
         }
     }
     result

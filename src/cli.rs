@@ -51,6 +51,10 @@ pub struct DeviceArgs {
     /// instead of falling back to the simulator (for CI jobs on GPU runners).
     #[arg(long, global = true)]
     pub require_gpu: bool,
+    /// When to colour OOM, failed and skipped rows of the tables: auto (a terminal, unless
+    /// NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = crate::output::ColorWhen::Auto)]
+    pub color: crate::output::ColorWhen,
 }
 
 impl DeviceArgs {
@@ -145,6 +149,20 @@ status (128 + the signal that killed it); with --pid, 0 once the watch ends; 2 w
 could not start (bad input, no NVML)."
     )]
     Watch(WatchArgs),
+    /// Print a shell completion script: `headroom completions bash > /etc/bash_completion.d/headroom`
+    /// (zsh: into a directory on $fpath as `_headroom`; fish: `~/.config/fish/completions/headroom.fish`;
+    /// PowerShell: add it to $PROFILE).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of headroom or of one command: `headroom man run | man -l -`
+    /// (docs/man/ holds them all).
+    Man {
+        /// The command whose page to print [default: the main page].
+        command: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -187,7 +205,9 @@ pub struct WatchArgs {
     /// simulated device.
     #[arg(long, value_name = "FILE")]
     pub sim_script: Option<PathBuf>,
-    /// Print summary.json to stdout when the job has ended.
+    /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
+    /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
+    /// document.
     #[arg(long)]
     pub json: bool,
     /// Print nothing of headroom's own but errors (the job's output still passes through).
@@ -341,12 +361,24 @@ pub struct CrosscheckArgs {
 
 #[derive(Debug, Args)]
 pub struct HoldArgs {
-    /// How much to hold, e.g. 8GiB.
-    #[arg(value_parser = size_arg)]
-    pub size: u64,
+    /// How much to hold: a size (8GiB) or, as in workloads, a share of the device's
+    /// CUDA-visible total ("50% of total", rounded down to a whole 2 MiB page).
+    #[arg(value_parser = size_spec_arg, value_name = "SIZE|N% of total")]
+    pub size: crate::units::SizeSpec,
     /// How long to hold it, e.g. 30s (ends early on Ctrl-C, SIGTERM or when the parent exits).
     #[arg(long = "for", value_name = "DURATION", value_parser = duration_arg)]
     pub duration: u64,
+}
+
+/// `SIZE` or `N% of total`, as a workload's sizes are written.
+fn size_spec_arg(s: &str) -> Result<crate::units::SizeSpec, String> {
+    if s.contains('%') {
+        crate::units::parse_percent_of_total(s)
+            .map(crate::units::SizeSpec::PercentOfTotal)
+            .map_err(|e| e.to_string())
+    } else {
+        size_arg(s).map(crate::units::SizeSpec::Bytes)
+    }
 }
 
 #[derive(Debug, Args)]

@@ -5,8 +5,10 @@
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
 // Standard output goes through `output::print` (`out!`, `outln!`), which survives a reader
-// that goes away; a bare `print!` would panic there.
+// that goes away; a bare `print!` would panic there. Standard error goes through
+// `output::eprint` (`err!`, `errln!`), which a closed or full stderr cannot make panic.
 #![deny(clippy::print_stdout)]
+#![deny(clippy::print_stderr)]
 
 pub mod alloc;
 pub mod bandwidth;

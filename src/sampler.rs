@@ -159,7 +159,7 @@ impl ThreadSampler {
             .name("headroom-sampler".into())
             .spawn(move || {
                 if let Err(e) = setup() {
-                    eprintln!("warning: sampler could not start: {e}");
+                    crate::errln!("warning: sampler could not start: {e}");
                     return SamplerStats {
                         interval_ns,
                         ..Default::default()
@@ -261,7 +261,7 @@ where
                 }
             }
             Err(e) if !warned => {
-                eprintln!("warning: sampler reading failed: {e}");
+                crate::errln!("warning: sampler reading failed: {e}");
                 warned = true;
                 on_first_error(SamplerError {
                     t_ns: q1.duration_since(origin).as_nanos() as u64,

@@ -152,7 +152,7 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
             Action::Stop => {
                 first = Some(now);
                 interrupted.store(true, Ordering::SeqCst);
-                eprintln!(
+                crate::errln!(
                     "\ninterrupted ({}): stopping after this step and releasing device memory \
                      (Ctrl-C again at the terminal to quit now)",
                     name(heard.signal)
@@ -161,7 +161,7 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
             Action::Same => {
                 if !noted {
                     noted = true;
-                    eprintln!(
+                    crate::errln!(
                         "{} again: already stopping (a repeated termination is the same request)",
                         name(heard.signal)
                     );

@@ -87,7 +87,7 @@ impl Input {
     fn stdin() -> Input {
         let stdin = std::io::stdin();
         if stdin.is_terminal() {
-            eprintln!("reading the message from stdin (paste it, then Ctrl-D)");
+            crate::errln!("reading the message from stdin (paste it, then Ctrl-D)");
         }
         Input::new(Box::new(stdin), "stdin".into())
     }

@@ -1,6 +1,5 @@
 //! `headroom hold SIZE --for DURATION`: be another tenant holding device memory.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +15,6 @@ pub fn hold(
     args: &HoldArgs,
     interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<i32> {
-    anyhow::ensure!(args.size > 0, "the size to hold must be above zero");
     anyhow::ensure!(args.duration > 0, "--for must be above zero");
     // The parent to outlive: named by the runner that started us (so a parent that died
     // before we looked is still noticed), else whoever started us.
@@ -28,11 +26,16 @@ pub fn hold(
     let mut opened = select::open_noted(dev.request(), dev.one_gpu("hold")?)?;
     let d = opened.device.as_mut();
     let total = d.info().total_bytes;
+    let size = args.size.resolve(total);
     anyhow::ensure!(
-        args.size <= total,
+        size > 0,
+        "the size to hold must be above zero (a share of this device rounds down to whole 2 MiB pages)"
+    );
+    anyhow::ensure!(
+        size <= total,
         "cannot hold {} ({} bytes): the device has {} in all",
-        Bytes(args.size),
-        args.size,
+        Bytes(size),
+        size,
         Bytes(total)
     );
     let simulated = d.info().is_sim();
@@ -40,13 +43,13 @@ pub fn hold(
         None
     } else {
         let p = d
-            .malloc(args.size)
-            .with_context(|| format!("cannot take {}", Bytes(args.size)))?;
+            .malloc(size)
+            .with_context(|| format!("cannot take {}", Bytes(size)))?;
         // Written through, so the pages are resident and counted like any tenant's.
         d.launch(
             Kernel::Memset {
                 ptr: p,
-                bytes: args.size / 4 * 4,
+                bytes: size / 4 * 4,
                 value: 0,
             },
             StreamId::MAIN,
@@ -56,8 +59,8 @@ pub fn hold(
     };
     crate::outln!(
         "holding {} bytes ({}) on {} as pid {} for {}{}",
-        args.size,
-        Bytes(args.size),
+        size,
+        Bytes(size),
         d.info().name,
         std::process::id(),
         Nanos(args.duration),
@@ -67,7 +70,6 @@ pub fn hold(
             ""
         }
     )?;
-    std::io::stdout().flush()?;
     let end = Instant::now() + Duration::from_nanos(args.duration);
     let mut why = "the time was up";
     while Instant::now() < end {
@@ -86,7 +88,7 @@ pub fn hold(
     if let Some(p) = ptr {
         d.free(p)?;
     }
-    eprintln!("released {} ({why})", Bytes(args.size));
+    crate::errln!("released {} ({why})", Bytes(size));
     // Interrupted by a signal is exit 130, as for every command.
     Ok(if why == "interrupted" { 130 } else { 0 })
 }

@@ -1,7 +1,5 @@
 //! `headroom merge DIR…`: the folders streamed, the CSV written as they are read.
 
-use std::io::Write as _;
-
 use crate::cli::MergeArgs;
 use crate::report::escape;
 use crate::report::merge;
@@ -16,7 +14,7 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
         .map(merge::CsvFile::create)
         .transpose()?;
     let mut stdout = args.csv.then(|| {
-        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(std::io::stdout()));
+        let mut w = csv::Writer::from_writer(crate::output::StdoutBytes);
         let _ = w.write_record(merge::header());
         w
     });
@@ -33,7 +31,7 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
             Ok(())
         },
         |dir, why| {
-            eprintln!(
+            crate::errln!(
                 "skipped {}: incomplete: {}",
                 escape::line(&dir.display().to_string()),
                 escape::line(why)
@@ -41,14 +39,14 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
         },
     )?;
     for name in &m.unfinished_nodes {
-        eprintln!(
+        crate::errln!(
             "note: {}: the node never finished (node.json still says running); its GPUs are judged one by one",
             escape::line(name)
         );
     }
     if let Some(f) = file {
         f.finish()?;
-        eprintln!(
+        crate::errln!(
             "wrote {} ({} runs{})",
             escape::line(&args.out.as_ref().expect("--out").display().to_string()),
             m.runs.len(),
@@ -59,9 +57,8 @@ pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
             }
         );
     }
-    if let Some(w) = stdout {
-        let mut inner = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
-        inner.flush()?;
+    if let Some(mut w) = stdout {
+        w.flush()?;
     } else {
         crate::out!("{}", merge::markdown(&m))?;
     }

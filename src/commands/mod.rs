@@ -3,6 +3,7 @@
 mod bandwidth;
 mod calibrate;
 mod compare;
+pub mod completions;
 mod crosscheck;
 pub(crate) mod devices;
 mod explain;
@@ -26,6 +27,13 @@ use crate::cli::{Cli, Command};
 pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // A node's worker stops, as if interrupted, when the node's process is gone.
     crate::node::workers::watch_parent(interrupted.clone());
+    crate::output::set_color(cli.device.color);
+    crate::output::set_quiet(match &cli.command {
+        Command::Run(a) => a.quiet,
+        Command::Watch(a) => a.quiet,
+        Command::Validate(a) => a.quiet,
+        _ => false,
+    });
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),
@@ -42,5 +50,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Merge(args) => merge::merge(&args),
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { command } => completions::man(command.as_deref()),
     }
 }

@@ -73,9 +73,9 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     let report = match unfit {
         Some(why) => {
             if let Some(n) = &opened.notice {
-                eprintln!("note: {n}");
+                crate::output::note(n);
             }
-            eprintln!("skipped: {}: {why}", args.workload.display());
+            crate::output::info(&format!("skipped: {}: {why}", args.workload.display()));
             record_skipped(
                 &wl,
                 opened.device.as_mut(),
@@ -89,7 +89,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report.summary)?)?;
     } else if !args.quiet {
-        crate::out!("{}", table::render(&report.summary, &report.dir))?;
+        crate::output::print_table(&table::render(&report.summary, &report.dir))?;
     }
     Ok(report.exit_code)
 }
@@ -113,10 +113,10 @@ fn refuse_shared(opened: &mut Opened) -> anyhow::Result<()> {
     };
     let nvml_used = opened.device.nvml_memory().map(|m| m.used_bytes);
     if let Some(why) = crate::device::process_list_doubt(&ps, nvml_used) {
-        eprintln!(
-            "note: the driver's process list cannot be trusted here ({why}); whether other \
+        crate::output::note(&format!(
+            "the driver's process list cannot be trusted here ({why}); whether other \
              processes use this GPU is not known, and it is not refused on that evidence"
-        );
+        ));
         return Ok(());
     }
     let others: Vec<String> = ps

@@ -17,7 +17,7 @@ use crate::plan::budget::Short;
 use crate::plan::file::Plan;
 use crate::plan::sweep::{self, SweepResult};
 use crate::plan::validate::{self, Interrupted, Resolved, Session};
-use crate::plan::{budget_for, render};
+use crate::plan::{budget_for, claims, render};
 use crate::units::utc_folder_stamp;
 
 pub fn validate(
@@ -27,7 +27,7 @@ pub fn validate(
 ) -> anyhow::Result<i32> {
     match run(dev, args, interrupted) {
         Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
-            eprintln!("interrupted: the probes so far are in their folders");
+            crate::errln!("interrupted: the probes so far are in their folders");
             Ok(130)
         }
         other => other,
@@ -116,7 +116,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
     let Some(spec) = spec else {
         let r = &resolved[0].1;
         if progress {
-            eprintln!(
+            crate::errln!(
                 "validating plan {:?}: {} planned; each probe is a run under {}",
                 r.plan.name,
                 r.planned_requests,
@@ -124,10 +124,12 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
             );
         }
         let v = validate::validate(r, &mut session, &dir)?;
+        let text = render::validation_text(&v, &r.plan, &dir);
+        claims::write(&dir, &[(String::new(), &v, text.clone())])?;
         if args.json {
             crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
         } else if !args.quiet {
-            crate::out!("{}", render::validation_text(&v, &r.plan, &dir))?;
+            crate::output::print_table(&text)?;
         }
         return Ok(v.exit_code);
     };
@@ -138,12 +140,22 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         std::fs::create_dir_all(&pdir)
             .with_context(|| format!("cannot create {}", pdir.display()))?;
         if progress {
-            eprintln!("{label}: {} planned", r.planned_requests);
+            crate::errln!("{label}: {} planned", r.planned_requests);
         }
         results.push(validate::validate(r, &mut session, &pdir).with_context(|| label.clone())?);
     }
     let exit_code = results.iter().map(|v| v.exit_code).max().unwrap_or(0);
     write_sweep(&dir, &spec, &results, exit_code)?;
+    let points: Vec<(String, &validate::Validation, String)> = resolved
+        .iter()
+        .zip(&results)
+        .zip(&spec.values_bytes)
+        .map(|(((label, r), v), value)| {
+            let pdir = dir.join(sweep::point_dir(spec.key, *value));
+            (label.clone(), v, render::validation_text(v, &r.plan, &pdir))
+        })
+        .collect();
+    claims::write(&dir, &points)?;
     if args.json {
         let j = SweepResult {
             format_version: validate::FORMAT_VERSION,
@@ -153,7 +165,7 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
         };
         crate::outln!("{}", serde_json::to_string_pretty(&j)?)?;
     } else if !args.quiet {
-        crate::out!("{}", sweep::text(&spec, &results, &dir))?;
+        crate::output::print_table(&sweep::text(&spec, &results, &dir))?;
     }
     Ok(exit_code)
 }

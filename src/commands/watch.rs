@@ -29,6 +29,7 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         results_root: args.results.clone(),
         cuda_info: args.cuda_info,
         sim_script: args.sim_script.clone(),
+        job_stdout_to_stderr: args.json,
     };
     let report = crate::watch::watch(dev, &opts, interrupted)?;
     if args.json {
@@ -36,10 +37,11 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         v["watch"] = serde_json::to_value(&report.watch)?;
         crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else if !args.quiet {
-        eprint!(
-            "{}",
-            crate::watch::table::render(&report.summary, &report.watch, &report.dir)
-        );
+        crate::output::eprint_table(&crate::watch::table::render(
+            &report.summary,
+            &report.watch,
+            &report.dir,
+        ));
     }
     Ok(report.exit_code)
 }

@@ -105,7 +105,7 @@ pub struct Opened {
 pub fn open_noted(req: Request<'_>, index: u32) -> anyhow::Result<Opened> {
     let mut opened = open(req, index)?;
     if let Some(n) = opened.notice.take() {
-        eprintln!("note: {n}");
+        crate::output::note(&n);
     }
     Ok(opened)
 }

@@ -51,7 +51,7 @@ pub fn run_node(
 ) -> anyhow::Result<i32> {
     let inv = inventory(dev.request(), false)?;
     if let Some(n) = &inv.notice {
-        eprintln!(
+        crate::errln!(
             "note: {n}; using the simulated node (profile {})",
             inv.profile.as_deref().unwrap_or_default()
         );
@@ -62,7 +62,7 @@ pub fn run_node(
     let mut rows: Vec<GpuRow> = chosen.iter().map(|g| row(g, job.shared_ok)).collect();
     let say = |line: String| {
         if !job.quiet {
-            eprintln!("{line}");
+            crate::errln!("{line}");
         }
     };
     announce(&inv, job, &rows, &dir);
@@ -101,7 +101,7 @@ pub fn run_node(
                         summary.gpus[i].pid = pids[k];
                     }
                     if let Err(e) = summary.write(&dir) {
-                        eprintln!("warning: {e:#}");
+                        crate::errln!("warning: {e:#}");
                     }
                 }
             },
@@ -196,7 +196,7 @@ fn node_summary(
 /// Says what runs where, and which GPUs are skipped or doubted, on stderr.
 fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
     if !job.quiet {
-        eprintln!(
+        crate::errln!(
             "node: {} {} on {} GPU{} ({}) into {}",
             job.command.name(),
             job.label,
@@ -213,13 +213,13 @@ fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
     }
     for r in rows {
         match (&r.occupancy, r.outcome) {
-            (_, Outcome::Skipped) => eprintln!(
+            (_, Outcome::Skipped) => crate::errln!(
                 "GPU {} ({}): skipped: {}",
                 r.gpu.index,
                 r.gpu.uuid,
                 r.reason.as_deref().unwrap_or_default()
             ),
-            (Occupancy::Doubted { why }, _) => eprintln!(
+            (Occupancy::Doubted { why }, _) => crate::errln!(
                 "note: GPU {}: the driver's process list cannot be trusted here ({why}); \
                  whether other processes use it is not known, and it is not skipped on that evidence",
                 r.gpu.index
@@ -238,7 +238,7 @@ fn announce(inv: &Inventory, job: &NodeJob, rows: &[GpuRow], dir: &Path) {
         }
     }
     for (why, gpus) in unlisted {
-        eprintln!(
+        crate::errln!(
             "note: GPU {}: no process list ({why}); whether other processes use {} is not \
              known, and {} not skipped on that evidence",
             gpus.join(", "),

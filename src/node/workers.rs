@@ -178,7 +178,7 @@ pub fn watch_parent(interrupted: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         loop {
             if std::os::unix::process::parent_id() != parent {
-                eprintln!(
+                crate::errln!(
                     "the node process (pid {parent}) is gone: stopping after this step and \
                      releasing device memory"
                 );

@@ -170,6 +170,9 @@ pub struct Validation {
     pub margin_held: Option<bool>,
     pub planned_admitted: bool,
     pub exit_code: i32,
+    /// The plan's claims, each held or failed (`headroom validate`'s junit.xml has one test
+    /// case per claim).
+    pub claims: Vec<crate::plan::claims::Claim>,
 }
 
 fn phase_peak(s: &Summary, phase: &str, view: View) -> Option<u64> {

@@ -8,6 +8,7 @@
 
 pub mod args;
 pub mod budget;
+pub mod claims;
 pub mod file;
 pub mod findings;
 pub mod probe;

@@ -34,7 +34,8 @@ pub use crate::plan::findings::{
 };
 use crate::plan::findings::{measure, unnamed};
 
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: `claims` added (the top-level junit.xml's test cases).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The most KV allocations a probe may make: beyond this, per-block probing is too slow to be
 /// useful and the plan's blocks are too small for the device.
@@ -166,7 +167,8 @@ impl Prober<'_, '_> {
                 },
             },
             other => bail!(
-                "the probe with {n} requests could not run ({other:?}): {} (see {})",
+                "the probe with {n} requests could not run (status {}): {} (see {})",
+                crate::report::word(&other),
                 sm.status_detail.clone().unwrap_or_default(),
                 pdir.display()
             ),
@@ -181,7 +183,7 @@ impl Prober<'_, '_> {
             outcome,
         };
         if self.s.progress {
-            eprintln!(
+            crate::errln!(
                 "  {n:>5} requests: {}{}",
                 record.outcome.word(),
                 headroom.map_or(String::new(), |h| format!(
@@ -314,7 +316,7 @@ pub fn validate(r: &Resolved, s: &mut Session<'_>, dir: &Path) -> anyhow::Result
     };
     let planned_admitted = planned_run.outcome.admitted();
     let plan = &r.plan;
-    let v = Validation {
+    let mut v = Validation {
         format_version: FORMAT_VERSION,
         plan: PlanReport {
             name: plan.name.clone(),
@@ -346,7 +348,9 @@ pub fn validate(r: &Resolved, s: &mut Session<'_>, dir: &Path) -> anyhow::Result
         margin_held,
         planned_admitted,
         exit_code: if planned_admitted { 0 } else { 1 },
+        claims: Vec::new(),
     };
+    v.claims = crate::plan::claims::claims(&v);
     write_json(dir, &v)?;
     Ok(v)
 }

@@ -107,6 +107,19 @@ impl View {
     }
 }
 
+/// The views of a run's idle reading: the allocator's (`alloc`, all zero before the first
+/// step), own bytes, pool and graph memory, all known then (nothing allocated, no pool or
+/// graph memory yet). The first row of every run's timeline thus gives each byte column a
+/// number, so a CSV reader that infers types (polars, pandas) types them alike in every run.
+pub fn idle_views(alloc: ViewSet) -> ViewSet {
+    alloc
+        .with(View::OwnBytes, 0)
+        .with(View::PoolUsed, 0)
+        .with(View::PoolReserved, 0)
+        .with(View::GraphUsed, 0)
+        .with(View::GraphReserved, 0)
+}
+
 /// A value for some views; the rest are unknown (not zero).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ViewSet {

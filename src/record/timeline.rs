@@ -90,6 +90,8 @@ impl Recorder {
         let mut header = vec!["t_ns", "phase", "source", "device_free_bytes"];
         header.extend(View::ALL.iter().map(|v| v.key()));
         writeln!(out, "{}", header.join(","))?;
+        // The header reaches the file at once: a killed run's timeline still has it.
+        out.flush()?;
         let n = phase_names.len();
         Ok(Recorder {
             out,
@@ -243,22 +245,60 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
-/// Every value of `events.csv`'s `result` column, with what it means.
-pub const EVENT_RESULTS: [(&str, &str); 5] = [
+/// Every value of `events.csv`'s `result` column, with what it means: the one list the
+/// writers use and the README's table is checked against (`EventLog::write` refuses any
+/// other value in debug builds).
+pub const EVENT_RESULTS: [(&str, &str); 7] = [
     ("ok", "the action completed"),
-    ("oom", "the request was refused for lack of memory"),
+    (
+        "oom",
+        "the request was refused for lack of memory (recorded with its evidence in `summary.json`)",
+    ),
     (
         "full",
-        "the refusal that ends an allocation with count = \"fill\"",
+        "the refusal that ends an `allocate` with `count = \"fill\"`: the device is full, as asked",
     ),
     (
         "stopped",
-        "not run: below the free-memory floor, or interrupted",
+        "not run: the step would have gone below the free-memory floor, or the run was interrupted",
+    ),
+    (
+        "skipped",
+        "not run: the step uses an allocation that failed earlier (`detail` names it)",
     ),
     (
         "error",
-        "the call failed other than by running out of memory",
+        "the call failed other than by running out of memory (a driver error, a bad address)",
     ),
+    (
+        "wedged",
+        "the driver call did not return within the watchdog (`--watchdog`): the run ended there with exit 2",
+    ),
+];
+
+/// The README's table of `result` values, as `EVENT_RESULTS` gives it.
+pub fn event_results_table() -> String {
+    let mut t = String::from("| `result` | meaning |\n| --- | --- |\n");
+    for (v, m) in EVENT_RESULTS {
+        t.push_str(&format!("| `{v}` | {m} |\n"));
+    }
+    t
+}
+
+/// The columns of `events.csv`, `EventRow`'s fields in order.
+pub const EVENT_HEADER: [&str; 12] = [
+    "t_ns",
+    "phase",
+    "step",
+    "op",
+    "name",
+    "stream",
+    "requested_bytes",
+    "size_bytes",
+    "latency_ns",
+    "result",
+    "device_free_bytes",
+    "detail",
 ];
 
 /// One row of `events.csv`: an allocate, free, launch, sync or failure.
@@ -287,12 +327,18 @@ pub struct EventLog {
 }
 
 impl EventLog {
+    /// Creates `events.csv` with its header, written through at once (a run killed before
+    /// its first event still leaves a file a CSV reader opens).
     pub fn create(dir: &Path) -> std::io::Result<EventLog> {
         let file = File::create_new(dir.join("events.csv"))?;
+        let mut csv = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(BufWriter::new(file));
+        csv.write_record(EVENT_HEADER)
+            .map_err(std::io::Error::other)?;
+        csv.flush()?;
         Ok(EventLog {
-            csv: csv::WriterBuilder::new()
-                .has_headers(true)
-                .from_writer(BufWriter::new(file)),
+            csv,
             rows_written: 0,
             flush_each_row: false,
         })
@@ -305,6 +351,11 @@ impl EventLog {
     }
 
     pub fn write(&mut self, row: &EventRow) -> std::io::Result<()> {
+        debug_assert!(
+            EVENT_RESULTS.iter().any(|(v, _)| *v == row.result),
+            "result {:?} is not in EVENT_RESULTS",
+            row.result
+        );
         let _io = crate::run::watchdog::events_io();
         self.csv.serialize(row).map_err(std::io::Error::other)?;
         if self.flush_each_row {
@@ -424,5 +475,36 @@ mod tests {
             std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap(),
             "keep"
         );
+    }
+
+    #[test]
+    fn the_events_header_names_every_field_in_order_and_is_on_disk_at_creation() {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(EventRow {
+            t_ns: 1,
+            phase: "p",
+            step: "0",
+            op: "allocate",
+            name: "a",
+            stream: "0",
+            requested_bytes: Some(2),
+            size_bytes: Some(2),
+            latency_ns: 3,
+            result: "ok",
+            device_free_bytes: Some(4),
+            detail: "",
+        })
+        .unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next().unwrap(), EVENT_HEADER.join(","));
+        let dir = tempfile::tempdir().unwrap();
+        let log = EventLog::create(dir.path()).unwrap();
+        let on_disk = std::fs::read_to_string(dir.path().join("events.csv")).unwrap();
+        assert_eq!(on_disk, format!("{}\n", EVENT_HEADER.join(",")));
+        drop(log);
+        let rec = Recorder::create(dir.path(), vec![], 1 << 30, 0).unwrap();
+        let on_disk = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
+        assert!(on_disk.starts_with("t_ns,phase,source,") && on_disk.ends_with("_bytes\n"));
+        drop(rec);
     }
 }

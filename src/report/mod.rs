@@ -2,6 +2,15 @@
 //! derived from a finished run's files (plots, trace, Markdown, JUnit), plus comparing and
 //! merging result folders.
 
+/// A value's name as its JSON spells it (`stopped_at_floor`, `oom`): the one spelling of a
+/// status, result or cause in text too, never a `Debug` name.
+pub fn word<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 pub mod artifacts;
 pub mod compare;
 pub mod complete;

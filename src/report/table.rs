@@ -20,10 +20,18 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         Some(p) => format!("{}, profile {p}", d.backend),
         None => format!("{}, driver {}", d.backend, d.driver_version),
     };
+    // The status as summary.json spells it, and an OOM's cause word.
+    let cause = s
+        .ooms
+        .first()
+        .and_then(|o| o.diagnosis.causes.first())
+        .map_or(String::new(), |c| format!(" ({})", c.as_str()));
     let _ = writeln!(
         o,
-        "headroom · {} on {} [{backend}] · {:?}",
-        s.workload.name, d.name, s.status
+        "headroom · {} on {} [{backend}] · {}{cause}",
+        s.workload.name,
+        d.name,
+        crate::report::word(&s.status)
     );
     let idle = &s.idle.after_context;
     let _ = write!(
@@ -97,7 +105,7 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         let peak = |v: View| cell(p.peaks.get(v.key()).map(|x| x.bytes));
         phases.row([
             p.name.clone(),
-            format!("{:?}", p.status).to_lowercase(),
+            crate::report::word(&p.status),
             time,
             peak(View::DeviceUsed),
             peak(View::OwnBytes),
@@ -144,10 +152,20 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
     }
     for oom in &s.ooms {
         let _ = writeln!(o);
+        let causes: Vec<&str> = oom.diagnosis.causes.iter().map(|c| c.as_str()).collect();
         let _ = writeln!(
             o,
-            "OOM at {}/{} ({} {}): {}",
-            oom.phase, oom.step, oom.op, oom.name, oom.diagnosis.observation
+            "OOM ({}) at {}/{} ({} {}): {}",
+            if causes.is_empty() {
+                "cause undecided".to_string()
+            } else {
+                causes.join(", ")
+            },
+            oom.phase,
+            oom.step,
+            oom.op,
+            oom.name,
+            oom.diagnosis.observation
         );
         for f in &oom.diagnosis.findings {
             let _ = writeln!(o, "  - {f}");

@@ -28,10 +28,10 @@ pub const INTERRUPTED_REPORTS_BUDGET: Duration = Duration::from_millis(500);
 fn write_reports_interrupted(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
     let deadline = Deadline::after(INTERRUPTED_REPORTS_BUDGET);
     let done = crate::report::artifacts::write_within(dir, summary, deadline, |file| {
-        eprintln!("interrupted: writing {file}");
+        crate::errln!("interrupted: writing {file}");
     })?;
     if !done.skipped.is_empty() {
-        eprintln!(
+        crate::errln!(
             "interrupted: skipped {} (more than {} ms; `headroom report {}` writes them)",
             done.skipped.join(", "),
             INTERRUPTED_REPORTS_BUDGET.as_millis(),
@@ -92,7 +92,7 @@ impl Runner<'_, '_> {
         self.fail_on_late_fault(summary, &released.errors);
         let interrupted = summary.status == RunStatus::Interrupted;
         if interrupted {
-            eprintln!("interrupted: writing summary.json, timeline.csv, events.csv");
+            crate::errln!("interrupted: writing summary.json, timeline.csv, events.csv");
         }
         // A record that cannot be written (a full disk) fails the run, naming the file; the
         // summary still says so, if it can be written.
@@ -133,10 +133,10 @@ impl Runner<'_, '_> {
             crate::report::artifacts::write_all(dir, summary).map(|_| ())
         };
         if let Err(e) = reports {
-            eprintln!("warning: writing the run's reports: {e:#}");
+            crate::errln!("warning: writing the run's reports: {e:#}");
         }
         if !released.errors.is_empty() {
-            eprintln!(
+            crate::errln!(
                 "warning: could not release everything: {}",
                 released.errors.join("; ")
             );
@@ -280,7 +280,7 @@ impl Runner<'_, '_> {
             stream: "",
         };
         if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
-            eprintln!("warning: {e:#}");
+            crate::errln!("warning: {e:#}");
         }
         summary.status = RunStatus::Failed;
         summary.status_detail = Some(done.detail);

@@ -32,7 +32,7 @@ use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
 use crate::oom::OomRecord;
 use crate::record::timeline::{EventLog, Recorder};
-use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
 use crate::sampler::LiveViews;
 use crate::units::{GIB, utc_folder_stamp};
@@ -195,7 +195,7 @@ pub(crate) struct Runner<'w, 'd> {
 /// Runs a parsed workload on an opened device and writes its results.
 pub fn run(wl: &Workload, mut opened: Opened, opts: &RunOptions) -> anyhow::Result<RunReport> {
     if let Some(n) = &opened.notice {
-        eprintln!("note: {n}");
+        crate::output::note(n);
     }
     run_on(wl, opened.device.as_mut(), opened.before_context, opts)
 }
@@ -330,8 +330,12 @@ fn start_recording(
         phase: NO_PHASE,
         source: Source::Idle,
         device_free_bytes: idle.device_free_bytes,
-        views: ViewSet::default().with(View::OwnBytes, 0),
+        views: crate::record::idle_views(alloc.stats().views()),
     });
+    // On disk at once with the header: a run killed from here on leaves a typed first row.
+    timeline
+        .flush()
+        .with_context(|| format!("cannot write {}", dir.join("timeline.csv").display()))?;
     let live = Arc::new(LiveViews::default());
     live.publish(alloc.stats().views().with(View::OwnBytes, 0));
     // Readings from a thread arrive late; they are held back this long on a real GPU.

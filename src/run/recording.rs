@@ -71,7 +71,7 @@ impl Recording {
         }
         let wm = dev.now_ns().saturating_sub(self.watermark_slack_ns);
         if let Err(e) = self.timeline.release_until(wm) {
-            eprintln!("warning: writing timeline.csv: {e}");
+            crate::errln!("warning: writing timeline.csv: {e}");
         }
     }
 
@@ -149,10 +149,10 @@ impl Recording {
     pub fn checkpoint(&mut self, dev: &dyn Device, summary: &Summary, dir: &Path) {
         self.pump(dev);
         if let Err(e) = self.timeline.flush().and_then(|_| self.events.flush()) {
-            eprintln!("warning: flushing results: {e}");
+            crate::errln!("warning: flushing results: {e}");
         }
         if let Err(e) = crate::run::write_summary(dir, summary) {
-            eprintln!("warning: writing summary.json: {e}");
+            crate::errln!("warning: writing summary.json: {e}");
         }
     }
 

@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use crate::device::{Device, NvmlMemory};
 use crate::record::timeline::{EventLog, Recorder};
-use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+use crate::record::{NO_PHASE, Reading, Source};
 use crate::report::summary::{PhaseStatus, RunStatus};
 use crate::run::{RunOptions, RunReport, setup, write_summary};
 use crate::units::utc_timestamp;
@@ -55,7 +55,7 @@ pub fn record_skipped(
         phase: NO_PHASE,
         source: Source::Idle,
         device_free_bytes: idle.device_free_bytes,
-        views: ViewSet::default().with(View::OwnBytes, 0),
+        views: crate::record::idle_views(crate::alloc::AllocStats::default().views()),
     });
     timeline
         .flush()
@@ -63,6 +63,12 @@ pub fn record_skipped(
     EventLog::create(&dir)
         .and_then(|mut e| e.flush())
         .with_context(|| format!("cannot write {}", csv_path("events.csv")))?;
+    // Like every run's folder: the allocation log, with its header and no call.
+    std::fs::write(
+        dir.join(crate::run::ALLOC_LOG),
+        format!("{}\n", crate::alloc::adaptors::LOG_HEADER.join(",")),
+    )
+    .with_context(|| format!("cannot write {}", csv_path(crate::run::ALLOC_LOG)))?;
     summary.status = RunStatus::Skipped;
     summary.status_detail = Some(reason);
     summary.end_ns = Some(start_ns);
@@ -72,7 +78,7 @@ pub fn record_skipped(
     write_summary(&dir, &summary)
         .with_context(|| format!("cannot write {}", csv_path("summary.json")))?;
     if let Err(e) = crate::report::artifacts::write_all(&dir, &summary) {
-        eprintln!("warning: writing the run's reports: {e:#}");
+        crate::errln!("warning: writing the run's reports: {e:#}");
     }
     Ok(RunReport {
         dir,

@@ -455,7 +455,7 @@ impl Runner<'_, '_> {
             stream: p.action.stream().unwrap_or("main"),
         };
         if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
-            eprintln!("warning: writing events.csv: {e:#}");
+            crate::errln!("warning: writing events.csv: {e:#}");
         }
         Stop::Failed(format!(
             "phase {phase:?}, step {}: {}",

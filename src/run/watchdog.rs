@@ -162,7 +162,7 @@ fn fire(w: &Window, dir: &std::path::Path) -> ! {
          headroom exits and the driver frees this process's memory",
         w.budget_ns as f64 / 1e9
     );
-    eprintln!("error: {detail}");
+    crate::errln!("error: {detail}");
     crate::tenant::stop_all();
     {
         let _io = events_io();
@@ -181,13 +181,13 @@ fn fire(w: &Window, dir: &std::path::Path) -> ! {
             detail: &detail,
         };
         if let Err(e) = append_row(&dir.join("events.csv"), &row) {
-            eprintln!("warning: recording the wedged call in events.csv: {e}");
+            crate::errln!("warning: recording the wedged call in events.csv: {e}");
         }
     }
     if let Err(e) = mark_summary(dir, &detail) {
-        eprintln!("warning: recording the wedged call in summary.json: {e:#}");
+        crate::errln!("warning: recording the wedged call in summary.json: {e:#}");
     }
-    eprintln!(
+    crate::errln!(
         "results so far: {} (waited {})",
         dir.display(),
         Nanos(waited)

@@ -63,7 +63,7 @@ pub fn drive(
                 .name("headroom-stderr".into())
                 .spawn(move || stderr::pump(pipe, tx, origin));
             if let Err(e) = spawned {
-                eprintln!("warning: cannot read the job's stderr: {e}");
+                crate::errln!("warning: cannot read the job's stderr: {e}");
                 s.stderr_closed = true;
             }
         }
@@ -98,7 +98,7 @@ pub fn drive(
             match c.device.start_sampler(plan.interval_ns, live.clone()) {
                 Ok(sampler) => Some((sampler, offset)),
                 Err(e) => {
-                    eprintln!("warning: cannot start the cuMemGetInfo sampler: {e}");
+                    crate::errln!("warning: cannot start the cuMemGetInfo sampler: {e}");
                     None
                 }
             }
@@ -226,7 +226,7 @@ fn watch_loop(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    eprintln!("warning: cannot wait for the job: {e}");
+                    crate::errln!("warning: cannot wait for the job: {e}");
                     return (s.now_ns(), EndedBy::Exit, None);
                 }
             },

@@ -76,7 +76,7 @@ pub fn finish(
             crate::report::artifacts::write_run(&run)
         });
     if let Err(e) = reports {
-        eprintln!("warning: writing the watch's reports: {e:#}");
+        crate::errln!("warning: writing the watch's reports: {e:#}");
     }
     Ok(WatchReport {
         dir: s.dir,

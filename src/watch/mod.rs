@@ -75,6 +75,8 @@ pub struct WatchOptions {
     pub cuda_info: bool,
     /// Replay this usage script on the simulated device instead of reading a driver.
     pub sim_script: Option<PathBuf>,
+    /// Send a launched job's stdout to headroom's stderr (`--json`: stdout holds one document).
+    pub job_stdout_to_stderr: bool,
 }
 
 /// A finished watch.
@@ -233,7 +235,7 @@ fn run(
     };
     let start_free = inputs.free_now().context("reading the device failed")?;
     let start_ns = since(Instant::now());
-    let (mut job, stderr_pipe) = start::start_job(&opts.target, fifo.as_ref(), &dir, dir_existed)?;
+    let (mut job, stderr_pipe) = start::start_job(opts, fifo.as_ref(), &dir, dir_existed)?;
     let pid = job.pid();
     if let Some(sim) = inputs.sim {
         sim.start(pid);

@@ -95,7 +95,7 @@ fn paced(
             }
             Tick::Failed { t_ns, phase, error } => {
                 if first_error.is_none() {
-                    eprintln!("warning: a watch reading failed: {error}");
+                    crate::errln!("warning: a watch reading failed: {error}");
                     first_error = Some(SamplerError { t_ns, phase, error });
                 }
             }

@@ -241,7 +241,7 @@ impl Session {
             detail,
         };
         if let Err(e) = self.events.write(&row) {
-            eprintln!("warning: writing events.csv: {e}");
+            crate::errln!("warning: writing events.csv: {e}");
         }
     }
 
@@ -373,7 +373,7 @@ impl Session {
         self.settle_ooms(false);
         let wm = self.now_ns().saturating_sub(self.slack_ns);
         if let Err(e) = self.recorder.release_until(wm) {
-            eprintln!("warning: writing timeline.csv: {e}");
+            crate::errln!("warning: writing timeline.csv: {e}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! The start of a watch: how often the process list is read, the job started or attached
 //! to, and the summary and watch records as they stand before the first reading.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::SystemTime;
@@ -36,7 +37,7 @@ pub(super) fn plan_process_list(inputs: &Inputs<'_>, opts: &WatchOptions) -> Pro
     let (call_latency, error) = match sampling::measure_process_list(inputs.list, 9) {
         Ok(h) => (h.percentiles(), None),
         Err(e) => {
-            eprintln!(
+            crate::errln!(
                 "warning: the driver's process list cannot be read ({e:#}): job_used_bytes will not be recorded"
             );
             (Default::default(), Some(format!("{e:#}")))
@@ -62,20 +63,31 @@ pub(super) fn plan_process_list(inputs: &Inputs<'_>, opts: &WatchOptions) -> Pro
 }
 
 /// Starts the job as a child (its stderr piped to headroom, `HEADROOM_MARK` naming the mark
-/// FIFO), or attaches to the process. A job that cannot start leaves no folder behind.
+/// FIFO; under `--json` its stdout on headroom's stderr, so headroom's stdout carries the one
+/// JSON document), or attaches to the process. A job that cannot start leaves no folder
+/// behind.
 pub(super) fn start_job(
-    target: &Target,
+    opts: &super::WatchOptions,
     fifo: Option<&marks::MarkFifo>,
     dir: &Path,
     dir_existed: bool,
 ) -> anyhow::Result<(Job, Option<ChildStderr>)> {
-    Ok(match target {
+    Ok(match &opts.target {
         Target::Launch(argv) => {
             // Orphans of the job are re-parented to headroom, so they stay in its tree.
             // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag on this process.
             unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
             let mut cmd = Command::new(&argv[0]);
             cmd.args(&argv[1..]).stderr(Stdio::piped());
+            if opts.job_stdout_to_stderr {
+                // A closed stderr leaves nowhere to put it: the job's stdout is dropped.
+                cmd.stdout(
+                    std::io::stderr()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .map_or_else(|_| Stdio::null(), Stdio::from),
+                );
+            }
             if let Some(f) = fifo {
                 cmd.env(MARK_ENV, f.path());
             }

@@ -19,7 +19,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
         "headroom · watch of {} on {} · {}{}",
         job_label(w),
         s.device.name,
-        status_name(s).replace('_', " "),
+        status_name(s),
         s.exit_code
             .map(|c| format!(" (exit {c})"))
             .unwrap_or_default()

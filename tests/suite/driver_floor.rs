@@ -71,7 +71,20 @@ fn no_device_falls_back_with_a_note_unless_a_gpu_is_required() {
     let dir = tempfile::tempdir().unwrap();
     let env = [("HEADROOM_FAKE_FAULTS", "cuInit@*=CUDA_ERROR_NO_DEVICE")];
     let out_dir = dir.path().join("auto");
-    let run = run_quickstart(dir.path(), &out_dir, &[], &env);
+    // -q prints nothing on success, the note neither; without it the note is there.
+    let quiet = run_quickstart(dir.path(), &dir.path().join("quiet"), &[], &env);
+    assert_eq!((quiet.code, quiet.stderr.as_str()), (0, ""));
+    let wl = root().join("workloads/quickstart.toml");
+    let run = on_fake(
+        dir.path(),
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        &env,
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stderr.contains(

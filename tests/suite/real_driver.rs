@@ -135,7 +135,8 @@ fn the_real_driver_without_a_gpu(branch: &str, cuda_version: u32) {
     let r = real(
         &lib,
         dir,
-        &["run", wl, "--out", auto_dir.to_str().unwrap(), "-q"],
+        // Without -q: the note is for the person watching (-q prints nothing on success).
+        &["run", wl, "--out", auto_dir.to_str().unwrap()],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let note = format!(

@@ -49,11 +49,9 @@ fn json(text: &str) -> serde_json::Value {
 #[test]
 fn every_json_output_matches_its_schema() {
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["tiny-4g", "h100-80g"] {
-        let p = root()
-            .join("tests/fixtures/runs")
-            .join(f)
-            .join("summary.json");
+    // The committed fixtures, the killed run's included.
+    for f in ["runs/tiny-4g", "runs/h100-80g", "killed/tiny-4g"] {
+        let p = root().join("tests/fixtures").join(f).join("summary.json");
         check("summary", &json(&std::fs::read_to_string(&p).unwrap()), f);
     }
     // Runs that end every way: completed, OOM (each cause's scenario), stopped at the floor,
@@ -197,6 +195,38 @@ fn every_json_output_matches_its_schema() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     check("crosscheck", &json(&r.stdout), "crosscheck --json");
 
+    // Every JSON file the runs, validations and probes above wrote, whatever its folder.
+    let mut checked = 0;
+    let mut stack = vec![tmp.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let schema = match name.as_str() {
+                "summary.json" => "summary",
+                "validation.json" => "validation",
+                "node.json" => "node",
+                "bandwidth.json" => "bandwidth",
+                // Chrome's trace-event format, which Perfetto reads; not one of ours.
+                "trace.json" => continue,
+                other if other.ends_with(".json") => panic!("{}: no schema", p.display()),
+                _ => continue,
+            };
+            check(
+                schema,
+                &json(&std::fs::read_to_string(&p).unwrap()),
+                &p.display().to_string(),
+            );
+            checked += 1;
+        }
+    }
+    // Ten runs, a validation with its probes, four runs for the crosscheck.
+    assert!(checked >= 15, "{checked} JSON files");
+
     for log in std::fs::read_dir(root().join("tests/fixtures/oom-messages")).unwrap() {
         let p = log.unwrap().path();
         if p.extension().is_some_and(|x| x == "log") {
@@ -250,6 +280,11 @@ fn the_readme_lists_every_status_and_cause() {
 #[test]
 fn the_validator_refuses_what_the_schemas_forbid() {
     use crate::common::schema::errors;
+    if !crate::common::schema::tools_or_skip(
+        "schema::the_validator_refuses_what_the_schemas_forbid",
+    ) {
+        return;
+    }
     let schema = json(
         r##"{
           "type": "object",
@@ -308,6 +343,18 @@ fn the_validator_refuses_what_the_schemas_forbid() {
             !errors(&committed, &s).is_empty(),
             "accepted {field} = {}",
             s[field]
+        );
+    }
+    // Closed: a field the type does not name is refused, at the top and inside.
+    for (at, field) in [("", "statuss"), ("workload", "nmae"), ("idle", "kernel")] {
+        let mut s = summary.clone();
+        let obj = if at.is_empty() { &mut s } else { &mut s[at] };
+        obj.as_object_mut()
+            .unwrap()
+            .insert(field.into(), serde_json::json!(0));
+        assert!(
+            !errors(&committed, &s).is_empty(),
+            "accepted an unknown field {at}.{field}"
         );
     }
     let mut s = summary.clone();

@@ -45,6 +45,8 @@ impl LoggingAdaptor {
     ) -> io::Result<LoggingAdaptor> {
         let mut out = csv::WriterBuilder::new().flexible(false).from_writer(out);
         out.write_record(LOG_HEADER).map_err(io::Error::other)?;
+        // At once: a killed run's log still has its header.
+        out.flush()?;
         Ok(LoggingAdaptor {
             upstream,
             out,

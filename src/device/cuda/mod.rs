@@ -442,7 +442,7 @@ impl Kernels for CudaDevice {
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         if let Err(e) = self.release_all() {
-            eprintln!("warning: releasing device memory at exit: {e}");
+            crate::errln!("warning: releasing device memory at exit: {e}");
         }
         self.kernels.take();
         let _ = self.events.destroy_all();

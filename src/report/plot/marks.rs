@@ -9,7 +9,9 @@ use crate::units::Bytes;
 use super::labels::{Placer, Spot, backdrop_text, fit};
 use super::scene::{Anchor, Color, Group, Shape, Stroke};
 use super::series::DEVICE_USED;
-use super::{Frame, IDLE, KV, MUTED, OOM, PLAN, POLL, TEXT, TOTAL, WHITE, cross, diamond};
+use super::{
+    FLOOR, Frame, IDLE, KV, MUTED, OOM, PLAN, POLL, POLL10, TEXT, TOTAL, WHITE, cross, diamond,
+};
 
 /// Rows for names that do not fit inside their band, below the first.
 const PHASE_ROWS: usize = 4;
@@ -97,15 +99,18 @@ pub fn device_total(total: u64, f: &Frame, placer: &mut Placer) -> Group {
     g
 }
 
-/// The idle line, and the 1 Hz poll's peak line, or (when the poll saw no more than idle) one
-/// line that says both.
+/// The idle line, and the 1 Hz and 10 Hz polls' peak lines; a poll line within a few pixels
+/// of the idle line (or of the other poll's) is said on that line instead of drawn.
 pub fn idle_and_poll(
     idle_used: u64,
     poll: Option<(u64, u64)>,
+    poll10: Option<(u64, u64)>,
     f: &Frame,
     placer: &mut Placer,
 ) -> Vec<Group> {
-    let same = poll.is_some_and(|(_, b)| (f.y(b) - f.y(idle_used)).abs() < 4.0);
+    let near = |a: u64, b: u64| (f.y(a) - f.y(b)).abs() < 4.0;
+    let same1 = poll.is_some_and(|(_, b)| near(b, idle_used));
+    let same10 = poll10.is_some_and(|(_, b)| near(b, idle_used));
     let mut idle = Group::new("mark-idle", "mark").titled(format!(
         "idle reading: device used {idle_used} B ({}) before the workload",
         Bytes(idle_used)
@@ -115,35 +120,153 @@ pub fn idle_and_poll(
         vec![(f.x0, y), (f.x1, y)],
         Stroke::dashed(IDLE, 1.2, 6.0, 4.0),
     );
-    let text = if same {
-        format!("idle: {} used — a 1 Hz poll saw no more", Bytes(idle_used))
-    } else {
-        format!("idle: {} used", Bytes(idle_used))
+    let text = match (same1, same10) {
+        (true, true) => format!(
+            "idle: {} used — a 1 Hz and a 10 Hz poll saw no more",
+            Bytes(idle_used)
+        ),
+        (true, false) => format!("idle: {} used — a 1 Hz poll saw no more", Bytes(idle_used)),
+        (false, true) => format!("idle: {} used — a 10 Hz poll saw no more", Bytes(idle_used)),
+        (false, false) => format!("idle: {} used", Bytes(idle_used)),
     };
     let spots = along(f, y, &[Anchor::Start, Anchor::Middle, Anchor::End]);
     placer.label(&mut idle, &spots, text, 11.0, IDLE);
     let mut out = vec![idle];
-    if let Some((_, bytes)) = poll.filter(|_| !same) {
-        let mut g = Group::new("line-poll-1hz", "line").titled(format!(
-            "the highest device used a 1 Hz poller would have reported: {bytes} B ({})",
+    let p1 = poll.filter(|_| !same1).map(|(_, b)| b);
+    let p10 = poll10.filter(|_| !same10).map(|(_, b)| b);
+    let both = p1.zip(p10).is_some_and(|(a, b)| near(a, b));
+    for (name, id, bytes, color, dash) in [
+        ("1 Hz", "1hz", p1, POLL, (2.0, 3.0)),
+        ("10 Hz", "10hz", p10.filter(|_| !both), POLL10, (4.0, 2.0)),
+    ] {
+        let Some(bytes) = bytes else { continue };
+        let mut g = Group::new(format!("line-poll-{id}"), "line").titled(format!(
+            "the highest device used a {name} poller would have reported: {bytes} B ({})",
             Bytes(bytes)
         ));
         let y = f.y(bytes);
         g.line(
             vec![(f.x0, y), (f.x1, y)],
-            Stroke::dashed(POLL, 1.4, 2.0, 3.0),
+            Stroke::dashed(color, 1.4, dash.0, dash.1),
         );
         let spots = along(f, y, &[Anchor::End, Anchor::Middle, Anchor::Start]);
-        placer.label(
-            &mut g,
-            &spots,
-            format!("1 Hz poll peak {}", Bytes(bytes)),
-            11.0,
-            POLL,
-        );
+        let label = if name == "1 Hz" && both {
+            format!("1 Hz poll peak {} (a 10 Hz poll too)", Bytes(bytes))
+        } else {
+            format!("{name} poll peak {}", Bytes(bytes))
+        };
+        placer.label(&mut g, &spots, label, 11.0, color);
         out.push(g);
     }
     out
+}
+
+/// The floor a run keeps free, as device used: total − `keep_free_bytes`, when the run
+/// enforces it (not with `--allow-oom`, not for a watch).
+pub fn floor_line(s: &Summary) -> Option<u64> {
+    let w = &s.workload;
+    (!w.allow_oom && w.keep_free_bytes > 0 && s.watch.is_none())
+        .then(|| s.device.total_bytes.saturating_sub(w.keep_free_bytes))
+}
+
+/// The floor as a line where it is on the scale; when the device total (and the floor) are
+/// above it, a note at the top edge saying where they are, so every scale shows them.
+pub fn floor_and_capacity(
+    s: &Summary,
+    show_total: bool,
+    f: &Frame,
+    placer: &mut Placer,
+) -> Vec<Group> {
+    let total = s.device.total_bytes;
+    let floor = floor_line(s);
+    let mut out = Vec::new();
+    let on_scale = |b: u64| b <= f.top_bytes;
+    if let Some(fl) = floor.filter(|b| on_scale(*b)) {
+        let mut g = Group::new("line-floor", "line").titled(format!(
+            "the floor: a step may not take device used past {fl} B ({}), keeping {} B free",
+            Bytes(fl),
+            s.workload.keep_free_bytes
+        ));
+        let y = f.y(fl);
+        g.line(
+            vec![(f.x0, y), (f.x1, y)],
+            Stroke::dashed(FLOOR, 1.3, 3.0, 3.0),
+        );
+        let spots = along(f, y, &[Anchor::Middle, Anchor::Start, Anchor::End]);
+        placer.label(
+            &mut g,
+            &spots,
+            format!(
+                "floor {} used ({} kept free)",
+                Bytes(fl),
+                Bytes(s.workload.keep_free_bytes)
+            ),
+            11.0,
+            FLOOR,
+        );
+        out.push(g);
+    }
+    if !show_total {
+        let mut text = format!("↑ device total {} above this scale", Bytes(total));
+        if let Some(fl) = floor.filter(|b| !on_scale(*b)) {
+            text.push_str(&format!(", floor at {} used", Bytes(fl)));
+        }
+        let mut g = Group::new("mark-off-scale", "mark").titled(format!(
+            "device total {total} B ({}){}",
+            Bytes(total),
+            floor.map_or(String::new(), |fl| format!("; floor {fl} B used"))
+        ));
+        let spots = [
+            Spot::new(f.x1 - 4.0, f.y0 + 28.0, Anchor::End),
+            Spot::new(f.x1 - 4.0, f.y0 + 44.0, Anchor::End),
+            Spot::new(f.x0 + 12.0, f.y0 + 28.0, Anchor::Start),
+        ];
+        placer.label(&mut g, &spots, text, 11.0, TOTAL);
+        out.push(g);
+    }
+    out
+}
+
+/// The largest free block (where the allocator's cache knows it) named where it matters: at
+/// the first OOM, next to what was asked, else at its last reading.
+pub fn largest_free(
+    run: &crate::report::rundata::RunData,
+    f: &Frame,
+    placer: &mut Placer,
+) -> Option<Group> {
+    let view = crate::record::View::AllocLargestFree;
+    if !super::series::drawn(run, view) {
+        return None;
+    }
+    let s = &run.summary;
+    let at = s.ooms.first().map(|o| o.t_ns);
+    let (t, b) = run
+        .timeline
+        .points(view)
+        .take_while(|(t, _)| at.is_none_or(|a| *t <= a))
+        .last()?;
+    let lift = super::series::OFFSET_PX * super::series::coincides_with(run, view).len() as f32;
+    let (x, y) = (f.x(t), f.y(b) - lift);
+    let text = match s.ooms.first() {
+        Some(o) => format!(
+            "largest free block {} < {} asked",
+            Bytes(b),
+            Bytes(o.requested_bytes)
+        ),
+        None => format!("largest free block {}", Bytes(b)),
+    };
+    let mut g = Group::new("mark-largest-free", "mark").titled(format!(
+        "alloc_largest_free_bytes: {b} B ({}) at {:.6} s",
+        Bytes(b),
+        f.seconds(t)
+    ));
+    let mut spots = Vec::new();
+    for dy in [-8.0, -22.0, 16.0, -36.0] {
+        spots.push(Spot::new(x - 8.0, y + dy, Anchor::End));
+        spots.push(Spot::new(x + 8.0, y + dy, Anchor::Start));
+    }
+    placer.label(&mut g, &spots, text, 12.0, Color(0xd5, 0x00, 0x6a));
+    Some(g)
 }
 
 /// The true peak of device used: a dot, and its value beside it.
@@ -270,14 +393,15 @@ pub fn reserve_marks(s: &Summary, f: &Frame, poll: Option<(u64, u64)>, placer: &
     }
 }
 
-/// The 1 Hz poller's highest reading, as a diamond at its tick.
-pub fn poll_mark(t: u64, bytes: u64, f: &Frame) -> Group {
+/// A poller's highest reading (`name`: `1 Hz`, `10 Hz`), as a diamond at its tick.
+pub fn poll_mark(t: u64, bytes: u64, name: &str, color: Color, f: &Frame) -> Group {
     let (x, y) = (f.x(t), f.y(bytes));
-    let mut g = Group::new("mark-poll-1hz", "mark").titled(format!(
-        "a 1 Hz poller's highest reading of device_used_bytes: {bytes} B ({}) at its tick at {:.3} s",
+    let id = name.replace(' ', "").to_lowercase();
+    let mut g = Group::new(format!("mark-poll-{id}"), "mark").titled(format!(
+        "a {name} poller's highest reading of device_used_bytes: {bytes} B ({}) at its tick at {:.3} s",
         Bytes(bytes),
         f.seconds(t)
     ));
-    g.shapes.push(diamond(x, y, 6.0, POLL));
+    g.shapes.push(diamond(x, y, 6.0, color));
     g
 }

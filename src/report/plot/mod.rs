@@ -9,6 +9,7 @@
 pub mod axis;
 pub mod downsample;
 pub mod font;
+mod hover;
 mod job;
 pub mod labels;
 mod marks;
@@ -36,6 +37,8 @@ const WHITE: Color = Color(0xff, 0xff, 0xff);
 const OOM: Color = Color(0xd5, 0x5e, 0x00);
 const IDLE: Color = Color(0x66, 0x66, 0x66);
 const POLL: Color = Color(0x56, 0xb4, 0xe9);
+const POLL10: Color = Color(0x8c, 0x8c, 0x00);
+const FLOOR: Color = Color(0x99, 0x33, 0x00);
 const TOTAL: Color = Color(0x33, 0x33, 0x33);
 const PLAN: Color = Color(0xb2, 0x18, 0x2b);
 const KV: Color = Color(0x00, 0x9e, 0x73);
@@ -76,6 +79,7 @@ pub fn scene(run: &RunData) -> Scene {
     let idle_used = s.idle.after_context.device_used_bytes;
     let total = s.device.total_bytes;
     let poll = poll_peak(run, View::DeviceUsed, "1hz");
+    let poll10 = poll_peak(run, View::DeviceUsed, "10hz");
     let show_total = shows_total(run, &f);
     let mut placer = Placer::new(Box2 {
         x0: f.x0,
@@ -101,10 +105,24 @@ pub fn scene(run: &RunData) -> Scene {
     if show_total {
         groups.push(marks::device_total(total, &f, &mut placer));
     }
-    groups.extend(marks::idle_and_poll(idle_used, poll, &f, &mut placer));
+    // The floor and, when the device total is above this scale, both said at the top.
+    groups.extend(marks::floor_and_capacity(s, show_total, &f, &mut placer));
+    if let Some(g) = marks::largest_free(run, &f, &mut placer) {
+        groups.push(g);
+    }
+    groups.extend(marks::idle_and_poll(
+        idle_used,
+        poll,
+        poll10,
+        &f,
+        &mut placer,
+    ));
     groups.extend(marks::true_peak(s, &f, &mut placer));
     if let Some((t, bytes)) = poll {
-        groups.push(marks::poll_mark(t, bytes, &f));
+        groups.push(marks::poll_mark(t, bytes, "1 Hz", POLL, &f));
+    }
+    if let Some((t, bytes)) = poll10.filter(|p| Some(*p) != poll) {
+        groups.push(marks::poll_mark(t, bytes, "10 Hz", POLL10, &f));
     }
     for (i, oom) in s.ooms.iter().enumerate() {
         groups.push(marks::oom(i, oom, &f, &mut placer));
@@ -112,7 +130,9 @@ pub fn scene(run: &RunData) -> Scene {
     for (i, oom) in run.watch.iter().flat_map(|w| &w.ooms).enumerate() {
         groups.push(job::oom_mark(s.ooms.len() + i, oom, &f, &mut placer));
     }
-    groups.push(legend(run, &f, show_total, bands));
+    groups.push(legend(run, &f, show_total, bands, poll10.is_some()));
+    // Last, so the hover areas lie over everything.
+    groups.push(hover::readings(run, &f));
     Scene {
         width: WIDTH,
         height: HEIGHT,
@@ -217,11 +237,8 @@ fn cross(x: f32, y: f32, r: f32, color: Color) -> [Shape; 2] {
 
 fn title(s: &Summary, f: &Frame, poll: Option<(u64, u64)>) -> Group {
     let mut g = Group::new("title", "title");
-    let status = serde_json::to_value(s.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-        .replace('_', " ");
+    // One spelling of a status everywhere: summary.json's.
+    let status = crate::report::word(&s.status);
     let head = format!(
         "headroom · {} on {} · {status}",
         s.workload.name, s.device.name
@@ -308,7 +325,7 @@ fn axes(f: &Frame, y_ticks: &[u64]) -> Group {
     g
 }
 
-fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool) -> Group {
+fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool, poll10: bool) -> Group {
     let s = &run.summary;
     let mut g = Group::new("legend", "legend");
     let mut entries: Vec<(Vec<Shape>, String)> = Vec::new();
@@ -322,7 +339,21 @@ fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool) -> Group {
     };
     for (view, stroke, label) in SERIES.iter().rev() {
         if series::drawn(run, *view) {
-            entries.push((sample(*stroke), format!("{} — {label}", view.key())));
+            let lifted = series::coincides_with(run, *view);
+            let note = if lifted.is_empty() {
+                String::new()
+            } else {
+                let with: Vec<String> = lifted
+                    .iter()
+                    .map(|(v, share)| format!("{} on {:.0}% of rows", v.key(), share * 100.0))
+                    .collect();
+                format!(
+                    " (drawn {:.0} px higher: equal to {})",
+                    series::OFFSET_PX * lifted.len() as f32,
+                    with.join(", ")
+                )
+            };
+            entries.push((sample(*stroke), format!("{} — {label}{note}", view.key())));
         }
     }
     entries.push((
@@ -355,12 +386,27 @@ fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool) -> Group {
         ],
         "peak a 1 Hz poll would report".into(),
     ));
+    if poll10 {
+        entries.push((
+            vec![
+                sample(Stroke::dashed(POLL10, 1.4, 4.0, 2.0)).remove(0),
+                diamond(13.0, -4.0, 5.0, POLL10),
+            ],
+            "peak a 10 Hz poll would report".into(),
+        ));
+    }
     entries.push((
         sample(Stroke::dashed(IDLE, 1.2, 6.0, 4.0)),
         "idle reading".into(),
     ));
     if show_total {
         entries.push((sample(Stroke::solid(TOTAL, 1.2)), "device total".into()));
+    }
+    if marks::floor_line(s).is_some_and(|fl| fl <= f.top_bytes) {
+        entries.push((
+            sample(Stroke::dashed(FLOOR, 1.3, 3.0, 3.0)),
+            "floor: device used a step may not pass (total − --keep-free)".into(),
+        ));
     }
     if !s.ooms.is_empty() || run.watch.as_ref().is_some_and(|w| !w.ooms.is_empty()) {
         let [a, b] = cross(13.0, -4.0, 5.0, OOM);

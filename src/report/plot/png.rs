@@ -46,6 +46,8 @@ fn skia_stroke(s: &Stroke) -> tiny_skia::Stroke {
 
 fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform) {
     match s {
+        // Tooltips are the SVG's.
+        Shape::Hover { .. } => {}
         Shape::Rect {
             x,
             y,

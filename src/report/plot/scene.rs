@@ -75,6 +75,15 @@ pub enum Shape {
         fill: Color,
         opacity: f32,
     },
+    /// An invisible hit area with a tooltip (drawn by the SVG only): the exact reading under
+    /// the pointer.
+    Hover {
+        x: f32,
+        y: f32,
+        w: f32,
+        h: f32,
+        title: String,
+    },
     /// `y` is the baseline.
     Text {
         x: f32,

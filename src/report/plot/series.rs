@@ -16,7 +16,7 @@ use super::downsample;
 use super::scene::{Color, Group, Shape, Stroke};
 
 /// The views drawn, in drawing order, each narrower than the one it may lie on.
-pub const SERIES: [(View, Stroke, &str); 7] = [
+pub const SERIES: [(View, Stroke, &str); 8] = [
     (
         View::GraphReserved,
         Stroke {
@@ -54,6 +54,15 @@ pub const SERIES: [(View, Stroke, &str); 7] = [
         "allocator allocated",
     ),
     (
+        View::AllocLargestFree,
+        Stroke {
+            color: Color(0xd5, 0x00, 0x6a),
+            width: 2.0,
+            dash: Some([2.0, 2.0]),
+        },
+        "largest free block (the biggest request the cache can serve)",
+    ),
+    (
         View::OwnBytes,
         Stroke {
             color: Color(0xcc, 0x79, 0xa7),
@@ -88,11 +97,58 @@ const CHURN_BUCKET_PX: f64 = 3.0;
 /// Device used's colour, shared by the true-peak mark.
 pub const DEVICE_USED: Color = Color(0x00, 0x72, 0xb2);
 
-/// Whether a view is drawn for this run: recorded, and (for graph memory) ever above zero.
+/// Whether a view is drawn for this run: recorded, and (for graph and pool memory, which the
+/// idle row states as 0 in every run, and the largest free block, 0 without a cache) ever
+/// above zero.
 pub fn drawn(run: &RunData, view: View) -> bool {
     run.timeline.view(view).is_some()
-        && (!matches!(view, View::GraphReserved | View::GraphUsed)
-            || run.timeline.points(view).any(|(_, v)| v > 0))
+        && (!matches!(
+            view,
+            View::GraphReserved
+                | View::GraphUsed
+                | View::PoolUsed
+                | View::PoolReserved
+                | View::AllocLargestFree
+        ) || run.timeline.points(view).any(|(_, v)| v > 0))
+}
+
+/// How far up a line is drawn for each earlier line it coincides with.
+pub const OFFSET_PX: f32 = 3.0;
+
+/// A share of the rows at or above which two lines count as coinciding.
+const COINCIDES_SHARE: f64 = 0.2;
+
+/// The lines drawn before `view` (beneath it) that it equals on at least a fifth of the rows
+/// where it is above zero, with that share: `view` is drawn `OFFSET_PX` higher for each, and
+/// the legend says so.
+pub fn coincides_with(run: &RunData, view: View) -> Vec<(View, f64)> {
+    let tl = &run.timeline;
+    let Some(col) = tl.view(view) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (other, _, _) in SERIES {
+        if other == view {
+            break;
+        }
+        let Some(o) = tl.view(other).filter(|_| drawn(run, other)) else {
+            continue;
+        };
+        let (mut both, mut equal) = (0u64, 0u64);
+        for (a, b) in col.iter().zip(o) {
+            if let (Some(a), Some(b)) = (a, b)
+                && *a > 0
+            {
+                both += 1;
+                equal += u64::from(a == b);
+            }
+        }
+        let share = equal as f64 / both.max(1) as f64;
+        if both > 0 && share >= COINCIDES_SHARE {
+            out.push((other, share));
+        }
+    }
+    out
 }
 
 /// One line per drawn view, and a shaded band wherever it churns within a pixel column.
@@ -108,6 +164,8 @@ pub fn lines(run: &RunData, f: &Frame) -> (Vec<Group>, bool) {
         }
         let pts = tl.points(view).map(|(t, v)| (f64::from(f.x(t)), v));
         let (pieces, bands) = downsample::line_and_bands(pts, CHURN_BUCKET_PX);
+        // Lifted above the lines it coincides with, so each colour shows.
+        let lift = OFFSET_PX * coincides_with(run, view).len() as f32;
         let peak = s.peaks.run.get(view.key());
         let mut g = Group::new(format!("series-{}", view.key()), "series").titled(format!(
             "{} — {}: {}",
@@ -127,7 +185,7 @@ pub fn lines(run: &RunData, f: &Frame) -> (Vec<Group>, bool) {
         for piece in pieces {
             let line: Vec<(f32, f32)> = downsample::steps(&piece)
                 .into_iter()
-                .map(|(x, v)| (x as f32, f.y(v)))
+                .map(|(x, v)| (x as f32, f.y(v) - lift))
                 .collect();
             g.line(line, stroke);
         }

@@ -50,6 +50,13 @@ fn stroke_attrs(s: &Option<Stroke>) -> String {
 
 fn shape(o: &mut String, s: &Shape) {
     match s {
+        Shape::Hover { x, y, w, h, title } => {
+            let _ = writeln!(
+                o,
+                r##"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="#ffffff" fill-opacity="0"><title>{}</title></rect>"##,
+                xml_escape(title)
+            );
+        }
         Shape::Rect {
             x,
             y,

@@ -294,7 +294,7 @@ pub(super) fn finish(
     drop(recorder);
     write_summary(dir, &summary).context("writing summary.json")?;
     if let Err(e) = crate::report::artifacts::write_all(dir, &summary) {
-        eprintln!("warning: writing the reports of {}: {e:#}", dir.display());
+        crate::errln!("warning: writing the reports of {}: {e:#}", dir.display());
     }
     Ok(Imported {
         device: f.device,
