@@ -9,7 +9,7 @@
 //! (`size`), so nothing downstream claims more precision than the message had.
 //!
 //! Each format is read the way its framework writes it, learnt from the source (the files and
-//! commits are listed in `SOURCES` and in the README). What no reader accepts is never
+//! commits are listed in `SOURCES` and in docs/oom.md). What no reader accepts is never
 //! guessed at: `suspicious_lines` lists the lines that mention running out of memory in a way
 //! none of the formats covers, for the caller to report as not recognized.
 

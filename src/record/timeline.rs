@@ -246,7 +246,7 @@ fn csv_cell(s: &str) -> String {
 }
 
 /// Every value of `events.csv`'s `result` column, with what it means: the one list the
-/// writers use and the README's table is checked against (`EventLog::write` refuses any
+/// writers use and docs/formats.md's table is checked against (`EventLog::write` refuses any
 /// other value in debug builds).
 pub const EVENT_RESULTS: [(&str, &str); 7] = [
     ("ok", "the action completed"),
@@ -276,7 +276,7 @@ pub const EVENT_RESULTS: [(&str, &str); 7] = [
     ),
 ];
 
-/// The README's table of `result` values, as `EVENT_RESULTS` gives it.
+/// docs/formats.md's table of `result` values, as `EVENT_RESULTS` gives it.
 pub fn event_results_table() -> String {
     let mut t = String::from("| `result` | meaning |\n| --- | --- |\n");
     for (v, m) in EVENT_RESULTS {

@@ -1,33 +1,205 @@
-//! The README agrees with the files: every `result` value of events.csv is listed, the columns
-//! of alloc-log.csv are the ones the logging adaptor writes, `replay --help` uses the header's
-//! names, and what it says of `format_version` is what the files carry.
+//! The documents agree with the files and with each other. The README stays a front door (its
+//! size bounded, its set-up commands and Install section present); every relative link in the
+//! README, CONTRIBUTING.md and docs/ resolves, down to the heading it names; the guide's table
+//! has every command and docs/architecture.md every module of src/. docs/formats.md lists every
+//! `result` value of events.csv, the columns of alloc-log.csv as the logging adaptor writes
+//! them (and `replay --help` uses the header's names), and says of `format_version` what the
+//! files carry; the guide states the driver floor headroom enforces.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::*;
 
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn doc(path: &str) -> String {
+    std::fs::read_to_string(manifest().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The README, CONTRIBUTING.md and every Markdown file of docs/, by path from the root.
+fn documents() -> Vec<String> {
+    let mut out = vec!["README.md".to_string(), "CONTRIBUTING.md".to_string()];
+    let mut in_docs: Vec<String> = std::fs::read_dir(manifest().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    in_docs.sort();
+    out.extend(in_docs);
+    out
+}
+
+/// GitHub's anchor for a heading: lower case, backticks and punctuation dropped, spaces as
+/// hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every `](target)` of a Markdown text outside code blocks.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let tail = &rest[at + 2..];
+            let Some(end) = tail.find(')') else { break };
+            out.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    out
 }
 
 #[test]
-fn every_events_result_is_listed_in_the_readme() {
-    let text = readme();
+fn the_readme_is_a_front_door_with_its_set_up_commands() {
+    let text = doc("README.md");
+    assert!(
+        text.len() <= 15_000,
+        "README.md is {} bytes: the reference belongs in docs/",
+        text.len()
+    );
+    for want in [
+        "cargo run --release -- run workloads/quickstart.toml",
+        "bash .ci/run",
+        "\n## Install\n",
+        "cargo install --locked --path .",
+        "`$CARGO_HOME/bin`",
+    ] {
+        assert!(text.contains(want), "README.md lacks {want:?}");
+    }
+    for d in documents().iter().skip(1) {
+        assert!(
+            text.contains(&format!("]({d})")),
+            "README.md does not link {d}"
+        );
+    }
+}
+
+#[test]
+fn every_relative_link_in_the_documents_resolves() {
+    let mut broken = Vec::new();
+    for d in documents() {
+        let text = doc(&d);
+        let base: PathBuf = manifest().join(&d).parent().unwrap().to_path_buf();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = match link.split_once('#') {
+                Some((p, f)) => (p, Some(f)),
+                None => (link.as_str(), None),
+            };
+            let target = if path.is_empty() {
+                manifest().join(&d)
+            } else {
+                base.join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{d}: {link} (no such file)"));
+                continue;
+            }
+            if let Some(f) = fragment {
+                let heads = anchors(&std::fs::read_to_string(&target).unwrap());
+                if !heads.iter().any(|h| h == f) {
+                    broken.push(format!("{d}: {link} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_guide_lists_every_command_and_the_architecture_every_module() {
+    use clap::CommandFactory;
+    let guide = doc("docs/guide.md");
+    let table = guide
+        .split("\n## Commands\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/guide.md has a Commands section");
+    let cli = headroom::cli::Cli::command();
+    for sub in cli.get_subcommands() {
+        let name = sub.get_name();
+        if name == "help" {
+            continue;
+        }
+        assert!(
+            table.contains(&format!("| `headroom {name}")),
+            "docs/guide.md's command table has no row for `headroom {name}`"
+        );
+    }
+    let arch = doc("docs/architecture.md");
+    let lib = doc("src/lib.rs");
+    for line in lib.lines() {
+        let Some(m) = line
+            .strip_prefix("pub mod ")
+            .and_then(|l| l.strip_suffix(';'))
+        else {
+            continue;
+        };
+        let dir = manifest().join("src").join(m).is_dir();
+        let want = if dir {
+            format!("`src/{m}/")
+        } else {
+            format!("`src/{m}.rs`")
+        };
+        assert!(arch.contains(&want), "docs/architecture.md lacks {want}");
+    }
+}
+
+#[test]
+fn every_events_result_is_listed_in_the_formats_page() {
+    let text = doc("docs/formats.md");
     for (value, _) in headroom::record::timeline::EVENT_RESULTS {
         assert!(
             text.contains(&format!("| `{value}` |")),
-            "README lists no result `{value}`"
+            "docs/formats.md lists no result `{value}`"
         );
     }
 }
 
 #[test]
 fn the_alloc_log_columns_are_documented_as_written() {
-    let text = readme();
+    let text = doc("docs/formats.md");
     let cols = headroom::alloc::adaptors::LOG_HEADER;
     let at = text
         .find("`alloc-log.csv` columns")
-        .expect("the README documents alloc-log.csv's columns");
+        .expect("docs/formats.md documents alloc-log.csv's columns");
     let section = &text[at..at + 800.min(text.len() - at)];
     let mut last = 0;
     for c in cols {
@@ -36,14 +208,14 @@ fn the_alloc_log_columns_are_documented_as_written() {
             .unwrap_or_else(|| panic!("column `{c}` missing or out of order"));
         last += i;
     }
-    let help = headroom(Path::new(env!("CARGO_MANIFEST_DIR")), &["replay", "--help"]);
+    let help = headroom(manifest(), &["replay", "--help"]);
     assert!(help.stdout.contains(&cols.join(",")), "{}", help.stdout);
     assert!(!help.stdout.contains("t_ns,event"), "{}", help.stdout);
 }
 
 #[test]
-fn format_version_is_where_the_readme_says() {
-    let text = readme();
+fn format_version_is_where_the_formats_page_says() {
+    let text = doc("docs/formats.md");
     assert!(!text.contains("Every output carries its"));
     assert!(text.contains("the CSVs carry none of their own"));
     let tmp = tempfile::tempdir().unwrap();
@@ -75,9 +247,9 @@ fn format_version_is_where_the_readme_says() {
 }
 
 #[test]
-fn the_readme_states_the_driver_floor_headroom_enforces() {
+fn the_guide_states_the_driver_floor_headroom_enforces() {
     use headroom::device::floor;
-    let text = readme();
+    let text = doc("docs/guide.md");
     let v = floor::FLOOR_CUDA_VERSION;
     let floor_text = format!(
         "R{} (CUDA {}, `cuDriverGetVersion` {v})",
@@ -86,13 +258,15 @@ fn the_readme_states_the_driver_floor_headroom_enforces() {
     );
     let at = text
         .find("## On a real GPU")
-        .expect("the README has an On a real GPU section");
+        .expect("docs/guide.md has an On a real GPU section");
     assert!(
         text[at..].contains(&floor_text),
-        "README lacks {floor_text}"
+        "docs/guide.md lacks {floor_text}"
     );
-    assert!(
-        !text.contains("R550 or newer"),
-        "README names another floor"
-    );
+    for d in documents() {
+        assert!(
+            !doc(&d).contains("R550 or newer"),
+            "{d} names another floor"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! message copied from a public page, its figures read by hand with their printed precision,
 //! its cause judged by hand. Prints and asserts how many headroom reads to the printed
 //! precision and how often it names the same cause, and that every format has messages, a
-//! source and a row in the README's format table.
+//! source and a row in docs/oom.md's format table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -159,8 +159,8 @@ fn the_corpus_of_real_messages_reads_and_diagnoses_as_judged_by_hand() {
     for f in &failures {
         println!("  {f}");
     }
-    // The README states the same figures.
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+    // docs/oom.md states the same figures.
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/oom.md"))
         .unwrap()
         .split_whitespace()
         .collect::<Vec<_>>()
@@ -180,7 +180,7 @@ fn the_corpus_of_real_messages_reads_and_diagnoses_as_judged_by_hand() {
         ),
         format!("where the numbers decide it ({decided} messages;"),
     ] {
-        assert!(readme.contains(&claim), "the README does not say {claim:?}");
+        assert!(page.contains(&claim), "docs/oom.md does not say {claim:?}");
     }
     assert!(n >= 150, "only {n} messages");
     assert!(
@@ -197,7 +197,7 @@ fn the_corpus_of_real_messages_reads_and_diagnoses_as_judged_by_hand() {
 }
 
 #[test]
-fn every_message_has_its_source_and_every_format_its_readme_row() {
+fn every_message_has_its_source_and_every_format_its_row_in_the_oom_page() {
     let index = index();
     let sources = std::fs::read_to_string(corpus().join("SOURCES.md")).unwrap();
     for e in &index.message {
@@ -209,10 +209,10 @@ fn every_message_has_its_source_and_every_format_its_readme_row() {
             e.source
         );
     }
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
-        .split("## I got an out-of-memory error")
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/oom.md")).unwrap();
+    let section = page
+        .split("## The formats headroom reads")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
         .unwrap();
@@ -220,7 +220,7 @@ fn every_message_has_its_source_and_every_format_its_readme_row() {
         let row = section
             .lines()
             .find(|l| l.starts_with("| ") && l.contains(&format!("`{}`", f.name())))
-            .unwrap_or_else(|| panic!("no README row for {}", f.name()));
+            .unwrap_or_else(|| panic!("no row in docs/oom.md for {}", f.name()));
         assert!(row.matches(" | ").count() >= 2, "{row}");
     }
 }

@@ -643,8 +643,8 @@ fn colour_follows_the_flag_no_color_and_the_terminal_and_marks_the_oom_rows() {
 
 /// `-q`: nothing at all on a run that succeeds, not even the note that no driver was found;
 /// the statuses are spelled as summary.json spells them; `explain -` reads stdin; `hold`
-/// takes a share of the device as workloads do; the README's `result` table is the list the
-/// writers use.
+/// takes a share of the device as workloads do; docs/formats.md's `result` table is the list
+/// the writers use.
 #[test]
 fn quiet_is_silent_statuses_have_one_spelling_explain_reads_stdin_and_hold_takes_shares() {
     let dir = tempfile::tempdir().unwrap();
@@ -769,10 +769,10 @@ fn quiet_is_silent_statuses_have_one_spelling_explain_reads_stdin_and_hold_takes
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("150% of total"), "{}", o.stderr);
 
-    let readme = std::fs::read_to_string(manifest().join("README.md")).unwrap();
+    let formats = std::fs::read_to_string(manifest().join("docs/formats.md")).unwrap();
     assert!(
-        readme.contains(&headroom::record::timeline::event_results_table()),
-        "README's result table is not EVENT_RESULTS:\n{}",
+        formats.contains(&headroom::record::timeline::event_results_table()),
+        "docs/formats.md's result table is not EVENT_RESULTS:\n{}",
         headroom::record::timeline::event_results_table()
     );
 }

@@ -1,6 +1,6 @@
 //! The JSON Schemas in `docs/schema/` are what the types generate (a field changed without
-//! regenerating fails here), every JSON output validates against its schema, and the README
-//! lists every value of each status, result and cause field. Regenerate the schemas with
+//! regenerating fails here), every JSON output validates against its schema, and
+//! docs/formats.md lists every value of each status, result and cause field. Regenerate the schemas with
 //! `cargo test --test suite -- --ignored schema::regenerate_schemas` and review the diff.
 
 use std::path::PathBuf;
@@ -262,14 +262,14 @@ fn values(schema: &serde_json::Value, def: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_lists_every_status_and_cause() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+fn the_formats_page_lists_every_status_and_cause() {
+    let formats = std::fs::read_to_string(root().join("docs/formats.md")).unwrap();
     let summary = &headroom::schema::documents()[0].1;
     for def in ["RunStatus", "PhaseStatus", "Cause", "RefusedBy"] {
         for v in values(summary, def) {
             assert!(
-                readme.contains(&format!("`{v}`")),
-                "README does not list {def} `{v}`"
+                formats.contains(&format!("`{v}`")),
+                "docs/formats.md does not list {def} `{v}`"
             );
         }
     }

@@ -5,7 +5,7 @@
 //! Checked against PyTorch's source: `torch/cuda/memory.py` (`_snapshot`, `_dump_snapshot`,
 //! `_record_memory_history`), `torch/csrc/cuda/Module.cpp` (`THCPModule_memorySnapshot`),
 //! `torch/csrc/cuda/memory_snapshot.cpp` and `c10/cuda/CUDACachingAllocator.cpp`
-//! (`record_trace` and its callers); the commits read are listed in the README.
+//! (`record_trace` and its callers); the commits read are listed in docs/oom.md.
 
 pub mod device;
 mod fast_entry;

@@ -4,7 +4,7 @@
 //! During capture, work on the stream becomes nodes; `cuMemAllocAsync` becomes an allocation
 //! node whose address is fixed at once, `cuMemFreeAsync` a free node. Instantiating takes
 //! `exec_bytes_per_node` per kernel, memset or copy node. Where the documentation leaves room
-//! this follows headroom's simulator (README, "CUDA graphs"): upload and launch map a graph's
+//! this follows headroom's simulator (docs/guide.md, "CUDA graphs"): upload and launch map a graph's
 //! memory from the launching stream's share of the graph pool, which graphs on one stream
 //! share (it is as large as the largest peak of the allocations they free themselves);
 //! allocations a launch leaves live are memory of their own until freed. A relaunch while the
