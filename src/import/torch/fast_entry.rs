@@ -38,13 +38,25 @@ struct Decoder<'a, 'f> {
 }
 
 impl<'a> Decoder<'a, '_> {
+    /// Past any `FRAME` opcodes at `i` (Python's pickler starts a new frame about every
+    /// 64 KiB, between any two opcodes): the position of the next real opcode.
+    #[inline]
+    fn past_frames(&self, mut i: usize) -> usize {
+        while self.b.get(i) == Some(&0x95) {
+            i += 9;
+        }
+        i
+    }
+
     fn op(&mut self) -> Option<u8> {
+        self.i = self.past_frames(self.i);
         let x = *self.b.get(self.i)?;
         self.i += 1;
         Some(x)
     }
 
-    fn peek(&self) -> Option<u8> {
+    fn peek(&mut self) -> Option<u8> {
+        self.i = self.past_frames(self.i);
         self.b.get(self.i).copied()
     }
 
@@ -141,7 +153,7 @@ impl<'a> Decoder<'a, '_> {
     fn pair(&mut self, shared: &mut Shared) -> Option<(i64, i64)> {
         let op = self.op()?;
         if let b'h' | b'j' = op {
-            let Value::Tuple(t) = self.get(op)? else {
+            let Value::Tuple(t, _) = self.get(op)? else {
                 return None;
             };
             return match &t[..] {
@@ -158,7 +170,7 @@ impl<'a> Decoder<'a, '_> {
             if let Some((p, t)) = &shared.last_pair
                 && *p == (a, b)
             {
-                return Some(Value::Tuple(t.clone()));
+                return Some(Value::Tuple(t.clone(), 1));
             }
             let t = shared
                 .pairs
@@ -166,7 +178,7 @@ impl<'a> Decoder<'a, '_> {
                 .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]))
                 .clone();
             shared.last_pair = Some(((a, b), t.clone()));
-            Some(Value::Tuple(t))
+            Some(Value::Tuple(t, 1))
         })
         .ok()?;
         Some((a, b))
@@ -299,11 +311,11 @@ fn frames<'a>(
         op @ (b'h' | b'j') => {
             // One frame: `GET` then `APPEND`; otherwise the list is empty and this `GET`
             // is the next key.
-            let append_at = d.i + if op == b'h' { 2 } else { 5 };
+            let append_at = d.past_frames(d.i + if op == b'h' { 2 } else { 5 });
             if d.b.get(append_at) == Some(&b'a') {
                 d.i += 1;
                 frame(d, op)?;
-                d.i += 1;
+                d.op()?;
             }
         }
         _ => {}

@@ -115,7 +115,7 @@ fn convert_entry(snap: &mut Snapshot, buf: &mut Vec<u32>, d: &Dict) -> Result<En
             b"compile_context" => compile = v.as_str().filter(|c| *c != "N/A"),
             b"user_metadata" => user = v.as_str().filter(|u| !u.is_empty()),
             b"pool_id" => {
-                if let Value::Tuple(t) = v
+                if let Value::Tuple(t, _) = v
                     && let [a, b] = &t[..]
                     && let (Some(a), Some(b)) = (a.as_int(), b.as_int())
                 {
@@ -344,7 +344,7 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
     };
     let total_size = get_u64(d, "total_size")?;
     let pool_id = match d.get("segment_pool_id") {
-        Some(Value::Tuple(t)) if t.len() == 2 => {
+        Some(Value::Tuple(t, _)) if t.len() == 2 => {
             (t[0].as_int().unwrap_or(0), t[1].as_int().unwrap_or(0))
         }
         _ => (0, 0),
