@@ -41,6 +41,7 @@ mod replay;
 mod reports;
 mod run_sim;
 mod schema;
+mod snapshot_fidelity;
 mod snapshot_fuzz;
 mod torch_import;
 mod watch_fake;

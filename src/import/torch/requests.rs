@@ -74,6 +74,9 @@ pub struct TorchRequests<'a> {
     t0_us: Option<i64>,
     /// Requests that recreate the cache as it was when recording began.
     setup: VecDeque<Request>,
+    /// Where the recreated segments were (`Prologue::hints`), and the setup requests given.
+    setup_hints: VecDeque<(usize, u64, u64)>,
+    setup_given: usize,
     pub skipped: Skipped,
     /// Segments held when the trace began (recreated), and their bytes.
     pub pre_trace_segments: u64,
@@ -103,6 +106,8 @@ impl<'a> TorchRequests<'a> {
             partial_releases,
             t0_us,
             setup: pro.requests,
+            setup_hints: pro.hints,
+            setup_given: 0,
             skipped: Skipped::default(),
             pre_trace_segments: pro.segment_count,
             pre_trace_segment_bytes: pro.segment_bytes,
@@ -209,6 +214,17 @@ impl RequestSource for TorchRequests<'_> {
     fn next_request(&mut self, decisions: &mut Vec<SegmentOp>) -> Option<Recorded> {
         decisions.clear();
         if let Some(request) = self.setup.pop_front() {
+            let i = self.setup_given;
+            self.setup_given += 1;
+            if self.setup_hints.front().is_some_and(|h| h.0 == i)
+                && let Some((_, ptr, bytes)) = self.setup_hints.pop_front()
+            {
+                decisions.push(SegmentOp {
+                    kind: SegmentOpKind::SegmentAlloc,
+                    ptr,
+                    bytes,
+                });
+            }
             return Some(Recorded {
                 request,
                 at: 0,

@@ -356,7 +356,7 @@ fn one_device(
         &mut tl,
     )?;
     tl.flush_bucket();
-    let final_stats = alloc.stats();
+    let final_stats = report.stats_at_end;
     if let Err(e) = alloc.release_all(&mut dev) {
         notes.push(format!("releasing the replay's memory failed: {e}"));
     }

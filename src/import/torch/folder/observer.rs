@@ -181,11 +181,15 @@ impl<'a> Timeline<'a> {
 
 /// How a stream of the snapshot is named in outputs: `0` for the default stream, the
 /// `cudaStream_t` in hex otherwise.
+/// A stream as the files write it: the `cudaStream_t` as PyTorch records it, a decimal
+/// integer (0 is the default stream), so a column holds one kind of value.
 pub fn stream_name(snap: &Snapshot, stream: u16) -> String {
-    match snap.streams.values.get(stream as usize) {
-        Some(0) | None => "0".into(),
-        Some(s) => format!("{s:#x}"),
-    }
+    snap.streams
+        .values
+        .get(stream as usize)
+        .copied()
+        .unwrap_or(0)
+        .to_string()
 }
 
 impl Observer for Timeline<'_> {
