@@ -178,6 +178,7 @@ fn one(
         report.notes.extend(recorded.notes.iter().cloned());
     }
     report.notes.extend(source.notes.iter().cloned());
+    report.notes.extend(source.anomaly_note());
     if t.is_empty() {
         report.notes.push(format!(
             "the snapshot has no trace: its {} final segments ({} bytes) and their live blocks were placed on the device, with the recorded allocator settings",

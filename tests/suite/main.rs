@@ -43,6 +43,7 @@ mod run_sim;
 mod schema;
 mod snapshot_fidelity;
 mod snapshot_fuzz;
+mod snapshot_pickler;
 mod torch_import;
 mod watch_fake;
 mod watch_sim;

@@ -261,3 +261,82 @@ fn import_json_is_one_document_and_csv_columns_hold_one_kind() {
     assert_eq!(streams.len(), 2, "{streams:?}");
     assert!(streams.contains(&0));
 }
+
+/// Builds the same snapshot as `snapshot_pickler` from the entries in `src` and writes it
+/// with `pickle.dump`: key strings and action names shared, each frame dict shared, a new
+/// frames list, `"N/A"` and `(0, 0)` per entry.
+const PY_DUMP: &str = r#"
+import json, pickle, sys
+src, depth, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+names, frames = {}, {}
+LIN = "/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py"
+def fresh(s):
+    return s[:1] + s[1:]
+def frame(f):
+    if f not in frames:
+        frames[f] = {"name": fresh("layer_%d" % (f % 7)),
+                     "filename": fresh(LIN) if f % 3 == 0 else fresh("/home/user/model/block%d.py" % (f % 11)),
+                     "line": 10 + f}
+    return frames[f]
+entries = []
+for a, addr, size, t, st in json.load(open(src)):
+    a = names.setdefault(a, a)
+    entries.append({"action": a, "addr": addr, "size": size, "stream": 0, "time_us": t,
+                    "compile_context": "".join(["N", "/", "A"]), "user_metadata": "",
+                    "pool_id": tuple([0, 0]), "frames": [frame(st * 3 + d) for d in range(depth)]})
+with open(out, "wb") as f:
+    pickle.dump({"segments": [], "device_traces": [entries]}, f, protocol=4)
+"#;
+
+#[test]
+fn the_benchmarks_pickler_writes_the_bytes_pythons_pickle_dump_writes() {
+    use super::snapshot_pickler::{PyEntry, PyPickler};
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let actions = ["alloc", "free_requested", "free_completed"];
+    // Enough entries for many frames and batches; one frame per stack takes `APPEND`.
+    for (n, depth) in [(4_321usize, 4u32), (1_000, 1), (1, 16)] {
+        let entries: Vec<PyEntry> = (0..n as u64)
+            .map(|i| PyEntry {
+                action: actions[(i % 3) as usize],
+                addr: 0x7f00_0000_0000 + (i % 97) * (2 << 20),
+                size: [512, 70_000, 3 << 20, 1 << 33][(i % 4) as usize],
+                time_us: 1_760_000_000_000_000 + 3 * i as i64,
+                stack: (i % 50) as u32,
+            })
+            .collect();
+        let ours = PyPickler::new(Vec::new())
+            .snapshot(entries.iter().copied(), n, depth)
+            .unwrap();
+        let rows: Vec<Value> = entries
+            .iter()
+            .map(|e| serde_json::json!([e.action, e.addr, e.size, e.time_us, e.stack]))
+            .collect();
+        let src = tmp.path().join("entries.json");
+        std::fs::write(&src, serde_json::to_string(&rows).unwrap()).unwrap();
+        let out = tmp.path().join("python.pickle");
+        let r = Command::new("python3")
+            .args(["-c", PY_DUMP])
+            .arg(&src)
+            .arg(depth.to_string())
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let python = std::fs::read(&out).unwrap();
+        let first_difference = ours.iter().zip(&python).position(|(a, b)| a != b);
+        assert_eq!(
+            (first_difference, ours.len()),
+            (None, python.len()),
+            "{n} entries, depth {depth}"
+        );
+        // Python's frames are there (one about every 64 KiB), and the reader takes them.
+        let frames = ours.windows(1).filter(|w| w[0] == 0x95).count();
+        assert!(frames as u64 >= ours.len() as u64 / 65_536, "{frames}");
+        let snap = headroom::import::torch::read_pickle_bytes(&ours, "python").unwrap();
+        assert_eq!(snap.entries.len(), n);
+    }
+}

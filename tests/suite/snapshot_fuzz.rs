@@ -206,3 +206,66 @@ fn fuzzed_pickles_never_panic() {
     assert!(refused > 7_000, "{refused}");
     assert!(read_must_not_panic(&base, "the snapshot").is_ok());
 }
+
+/// A JSON snapshot with `traces` (each a list of entry objects).
+fn json_snapshot(traces: &[Vec<serde_json::Value>]) -> String {
+    serde_json::json!({ "segments": [], "device_traces": traces }).to_string()
+}
+
+#[test]
+fn more_devices_than_the_bound_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = torch::MAX_DEVICES + 1;
+    let text = json_snapshot(&vec![Vec::new(); n]);
+    let path = tmp.path().join("many.json");
+    std::fs::write(&path, text).unwrap();
+    let r = headroom(tmp.path(), &["replay", path.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("at most 64"), "{}", r.stderr);
+    // The same as a pickle (a list of 65 empty lists).
+    let mut p = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces](".to_vec();
+    p.extend(std::iter::repeat_n(b']', n));
+    p.extend_from_slice(b"eu.");
+    let e = read_must_not_panic(&p, "many devices").unwrap_err();
+    assert!(e.contains(&format!("holds {n} devices")), "{e}");
+}
+
+#[test]
+fn a_free_of_another_size_and_time_running_backwards_are_reported_with_their_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = |action: &str, addr: u64, size: u64, t: i64| serde_json::json!({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t});
+    let a = 0x7f00_0000_0000u64;
+    let seg = 2 << 20;
+    let trace = vec![
+        e("segment_alloc", a, seg, 100),
+        e("alloc", a, 1024, 101),
+        e("free_requested", a, 512, 102),
+        e("free_completed", a, 512, 103),
+        e("alloc", a, 4096, 90),
+        e("free_requested", a, 4096, 104),
+        e("free_completed", a, 4096, 105),
+    ];
+    let path = tmp.path().join("odd.json");
+    std::fs::write(&path, json_snapshot(&[trace])).unwrap();
+    let r = headroom(tmp.path(), &["replay", path.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("2 entries contradict the trace before them"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "entry 2: free_requested of 0x7f0000000000 with 512 bytes, allocated with 1024 bytes"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("entry 4: time runs backwards (90 µs, after 103 µs)"),
+        "{}",
+        r.stdout
+    );
+}

@@ -48,6 +48,10 @@ impl Sink for Entries2<'_> {
     fn fast_dict(&mut self, list: &Rc<List>, fast: &Fast<'_>) -> Option<FastDict> {
         // Only into a list that already holds entries, and only in order.
         let aux = list.aux.get();
+        if self.snap.entries.len() >= super::MAX_ENTRIES {
+            // `append` refuses it, with the reason.
+            return None;
+        }
         if aux == 0 || aux & STACK_TAG != 0 || aux & 0xffff_ffff != self.snap.entries.len() as u64 {
             return None;
         }
@@ -69,6 +73,12 @@ impl Sink for Entries2<'_> {
         let Ok(e) = convert_entry(self.snap, &mut self.stack_buf, d) else {
             return Ok(Some(item));
         };
+        if self.snap.entries.len() >= super::MAX_ENTRIES {
+            return Err(format!(
+                "more than {} trace entries: headroom reads at most that many",
+                super::MAX_ENTRIES
+            ));
+        }
         if !self.take(list, e) {
             return Ok(Some(item));
         }
@@ -266,6 +276,13 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     match top.get("device_traces") {
         None => {}
         Some(Value::List(devices)) => {
+            let n = devices.items.borrow().len();
+            if n > super::MAX_DEVICES {
+                bail!(
+                    "{src}: `device_traces` holds {n} devices; headroom reads at most {}",
+                    super::MAX_DEVICES
+                );
+            }
             for (dev, t) in devices.items.borrow().iter().enumerate() {
                 let trace = device_trace(snap, dev, t)
                     .with_context(|| format!("{src}: device_traces[{dev}]"))?;

@@ -367,6 +367,7 @@ fn one_device(
     events.flush().context("writing events.csv")?;
 
     notes.extend(source.notes.iter().cloned());
+    notes.extend(source.anomaly_note());
     let sk = source.skipped;
     if sk.pre_trace_block_frees > 0 || sk.pre_trace_segment_frees > 0 {
         notes.push(format!(
