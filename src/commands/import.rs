@@ -37,6 +37,7 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
         results_root: args.results.clone(),
         profile: dev.profile.clone(),
         settings,
+        device_total: args.device_total,
     };
     let imported = folder::import(&snap, &opts)?;
     if args.json {

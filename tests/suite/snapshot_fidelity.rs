@@ -340,3 +340,87 @@ fn the_benchmarks_pickler_writes_the_bytes_pythons_pickle_dump_writes() {
         assert_eq!(snap.entries.len(), n);
     }
 }
+
+/// The `oom` entries of a fixture as recorded: (entry, size, device_free).
+fn recorded_ooms(path: &Path) -> Vec<(u64, u64, u64)> {
+    use headroom::import::torch::{self, Action};
+    let snap = torch::read(path).unwrap();
+    let t = snap.traced_devices()[0];
+    (t.start..t.end)
+        .map(|i| (i - t.start, snap.entries.get(i)))
+        .filter(|(_, e)| e.action == Action::Oom)
+        .map(|(i, e)| (i as u64, e.size, e.addr))
+        .collect()
+}
+
+#[test]
+fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
+    let fixture = root().join("tests/fixtures/torch/built-oom.pickle");
+    let recorded = recorded_ooms(&fixture);
+    assert_eq!(recorded.len(), 1);
+    let (entry, size, free) = recorded[0];
+    let tmp = tempfile::tempdir().unwrap();
+    let import = |out: &str, extra: &[&str]| -> (PathBuf, Value) {
+        let dir = tmp.path().join(out);
+        let mut args = vec![
+            "import",
+            "torch",
+            fixture.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let r = headroom(tmp.path(), &args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let s: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        crate::common::schema::check("summary", &s, "an imported summary.json");
+        (dir, s)
+    };
+    let (dir, s) = import("plain", &[]);
+    // The OOM as PyTorch recorded it.
+    assert_eq!(u(&s["ooms"][0]["device_free_bytes"]), free);
+    assert_eq!(u(&s["ooms"][0]["requested_bytes"]), size);
+    let ev = &s["import"]["device_evidence"];
+    for k in [
+        "device_total_bytes",
+        "idle_free_bytes",
+        "other_processes_bytes",
+        "outside_pytorch_bytes",
+    ] {
+        assert!(ev[k].is_null(), "{k}: {ev}");
+    }
+    assert!(
+        ev["basis"]
+            .as_str()
+            .unwrap()
+            .starts_with("not in the snapshot")
+    );
+    let o = &ev["recorded_ooms"][0];
+    assert_eq!(
+        (
+            u(&o["entry"]),
+            u(&o["requested_bytes"]),
+            u(&o["device_free_bytes"])
+        ),
+        (entry, size, free)
+    );
+    assert!(o["outside_pytorch_bytes"].is_null());
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("Device total unknown, idle free unknown"),
+        "{report}"
+    );
+    assert!(report.contains("not in the snapshot"), "{report}");
+    // With the device's total given, memory outside PyTorch is derived, and labeled.
+    let total = 4u64 << 30;
+    let (_, s) = import("given", &["--device-total", &total.to_string()]);
+    let ev = &s["import"]["device_evidence"];
+    assert_eq!(u(&ev["device_total_bytes"]), total);
+    let o = &ev["recorded_ooms"][0];
+    let reserved = u(&o["pytorch_reserved_bytes"]);
+    assert_eq!(u(&o["outside_pytorch_bytes"]), total - free - reserved);
+    assert_eq!(o["derived_from"], format!("--device-total {total}"));
+    assert!(ev["idle_free_bytes"].is_null());
+}

@@ -126,6 +126,7 @@ pub(super) fn state_only(
         at_peak: (live.live_allocations > 0).then_some(live),
         at_first_oom: None,
         events_written: 0,
+        device_evidence: super::device_evidence(snap, empty, 0, opts, (total, idle_free)),
         notes: vec![
             "no history was recorded: peaks are the state at the snapshot, not over time (record with torch.cuda.memory._record_memory_history() for a timeline)".into(),
         ],
