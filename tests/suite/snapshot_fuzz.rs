@@ -269,3 +269,28 @@ fn a_free_of_another_size_and_time_running_backwards_are_reported_with_their_ent
         r.stdout
     );
 }
+
+#[test]
+fn replaying_a_snapshot_into_a_full_stdout_is_an_error_not_a_panic() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch/built-oom.pickle");
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    for json in [false, true] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_headroom"));
+        cmd.arg("replay").arg(&fixture);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.stdout(full.try_clone().unwrap()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("cannot write to standard output"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
