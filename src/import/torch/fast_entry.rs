@@ -48,6 +48,15 @@ impl<'a> Decoder<'a, '_> {
         i
     }
 
+    /// The next byte of an opcode's argument (never a `FRAME`: frames begin between
+    /// opcodes only).
+    fn byte(&mut self) -> Option<u8> {
+        let x = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(x)
+    }
+
+    /// The next opcode, past any `FRAME`s.
     fn op(&mut self) -> Option<u8> {
         self.i = self.past_frames(self.i);
         let x = *self.b.get(self.i)?;
@@ -93,7 +102,7 @@ impl<'a> Decoder<'a, '_> {
 
     fn get_id(&mut self, op: u8) -> Option<u32> {
         match op {
-            b'h' => Some(self.op()? as u32),
+            b'h' => Some(self.byte()? as u32),
             b'j' => self.u32(),
             _ => None,
         }
@@ -101,14 +110,14 @@ impl<'a> Decoder<'a, '_> {
 
     fn int_after(&mut self, op: u8) -> Option<i64> {
         Some(match op {
-            b'K' => self.op()? as i64,
+            b'K' => self.byte()? as i64,
             b'M' => {
                 let s = self.take(2)?;
                 u16::from_le_bytes([s[0], s[1]]) as i64
             }
             b'J' => self.u32()? as i32 as i64,
             0x8a => {
-                let n = self.op()? as usize;
+                let n = self.byte()? as usize;
                 let s = self.take(n)?;
                 if n == 0 {
                     0
@@ -134,7 +143,7 @@ impl<'a> Decoder<'a, '_> {
         let op = self.op()?;
         let bytes = match op {
             0x8c => {
-                let n = self.op()? as usize;
+                let n = self.byte()? as usize;
                 self.take(n)?
             }
             b'X' => {

@@ -82,6 +82,7 @@ impl Sink for Entries2<'_> {
         if !self.take(list, e) {
             return Ok(Some(item));
         }
+        self.snap.slow_entries += 1;
         Ok(None)
     }
 }
