@@ -432,3 +432,39 @@ fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
     assert_eq!(o["derived_from"], format!("--device-total {total}"));
     assert!(ev["idle_free_bytes"].is_null());
 }
+
+#[test]
+fn an_import_writes_the_snapshots_segment_table() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = root().join("tests/fixtures/torch/built-no-history.pickle");
+    let out = tmp.path().join("out");
+    let r = headroom(
+        tmp.path(),
+        &[
+            "import",
+            "torch",
+            fixture.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let snap = headroom::import::torch::read(&fixture).unwrap();
+    let rows = crate::common::csv_rows(&out.join("segments.csv"));
+    assert_eq!(rows.len(), snap.segments.len());
+    let total: u64 = rows
+        .iter()
+        .map(|r| r["total_bytes"].parse::<u64>().unwrap())
+        .sum();
+    let text =
+        std::fs::read_to_string(root().join("tests/fixtures/torch/built-fixtures.json")).unwrap();
+    let all: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        total,
+        u(&all["fixtures"]["built-no-history.pickle"]["devices"]["0"]["reserved_final_bytes"])
+    );
+    for r in &rows {
+        r["address"].parse::<u64>().unwrap();
+        r["live_blocks"].parse::<u64>().unwrap();
+    }
+}

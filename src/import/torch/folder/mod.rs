@@ -158,6 +158,7 @@ pub fn import(snap: &Snapshot, opts: &ImportOptions) -> anyhow::Result<Vec<Impor
             .iter()
             .find(|t| t.device == d && !t.is_empty())
             .copied();
+        state::write_segments(snap, d, &dir)?;
         let imported = match trace {
             Some(t) => one_device(snap, t, &dir, opts),
             None => state::state_only(snap, d, &dir, opts),
