@@ -1,13 +1,22 @@
-//! Importing and replaying a PyTorch memory snapshot of 10,000,000 trace entries.
+//! Importing and replaying a PyTorch memory snapshot of 10,000,000 trace entries, and how
+//! faithfully a 1,000,000-entry trace built by PyTorch's rules is replayed.
 //!
-//! Target: reading the pickle and replaying its trace through the caching model on the
-//! simulated device in under 10 s, under 1 GB of memory (`torch/10000000 entries`, time per
-//! import + replay; the peak resident memory is printed at the end). Measured on the 2-core
-//! development machine, shared with other builds: 8.66 s (7.51–9.93 s), 529 MiB.
+//! Target: reading the pickle and replaying its trace through the caching model, at the
+//! recorded addresses, on the simulated device in under 5 s and under 600 MB
+//! (`torch/10000000 entries`, time per import + replay; the peak resident memory is printed
+//! at the end). The snapshot (about 2 GB: 16 frames per entry) is written as Python's
+//! `pickle.dump` writes `torch.cuda.memory._dump_snapshot`'s dict — `FRAME` opcodes every
+//! 64 KiB, every entry memoized — by tests/suite/snapshot_pickler.rs, whose bytes a suite
+//! test checks against Python's; it is written once to `target/bench-torch-py-N.pickle` and
+//! reused. `HEADROOM_BENCH_ENTRIES` sets another size. Measured on the 2-core development
+//! machine while other builds ran (load average 6–7): 13.4 s (11.6–15.4 s), 530 MiB; 8.1 s of
+//! CPU time (`/usr/bin/time` on `headroom replay`), of which reading is 6.6 s.
 //!
-//! The snapshot (about 2 GB: 16 frames per entry, keys and frames shared through the memo as
-//! PyTorch's pickles share them) is written once to `target/bench-torch-10M.pickle` and
-//! reused. `HEADROOM_BENCH_ENTRIES` sets another size.
+//! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
+//! segments at lower addresses, two streams with record_stream, a late start, an OOM; and
+//! its expandable-segments companion) must come out with every segment decision and the
+//! reserved peak as the port recorded them; the bench panics otherwise. Skipped, saying so,
+//! without python3.
 
 use std::hint::black_box;
 use std::io::BufWriter;
@@ -25,6 +34,9 @@ use headroom::import::torch::{self, requests::TorchRequests};
 #[path = "../tests/common/snapshot_writer.rs"]
 mod snapshot_writer;
 
+#[path = "../tests/suite/snapshot_pickler.rs"]
+mod snapshot_pickler;
+
 fn entries() -> usize {
     // `cargo test --all-targets` runs benches once, without `--bench`: keep that quick.
     let default = if std::env::args().any(|a| a == "--bench") {
@@ -40,16 +52,20 @@ fn entries() -> usize {
 
 fn snapshot_file(n: usize) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
-    let path = dir.join(format!("bench-torch-{n}.pickle"));
+    let path = dir.join(format!("bench-torch-py-{n}.pickle"));
     if !path.exists() {
         let tmp = path.with_extension("tmp");
         let f = std::fs::File::create(&tmp).expect("create the bench snapshot");
-        let w = snapshot_writer::write_snapshot(
-            BufWriter::with_capacity(1 << 20, f),
-            snapshot_writer::synth_trace(n),
-            16,
-        )
-        .expect("write the bench snapshot");
+        let entries = snapshot_writer::synth_trace(n).map(|e| snapshot_pickler::PyEntry {
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            time_us: e.time_us,
+            stack: e.stack,
+        });
+        let w = snapshot_pickler::PyPickler::new(BufWriter::with_capacity(1 << 20, f))
+            .snapshot(entries, n, 16)
+            .expect("write the bench snapshot");
         drop(w);
         std::fs::rename(&tmp, &path).expect("rename the bench snapshot");
     }
@@ -87,6 +103,107 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The long trace of `n` entries from scripts/torch_snapshot_long.py (and its expandable
+/// companion), generated once; `None` without python3.
+fn long_trace(n: usize) -> Option<[PathBuf; 2]> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
+    let path = dir.join(format!("bench-torch-long-{n}.pickle"));
+    let expandable = dir.join(format!("bench-torch-long-{n}.expandable.pickle"));
+    if !path.exists() || !expandable.exists() {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/torch_snapshot_long.py");
+        match std::process::Command::new("python3")
+            .arg(script)
+            .arg(n.to_string())
+            .arg(&path)
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            Ok(s) => panic!("scripts/torch_snapshot_long.py failed: {s}"),
+            Err(e) => {
+                eprintln!("fidelity bench skipped: python3 cannot run ({e})");
+                return None;
+            }
+        }
+    }
+    Some([path, expandable])
+}
+
+/// Replays `path` at the recorded addresses; checks it against the port's facts.
+fn replay_faithfully(path: &std::path::Path) -> (u64, u64) {
+    let facts: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}.json", path.display())).expect("facts"),
+    )
+    .expect("facts json");
+    let f = &facts["devices"]["0"];
+    let snap = torch::read(path).expect("read");
+    let trace = snap.traced_devices()[0];
+    let mut source = TorchRequests::new(&snap, trace);
+    let rdev =
+        torch::device::choose(&snap, trace, source.pre_trace_segment_bytes, None).expect("device");
+    let mut dev = SimDevice::open(rdev.profile.clone(), 0);
+    let config = torch::settings::recorded(&snap).config;
+    let spec = AllocatorSpec::Caching(config);
+    let mut alloc = spec.build(&mut dev).unwrap();
+    let r = replay_recorded(
+        &mut source,
+        alloc.as_mut(),
+        "caching",
+        &mut dev,
+        RecordedOptions {
+            keep_going: false,
+            compare: true,
+        },
+        &mut Unobserved,
+    )
+    .expect("replay");
+    let fid = r.fidelity.as_ref().expect("fidelity");
+    let decisions = f["segment_decisions"].as_u64().unwrap();
+    assert_eq!(
+        (
+            fid.reproduced_decisions,
+            fid.recorded_decisions,
+            fid.divergent_requests
+        ),
+        (decisions, decisions, 0),
+        "{}: {fid}",
+        path.display()
+    );
+    assert_eq!(
+        r.peaks.alloc_reserved.bytes,
+        f["reserved_peak_bytes"].as_u64().unwrap(),
+        "{}: reserved peak",
+        path.display()
+    );
+    let p = r.placement.as_ref().expect("placement");
+    assert_eq!(p.allocations_elsewhere, 0, "{p}");
+    (fid.reproduced_decisions, r.peaks.alloc_reserved.bytes)
+}
+
+fn fidelity(c: &mut Criterion) {
+    let n = if std::env::args().any(|a| a == "--bench") {
+        1_000_000
+    } else {
+        10_000
+    };
+    let Some(paths) = long_trace(n) else {
+        return;
+    };
+    for p in &paths {
+        let (decisions, peak) = replay_faithfully(p);
+        eprintln!(
+            "{}: {decisions} of {decisions} segment decisions reproduced, reserved peak {peak} bytes as recorded",
+            p.display()
+        );
+    }
+    let mut g = c.benchmark_group("fidelity");
+    g.sample_size(10);
+    g.bench_function(format!("{n} entries"), |b| {
+        b.iter(|| black_box(replay_faithfully(&paths[0])))
+    });
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let n = entries();
     let path = snapshot_file(n);
@@ -106,5 +223,5 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, fidelity);
 criterion_main!(benches);

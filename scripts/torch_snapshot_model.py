@@ -85,21 +85,49 @@ class BlockPool:
 
 
 class Device:
-    def __init__(self, capacity, base):
+    """cudaMalloc's address space. With reuse, a freed range is handed out again, lowest
+    address first, as a driver does: after empty_cache a new segment can land below older
+    ones (which is where best fit's ties by address matter)."""
+
+    def __init__(self, capacity, base, reuse=False):
         self.capacity, self.used, self.next_va = capacity, 0, base
         self.live = {}
+        self.reuse = reuse
+        self.holes = []  # (ptr, size), sorted by ptr, coalesced
 
     def malloc(self, size):
         if self.used + size > self.capacity:
             return None
-        ptr = self.next_va
-        self.next_va += size
+        ptr = None
+        if self.reuse:
+            for i, (p, n) in enumerate(self.holes):
+                if n >= size:
+                    ptr = p
+                    if n == size:
+                        del self.holes[i]
+                    else:
+                        self.holes[i] = (p + size, n - size)
+                    break
+        if ptr is None:
+            ptr = self.next_va
+            self.next_va += size
         self.used += size
         self.live[ptr] = size
         return ptr
 
     def free(self, ptr):
-        self.used -= self.live.pop(ptr)
+        size = self.live.pop(ptr)
+        self.used -= size
+        if self.reuse:
+            i = bisect.bisect_left(self.holes, (ptr, 0))
+            self.holes.insert(i, (ptr, size))
+            # Coalesce with the neighbours.
+            if i + 1 < len(self.holes) and ptr + size == self.holes[i + 1][0]:
+                self.holes[i] = (ptr, size + self.holes[i + 1][1])
+                del self.holes[i + 1]
+            if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == ptr:
+                self.holes[i - 1] = (self.holes[i - 1][0], self.holes[i - 1][1] + self.holes[i][1])
+                del self.holes[i]
 
     def reserve(self, size):
         ptr = self.next_va
@@ -151,9 +179,9 @@ class Allocator:
     """DeviceCachingAllocator for one device, recording every TraceEntry."""
 
     def __init__(self, device_index, capacity, base, clock, max_split_mb=None,
-                 expandable=False, record=True):
+                 expandable=False, record=True, reuse_addresses=False):
         self.device = device_index
-        self.dev = Device(capacity, base)
+        self.dev = Device(capacity, base, reuse=reuse_addresses)
         self.clock = clock
         self.max_split = SIZE_MAX if max_split_mb is None else max_split_mb << 20
         self.max_non_split_rounding = K_LARGE_BUFFER

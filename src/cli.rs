@@ -290,9 +290,14 @@ pub struct ImportArgs {
     /// Replay with these caching-allocator settings instead of the snapshot's own.
     #[arg(long, value_name = "SETTINGS")]
     pub settings: Option<String>,
-    /// Print each device's summary.json to stdout instead of one line per device.
+    /// Print one JSON array to stdout, an entry per device with its summary.json, instead of
+    /// one line per device.
     #[arg(long)]
     pub json: bool,
+    /// The device's total memory in bytes (a snapshot does not record it): figures derived
+    /// from it (memory outside PyTorch at an OOM) are labeled so.
+    #[arg(long, value_name = "BYTES")]
+    pub device_total: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -173,6 +173,13 @@ fn generated() -> Vec<(&'static str, serde_json::Value)> {
             ),
         ),
         (
+            "import-torch.schema.json",
+            schema_of::<Vec<crate::commands::import::ImportedDevice<'static>>>(
+                "headroom import torch SNAPSHOT --json",
+                "A PyTorch memory snapshot imported: one entry per traced device, with the run folder written for it and its summary.json.",
+            ),
+        ),
+        (
             "replay-snapshot.schema.json",
             schema_of::<Vec<crate::commands::replay_torch::DeviceAnswer>>(
                 "headroom replay SNAPSHOT --json",

@@ -6,6 +6,16 @@ use crate::device::select::Backend;
 use crate::import::torch::{self, folder};
 use crate::units::Bytes;
 
+/// One device's import, as `--json` prints it (all devices in one array).
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub(crate) struct ImportedDevice<'a> {
+    device: u32,
+    /// The run folder written for the device.
+    folder: String,
+    /// Its summary.json.
+    summary: &'a crate::report::summary::Summary,
+}
+
 pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(
         dev.backend != Backend::Cuda,
@@ -27,13 +37,22 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
         results_root: args.results.clone(),
         profile: dev.profile.clone(),
         settings,
+        device_total: args.device_total,
     };
     let imported = folder::import(&snap, &opts)?;
+    if args.json {
+        let all: Vec<ImportedDevice> = imported
+            .iter()
+            .map(|i| ImportedDevice {
+                device: i.device,
+                folder: i.dir.display().to_string(),
+                summary: &i.summary,
+            })
+            .collect();
+        crate::outln!("{}", serde_json::to_string_pretty(&all)?)?;
+        return Ok(0);
+    }
     for i in &imported {
-        if args.json {
-            crate::outln!("{}", serde_json::to_string_pretty(&i.summary)?)?;
-            continue;
-        }
         let s = &i.summary;
         let peak = |v: crate::record::View| {
             s.peaks

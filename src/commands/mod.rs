@@ -8,7 +8,7 @@ mod crosscheck;
 pub(crate) mod devices;
 mod explain;
 mod hold;
-mod import;
+pub(crate) mod import;
 mod merge;
 pub(crate) mod plan;
 mod replay;

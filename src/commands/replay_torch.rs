@@ -35,6 +35,7 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
     let snap = torch::read(&args.log)?;
     let traced = snap.traced_devices();
     let traces: Vec<DeviceTrace> = match args.snapshot_device {
+        Some(_) if traced.is_empty() => Vec::new(),
         Some(d) => vec![
             traced
                 .iter()
@@ -54,9 +55,39 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
         ],
         None => traced,
     };
+    // A snapshot without history (`torch.cuda.memory._snapshot()` with recording off): its
+    // final segments, recreated on the card, answer whether that state fits.
+    let traces = if traces.is_empty() && snap.traces.iter().all(|t| t.is_empty()) {
+        let mut devices: Vec<u32> = snap
+            .segments
+            .iter()
+            .filter_map(|s| u32::try_from(s.device).ok())
+            .filter(|d| args.snapshot_device.is_none_or(|want| want == *d))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        anyhow::ensure!(
+            !devices.is_empty(),
+            "{}: the snapshot has no trace and no segments{}: nothing to replay",
+            snap.source,
+            args.snapshot_device
+                .map(|d| format!(" on device {d}"))
+                .unwrap_or_default()
+        );
+        devices
+            .into_iter()
+            .map(|device| DeviceTrace {
+                device,
+                start: 0,
+                end: 0,
+            })
+            .collect()
+    } else {
+        traces
+    };
     anyhow::ensure!(
         !traces.is_empty(),
-        "{}: the snapshot has no trace (taken without torch.cuda.memory._record_memory_history()): nothing to replay; `headroom import torch` shows its segments",
+        "{}: the snapshot's traces are empty: nothing to replay",
         snap.source
     );
     let recorded = settings::recorded(&snap);
@@ -147,7 +178,13 @@ fn one(
         report.notes.extend(recorded.notes.iter().cloned());
     }
     report.notes.extend(source.notes.iter().cloned());
-    if source.pre_trace_segments > 0 {
+    report.notes.extend(source.anomaly_note());
+    if t.is_empty() {
+        report.notes.push(format!(
+            "the snapshot has no trace: its {} final segments ({} bytes) and their live blocks were placed on the device, with the recorded allocator settings",
+            source.pre_trace_segments, source.pre_trace_segment_bytes
+        ));
+    } else if source.pre_trace_segments > 0 {
         report.notes.push(format!(
             "the trace began with {} segments ({} bytes) already held: recreated before replaying",
             source.pre_trace_segments, source.pre_trace_segment_bytes

@@ -45,6 +45,40 @@ pub struct LiveAt {
     pub by_origin: Vec<OriginTotal>,
 }
 
+/// An `oom` entry as PyTorch recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RecordedOom {
+    /// Trace entry (0-based, in this device's trace).
+    pub entry: u64,
+    /// `size`: the request PyTorch refused, rounded, as recorded.
+    pub requested_bytes: u64,
+    /// `device_free`: free device memory at the failure, as recorded.
+    pub device_free_bytes: u64,
+    /// PyTorch's reserved memory then, per the trace's own segment entries.
+    pub pytorch_reserved_bytes: u64,
+    /// Memory outside PyTorch's cache then (the device total − `device_free` − reserved):
+    /// `None` without a device total.
+    pub outside_pytorch_bytes: Option<u64>,
+    /// What `outside_pytorch_bytes` is derived from (`--device-total …`, `--profile …`).
+    pub derived_from: Option<String>,
+}
+
+/// What the snapshot says about the device, and what it does not: a snapshot records the
+/// free memory at each OOM, not the device's total, its idle reading, other processes or
+/// memory outside PyTorch. Those stay `None` unless the user gives a device
+/// (`--device-total`, `--profile`), and are then labeled as derived from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceEvidence {
+    pub device_total_bytes: Option<u64>,
+    pub idle_free_bytes: Option<u64>,
+    pub other_processes_bytes: Option<u64>,
+    /// At the first OOM.
+    pub outside_pytorch_bytes: Option<u64>,
+    /// Why the figures are unknown, or what they are derived from.
+    pub basis: String,
+    pub recorded_ooms: Vec<RecordedOom>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImportInfo {
     /// `PyTorch memory snapshot`.
@@ -76,6 +110,8 @@ pub struct ImportInfo {
     /// Rows of events.csv against trace entries (events.csv is thinned past a limit;
     /// alloc-log.csv keeps every request).
     pub events_written: u64,
+    /// The recorded OOM figures, verbatim, and the device figures the snapshot lacks.
+    pub device_evidence: DeviceEvidence,
     pub notes: Vec<String>,
 }
 
@@ -148,6 +184,7 @@ pub fn section(o: &mut String, i: &ImportInfo) {
             .unwrap_or_default()
     );
     let _ = writeln!(o, "\n- Device: {}.", i.device_note);
+    evidence(o, &i.device_evidence);
     let _ = writeln!(o, "- Time base: {}.", i.time_base);
     let _ = writeln!(
         o,
@@ -213,5 +250,38 @@ pub fn section(o: &mut String, i: &ImportInfo) {
     }
     if let Some(p) = &i.at_first_oom {
         live_table(o, p, "Who held memory at the first OOM");
+    }
+}
+
+/// The device figures: recorded, derived from what the user gave, or unknown.
+fn evidence(o: &mut String, e: &DeviceEvidence) {
+    let fig = |v: Option<u64>| match v {
+        Some(b) => format!("{} ({b} bytes)", Bytes(b)),
+        None => "unknown".into(),
+    };
+    let _ = writeln!(
+        o,
+        "- Device total {}, idle free {}, other processes {}, outside PyTorch at the first OOM {}: {}.",
+        fig(e.device_total_bytes),
+        fig(e.idle_free_bytes),
+        fig(e.other_processes_bytes),
+        fig(e.outside_pytorch_bytes),
+        e.basis
+    );
+    for r in &e.recorded_ooms {
+        let _ = writeln!(
+            o,
+            "- Recorded OOM at entry {}: {} ({} bytes) requested, {} ({} bytes) free on the device (`device_free`), PyTorch holding {} reserved; outside PyTorch: {}.",
+            r.entry,
+            Bytes(r.requested_bytes),
+            r.requested_bytes,
+            Bytes(r.device_free_bytes),
+            r.device_free_bytes,
+            Bytes(r.pytorch_reserved_bytes),
+            match (&r.outside_pytorch_bytes, &r.derived_from) {
+                (Some(b), Some(from)) => format!("{} ({b} bytes), derived from {from}", Bytes(*b)),
+                _ => "unknown (no device total)".into(),
+            }
+        );
     }
 }

@@ -109,6 +109,8 @@ impl<'a> Replay<'a> {
                 device_ns: 0,
                 bad_rows: Vec::new(),
                 fidelity: None,
+                placement: None,
+                stats_at_end: stats,
                 notes: Vec::new(),
             },
             alloc,
@@ -408,6 +410,11 @@ impl<'a> Replay<'a> {
         f: impl FnOnce(&dyn Allocator, &mut dyn Device) -> T,
     ) -> T {
         f(&*self.alloc, &mut *self.dev)
+    }
+
+    /// The allocator's address of the block the log knows as `ptr`, while it is live.
+    pub(super) fn ours(&self, ptr: u64) -> Option<u64> {
+        self.live.get(&ptr).map(|(ours, _)| *ours)
     }
 
     pub(super) fn report_mut(&mut self) -> &mut ReplayReport {

@@ -27,6 +27,7 @@
 mod engine;
 pub mod fidelity;
 mod parse;
+pub mod placement;
 pub mod recorded;
 mod report;
 mod trace_device;

@@ -12,6 +12,7 @@ use crate::device::Device;
 
 use super::engine::{Replay, Step};
 use super::fidelity::{Fidelity, SegmentOp};
+use super::placement::{self, PlacementDifference, PlacementReport};
 use super::trace_device::{TraceDevice, lock};
 use super::{BadRowPolicy, LogFormat, ReplayError, ReplayOptions, ReplayReport};
 
@@ -190,6 +191,10 @@ pub fn replay_recorded(
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, ReplayError> {
     let (mut tdev, state) = TraceDevice::new(dev);
+    // A trace with the recording's decisions puts its segments where the recording did.
+    let placed = source.has_decisions();
+    lock(&state).placement.on = placed;
+    let mut place = PlacementReport::default();
     let ropts = ReplayOptions {
         on_bad_row: BadRowPolicy::Collect,
         pace: false,
@@ -208,7 +213,11 @@ pub fn replay_recorded(
     let mut fidelity = Fidelity::default();
     let (mut recorded, mut replayed) = (Vec::new(), Vec::new());
     while let Some(r) = source.next_request(&mut recorded) {
-        lock(&state).take_ops(&mut replayed);
+        {
+            let mut s = lock(&state);
+            s.take_ops(&mut replayed);
+            s.placement.plan(&recorded);
+        }
         let counts = {
             let rep = replay.report_mut();
             (rep.events, rep.allocations, rep.frees)
@@ -244,7 +253,42 @@ pub fn replay_recorded(
                 replay.retry_refused(r.at, bytes, stream.into(), true)?
             }
         };
-        lock(&state).take_ops(&mut replayed);
+        let fallback = {
+            let mut s = lock(&state);
+            s.take_ops(&mut replayed);
+            s.placement.fallback.take()
+        };
+        if placed {
+            if let Some(why) = fallback
+                && place.modeled_from_entry.is_none()
+            {
+                place.modeled_from_entry = Some(r.at);
+                place.modeled_because = Some(if r.setup {
+                    format!("the trace starts late, and a segment held before it {why}")
+                } else {
+                    why
+                });
+            }
+            if let (Request::Allocate { ptr, .. }, Step::Served(_), false) =
+                (r.request, &step, r.setup)
+                && place.modeled_from_entry.is_none()
+                && let Some(ours) = replay.ours(ptr)
+            {
+                place.allocations_compared += 1;
+                if ours != ptr {
+                    place.allocations_elsewhere += 1;
+                    if place.differences.len() < placement::LISTED {
+                        place.differences.push(PlacementDifference {
+                            at: r.at,
+                            request: source.describe(&r),
+                            recorded_address: ptr,
+                            replayed_address: ours,
+                            rule: placement::rule(&recorded, &replayed),
+                        });
+                    }
+                }
+            }
+        }
         let outcome = match step {
             Step::Served(size_bytes) => Outcome::Served { size_bytes },
             Step::Refused(o) => Outcome::Refused(o),
@@ -290,6 +334,25 @@ pub fn replay_recorded(
     }
     if compare {
         report.fidelity = Some(fidelity);
+    }
+    report.stats_at_end = alloc.stats();
+    if placed {
+        // The allocator knows the recorded addresses: its memory goes back through them.
+        alloc
+            .release_all(&mut tdev)
+            .map_err(|error| ReplayError::Allocator {
+                source_name: name.clone(),
+                line: 0,
+                error,
+            })?;
+        let s = lock(&state);
+        place.segments_at_recorded_address = s.placement.at_recorded;
+        place.segments_at_own_address = s.placement.at_own;
+        place.placement = match place.modeled_from_entry {
+            None => "recorded".into(),
+            Some(n) => format!("modeled from entry {n}"),
+        };
+        report.placement = Some(place);
     }
     Ok(report)
 }

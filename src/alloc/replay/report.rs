@@ -35,6 +35,14 @@ impl LogFormat {
             _ => "line",
         }
     }
+
+    /// `entries` or `lines`.
+    pub fn position_words(self) -> &'static str {
+        match self {
+            LogFormat::TorchSnapshot => "entries",
+            _ => "lines",
+        }
+    }
 }
 
 /// A line skipped under `BadRowPolicy::Collect`.
@@ -122,6 +130,14 @@ pub struct ReplayReport {
     /// snapshot replayed with the caching allocator).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<Fidelity>,
+    /// Where the replay's segments went: at the trace's recorded addresses, or from which
+    /// entry on at the replay's own (a trace replayed with its recorded decisions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<super::placement::PlacementReport>,
+    /// The allocator's counters once the trace's deferred frees completed, before its memory
+    /// was given back (not written out).
+    #[serde(skip)]
+    pub stats_at_end: crate::alloc::AllocStats,
     /// What the reader or the replay could not carry over, in words.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -183,7 +199,7 @@ impl fmt::Display for ReplayReport {
                         .iter()
                         .map(|l| l.to_string())
                         .collect();
-                    format!(" ({w}s {})", lines.join(", "))
+                    format!(" ({} {})", self.format.position_words(), lines.join(", "))
                 }
             )?;
         }
@@ -253,8 +269,16 @@ impl fmt::Display for ReplayReport {
         if let Some(fid) = &self.fidelity {
             write!(f, "{fid}")?;
         }
+        if let Some(p) = &self.placement {
+            write!(f, "{p}")?;
+        }
         if !self.bad_rows.is_empty() {
-            writeln!(f, "{} bad {w}s skipped:", self.bad_rows.len())?;
+            writeln!(
+                f,
+                "{} bad {} skipped:",
+                self.bad_rows.len(),
+                self.format.position_words()
+            )?;
             for b in self.bad_rows.iter().take(10) {
                 writeln!(f, "  {w} {}: {}", b.line, b.message)?;
             }

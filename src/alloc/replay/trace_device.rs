@@ -21,6 +21,7 @@ use crate::device::{
 use crate::sampler::LiveViews;
 
 use super::fidelity::{SegmentOp, SegmentOpKind};
+use super::placement::Placement;
 
 /// Deferred frees record their events on streams that exist only in this wrapper: one lane
 /// per free outstanding at a time, `StreamId(u32::MAX - lane)`. PyTorch queues events per
@@ -52,6 +53,8 @@ pub(super) struct TraceState {
     next_lane: u32,
     /// Tokens whose frees the trace has completed.
     completed: HashSet<u64>,
+    /// Segments at the trace's addresses.
+    pub placement: Placement,
 }
 
 impl TraceState {
@@ -181,21 +184,32 @@ impl DeviceCore for TraceDevice<'_> {
 
 impl Memory for TraceDevice<'_> {
     fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr> {
-        let ptr = self.inner.malloc(bytes)?;
-        lock(&self.state).sizes.insert(ptr, bytes);
+        let inner = self.inner.malloc(bytes)?;
+        let ptr = {
+            let mut s = lock(&self.state);
+            let ptr = s.placement.place(SegmentOpKind::SegmentAlloc, bytes, inner);
+            s.sizes.insert(ptr, bytes);
+            ptr
+        };
         self.note(SegmentOpKind::SegmentAlloc, ptr, bytes);
         Ok(ptr)
     }
 
     fn free(&mut self, ptr: DevPtr) -> DevResult<()> {
-        self.inner.free(ptr)?;
-        let bytes = lock(&self.state).sizes.remove(&ptr).unwrap_or(0);
+        let inner = lock(&self.state).placement.inner(ptr);
+        self.inner.free(inner)?;
+        let bytes = {
+            let mut s = lock(&self.state);
+            s.placement.remove(ptr);
+            s.sizes.remove(&ptr).unwrap_or(0)
+        };
         self.note(SegmentOpKind::SegmentFree, ptr, bytes);
         Ok(())
     }
 
     fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        self.inner.write_word(addr, value, stream)
+        let inner = lock(&self.state).placement.inner(addr);
+        self.inner.write_word(inner, value, stream)
     }
 }
 
@@ -321,23 +335,29 @@ impl VirtualMemory for TraceDevice<'_> {
     }
 
     fn vmm_reserve(&mut self, bytes: u64) -> DevResult<DevPtr> {
-        self.inner.vmm_reserve(bytes)
+        let inner = self.inner.vmm_reserve(bytes)?;
+        Ok(lock(&self.state)
+            .placement
+            .place(SegmentOpKind::Map, bytes, inner))
     }
 
     fn vmm_map(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
-        self.inner.vmm_map(ptr, bytes)?;
+        let inner = lock(&self.state).placement.inner(ptr);
+        self.inner.vmm_map(inner, bytes)?;
         self.note(SegmentOpKind::Map, ptr, bytes);
         Ok(())
     }
 
     fn vmm_unmap(&mut self, ptr: DevPtr, bytes: u64) -> DevResult<()> {
-        self.inner.vmm_unmap(ptr, bytes)?;
+        let inner = lock(&self.state).placement.inner(ptr);
+        self.inner.vmm_unmap(inner, bytes)?;
         self.note(SegmentOpKind::Unmap, ptr, bytes);
         Ok(())
     }
 
     fn vmm_free(&mut self, ptr: DevPtr) -> DevResult<()> {
-        self.inner.vmm_free(ptr)
+        let inner = lock(&self.state).placement.remove(ptr);
+        self.inner.vmm_free(inner)
     }
 }
 

@@ -9,7 +9,7 @@ use super::PickleError;
 use super::input::Input;
 use super::memo::Memo;
 use super::opcodes::{Refusal, table};
-use super::value::{Dict, List, Value};
+use super::value::{Dict, List, MAX_DEPTH, Value, deepen};
 
 /// The refusal message for an opcode.
 pub(super) fn refusal(name: &str, code: u8, why: Refusal) -> String {
@@ -167,7 +167,14 @@ impl<'a, S: Sink> Machine<'a, S> {
                 0x95 => {
                     input.array::<8>(op.name)?;
                 }
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => {
+                    if self.marks.len() >= MAX_DEPTH as usize {
+                        return Err(err(format!(
+                            "more than {MAX_DEPTH} MARKs open at once (a memory snapshot nests 6 deep): refused"
+                        )));
+                    }
+                    self.marks.push(self.stack.len())
+                }
                 b'0' => {
                     if self.stack.len() > self.marks.last().copied().unwrap_or(0) {
                         self.stack.pop();
@@ -253,7 +260,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                     self.stack.push(Value::Dict(Rc::new(Dict::default())));
                 }
                 b']' | 0x8f => self.stack.push(Value::List(Rc::new(List::default()))),
-                b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()))),
+                b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()), 1)),
                 b'd' => {
                     let m = self.mark().map_err(err)?;
                     let dict = Rc::new(Dict::default());
@@ -314,7 +321,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                 b't' | 0x91 => {
                     let m = self.mark().map_err(err)?;
                     let t: Rc<[Value]> = self.stack.drain(m..).collect();
-                    self.stack.push(Value::Tuple(t));
+                    self.stack.push(Value::tuple(t).map_err(err)?);
                 }
                 0x85..=0x87 => {
                     let n = (b - 0x84) as usize;
@@ -322,7 +329,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                         return Err(err(format!("needs {n} items on the stack")));
                     }
                     let t: Rc<[Value]> = self.stack.drain(self.stack.len() - n..).collect();
-                    self.stack.push(Value::Tuple(t));
+                    self.stack.push(Value::tuple(t).map_err(err)?);
                 }
                 b'g' | b'h' | b'j' => {
                     let id = match b {
@@ -408,6 +415,7 @@ impl<'a, S: Sink> Machine<'a, S> {
             if matches!(item, Value::Taken) {
                 continue;
             }
+            deepen(&list.depth, &item)?;
             if let Some(v) = self.sink.append(list, item)? {
                 list.items.borrow_mut().push(v);
             }
@@ -444,10 +452,12 @@ fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Re
                 | Value::Int(_)
                 | Value::Bool(_)
                 | Value::None
-                | Value::Tuple(_)
+                | Value::Tuple(..)
         ) {
             return Err(format!("a {} cannot be a dict key", k.type_name()));
         }
+        deepen(&dict.depth, &k)?;
+        deepen(&dict.depth, &v)?;
         // A repeated key is kept twice; lookups take the last, as Python keeps the last.
         d.push((k, v));
     }

@@ -84,7 +84,7 @@ impl Memo {
             Value::Bytes(b) => Some(Rc::as_ptr(b) as *const u8 as usize),
             Value::List(l) => Some(Rc::as_ptr(l) as usize),
             Value::Dict(d) => Some(Rc::as_ptr(d) as usize),
-            Value::Tuple(t) => Some(Rc::as_ptr(t) as *const Value as usize),
+            Value::Tuple(t, _) => Some(Rc::as_ptr(t) as *const Value as usize),
             _ => None,
         };
         if let Some(p) = key_ptr {

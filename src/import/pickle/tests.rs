@@ -40,7 +40,7 @@ fn check_data(v: &Value) {
     assert_eq!(d.get("big").unwrap().as_int(), Some(0x7f43_1b40_0000));
     assert_eq!(d.get("neg").unwrap().as_int(), Some(-(1 << 40)));
     assert_eq!(d.get("s").unwrap().as_str(), Some("é"));
-    let Value::Tuple(t) = items.last().unwrap() else {
+    let Value::Tuple(t, _) = items.last().unwrap() else {
         panic!("a tuple last")
     };
     assert_eq!((t[0].as_int(), t[1].as_int()), (Some(1), Some(2)));

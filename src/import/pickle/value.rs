@@ -19,8 +19,8 @@ pub enum Value {
     /// A list, or a set (a snapshot has none; kept as a list).
     List(Rc<List>),
     Dict(Rc<Dict>),
-    /// A tuple, or a frozenset.
-    Tuple(Rc<[Value]>),
+    /// A tuple, or a frozenset, with its nesting depth (`Value::depth`).
+    Tuple(Rc<[Value]>, u16),
     /// A list item a `Sink` already took as the pickle was read (it is not in the list).
     Taken,
 }
@@ -59,12 +59,19 @@ impl Short {
     }
 }
 
+/// How deep values may nest (a list in a dict in a list ... counts one per level). A memory
+/// snapshot nests six deep (snapshot → `device_traces` → a device's list → an entry →
+/// `frames` → a frame); the bound keeps every walk over a value, and its drop, shallow.
+pub const MAX_DEPTH: u16 = 100;
+
 /// A list being built or built.
 #[derive(Debug, Default)]
 pub struct List {
     pub items: RefCell<Vec<Value>>,
     /// Free for whoever consumes the pickle (e.g. where this list's items went).
     pub aux: Cell<u64>,
+    /// The deepest item's depth plus one, as far as items were added through the machine.
+    pub depth: Cell<u16>,
 }
 
 /// A dict, its items in insertion order (keys compared by value on lookup).
@@ -73,6 +80,58 @@ pub struct Dict {
     pub items: RefCell<Vec<(Value, Value)>>,
     /// Free for whoever consumes the pickle (e.g. an id given to this dict).
     pub aux: Cell<u64>,
+    /// As `List::depth`.
+    pub depth: Cell<u16>,
+}
+
+/// Lists and dicts are dropped without recursion: a crafted pickle can nest them (or fill
+/// one after it was put in another, past the depth the machine checks) far deeper than the
+/// thread's stack would hold a recursive drop.
+fn drop_iteratively(mut pending: Vec<Value>) {
+    while let Some(v) = pending.pop() {
+        match v {
+            Value::List(l) => {
+                if let Ok(l) = Rc::try_unwrap(l) {
+                    pending.append(&mut l.items.take());
+                }
+            }
+            Value::Dict(d) => {
+                if let Ok(d) = Rc::try_unwrap(d) {
+                    for (k, v) in d.items.take() {
+                        pending.push(k);
+                        pending.push(v);
+                    }
+                }
+            }
+            Value::Tuple(mut t, _) => {
+                if let Some(items) = Rc::get_mut(&mut t) {
+                    pending.extend(items.iter_mut().map(|x| std::mem::replace(x, Value::None)));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for List {
+    fn drop(&mut self) {
+        let items = self.items.take();
+        if items.iter().any(Value::is_container) {
+            drop_iteratively(items);
+        }
+    }
+}
+
+impl Drop for Dict {
+    fn drop(&mut self) {
+        let items = self.items.take();
+        if items
+            .iter()
+            .any(|(k, v)| k.is_container() || v.is_container())
+        {
+            drop_iteratively(items.into_iter().flat_map(|(k, v)| [k, v]).collect());
+        }
+    }
 }
 
 impl Dict {
@@ -119,9 +178,37 @@ impl Value {
             Value::Bytes(_) => "bytes",
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
-            Value::Tuple(_) => "tuple",
+            Value::Tuple(..) => "tuple",
             Value::Taken => "item already taken",
         }
+    }
+
+    /// How deeply the value nests: 0 for a scalar, one more than its deepest item for a
+    /// container (as far as the machine saw items added).
+    #[inline]
+    pub fn depth(&self) -> u16 {
+        match self {
+            Value::List(l) => l.depth.get(),
+            Value::Dict(d) => d.depth.get(),
+            Value::Tuple(_, d) => *d,
+            _ => 0,
+        }
+    }
+
+    /// A list, dict or tuple.
+    #[inline]
+    pub fn is_container(&self) -> bool {
+        matches!(self, Value::List(_) | Value::Dict(_) | Value::Tuple(..))
+    }
+
+    /// A tuple of `items`, its depth one more than its deepest item's; `Err` past
+    /// `MAX_DEPTH`.
+    pub fn tuple(items: Rc<[Value]>) -> Result<Value, String> {
+        let d = items.iter().map(Value::depth).max().unwrap_or(0) + 1;
+        if d > MAX_DEPTH {
+            return Err(too_deep());
+        }
+        Ok(Value::Tuple(items, d))
     }
 
     pub fn as_int(&self) -> Option<i64> {
@@ -190,4 +277,24 @@ impl Value {
             other => format!("<{}>", other.type_name()),
         }
     }
+}
+
+/// The message for a value nested past `MAX_DEPTH`.
+pub(crate) fn too_deep() -> String {
+    format!(
+        "values nest more than {MAX_DEPTH} levels deep (a memory snapshot nests 6): refused before building them"
+    )
+}
+
+/// Records that `item` went into a container of depth `*depth`; `Err` past `MAX_DEPTH`.
+#[inline]
+pub(crate) fn deepen(depth: &Cell<u16>, item: &Value) -> Result<(), String> {
+    let d = item.depth();
+    if d >= depth.get() {
+        if d >= MAX_DEPTH {
+            return Err(too_deep());
+        }
+        depth.set(d + 1);
+    }
+    Ok(())
 }

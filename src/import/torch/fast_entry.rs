@@ -38,13 +38,34 @@ struct Decoder<'a, 'f> {
 }
 
 impl<'a> Decoder<'a, '_> {
-    fn op(&mut self) -> Option<u8> {
+    /// Past any `FRAME` opcodes at `i` (Python's pickler starts a new frame about every
+    /// 64 KiB, between any two opcodes): the position of the next real opcode.
+    #[inline]
+    fn past_frames(&self, mut i: usize) -> usize {
+        while self.b.get(i) == Some(&0x95) {
+            i += 9;
+        }
+        i
+    }
+
+    /// The next byte of an opcode's argument (never a `FRAME`: frames begin between
+    /// opcodes only).
+    fn byte(&mut self) -> Option<u8> {
         let x = *self.b.get(self.i)?;
         self.i += 1;
         Some(x)
     }
 
-    fn peek(&self) -> Option<u8> {
+    /// The next opcode, past any `FRAME`s.
+    fn op(&mut self) -> Option<u8> {
+        self.i = self.past_frames(self.i);
+        let x = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(x)
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.i = self.past_frames(self.i);
         self.b.get(self.i).copied()
     }
 
@@ -81,7 +102,7 @@ impl<'a> Decoder<'a, '_> {
 
     fn get_id(&mut self, op: u8) -> Option<u32> {
         match op {
-            b'h' => Some(self.op()? as u32),
+            b'h' => Some(self.byte()? as u32),
             b'j' => self.u32(),
             _ => None,
         }
@@ -89,14 +110,14 @@ impl<'a> Decoder<'a, '_> {
 
     fn int_after(&mut self, op: u8) -> Option<i64> {
         Some(match op {
-            b'K' => self.op()? as i64,
+            b'K' => self.byte()? as i64,
             b'M' => {
                 let s = self.take(2)?;
                 u16::from_le_bytes([s[0], s[1]]) as i64
             }
             b'J' => self.u32()? as i32 as i64,
             0x8a => {
-                let n = self.op()? as usize;
+                let n = self.byte()? as usize;
                 let s = self.take(n)?;
                 if n == 0 {
                     0
@@ -122,7 +143,7 @@ impl<'a> Decoder<'a, '_> {
         let op = self.op()?;
         let bytes = match op {
             0x8c => {
-                let n = self.op()? as usize;
+                let n = self.byte()? as usize;
                 self.take(n)?
             }
             b'X' => {
@@ -141,7 +162,7 @@ impl<'a> Decoder<'a, '_> {
     fn pair(&mut self, shared: &mut Shared) -> Option<(i64, i64)> {
         let op = self.op()?;
         if let b'h' | b'j' = op {
-            let Value::Tuple(t) = self.get(op)? else {
+            let Value::Tuple(t, _) = self.get(op)? else {
                 return None;
             };
             return match &t[..] {
@@ -158,7 +179,7 @@ impl<'a> Decoder<'a, '_> {
             if let Some((p, t)) = &shared.last_pair
                 && *p == (a, b)
             {
-                return Some(Value::Tuple(t.clone()));
+                return Some(Value::Tuple(t.clone(), 1));
             }
             let t = shared
                 .pairs
@@ -166,7 +187,7 @@ impl<'a> Decoder<'a, '_> {
                 .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]))
                 .clone();
             shared.last_pair = Some(((a, b), t.clone()));
-            Some(Value::Tuple(t))
+            Some(Value::Tuple(t, 1))
         })
         .ok()?;
         Some((a, b))
@@ -299,11 +320,11 @@ fn frames<'a>(
         op @ (b'h' | b'j') => {
             // One frame: `GET` then `APPEND`; otherwise the list is empty and this `GET`
             // is the next key.
-            let append_at = d.i + if op == b'h' { 2 } else { 5 };
+            let append_at = d.past_frames(d.i + if op == b'h' { 2 } else { 5 });
             if d.b.get(append_at) == Some(&b'a') {
                 d.i += 1;
                 frame(d, op)?;
-                d.i += 1;
+                d.op()?;
             }
         }
         _ => {}

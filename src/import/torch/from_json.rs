@@ -181,6 +181,12 @@ impl<'de> Visitor<'de> for Traces<'_> {
         let mut dev = 0;
         loop {
             let start = snap.entries.len();
+            if dev == super::MAX_DEVICES {
+                return Err(de::Error::custom(format!(
+                    "device_traces: more than {0} devices: headroom reads at most {0} devices",
+                    super::MAX_DEVICES
+                )));
+            }
             if seq.next_element_seed(OneDevice(&mut *snap, dev))?.is_none() {
                 return Ok(());
             }
@@ -217,6 +223,12 @@ impl<'de> Visitor<'de> for OneDevice<'_> {
             let Some(j) = next else { return Ok(()) };
             let e = entry(snap, j, &mut buf)
                 .map_err(|e| de::Error::custom(format!("device_traces[{dev}][{i}]: {e}")))?;
+            if snap.entries.len() >= super::MAX_ENTRIES {
+                return Err(de::Error::custom(format!(
+                    "device_traces[{dev}][{i}]: more than {} trace entries: headroom reads at most that many",
+                    super::MAX_ENTRIES
+                )));
+            }
             snap.entries.push(e);
             i += 1;
         }

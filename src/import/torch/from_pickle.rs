@@ -48,6 +48,10 @@ impl Sink for Entries2<'_> {
     fn fast_dict(&mut self, list: &Rc<List>, fast: &Fast<'_>) -> Option<FastDict> {
         // Only into a list that already holds entries, and only in order.
         let aux = list.aux.get();
+        if self.snap.entries.len() >= super::MAX_ENTRIES {
+            // `append` refuses it, with the reason.
+            return None;
+        }
         if aux == 0 || aux & STACK_TAG != 0 || aux & 0xffff_ffff != self.snap.entries.len() as u64 {
             return None;
         }
@@ -69,9 +73,16 @@ impl Sink for Entries2<'_> {
         let Ok(e) = convert_entry(self.snap, &mut self.stack_buf, d) else {
             return Ok(Some(item));
         };
+        if self.snap.entries.len() >= super::MAX_ENTRIES {
+            return Err(format!(
+                "more than {} trace entries: headroom reads at most that many",
+                super::MAX_ENTRIES
+            ));
+        }
         if !self.take(list, e) {
             return Ok(Some(item));
         }
+        self.snap.slow_entries += 1;
         Ok(None)
     }
 }
@@ -115,7 +126,7 @@ fn convert_entry(snap: &mut Snapshot, buf: &mut Vec<u32>, d: &Dict) -> Result<En
             b"compile_context" => compile = v.as_str().filter(|c| *c != "N/A"),
             b"user_metadata" => user = v.as_str().filter(|u| !u.is_empty()),
             b"pool_id" => {
-                if let Value::Tuple(t) = v
+                if let Value::Tuple(t, _) = v
                     && let [a, b] = &t[..]
                     && let (Some(a), Some(b)) = (a.as_int(), b.as_int())
                 {
@@ -266,6 +277,13 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     match top.get("device_traces") {
         None => {}
         Some(Value::List(devices)) => {
+            let n = devices.items.borrow().len();
+            if n > super::MAX_DEVICES {
+                bail!(
+                    "{src}: `device_traces` holds {n} devices; headroom reads at most {}",
+                    super::MAX_DEVICES
+                );
+            }
             for (dev, t) in devices.items.borrow().iter().enumerate() {
                 let trace = device_trace(snap, dev, t)
                     .with_context(|| format!("{src}: device_traces[{dev}]"))?;
@@ -344,7 +362,7 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
     };
     let total_size = get_u64(d, "total_size")?;
     let pool_id = match d.get("segment_pool_id") {
-        Some(Value::Tuple(t)) if t.len() == 2 => {
+        Some(Value::Tuple(t, _)) if t.len() == 2 => {
             (t[0].as_int().unwrap_or(0), t[1].as_int().unwrap_or(0))
         }
         _ => (0, 0),

@@ -64,24 +64,49 @@ pub fn sniff(path: &Path) -> anyhow::Result<Kind> {
     })
 }
 
+/// The most devices a snapshot may hold traces or segments for (one process sees at most a
+/// node's GPUs; each device becomes a run folder).
+pub const MAX_DEVICES: usize = 64;
+
+/// The most trace entries a snapshot may hold: 100,000,000 entries take about 3.7 GB in
+/// headroom's columns (PyTorch keeps 100,000 by default, `max_entries`).
+pub const MAX_ENTRIES: usize = 100_000_000;
+
 /// Reads a snapshot file, pickle or JSON, told apart by content.
 pub fn read(path: &Path) -> anyhow::Result<Snapshot> {
     let source = path.display().to_string();
-    match sniff(path)? {
+    bounded(match sniff(path)? {
         Kind::Pickle => from_pickle::read(path, &source),
         Kind::Json => from_json::read(path, &source),
         Kind::Other => bail!(
             "{source}: not a PyTorch memory snapshot: it is neither a pickle (first byte 0x80) nor JSON (first character `{{`)"
         ),
-    }
+    }?)
 }
 
 /// Reads a snapshot pickle held in memory (`source` names it in messages).
 pub fn read_pickle_bytes(bytes: &[u8], source: &str) -> anyhow::Result<Snapshot> {
-    from_pickle::read_bytes(bytes, source)
+    bounded(from_pickle::read_bytes(bytes, source)?)
 }
 
 /// Reads a JSON snapshot from memory.
 pub fn read_json_bytes(bytes: &[u8], source: &str) -> anyhow::Result<Snapshot> {
-    from_json::read_from(bytes, source)
+    bounded(from_json::read_from(bytes, source)?)
+}
+
+/// A snapshot within `MAX_DEVICES` (entries are bounded as they are read).
+fn bounded(snap: Snapshot) -> anyhow::Result<Snapshot> {
+    let mut devices: Vec<i64> = snap.segments.iter().map(|s| s.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let n = snap.traces.len().max(devices.len());
+    if n > MAX_DEVICES {
+        bail!(
+            "{}: the snapshot holds {} device traces and segments of {} devices; headroom reads at most {MAX_DEVICES} devices",
+            snap.source,
+            snap.traces.len(),
+            devices.len()
+        );
+    }
+    Ok(snap)
 }

@@ -406,6 +406,9 @@ pub struct Snapshot {
     pub unknown_actions: BTreeMap<String, u64>,
     /// Top-level keys that were present and not used (`external_annotations`, …).
     pub ignored_keys: Vec<String>,
+    /// Trace entries a pickle's fast path could not read (built as dicts first): a
+    /// figure for the reader's speed, not for the snapshot.
+    pub slow_entries: u64,
 }
 
 impl Snapshot {
@@ -423,6 +426,7 @@ impl Snapshot {
             settings: None,
             unknown_actions: BTreeMap::new(),
             ignored_keys: Vec::new(),
+            slow_entries: 0,
         }
     }
 

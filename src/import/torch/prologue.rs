@@ -41,6 +41,9 @@ pub(super) struct Prologue {
     pub segment_count: u64,
     pub segment_bytes: u64,
     pub notes: Vec<String>,
+    /// Per recreated segment: the index of the request that allocates it, its recorded
+    /// address and size (so the replay places it there).
+    pub hints: VecDeque<(usize, u64, u64)>,
 }
 
 /// The stream label of a PyTorch stream value (its index in the snapshot's table).
@@ -132,6 +135,8 @@ pub(super) fn build(snap: &Snapshot, trace: DeviceTrace, config: &CachingConfig)
             .push_back(Request::Allocate { ptr, bytes, stream });
     };
     for seg in &pre_segments {
+        out.hints
+            .push_back((out.requests.len(), seg.address, seg.size));
         out.segments.insert(seg.address);
         out.segment_count += 1;
         out.segment_bytes += seg.size;

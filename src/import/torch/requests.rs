@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 
-use crate::import::pickle::FastSet;
+use crate::import::pickle::{FastMap, FastSet};
 
 use crate::alloc::replay::{LogFormat, Recorded, Request, RequestSource, SegmentOp, SegmentOpKind};
 
@@ -74,12 +74,24 @@ pub struct TorchRequests<'a> {
     t0_us: Option<i64>,
     /// Requests that recreate the cache as it was when recording began.
     setup: VecDeque<Request>,
+    /// Where the recreated segments were (`Prologue::hints`), and the setup requests given.
+    setup_hints: VecDeque<(usize, u64, u64)>,
+    setup_given: usize,
     pub skipped: Skipped,
     /// Segments held when the trace began (recreated), and their bytes.
     pub pre_trace_segments: u64,
     pub pre_trace_segment_bytes: u64,
     pub notes: Vec<String>,
+    /// Sizes of the blocks the trace allocated and has not freed, to check each free against.
+    sizes: FastMap<u64, u64>,
+    /// Entries that contradict the trace before them (a free whose size is not its
+    /// allocation's, time running backwards), counted, the first `ANOMALIES_LISTED` listed.
+    pub anomalies: u64,
+    pub anomaly_list: Vec<String>,
 }
+
+/// How many anomalies are listed one by one (all are counted).
+pub const ANOMALIES_LISTED: usize = 20;
 
 impl<'a> TorchRequests<'a> {
     pub fn new(snap: &'a Snapshot, trace: DeviceTrace) -> TorchRequests<'a> {
@@ -103,11 +115,37 @@ impl<'a> TorchRequests<'a> {
             partial_releases,
             t0_us,
             setup: pro.requests,
+            setup_hints: pro.hints,
+            setup_given: 0,
             skipped: Skipped::default(),
             pre_trace_segments: pro.segment_count,
             pre_trace_segment_bytes: pro.segment_bytes,
             notes: pro.notes,
+            sizes: FastMap::default(),
+            anomalies: 0,
+            anomaly_list: Vec::new(),
         }
+        .with_times_checked()
+    }
+
+    /// Times that run backwards, each an anomaly.
+    fn with_times_checked(mut self) -> Self {
+        let mut last = None;
+        for i in self.trace.start..self.trace.end {
+            let Some(t) = self.snap.entries.get(i).time_us else {
+                continue;
+            };
+            if let Some(l) = last
+                && t < l
+            {
+                let at = self.at(i);
+                self.anomaly(format!(
+                    "entry {at}: time runs backwards ({t} µs, after {l} µs)"
+                ));
+            }
+            last = Some(t);
+        }
+        self
     }
 
     /// The trace entry index (0-based within the device's trace) of absolute index `i`.
@@ -162,6 +200,29 @@ impl<'a> TorchRequests<'a> {
         }
     }
 
+    fn anomaly(&mut self, what: String) {
+        self.anomalies += 1;
+        if self.anomaly_list.len() < ANOMALIES_LISTED {
+            self.anomaly_list.push(what);
+        }
+    }
+
+    /// The anomalies in one note, if any.
+    pub fn anomaly_note(&self) -> Option<String> {
+        (self.anomalies > 0).then(|| {
+            format!(
+                "{} entries contradict the trace before them and were replayed as they are: {}{}",
+                self.anomalies,
+                self.anomaly_list.join("; "),
+                if self.anomalies > self.anomaly_list.len() as u64 {
+                    "; …"
+                } else {
+                    ""
+                }
+            )
+        })
+    }
+
     fn op(&mut self, i: usize, decisions: &mut Vec<SegmentOp>) {
         let e = self.snap.entries.get(i);
         let kind = match e.action {
@@ -209,6 +270,17 @@ impl RequestSource for TorchRequests<'_> {
     fn next_request(&mut self, decisions: &mut Vec<SegmentOp>) -> Option<Recorded> {
         decisions.clear();
         if let Some(request) = self.setup.pop_front() {
+            let i = self.setup_given;
+            self.setup_given += 1;
+            if self.setup_hints.front().is_some_and(|h| h.0 == i)
+                && let Some((_, ptr, bytes)) = self.setup_hints.pop_front()
+            {
+                decisions.push(SegmentOp {
+                    kind: SegmentOpKind::SegmentAlloc,
+                    ptr,
+                    bytes,
+                });
+            }
             return Some(Recorded {
                 request,
                 at: 0,
@@ -223,6 +295,27 @@ impl RequestSource for TorchRequests<'_> {
             let e = entries.get(i);
             if e.pool != 0 {
                 self.skipped.private_pool_entries += 1;
+            }
+            match e.action {
+                Action::Alloc => {
+                    self.sizes.insert(e.addr, e.size);
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    // Checked at the first of the two (a deferred free's completion
+                    // comes later, and a `free_requested` may not be recorded).
+                    if let Some(size) = self.sizes.remove(&e.addr)
+                        && size != e.size
+                    {
+                        self.anomaly(format!(
+                            "entry {}: {} of {:#x} with {} bytes, allocated with {size} bytes",
+                            self.at(i),
+                            e.action.name(),
+                            e.addr,
+                            e.size
+                        ));
+                    }
+                }
+                _ => {}
             }
             let request = match e.action {
                 Action::SegmentAlloc | Action::SegmentMap => {

@@ -54,6 +54,61 @@ pub struct ImportOptions {
     pub profile: Option<String>,
     /// Settings to replay with instead of the snapshot's own.
     pub settings: Option<CachingConfig>,
+    /// The device's total memory, as the user gives it (`--device-total`).
+    pub device_total: Option<u64>,
+}
+
+/// The device figures of `trace`: the recorded OOMs verbatim, and what the user gave.
+/// `simulated` is the replay device's (total, idle free), used only under `--profile`.
+pub(super) fn device_evidence(
+    snap: &Snapshot,
+    trace: DeviceTrace,
+    pre_trace_bytes: u64,
+    opts: &ImportOptions,
+    simulated: (u64, u64),
+) -> crate::report::imported::DeviceEvidence {
+    use super::model::Action;
+    use crate::report::imported::{DeviceEvidence, RecordedOom};
+    let (total, idle, other, from) = match (opts.device_total, opts.profile.as_deref()) {
+        (Some(t), _) => (Some(t), None, None, Some(format!("--device-total {t}"))),
+        (None, Some(p)) => (
+            Some(simulated.0),
+            Some(simulated.1),
+            Some(0),
+            Some(format!("--profile {p} (assumed, not recorded)")),
+        ),
+        (None, None) => (None, None, None, None),
+    };
+    let mut ooms = Vec::new();
+    pytorch_reserved(snap, trace, pre_trace_bytes, |i, reserved| {
+        let e = snap.entries.get(i);
+        if e.action == Action::Oom {
+            let outside = total.map(|t| t.saturating_sub(e.addr).saturating_sub(reserved));
+            ooms.push(RecordedOom {
+                entry: (i - trace.start) as u64,
+                requested_bytes: e.size,
+                device_free_bytes: e.addr,
+                pytorch_reserved_bytes: reserved,
+                outside_pytorch_bytes: outside,
+                derived_from: outside.and(from.clone()),
+            });
+        }
+    });
+    let basis = match &from {
+        None => "not in the snapshot (PyTorch records the free memory at an OOM, `device_free`, not the device's total, its idle reading, other processes or memory outside PyTorch; give --device-total BYTES or --profile NAME to derive them)".to_string(),
+        Some(f) if opts.device_total.is_some() => format!(
+            "the total from {f}; outside PyTorch derived as the total − device_free − PyTorch's reserved at the OOM; the idle reading and other processes are not in the snapshot"
+        ),
+        Some(f) => format!("derived from {f}: the simulated device's total, idle reading and no other processes"),
+    };
+    DeviceEvidence {
+        device_total_bytes: total,
+        idle_free_bytes: idle,
+        other_processes_bytes: other,
+        outside_pytorch_bytes: ooms.first().and_then(|o| o.outside_pytorch_bytes),
+        basis,
+        recorded_ooms: ooms,
+    }
 }
 
 /// One device's folder.
@@ -103,6 +158,7 @@ pub fn import(snap: &Snapshot, opts: &ImportOptions) -> anyhow::Result<Vec<Impor
             .iter()
             .find(|t| t.device == d && !t.is_empty())
             .copied();
+        state::write_segments(snap, d, &dir)?;
         let imported = match trace {
             Some(t) => one_device(snap, t, &dir, opts),
             None => state::state_only(snap, d, &dir, opts),
@@ -344,6 +400,7 @@ fn one_device(
     };
     recorder.push(idle);
     let mut tl = Timeline::new(snap, trace, recorder, idle_mem.free_bytes);
+    tl.device_given = opts.device_total.is_some() || opts.profile.is_some();
     let report = replay_recorded(
         &mut source,
         &mut alloc,
@@ -356,7 +413,7 @@ fn one_device(
         &mut tl,
     )?;
     tl.flush_bucket();
-    let final_stats = alloc.stats();
+    let final_stats = report.stats_at_end;
     if let Err(e) = alloc.release_all(&mut dev) {
         notes.push(format!("releasing the replay's memory failed: {e}"));
     }
@@ -367,6 +424,7 @@ fn one_device(
     events.flush().context("writing events.csv")?;
 
     notes.extend(source.notes.iter().cloned());
+    notes.extend(source.anomaly_note());
     let sk = source.skipped;
     if sk.pre_trace_block_frees > 0 || sk.pre_trace_segment_frees > 0 {
         notes.push(format!(
@@ -452,6 +510,13 @@ fn one_device(
         at_peak,
         at_first_oom,
         events_written: event_rows,
+        device_evidence: device_evidence(
+            snap,
+            trace,
+            source.pre_trace_segment_bytes,
+            opts,
+            (total, idle_mem.free_bytes),
+        ),
         notes,
     };
     let status = if tl.ooms.is_empty() {

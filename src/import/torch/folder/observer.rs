@@ -36,6 +36,8 @@ pub(super) struct Timeline<'a> {
     /// The model's allocated peak and the entry where it was first reached.
     pub peak_allocated: (u64, u64),
     pub first_oom_entry: Option<u64>,
+    /// The user gave the device (`--device-total`, `--profile`): its figures are theirs.
+    pub device_given: bool,
 }
 
 impl<'a> Timeline<'a> {
@@ -58,6 +60,7 @@ impl<'a> Timeline<'a> {
             requests: 0,
             peak_allocated: (0, 0),
             first_oom_entry: None,
+            device_given: false,
         }
     }
 
@@ -165,6 +168,17 @@ impl<'a> Timeline<'a> {
         };
         rec.diagnose();
         if entry.action == super::super::model::Action::Oom {
+            // PyTorch's own figures stay as recorded.
+            rec.device_free_bytes = entry.addr;
+            rec.requested_bytes = entry.size;
+            if !self.device_given {
+                rec.diagnosis.findings.push(
+                    format!(
+                        "The snapshot does not record the device's total, its idle reading, other processes or memory outside PyTorch: the device total ({}), idle and outside-allocator figures here are the simulated replay device's, not the run's (summary.json `import.device_evidence` keeps them unknown). Give --device-total or --profile to compare with a real card.",
+                        Bytes(total)
+                    ),
+                );
+            }
             rec.diagnosis.findings.insert(
                 1,
                 format!(
@@ -181,11 +195,15 @@ impl<'a> Timeline<'a> {
 
 /// How a stream of the snapshot is named in outputs: `0` for the default stream, the
 /// `cudaStream_t` in hex otherwise.
+/// A stream as the files write it: the `cudaStream_t` as PyTorch records it, a decimal
+/// integer (0 is the default stream), so a column holds one kind of value.
 pub fn stream_name(snap: &Snapshot, stream: u16) -> String {
-    match snap.streams.values.get(stream as usize) {
-        Some(0) | None => "0".into(),
-        Some(s) => format!("{s:#x}"),
-    }
+    snap.streams
+        .values
+        .get(stream as usize)
+        .copied()
+        .unwrap_or(0)
+        .to_string()
 }
 
 impl Observer for Timeline<'_> {

@@ -126,6 +126,7 @@ pub(super) fn state_only(
         at_peak: (live.live_allocations > 0).then_some(live),
         at_first_oom: None,
         events_written: 0,
+        device_evidence: super::device_evidence(snap, empty, 0, opts, (total, idle_free)),
         notes: vec![
             "no history was recorded: peaks are the state at the snapshot, not over time (record with torch.cuda.memory._record_memory_history() for a timeline)".into(),
         ],
@@ -150,4 +151,46 @@ pub(super) fn state_only(
         0,
         (None, None),
     )
+}
+
+/// `segments.csv`: the device's segments as the snapshot holds them when it was taken, one
+/// row each, byte counts as raw integers.
+pub(super) fn write_segments(snap: &Snapshot, device: u32, dir: &Path) -> anyhow::Result<u64> {
+    let path = dir.join("segments.csv");
+    let mut w = csv::Writer::from_path(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    w.write_record([
+        "address",
+        "total_bytes",
+        "allocated_bytes",
+        "active_bytes",
+        "stream",
+        "pool",
+        "expandable",
+        "blocks",
+        "live_blocks",
+    ])?;
+    let mut rows = 0;
+    for s in snap.segments.iter().filter(|s| s.device == device as i64) {
+        let live = s
+            .blocks
+            .iter()
+            .filter(|b| b.state != BlockState::Inactive)
+            .count();
+        w.write_record([
+            s.address.to_string(),
+            s.total_size.to_string(),
+            s.allocated_size.to_string(),
+            s.active_size.to_string(),
+            s.stream.to_string(),
+            if s.is_large { "large" } else { "small" }.to_string(),
+            s.is_expandable.map_or(String::new(), |e| e.to_string()),
+            s.blocks.len().to_string(),
+            live.to_string(),
+        ])?;
+        rows += 1;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(rows)
 }
