@@ -2,7 +2,7 @@
 //!
 //! PyTorch keeps cached blocks in a `std::set` ordered by `(stream, size, address)`
 //! (`BlockComparatorSize`) and takes the first block not below the request. Here the sizes are
-//! cut into classes (exact to 512 B up to 128 KiB, then 256 classes per power of two); each
+//! cut into classes (exact to 512 B up to 32 KiB, then 64 classes per power of two); each
 //! class is a short run sorted by `(size, address)`, and a two-level bitmap finds the first
 //! non-empty class at or above the request's in a few word operations. Classes only group
 //! keys that are already adjacent, so walking the classes in order and each run in order
@@ -12,13 +12,14 @@
 use crate::device::DevPtr;
 
 /// Sub-classes per power of two above the exact range (2^SUB_BITS).
-const SUB_BITS: u32 = 8;
+const SUB_BITS: u32 = 6;
 /// Classes for every `u64` size: `class_of(u64::MAX) + 1`.
 const CLASSES: usize = ((64 - 9 - 1 - SUB_BITS as usize) << SUB_BITS) + (2 << SUB_BITS);
 /// Words of the class bitmap.
 const WORDS: usize = CLASSES / 64;
 /// Words of the summary bitmap (one bit per class word).
 const SUMMARY: usize = WORDS.div_ceil(64);
+const _: () = assert!(CLASSES % 64 == 0, "the class bitmap has whole words");
 
 /// The class of a block of `size` bytes: monotone in `size`, so a smaller size never lands in
 /// a later class than a larger one.
@@ -203,7 +204,7 @@ impl SizeIndex {
                 }
             }
             // Nothing here that large: start at the next class.
-            _ => return self.from_class(c + 1),
+            _ => return self.starting_at_class(c + 1),
         };
         Iter {
             index: self,
@@ -214,10 +215,10 @@ impl SizeIndex {
 
     /// Every block, smallest `(size, address)` first.
     pub fn iter(&self) -> Iter<'_> {
-        self.from_class(0)
+        self.starting_at_class(0)
     }
 
-    fn from_class(&self, c: usize) -> Iter<'_> {
+    fn starting_at_class(&self, c: usize) -> Iter<'_> {
         Iter {
             index: self,
             class: self.next_class(c).unwrap_or(CLASSES),
@@ -269,9 +270,9 @@ mod tests {
             assert!(class_of(w[0]) <= class_of(w[1]), "{} then {}", w[0], w[1]);
         }
         assert_eq!(class_of(u64::MAX), CLASSES - 1);
-        // Exact classes up to 128 KiB.
-        assert_eq!(class_of(128 << 10), 256);
-        assert_ne!(class_of((128 << 10) - 512), class_of((128 << 10) - 1024));
+        // Exact classes up to 32 KiB.
+        assert_eq!(class_of(512 << SUB_BITS), 1 << SUB_BITS);
+        assert_ne!(class_of((32 << 10) - 512), class_of((32 << 10) - 1024));
     }
 
     /// xorshift64*.
