@@ -1,6 +1,6 @@
 //! Speed of the caching allocator model and of log replay on the simulated device.
 //!
-//! Targets: at least 2,000,000 allocate+free pairs per second on one core for a mixed-size
+//! Targets: at least 10,000,000 allocate+free pairs per second on one core for a mixed-size
 //! trace (`caching/alloc-free pairs`, throughput in pairs); replaying a 1,000,000-event
 //! headroom log on the simulator in under 2 s (`replay/1M events`, time per replay).
 

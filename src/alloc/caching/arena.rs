@@ -2,14 +2,16 @@
 //!
 //! Blocks live in one arena (a `Vec`, slots reused) and link to their neighbours in the
 //! segment by index (`prev`/`next`, PyTorch's `Block::prev/next`). Free blocks are indexed per
-//! stream and pool in ordered maps keyed by `(size, address)`, so best fit is one range lookup
-//! (PyTorch's `BlockPool::blocks` with `BlockComparatorSize`); unmapped pieces of expandable
-//! segments are indexed by address (`BlockPool::unmapped`, `BlockComparatorAddress`).
+//! stream and pool by `(size, address)` in a size-class index (`free_index.rs`), so best fit
+//! is a bitmap search and a short scan (PyTorch's `BlockPool::blocks` with
+//! `BlockComparatorSize`); unmapped pieces of expandable segments are indexed by address
+//! (`BlockPool::unmapped`, `BlockComparatorAddress`).
 
 use std::collections::BTreeMap;
 
 use crate::device::{DevPtr, StreamId};
 
+use super::free_index::SizeIndex;
 use super::sizes::PoolKind;
 
 /// "No block": the end of a segment's chain, or a block outside any expandable segment.
@@ -153,7 +155,7 @@ impl std::ops::IndexMut<u32> for Arena {
 #[derive(Debug, Default)]
 pub(crate) struct FreeIndex {
     /// Cached (mapped, free) blocks by `(size, address)`: best fit is the first key ≥ the size.
-    pub by_size: BTreeMap<(u64, DevPtr), u32>,
+    pub by_size: SizeIndex,
     /// Unmapped pieces of expandable segments by address.
     pub unmapped: BTreeMap<DevPtr, u32>,
 }

@@ -110,7 +110,7 @@ impl CachingAllocator {
             self.gc_searches[pool.index()] += 1;
         }
         let index = &self.streams.slots[slot].pools[pool.index()].by_size;
-        let mut range = index.range((size, 0)..).map(|(_, &i)| i);
+        let mut range = index.at_least(size);
         let mut best = range.next()?;
         if self.arena[best].is_expandable() {
             if self.config.expandable_segments {
@@ -358,17 +358,14 @@ impl CachingAllocator {
         self.streams
             .index(stream, pool)
             .by_size
-            .insert((size, ptr), i);
+            .insert(size, ptr, i);
     }
 
     /// Takes a free block out of its pool's index.
     pub(super) fn uncache(&mut self, i: u32) {
         let n = &self.arena[i];
         let (ptr, size, stream, pool) = (n.ptr, n.size, n.stream, n.pool);
-        self.streams
-            .index(stream, pool)
-            .by_size
-            .remove(&(size, ptr));
+        self.streams.index(stream, pool).by_size.remove(size, ptr);
     }
 }
 

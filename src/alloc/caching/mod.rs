@@ -18,6 +18,7 @@ mod arena;
 mod config;
 mod events;
 mod expandable;
+mod free_index;
 mod malloc;
 mod release;
 mod sizes;
@@ -146,12 +147,7 @@ impl CachingAllocator {
         self.streams
             .slots
             .iter()
-            .filter_map(|s| {
-                s.pools[pool.index()]
-                    .by_size
-                    .last_key_value()
-                    .map(|((size, _), _)| *size)
-            })
+            .filter_map(|s| s.pools[pool.index()].by_size.last_size())
             .max()
             .unwrap_or(0)
     }

@@ -134,10 +134,7 @@ impl CachingAllocator {
         }
         let key = req.size.max(self.max_split_bytes);
         let by_size = &self.streams.slots[req.slot].pools[req.pool.index()].by_size;
-        let one = by_size
-            .range((key, 0)..)
-            .map(|(_, &i)| i)
-            .find(|&i| self.releasable(i));
+        let one = by_size.at_least(key).find(|&i| self.releasable(i));
         if let Some(i) = one {
             let size = self.release_block(dev, i)?;
             req.steps.push(RetryStep::said(format!(
@@ -145,12 +142,11 @@ impl CachingAllocator {
             )));
             return Ok(true);
         }
-        let largest_first: Vec<u32> = by_size
-            .range((self.max_split_bytes, 0)..)
-            .rev()
-            .map(|(_, &i)| i)
+        let mut largest_first: Vec<u32> = by_size
+            .at_least(self.max_split_bytes)
             .filter(|&i| self.releasable(i))
             .collect();
+        largest_first.reverse();
         let (mut count, mut total) = (0u64, 0u64);
         for i in largest_first {
             if total >= key {
@@ -202,10 +198,7 @@ impl CachingAllocator {
         let mut whole = Vec::new();
         let mut to_unmap = Vec::new();
         for slot in self.streams.ordered() {
-            for &i in self.streams.slots[slot].pools[pool.index()]
-                .by_size
-                .values()
-            {
+            for i in self.streams.slots[slot].pools[pool.index()].by_size.iter() {
                 if self.arena[i].is_expandable() {
                     to_unmap.push(i);
                 } else if !self.arena[i].is_split() {
@@ -249,9 +242,9 @@ impl CachingAllocator {
         let searches = self.gc_searches[PoolKind::Large.index()];
         let mut freeable: Vec<(u32, u64)> = Vec::new();
         for slot in self.streams.ordered() {
-            for &i in self.streams.slots[slot].pools[PoolKind::Large.index()]
+            for i in self.streams.slots[slot].pools[PoolKind::Large.index()]
                 .by_size
-                .values()
+                .iter()
             {
                 if self.releasable(i) {
                     freeable.push((i, searches - self.arena[i].gc_base));

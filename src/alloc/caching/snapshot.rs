@@ -144,7 +144,7 @@ impl CachingAllocator {
                 .ok_or_else(|| format!("{here}: its stream has no pools"))?;
             match n.state {
                 NodeState::Free => {
-                    if index.by_size.get(&(n.size, n.ptr)) != Some(&i) {
+                    if index.by_size.get(n.size, n.ptr) != Some(i) {
                         return Err(format!("{here}: free but not in its pool's index"));
                     }
                     indexed += 1;
