@@ -7,6 +7,8 @@
 //! merge; then, on the fake NVIDIA driver (where steps take real time), `scancel` of a running
 //! task and a task past `--time`: both record every GPU's run `interrupted` with the phase it
 //! finished. Where Slurm cannot be had the test says why and passes nothing else.
+//!
+//! `.ci/run` runs it beside the rest of the tests (it is ignored in a plain `cargo test`).
 
 mod cluster;
 
@@ -90,6 +92,8 @@ fn assert_interrupted(node: &Path) {
 }
 
 #[test]
+#[ignore = "a real Slurm, about 90 s and mostly waiting on its one-minute time limit: .ci/run \
+            runs it beside the other tests; alone: cargo test --test suite -- --ignored slurm::"]
 fn the_documented_slurm_array_runs_on_a_real_slurm_and_scancel_and_time_limits_interrupt() {
     if let Err(why) = slurm_available() {
         // Past the test harness's capture, so CI's log shows it.
