@@ -6,7 +6,7 @@
 //! `VirtualSampler`. Either way the sampler sees what others do between our events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -127,6 +127,12 @@ pub struct SamplerStats {
     pub first_error: Option<SamplerError>,
 }
 
+/// Readings the thread keeps for the run's thread to take. While that thread is inside a long
+/// driver call (a synchronize after a ten-hour spin) it takes none; the readings beyond this are
+/// folded on the sampler's side into the lowest free memory and the latest reading of the span
+/// (the views and the phase cannot change while the run's thread waits).
+pub const SAMPLER_BACKLOG_READINGS: usize = 65_536;
+
 /// A thread that reads device free memory at a fixed interval (used by the cuda backend).
 pub struct ThreadSampler {
     /// The first failed reading, as soon as it happens (also in the final statistics).
@@ -151,7 +157,7 @@ impl ThreadSampler {
         Q: FnMut() -> Result<u64, String> + Send + 'static,
     {
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(SAMPLER_BACKLOG_READINGS);
         let stop2 = stop.clone();
         let first_error = Arc::new(Mutex::new(None));
         let first_error2 = first_error.clone();
@@ -186,6 +192,13 @@ impl ThreadSampler {
         out.extend(self.rx.try_iter());
     }
 
+    /// Moves at most `max` readings into `out`; returns whether it took `max`.
+    pub fn drain_some(&mut self, out: &mut Vec<Reading>, max: usize) -> bool {
+        let before = out.len();
+        out.extend(self.rx.try_iter().take(max));
+        out.len() - before == max
+    }
+
     /// The first reading that failed so far.
     pub fn first_error(&self) -> Option<SamplerError> {
         self.first_error
@@ -197,6 +210,11 @@ impl ThreadSampler {
     /// Stops the thread and returns its statistics; readings not yet drained go to `out`.
     pub fn stop(mut self, out: &mut Vec<Reading>) -> SamplerStats {
         self.stop.store(true, Ordering::Relaxed);
+        // Drained while the thread ends: its last folded readings wait for room.
+        while self.handle.as_ref().is_some_and(|h| !h.is_finished()) {
+            self.drain(out);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let stats = self
             .handle
             .take()
@@ -211,6 +229,11 @@ impl Drop for ThreadSampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
+            // The thread may be waiting for room for its last readings: make some.
+            while !h.is_finished() {
+                self.rx.try_iter().for_each(drop);
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let _ = h.join();
         }
     }
@@ -221,7 +244,7 @@ fn sample_loop<Q>(
     live: &LiveViews,
     origin: Instant,
     stop: &AtomicBool,
-    tx: &Sender<Reading>,
+    tx: &SyncSender<Reading>,
     mut query: Q,
     mut on_first_error: impl FnMut(SamplerError),
 ) -> SamplerStats
@@ -235,6 +258,7 @@ where
     let mut last_t: Option<u64> = None;
     let mut next = Instant::now();
     let mut warned = false;
+    let mut backlog = Backlog::default();
     while !stop.load(Ordering::Relaxed) {
         let q0 = Instant::now();
         let free = query();
@@ -256,7 +280,7 @@ where
                     device_free_bytes: free,
                     views,
                 };
-                if tx.send(reading).is_err() {
+                if backlog.offer(tx, reading).is_err() {
                     break;
                 }
             }
@@ -288,6 +312,7 @@ where
             }
         }
     }
+    backlog.finish(tx);
     let secs = started.elapsed().as_secs_f64();
     SamplerStats {
         interval_ns,
@@ -304,7 +329,72 @@ where
     }
 }
 
+/// Readings the channel had no room for, folded: the one with the least free memory and the
+/// latest one. They go out, in time order, as soon as there is room.
+#[derive(Default)]
+struct Backlog {
+    lowest: Option<Reading>,
+    latest: Option<Reading>,
+}
+
+/// The run's thread is gone.
+struct Disconnected;
+
+impl Backlog {
+    fn offer(&mut self, tx: &SyncSender<Reading>, r: Reading) -> Result<(), Disconnected> {
+        self.flush(tx)?;
+        if self.lowest.is_none() {
+            self.lowest = self.latest.take();
+        }
+        match self.lowest {
+            None => match tx.try_send(r) {
+                Ok(()) => {}
+                Err(TrySendError::Full(r)) => self.lowest = Some(r),
+                Err(TrySendError::Disconnected(_)) => return Err(Disconnected),
+            },
+            // A new lowest: the latest before it falls between two kept readings.
+            Some(low) if r.device_free_bytes < low.device_free_bytes => {
+                self.lowest = Some(r);
+                self.latest = None;
+            }
+            Some(_) => self.latest = Some(r),
+        }
+        Ok(())
+    }
+
+    /// Sends what it can without blocking.
+    fn flush(&mut self, tx: &SyncSender<Reading>) -> Result<(), Disconnected> {
+        for slot in [&mut self.lowest, &mut self.latest] {
+            let Some(r) = slot.take() else { continue };
+            match tx.try_send(r) {
+                Ok(()) => {}
+                Err(TrySendError::Full(r)) => {
+                    *slot = Some(r);
+                    return Ok(());
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(Disconnected),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends everything, waiting for room (the run's thread drains while it stops us).
+    fn finish(self, tx: &SyncSender<Reading>) {
+        for r in [self.lowest, self.latest].into_iter().flatten() {
+            if tx.send(r).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// The simulator's sampler: readings at exact virtual ticks, produced on demand.
+///
+/// A long wait (a ten-hour spin, a million graph launches) is millions of ticks; they are
+/// produced in bounded chunks, and a run of ticks whose reading cannot differ (the device's
+/// free memory steady, the views and phase those of the poll) is counted without being built:
+/// only its first and last reading are handed on, which is all the timeline writes and all
+/// the peaks and pollers need.
 #[derive(Debug, Clone)]
 pub struct VirtualSampler {
     /// The interval asked for (the period is at least the query's modeled cost).
@@ -316,6 +406,23 @@ pub struct VirtualSampler {
     first_ns: Option<u64>,
     last_ns: u64,
     live: Arc<LiveViews>,
+}
+
+/// How the simulated device's free memory reads over time, for the virtual sampler.
+pub trait FreeOverTime {
+    /// Device free bytes at time `t_ns`.
+    fn free_at(&self, t_ns: u64) -> u64;
+    /// A time until which (exclusive) free memory stays what it is at `t_ns`; `t_ns + 1` when
+    /// nothing is known.
+    fn steady_until(&self, t_ns: u64) -> u64 {
+        t_ns.saturating_add(1)
+    }
+}
+
+impl<F: Fn(u64) -> u64> FreeOverTime for F {
+    fn free_at(&self, t_ns: u64) -> u64 {
+        self(t_ns)
+    }
 }
 
 impl VirtualSampler {
@@ -333,28 +440,56 @@ impl VirtualSampler {
         }
     }
 
-    /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
-    pub fn poll(
+    /// Produces every tick up to `now_ns` (at most `max` readings into `out`; returns whether
+    /// ticks remain). Ticks inside a steady span are counted, and only the span's first and
+    /// last reading are pushed.
+    pub fn poll_some(
         &mut self,
         now_ns: u64,
-        mut free_at: impl FnMut(u64) -> u64,
+        free: &dyn FreeOverTime,
         out: &mut Vec<Reading>,
-    ) {
+        max: usize,
+    ) -> bool {
         let (phase, views) = self.live.snapshot();
+        let max = max.max(2);
         while self.next_tick_ns <= now_ns {
+            if out.len() + 2 > max {
+                return true;
+            }
             let t = self.next_tick_ns;
-            out.push(Reading {
-                t_ns: t,
+            let device_free_bytes = free.free_at(t);
+            let reading = |t_ns| Reading {
+                t_ns,
                 phase,
                 source: Source::Sampler,
-                device_free_bytes: free_at(t),
+                device_free_bytes,
                 views,
-            });
-            self.readings += 1;
+            };
+            // The ticks from `t` to the end of the steady span (or to now): all equal.
+            let until = free
+                .steady_until(t)
+                .min(now_ns.saturating_add(1))
+                .max(t + 1);
+            let n = (until - t).div_ceil(self.period_ns);
+            let last = t + (n - 1) * self.period_ns;
+            out.push(reading(t));
+            if n > 1 {
+                out.push(reading(last));
+            }
+            self.readings += n;
             self.first_ns.get_or_insert(t);
-            self.last_ns = t;
-            self.next_tick_ns += self.period_ns;
+            self.last_ns = last;
+            self.next_tick_ns = last.saturating_add(self.period_ns);
+            if self.next_tick_ns == u64::MAX {
+                break;
+            }
         }
+        false
+    }
+
+    /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
+    pub fn poll(&mut self, now_ns: u64, free_at: impl Fn(u64) -> u64, out: &mut Vec<Reading>) {
+        while self.poll_some(now_ns, &free_at, out, usize::MAX) {}
     }
 
     pub fn stats(&self) -> SamplerStats {
@@ -391,6 +526,15 @@ impl crate::device::Sampler for ThreadSampler {
         ThreadSampler::drain(self, out);
     }
 
+    fn drain_some(
+        &mut self,
+        _dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+        max: usize,
+    ) -> bool {
+        ThreadSampler::drain_some(self, out, max)
+    }
+
     fn first_error(&self) -> Option<SamplerError> {
         ThreadSampler::first_error(self)
     }
@@ -406,7 +550,16 @@ impl crate::device::Sampler for ThreadSampler {
 
 impl crate::device::Sampler for VirtualSampler {
     fn drain(&mut self, dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
-        self.poll(dev.now_ns(), |t| dev.free_at_ns(t).unwrap_or(0), out);
+        while crate::device::Sampler::drain_some(self, dev, out, usize::MAX) {}
+    }
+
+    fn drain_some(
+        &mut self,
+        dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+        max: usize,
+    ) -> bool {
+        self.poll_some(dev.now_ns(), &DeviceFree(dev), out, max)
     }
 
     fn stop(
@@ -417,6 +570,20 @@ impl crate::device::Sampler for VirtualSampler {
         let mut s = *self;
         crate::device::Sampler::drain(&mut s, dev, out);
         s.stats()
+    }
+}
+
+/// A device's free memory over time, as the virtual sampler reads it.
+struct DeviceFree<'a>(&'a dyn crate::device::Device);
+
+impl FreeOverTime for DeviceFree<'_> {
+    fn free_at(&self, t_ns: u64) -> u64 {
+        self.0.free_at_ns(t_ns).unwrap_or(0)
+    }
+    fn steady_until(&self, t_ns: u64) -> u64 {
+        self.0
+            .free_steady_until_ns(t_ns)
+            .unwrap_or(t_ns.saturating_add(1))
     }
 }
 
@@ -456,5 +623,58 @@ mod tests {
         assert_eq!(out.len() as u64, stats.readings);
         assert!(out.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
         assert!(out.iter().all(|r| r.device_free_bytes == 7));
+    }
+
+    fn free_reading(t_ns: u64, free: u64) -> Reading {
+        Reading {
+            t_ns,
+            phase: 0,
+            source: Source::Sampler,
+            device_free_bytes: free,
+            views: ViewSet::default(),
+        }
+    }
+
+    #[test]
+    fn a_full_backlog_keeps_the_lowest_and_the_latest_reading() {
+        let (tx, rx) = sync_channel(2);
+        let mut b = Backlog::default();
+        for (t, free) in [(1, 9), (2, 8), (3, 5), (4, 2), (5, 7), (6, 6)] {
+            assert!(b.offer(&tx, free_reading(t, free)).is_ok());
+        }
+        // The channel took the first two; of the rest, the lowest (t=4) and the latest (t=6).
+        let got: Vec<(u64, u64)> = rx
+            .try_iter()
+            .map(|r| (r.t_ns, r.device_free_bytes))
+            .collect();
+        assert_eq!(got, vec![(1, 9), (2, 8)]);
+        b.finish(&tx);
+        let got: Vec<(u64, u64)> = rx
+            .try_iter()
+            .map(|r| (r.t_ns, r.device_free_bytes))
+            .collect();
+        assert_eq!(got, vec![(4, 2), (6, 6)]);
+    }
+
+    #[test]
+    fn a_steady_span_is_counted_with_its_first_and_last_reading() {
+        struct Steps;
+        impl FreeOverTime for Steps {
+            fn free_at(&self, t: u64) -> u64 {
+                if t < 10_000 { 100 } else { 50 }
+            }
+            fn steady_until(&self, t: u64) -> u64 {
+                if t < 10_000 { 10_000 } else { u64::MAX }
+            }
+        }
+        let mut s = VirtualSampler::new(1_000, 1, 0, Arc::new(LiveViews::default()));
+        let mut out = Vec::new();
+        assert!(!s.poll_some(25_000, &Steps, &mut out, 64));
+        let got: Vec<(u64, u64)> = out.iter().map(|r| (r.t_ns, r.device_free_bytes)).collect();
+        assert_eq!(
+            got,
+            vec![(0, 100), (9_000, 100), (10_000, 50), (25_000, 50)]
+        );
+        assert_eq!(s.stats().readings, 26);
     }
 }

@@ -108,6 +108,7 @@ impl Runner<'_, '_> {
             held: &mut self.held,
             floor: self.limits.floor,
             tenant_launch: self.limits.tenant_launch.as_ref(),
+            interrupted: &self.limits.interrupted,
             phase,
             step,
         }
@@ -308,6 +309,15 @@ impl Runner<'_, '_> {
                         key.phase, p.label
                     ))),
                 })
+            }
+            Err(Failure::Interrupted(msg)) => {
+                let done = Done {
+                    detail: msg,
+                    ..Done::default()
+                };
+                self.rec
+                    .row(self.dev.now_ns(), key, &done, "stopped", None)?;
+                Ok(Some(Stop::Interrupted))
             }
             Err(Failure::Error(msg)) => {
                 let done = Done {
