@@ -26,6 +26,8 @@ use crate::cli::{Cli, Command};
 pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // A node's worker stops, as if interrupted, when the node's process is gone.
     crate::node::workers::watch_parent(interrupted.clone());
+    // A first signal is honoured within the watchdog's bound even inside a stuck driver call.
+    crate::run::watchdog::watch_signal(interrupted.clone());
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),

@@ -58,21 +58,18 @@ impl Runner<'_, '_> {
         opts: &RunOptions,
     ) -> anyhow::Result<()> {
         self.rec.progress.finish();
-        if let Some(w) = &self.limits.watchdog {
-            let scope = watchdog::Scope {
-                phase: "release",
-                step: "",
-                op: "release",
-                name: "",
-                stream: "",
-            };
-            // Tenants may take a while to stop and their memory to come back.
-            w.arm(
-                scope,
-                self.dev.now_ns(),
-                10_000_000_000 + self.limits.longest_spin_ns,
-            );
-        }
+        let scope = watchdog::Scope {
+            phase: "release",
+            step: "",
+            op: "release",
+            name: "",
+            stream: "",
+        };
+        // Tenants may take a while to stop and their memory to come back.
+        let now = self.dev.now_ns();
+        self.limits
+            .watchdog
+            .arm(scope, now, 10_000_000_000 + self.limits.longest_spin_ns);
         self.rec.pump(&*self.dev);
         let end_ns = self.dev.now_ns();
         summary.end_ns = Some(end_ns);

@@ -57,9 +57,7 @@ impl Runner<'_, '_> {
                 }
                 self.arm_watchdog(&phase.name, planned);
                 let outcome = self.step(&phase.name, planned);
-                if let Some(w) = &self.limits.watchdog {
-                    w.disarm();
-                }
+                self.limits.watchdog.disarm();
                 match outcome {
                     Ok(None) => summary.phases[pi].actions_run += 1,
                     Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
@@ -474,10 +472,7 @@ impl Runner<'_, '_> {
     }
 
     /// Arms the watchdog for one action, with the waiting the action itself does.
-    fn arm_watchdog(&self, phase: &str, p: &Planned) {
-        let Some(w) = &self.limits.watchdog else {
-            return;
-        };
+    fn arm_watchdog(&mut self, phase: &str, p: &Planned) {
         let expected_ns = match &p.action {
             Action::Sleep { duration_ns } => *duration_ns,
             Action::Spin { duration_ns, .. } => *duration_ns,
@@ -492,6 +487,7 @@ impl Runner<'_, '_> {
             name: p.action.name().unwrap_or(""),
             stream: p.action.stream().unwrap_or("main"),
         };
-        w.arm(scope, self.dev.now_ns(), expected_ns);
+        let now = self.dev.now_ns();
+        self.limits.watchdog.arm(scope, now, expected_ns);
     }
 }

@@ -44,3 +44,4 @@ mod schema;
 mod torch_import;
 mod watch_fake;
 mod watch_sim;
+mod watchdog;
