@@ -19,8 +19,15 @@ const WHOLE_BYTES: usize = crate::oom_message::STREAM_CHUNK_BYTES;
 /// Each further read.
 const READ_BYTES: usize = 1 << 20;
 
-/// NUL bytes after which the input is refused as not a text log (`/dev/zero`, a core dump).
-pub const MAX_NUL_BYTES: u64 = 1 << 20;
+/// NUL and control bytes after which the input is refused as not a text log (`/dev/zero`,
+/// `/dev/urandom`, a core dump): counted over everything read, so a binary input is refused
+/// within its first few mebibytes, at the latest after the first read past this many.
+pub const MAX_BINARY_BYTES: u64 = 1 << 20;
+
+/// A byte no text log holds: NUL and the C0 controls other than whitespace and ESC, and DEL.
+fn is_binary(b: u8) -> bool {
+    (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1b)) || b == 0x7f
+}
 
 /// Unrecognized lines kept for the report; the rest are counted.
 const MAX_UNRECOGNIZED: usize = 1000;
@@ -31,6 +38,8 @@ const EARLIER_KEPT: usize = 16;
 
 /// Exit 0 when at least one message was explained, 1 when none was recognized.
 pub fn explain(args: &ExplainArgs) -> anyhow::Result<i32> {
+    // Nothing is held and nothing written but stdout: a signal ends the process at once.
+    let _reading = crate::signals::loading();
     let mut input = match source(args) {
         Source::Words(text) => return report_whole(args, &text),
         Source::Stdin => Input::stdin(),
@@ -78,7 +87,7 @@ struct Input {
     name: String,
     ended: bool,
     read_bytes: u64,
-    nul_bytes: u64,
+    binary_bytes: u64,
     /// The start of a line (or of a character) cut by the last read.
     carry: Vec<u8>,
 }
@@ -104,7 +113,7 @@ impl Input {
             name,
             ended: false,
             read_bytes: 0,
-            nul_bytes: 0,
+            binary_bytes: 0,
             carry: Vec::new(),
         }
     }
@@ -130,14 +139,15 @@ impl Input {
             filled += n;
         }
         buf.truncate(filled);
-        let nul = buf[start..].iter().filter(|&&b| b == 0).count() as u64;
-        self.nul_bytes += nul;
+        let binary = buf[start..].iter().filter(|&&b| is_binary(b)).count() as u64;
+        self.binary_bytes += binary;
         self.read_bytes += (filled - start) as u64;
-        if self.nul_bytes > MAX_NUL_BYTES {
+        if self.binary_bytes > MAX_BINARY_BYTES {
             bail!(
-                "{}: not a text log: {} NUL bytes in the first {} bytes",
+                "{}: not a text log: {} NUL or control bytes in the first {} bytes (more than \
+                 {MAX_BINARY_BYTES} is refused)",
                 self.name,
-                self.nul_bytes,
+                self.binary_bytes,
                 self.read_bytes
             );
         }
