@@ -139,7 +139,7 @@ impl Input {
             filled += n;
         }
         buf.truncate(filled);
-        let binary = buf[start..].iter().filter(|&&b| is_binary(b)).count() as u64;
+        let binary: u64 = buf[start..].iter().map(|&b| u64::from(is_binary(b))).sum();
         self.binary_bytes += binary;
         self.read_bytes += (filled - start) as u64;
         if self.binary_bytes > MAX_BINARY_BYTES {
@@ -159,7 +159,9 @@ impl Input {
             };
             self.carry = buf.split_off(cut);
         }
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        // Valid UTF-8 (nearly every log) is taken as it is, without a copy.
+        Ok(String::from_utf8(buf)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 }
 

@@ -14,22 +14,37 @@ use super::super::{OomMessage, Unrecognized};
 use super::stream::rebase;
 use super::{find_all, suspicious_lines};
 
-/// Words (matched without regard to case) of which every anchor phrase and every suspect
-/// phrase contains at least one, unbroken by the folding of whitespace; a test checks it.
+/// Words of which every anchor phrase (as its reader matches it) and every suspect phrase (in
+/// lower case, upper case, capitalized or title case) contains at least one, unbroken by the
+/// folding of whitespace; a test checks it. Each is searched in lower case, capitalized and
+/// upper case: a search that ignored case entirely could not skip ahead on rare bytes, and
+/// would run ten times slower.
 pub(super) const WORDS: &[&str] = &[
     "memory",
     "alloc",
-    "oom",
     "exhausted",
     "ggml",
     "vram",
-    "thcudacheck",
     "cuda failure",
     "failed call",
     "runtime error",
     "max seq len",
     "serve at least",
 ];
+
+/// Searched as written, besides the three forms of each word.
+pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck"];
+
+/// Every form searched.
+pub(super) fn forms() -> Vec<String> {
+    let mut out: Vec<String> = EXACT.iter().map(|s| s.to_string()).collect();
+    for w in WORDS {
+        let mut cap = w.to_string();
+        cap[..1].make_ascii_uppercase();
+        out.extend([w.to_string(), cap, w.to_ascii_uppercase()]);
+    }
+    out
+}
 
 /// How far before a word its window starts: more than a reader looks back on its line
 /// (`LOOK_BACK`) and than a traceback is searched for a context call (`CONTEXT_REACH`).
@@ -47,21 +62,15 @@ fn search() -> &'static AhoCorasick {
     static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
     SEARCH.get_or_init(|| {
         AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
             .match_kind(MatchKind::LeftmostFirst)
-            .build(WORDS)
+            .build(forms())
             .expect("the prefilter words build an automaton")
     })
 }
 
-/// Offsets of the words in `text`, in order (`oom` only as upper-case `OOM`, the form the
-/// suspect lines and anchors use).
+/// Offsets of the words in `text`, in order.
 fn hits(text: &str) -> impl Iterator<Item = usize> + '_ {
-    let bytes = text.as_bytes();
-    search().find_iter(bytes).filter_map(move |m| {
-        let oom = WORDS[m.pattern().as_usize()] == "oom";
-        (!oom || &bytes[m.start()..m.end()] == b"OOM").then_some(m.start())
-    })
+    search().find_iter(text.as_bytes()).map(|m| m.start())
 }
 
 fn line_start(text: &str, at: usize) -> usize {
@@ -132,17 +141,27 @@ mod tests {
 
     #[test]
     fn every_anchor_and_suspect_phrase_holds_a_prefilter_word() {
-        let lower: Vec<String> = WORDS.iter().map(|w| w.to_ascii_lowercase()).collect();
-        let phrases = super::super::anchor_phrases()
-            .into_iter()
-            .chain(super::super::SUSPECT_PHRASES.iter().copied())
-            .chain(["OOM"]);
-        for p in phrases {
-            let p = p.to_ascii_lowercase();
-            assert!(
-                lower.iter().any(|w| p.contains(w.as_str())),
-                "{p:?} holds none of the prefilter words"
-            );
+        let forms = forms();
+        let held = |p: &str| forms.iter().any(|w| p.contains(w.as_str()));
+        for p in super::super::anchor_phrases().into_iter().chain(["OOM"]) {
+            assert!(held(p), "{p:?} holds none of the prefilter words");
+        }
+        for p in super::super::SUSPECT_PHRASES {
+            let title: Vec<String> = p
+                .split(' ')
+                .map(|w| {
+                    let mut w = w.to_string();
+                    if let Some(c) = w.get_mut(..1) {
+                        c.make_ascii_uppercase();
+                    }
+                    w
+                })
+                .collect();
+            let mut cap = p.to_string();
+            cap[..1].make_ascii_uppercase();
+            for form in [p.to_string(), p.to_ascii_uppercase(), cap, title.join(" ")] {
+                assert!(held(&form), "{form:?} holds none of the prefilter words");
+            }
         }
     }
 
