@@ -11,7 +11,7 @@ use crate::cli::ReportArgs;
 use crate::report::artifacts;
 use crate::report::complete::{describe, incomplete_reasons};
 use crate::report::progress::{events_progress, timeline_progress};
-use crate::report::rundata::RunData;
+use crate::report::rundata::{RunData, load_summary};
 use crate::units::{Bytes, Nanos};
 
 pub fn report(args: &ReportArgs) -> anyhow::Result<i32> {
@@ -21,7 +21,8 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<i32> {
         .dirs
         .iter()
         .map(|d| d.as_path())
-        .partition(|d| d.join("summary.json").is_file() && !incomplete_reasons(d).is_empty());
+        // A summary that is not one headroom wrote is refused by the load, with its reason.
+        .partition(|d| load_summary(d).is_ok() && !incomplete_reasons(d).is_empty());
     // Every finished folder is checked before anything is written.
     let runs = finished
         .iter()
