@@ -24,9 +24,20 @@ const READ_BYTES: usize = 1 << 20;
 /// within its first few mebibytes, at the latest after the first read past this many.
 pub const MAX_BINARY_BYTES: u64 = 1 << 20;
 
-/// A byte no text log holds: NUL and the C0 controls other than whitespace and ESC, and DEL.
-fn is_binary(b: u8) -> bool {
-    (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1b)) || b == 0x7f
+/// 1 for a byte no text log holds: NUL and the C0 controls other than whitespace and ESC,
+/// and DEL. Branch-free, so that counting them runs at memory speed.
+fn is_binary(b: u8) -> u8 {
+    let control = u8::from(b < 0x20);
+    let allowed = u8::from(b.wrapping_sub(b'\t') < 5) | u8::from(b == 0x1b);
+    (control & !allowed & 1) | u8::from(b == 0x7f)
+}
+
+/// How many bytes of `bytes` no text log holds.
+fn binary_bytes(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks(255)
+        .map(|c| u64::from(c.iter().fold(0u8, |n, &b| n + is_binary(b))))
+        .sum()
 }
 
 /// Unrecognized lines kept for the report; the rest are counted.
@@ -139,7 +150,7 @@ impl Input {
             filled += n;
         }
         buf.truncate(filled);
-        let binary: u64 = buf[start..].iter().map(|&b| u64::from(is_binary(b))).sum();
+        let binary = binary_bytes(&buf[start..]);
         self.binary_bytes += binary;
         self.read_bytes += (filled - start) as u64;
         if self.binary_bytes > MAX_BINARY_BYTES {
@@ -272,6 +283,13 @@ fn stream(args: &ExplainArgs, input: &mut Input, first: String) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_bytes_are_controls_other_than_whitespace_and_escape() {
+        assert_eq!(binary_bytes(b"a\tb\nc\rd\x0b\x0c\x1b[0m"), 0);
+        assert_eq!(binary_bytes(b"\0\x01\x08\x0e\x1f\x7f"), 6);
+        assert_eq!(binary_bytes(&[0u8; 1000]), 1000);
+    }
 
     #[test]
     fn cuts_never_split_a_character() {

@@ -116,7 +116,8 @@ impl Recording {
         self.pump(dev);
         self.live.publish(views);
         let t0 = dev.now_ns();
-        let mem = dev.mem_info().context("cuMemGetInfo failed")?;
+        // The error names the call already ("cuMemGetInfo failed: …").
+        let mem = dev.mem_info().context("reading device memory")?;
         let t1 = dev.now_ns();
         self.query_latency.record(t1 - t0);
         self.progress.device_used(mem.used_bytes());

@@ -39,6 +39,7 @@ mod plot;
 mod real_driver;
 mod replay;
 mod reports;
+mod run_records;
 mod run_sim;
 mod schema;
 mod torch_import;

@@ -50,7 +50,26 @@ struct Pool(sys::CUmemoryPool);
 unsafe impl Send for Pool {}
 
 /// Turns a driver error into ours, keeping out-of-memory apart.
+/// Calls that allocate driver state of a size nobody asked for: an out-of-memory there is the
+/// driver's own, not a refused request of known bytes.
+const CREATES_STATE: &[&str] = &[
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxCreate",
+    "cuStreamCreate",
+    "cuEventCreate",
+    "cuModuleLoadDataEx",
+];
+
 pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> DeviceError {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY && bytes == 0 && CREATES_STATE.contains(&call)
+    {
+        return DeviceError::Driver {
+            call,
+            detail: "CUDA_ERROR_OUT_OF_MEMORY: the device had no room for the driver's own \
+                     state (a context, stream, event or module: no request of a known size)"
+                .into(),
+        };
+    }
     if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         return DeviceError::OutOfMemory {
             requested_bytes: bytes,
