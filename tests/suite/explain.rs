@@ -573,32 +573,6 @@ fn binary_input_is_refused_after_a_mebibyte_of_nul_bytes() {
 }
 
 #[test]
-fn a_device_of_random_bytes_is_refused_as_binary() {
-    let out = run(&["explain", "/dev/urandom"], None);
-    assert_eq!(out.code, 2, "{}", out.stdout);
-    assert!(
-        out.stderr.contains("/dev/urandom: not a text log:")
-            && out.stderr.contains("NUL or control bytes"),
-        "{}",
-        out.stderr
-    );
-}
-
-#[test]
-fn colour_codes_around_and_inside_a_message_do_not_hide_it() {
-    let text = "\u{1b}[1;31mtorch.OutOfMemoryError\u{1b}[0m: CUDA out of memory. Tried to \
-                allocate \u{1b}[1m20.00 MiB\u{1b}[0m. GPU 0 has a total capacity of \
-                \u{1b}[33m79.19 GiB\u{1b}[0m of which 6.00 MiB is free.\n";
-    let r = explain_text(text);
-    assert_eq!(r.explanations.len(), 1, "{:?}", r.unrecognized);
-    let m = serde_json::to_value(&r.explanations[0].message).unwrap();
-    assert_eq!(m["raised_as"], "torch.OutOfMemoryError");
-    // 20.00 MiB is [19.995, 20.005] MiB; 79.19 GiB is [79.185, 79.195] GiB.
-    assert_eq!(m["requested"]["low"], 20_966_278u64);
-    assert_eq!(m["device_total"]["high"], 85_034_983_751u64);
-}
-
-#[test]
 fn every_known_wording_no_reader_takes_is_listed() {
     // Each line says memory ran out, in words headroom knows, in a form no reader parses
     // (a cut-off paste, a library without a reader, the host).

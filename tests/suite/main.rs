@@ -16,6 +16,7 @@ mod ci_examples;
 mod docs;
 mod driver_floor;
 mod explain;
+mod explain_inputs;
 mod fake_gpu;
 mod files_people_open;
 mod fit;

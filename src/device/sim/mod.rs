@@ -437,14 +437,8 @@ impl DeviceCore for SimDevice {
 
     fn free_steady_until_ns(&self, t_ns: u64) -> Option<u64> {
         // Between calls only modeled other processes change free memory.
-        let next = self
-            .tenants
-            .iter()
-            .flat_map(|x| [x.start_ns, x.end_ns])
-            .filter(|&b| b > t_ns)
-            .min()
-            .unwrap_or(u64::MAX);
-        Some(next)
+        let edges = self.tenants.iter().flat_map(|x| [x.start_ns, x.end_ns]);
+        Some(edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX))
     }
 
     fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
