@@ -520,3 +520,58 @@ fn a_duplicate_key_is_named() {
         out.stderr
     );
 }
+
+#[test]
+fn a_replay_of_four_billion_launches_stops_at_the_first_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "forever",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "capture", graph = "g", stream = "s", steps = [
+    { op = "allocate", name = "o", size = "4MiB" },
+    { op = "fill", name = "o" },
+    { op = "free", name = "o" },
+  ] },
+  { op = "instantiate", graph = "g", auto_free = true },
+  { op = "replay", graph = "g", times = 4294967295 },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let mut child = run_command(&wl, &out_dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Well inside the replay: hours of host time at this rate.
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(130));
+    // The replay looks at the signal every 256 launches; the rest is the release and the
+    // reports of an interrupted run.
+    assert!(took < Duration::from_secs(10), "acted on in {took:?}");
+    let rows = csv_rows(&out_dir.join("events.csv"));
+    // The first launch is a step of its own; the steady replays stop.
+    let replay = rows.last().unwrap();
+    assert_eq!(
+        (replay["op"].as_str(), replay["result"].as_str()),
+        ("replay", "stopped")
+    );
+    assert!(
+        replay["detail"].starts_with("interrupted after ")
+            && replay["detail"].ends_with(" of 4294967294 launches"),
+        "{}",
+        replay["detail"]
+    );
+}
