@@ -32,3 +32,31 @@ fn colour_codes_around_and_inside_a_message_do_not_hide_it() {
     assert_eq!(m["requested"]["low"], 20_966_278u64);
     assert_eq!(m["device_total"]["high"], 85_034_983_751u64);
 }
+
+#[test]
+fn a_signal_while_explain_reads_ends_it_at_once_without_a_promise_to_stop_later() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    // stdin stays open: explain waits for more of the log.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["explain", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open until it has exited: the end of its input would end it too.
+    let stdin = child.stdin.take();
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    // SAFETY: kill only sends a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    drop(stdin);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(!stderr.contains("stopping after this step"), "{stderr}");
+}
