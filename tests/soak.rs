@@ -259,3 +259,57 @@ steps = [
     assert!(u(&s["sampler"]["readings"]) > 1000, "{}", s["sampler"]);
     assert_eq!(s["status"], "completed");
 }
+
+/// A gigabyte of training log with a CUDA message every 100,000 lines, streamed into
+/// `headroom explain -` through a pipe: the child's peak RSS (wait4) stays under the bound.
+#[test]
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn a_gigabyte_log_is_explained_in_bounded_memory() {
+    use std::io::Write;
+    use std::process::Stdio;
+    const LOG_BYTES: usize = 1 << 30;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["explain", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let writer = std::thread::spawn(move || {
+        let line =
+            "2024-05-01 12:00:00 INFO trainer step 1234 loss 0.2500 lr 3.0e-4 tokens/s 10432\n";
+        let block = line.repeat(100_000 - 1) + "RuntimeError: CUDA error: out of memory\n";
+        let mut sent = 0usize;
+        let mut messages = 0usize;
+        while sent < LOG_BYTES {
+            stdin.write_all(block.as_bytes()).unwrap();
+            sent += block.len();
+            messages += 1;
+        }
+        messages
+    });
+    let messages = writer.join().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
+    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(got, pid);
+    let out = reader.join().unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("message ")).count(),
+        messages
+    );
+    let rss = usage.ru_maxrss as u64 * 1024;
+    assert!(rss < LONG_STEP_RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+}
