@@ -384,3 +384,194 @@ fn ctrl_c_on_a_million_step_run_exits_at_once_with_a_complete_folder() {
         );
     }
 }
+
+/// Runs `headroom ARGS` in `cwd`; returns its exit code, stderr and peak RSS in bytes (wait4).
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn run_measured(cwd: &std::path::Path, args: &[&str]) -> (i32, String, u64) {
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(cwd)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stderr = child.stderr.unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
+        s
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
+    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    (code, reader.join().unwrap(), usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn three_million_written_steps_are_refused_before_parsing_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // Written a line at a time: the child's peak RSS counts what this process holds at the
+    // spawn.
+    let wl = dir.path().join("flat.toml");
+    {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&wl).unwrap());
+        write!(
+            w,
+            "[workload]\nname = \"flat\"\n\n[[phase]]\nname = \"p\"\nsteps = [\n  {{ op = \
+             \"allocate\", name = \"w\", size = \"4KiB\" }},\n"
+        )
+        .unwrap();
+        for _ in 0..3_000_000 {
+            w.write_all(b"  { op = \"touch\", name = \"w\" },\n")
+                .unwrap();
+        }
+        w.write_all(b"]\n").unwrap();
+    }
+    let file_bytes = std::fs::metadata(&wl).unwrap().len();
+    let out_dir = dir.path().join("out");
+    let started = Instant::now();
+    let (code, stderr, rss) = run_measured(
+        dir.path(),
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(code, 2, "{stderr}");
+    // The two-millionth-and-first `op` is on line 2,000,007 (six lines of header before).
+    assert!(
+        stderr.contains("flat.toml: line 2000007: more than 2000000 steps written out"),
+        "{stderr}"
+    );
+    // The text itself and little more: parsing it took over 6 GB.
+    assert!(rss < file_bytes + 64 * MIB, "peak RSS {rss} bytes");
+    assert!(!out_dir.exists());
+}
+
+#[test]
+fn a_file_past_the_size_bound_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("huge.toml");
+    let f = std::fs::File::create(&wl).unwrap();
+    f.set_len((128 << 20) + 1).unwrap();
+    let (out, _, _) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("huge.toml: the file is 134217729 bytes, more than the 134217728"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_file_that_is_not_utf8_is_refused_at_its_byte_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("latin1.toml");
+    std::fs::write(
+        &wl,
+        b"[workload]\nname = \"x\"\n\n[[phase]]\nname = \"caf\xe9\"\nsteps = []\n",
+    )
+    .unwrap();
+    let (out, _, _) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("latin1.toml: line 5: not UTF-8 text: byte 44 (0xe9) is not valid UTF-8"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_duplicate_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "dup",
+        "[[phase]]\nname = \"p\"\nsteps = [{ op = \"sleep\", for = \"1ms\", for = \"2ms\" }]\n",
+    );
+    let (out, _, _) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("dup.toml: line 6: not valid TOML: duplicate key \"for\""),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_replay_of_four_billion_launches_stops_at_the_first_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "forever",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "capture", graph = "g", stream = "s", steps = [
+    { op = "allocate", name = "o", size = "4MiB" },
+    { op = "fill", name = "o" },
+    { op = "free", name = "o" },
+  ] },
+  { op = "instantiate", graph = "g", auto_free = true },
+  { op = "replay", graph = "g", times = 4294967295 },
+]
+"#,
+    );
+    let out_dir = dir.path().join("out");
+    let mut child = run_command(&wl, &out_dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Well inside the replay: hours of host time at this rate.
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(130));
+    // The replay looks at the signal every 256 launches; the rest is the release and the
+    // reports of an interrupted run.
+    assert!(took < Duration::from_secs(10), "acted on in {took:?}");
+    let rows = csv_rows(&out_dir.join("events.csv"));
+    // The first launch is a step of its own; the steady replays stop.
+    let replay = rows.last().unwrap();
+    assert_eq!(
+        (replay["op"].as_str(), replay["result"].as_str()),
+        ("replay", "stopped")
+    );
+    assert!(
+        replay["detail"].starts_with("interrupted after ")
+            && replay["detail"].ends_with(" of 4294967294 launches"),
+        "{}",
+        replay["detail"]
+    );
+}

@@ -160,3 +160,156 @@ fn report_rereads_a_full_resolution_timeline_in_bounded_memory() {
         "the peak is drawn"
     );
 }
+
+/// What a long step kind may peak at, whatever its length: well above a bounded run's
+/// (about 30 MB), far below what holding every reading costs (36 million readings of a
+/// ten-hour spin at 1 ms are over 9 GB).
+const LONG_STEP_RSS_BOUND_BYTES: u64 = 200 * MIB;
+
+fn run_long(dir: &Path, name: &str, body: &str) -> (u64, serde_json::Value, std::path::PathBuf) {
+    let wl = workload(dir, name, body);
+    let out = dir.join(format!("out-{name}"));
+    let (code, rss) = run_measured(
+        dir,
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    (rss, s, out)
+}
+
+/// Ten hours of virtual time.
+const SPIN_S: u64 = 36_000;
+
+#[test]
+fn a_ten_hour_spin_at_1ms_folds_its_readings_as_they_come() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rss, s, out) = run_long(
+        dir.path(),
+        "long-spin",
+        &format!(
+            r#"[settings]
+sample_interval = "1ms"
+
+[[phase]]
+name = "spin"
+steps = [
+  {{ op = "allocate", name = "w", size = "64MiB" }},
+  {{ op = "spin", for = "{SPIN_S}s" }},
+  {{ op = "synchronize" }},
+  {{ op = "free", name = "w" }},
+]
+"#
+        ),
+    );
+    assert!(rss < LONG_STEP_RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+    // Every tick of the ten hours was a reading, and the peaks are all of theirs.
+    assert!(
+        u(&s["sampler"]["readings"]) > SPIN_S * 1000,
+        "{}",
+        s["sampler"]
+    );
+    assert_eq!(
+        u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]),
+        CTX + 64 * MIB
+    );
+    assert_eq!(u(&s["peaks"]["polled"]["1hz"]["ticks"]), SPIN_S + 1);
+    let rows = csv_rows(&out.join("timeline.csv"));
+    assert!(rows.len() < 12, "{} rows", rows.len());
+}
+
+/// A million launches of one graph.
+const LAUNCHES: u64 = 1_000_000;
+
+#[test]
+fn a_million_launch_graph_replay_folds_its_readings_as_they_come() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rss, s, _) = run_long(
+        dir.path(),
+        "long-replay",
+        &format!(
+            r#"[settings]
+sample_interval = "1ms"
+
+[[phase]]
+name = "replay"
+steps = [
+  {{ op = "capture", graph = "g", stream = "s", steps = [
+    {{ op = "allocate", name = "out", size = "4MiB" }},
+    {{ op = "fill", name = "out" }},
+    {{ op = "free", name = "out" }},
+  ] }},
+  {{ op = "instantiate", graph = "g", auto_free = true }},
+  {{ op = "replay", graph = "g", times = {LAUNCHES} }},
+]
+"#
+        ),
+    );
+    assert!(rss < LONG_STEP_RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+    assert_eq!(u(&s["graphs"]["graphs"][0]["launches"]), LAUNCHES);
+    assert!(u(&s["sampler"]["readings"]) > 1000, "{}", s["sampler"]);
+    assert_eq!(s["status"], "completed");
+}
+
+/// A gigabyte of training log with a CUDA message every 100,000 lines, streamed into
+/// `headroom explain -` through a pipe: the child's peak RSS (wait4) stays under the bound.
+#[test]
+// The child is reaped by `wait4`, which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn a_gigabyte_log_is_explained_in_bounded_memory() {
+    use std::io::Write;
+    use std::process::Stdio;
+    const LOG_BYTES: usize = 1 << 30;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["explain", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let writer = std::thread::spawn(move || {
+        let line =
+            "2024-05-01 12:00:00 INFO trainer step 1234 loss 0.2500 lr 3.0e-4 tokens/s 10432\n";
+        let block = line.repeat(100_000 - 1) + "RuntimeError: CUDA error: out of memory\n";
+        let mut sent = 0usize;
+        let mut messages = 0usize;
+        while sent < LOG_BYTES {
+            stdin.write_all(block.as_bytes()).unwrap();
+            sent += block.len();
+            messages += 1;
+        }
+        messages
+    });
+    let messages = writer.join().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
+    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(got, pid);
+    let out = reader.join().unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("message ")).count(),
+        messages
+    );
+    let rss = usage.ru_maxrss as u64 * 1024;
+    assert!(rss < LONG_STEP_RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+}

@@ -19,8 +19,30 @@ const WHOLE_BYTES: usize = crate::oom_message::STREAM_CHUNK_BYTES;
 /// Each further read.
 const READ_BYTES: usize = 1 << 20;
 
-/// NUL bytes after which the input is refused as not a text log (`/dev/zero`, a core dump).
-pub const MAX_NUL_BYTES: u64 = 1 << 20;
+/// NUL and control bytes after which the input is refused as not a text log (`/dev/zero`,
+/// `/dev/urandom`, a core dump): counted over everything read, so a binary input is refused
+/// within its first few mebibytes, at the latest after the first read past this many.
+pub const MAX_BINARY_BYTES: u64 = 1 << 20;
+
+/// The bytes no text log holds: NUL and the C0 controls other than whitespace and ESC, and
+/// DEL, as one-byte patterns of a searcher that skips ahead on rare bytes (memory speed, in
+/// every build).
+fn binary_search() -> &'static aho_corasick::AhoCorasick {
+    static SEARCH: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    SEARCH.get_or_init(|| {
+        let bytes: Vec<[u8; 1]> = (0u8..0x20)
+            .filter(|b| !matches!(b, b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1b))
+            .chain([0x7f])
+            .map(|b| [b])
+            .collect();
+        aho_corasick::AhoCorasick::new(bytes).expect("single bytes build an automaton")
+    })
+}
+
+/// How many bytes of `bytes` no text log holds.
+fn binary_bytes(bytes: &[u8]) -> u64 {
+    binary_search().find_iter(bytes).count() as u64
+}
 
 /// Unrecognized lines kept for the report; the rest are counted.
 const MAX_UNRECOGNIZED: usize = 1000;
@@ -31,6 +53,8 @@ const EARLIER_KEPT: usize = 16;
 
 /// Exit 0 when at least one message was explained, 1 when none was recognized.
 pub fn explain(args: &ExplainArgs) -> anyhow::Result<i32> {
+    // Nothing is held and nothing written but stdout: a signal ends the process at once.
+    let _reading = crate::signals::loading();
     let mut input = match source(args) {
         Source::Words(text) => return report_whole(args, &text),
         Source::Stdin => Input::stdin(),
@@ -78,7 +102,7 @@ struct Input {
     name: String,
     ended: bool,
     read_bytes: u64,
-    nul_bytes: u64,
+    binary_bytes: u64,
     /// The start of a line (or of a character) cut by the last read.
     carry: Vec<u8>,
 }
@@ -104,7 +128,7 @@ impl Input {
             name,
             ended: false,
             read_bytes: 0,
-            nul_bytes: 0,
+            binary_bytes: 0,
             carry: Vec::new(),
         }
     }
@@ -130,14 +154,15 @@ impl Input {
             filled += n;
         }
         buf.truncate(filled);
-        let nul = buf[start..].iter().filter(|&&b| b == 0).count() as u64;
-        self.nul_bytes += nul;
+        let binary = binary_bytes(&buf[start..]);
+        self.binary_bytes += binary;
         self.read_bytes += (filled - start) as u64;
-        if self.nul_bytes > MAX_NUL_BYTES {
+        if self.binary_bytes > MAX_BINARY_BYTES {
             bail!(
-                "{}: not a text log: {} NUL bytes in the first {} bytes",
+                "{}: not a text log: {} NUL or control bytes in the first {} bytes (more than \
+                 {MAX_BINARY_BYTES} is refused)",
                 self.name,
-                self.nul_bytes,
+                self.binary_bytes,
                 self.read_bytes
             );
         }
@@ -149,7 +174,9 @@ impl Input {
             };
             self.carry = buf.split_off(cut);
         }
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        // Valid UTF-8 (nearly every log) is taken as it is, without a copy.
+        Ok(String::from_utf8(buf)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 }
 
@@ -260,6 +287,13 @@ fn stream(args: &ExplainArgs, input: &mut Input, first: String) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_bytes_are_controls_other_than_whitespace_and_escape() {
+        assert_eq!(binary_bytes(b"a\tb\nc\rd\x0b\x0c\x1b[0m"), 0);
+        assert_eq!(binary_bytes(b"\0\x01\x08\x0e\x1f\x7f"), 6);
+        assert_eq!(binary_bytes(&[0u8; 1000]), 1000);
+    }
 
     #[test]
     fn cuts_never_split_a_character() {

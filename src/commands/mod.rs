@@ -34,6 +34,8 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Validate(a) => a.quiet,
         _ => false,
     });
+    // A first signal is honoured within the watchdog's bound even inside a stuck driver call.
+    crate::run::watchdog::watch_signal(interrupted.clone());
     match cli.command {
         Command::Devices { json } => devices::devices(&cli.device, json),
         Command::Run(args) => run::run(&cli.device, &args, interrupted),

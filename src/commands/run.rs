@@ -30,6 +30,7 @@ pub fn run(dev: &DeviceArgs, args: &RunArgs, interrupted: Arc<AtomicBool>) -> an
     // The file is read once (for this run's rank); every check that needs no device runs
     // before it is opened. While it is read and expanded nothing is written and no memory
     // taken, so a signal then ends the process at once.
+    crate::run::watchdog::set_budget(args.watchdog);
     let loading = crate::signals::loading();
     let file = WorkloadFile::read_ranked(&args.workload, Rank::from_env()?)?;
     file.check()?;

@@ -50,6 +50,12 @@ pub trait DeviceCore: Send {
         None
     }
 
+    /// Where `free_at_ns` answers: a time until which (exclusive) free memory stays what it is
+    /// at `t_ns` (the next arrival or departure of a modeled other process).
+    fn free_steady_until_ns(&self, _t_ns: u64) -> Option<u64> {
+        None
+    }
+
     /// The simulator's stand-in for another process: `pid` holds `bytes` (and a context of
     /// its own) for `duration_ns` from now. A real GPU gets a real process instead (`headroom
     /// hold`).
@@ -67,6 +73,12 @@ pub trait Sampler: Send {
     /// Moves readings taken since the last call into `out`, in time order. `dev` is the
     /// device that started the sampler.
     fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>);
+    /// As `drain`, but moves at most `max` readings; returns whether more are waiting (a long
+    /// wait's readings are then taken in bounded chunks).
+    fn drain_some(&mut self, dev: &dyn Device, out: &mut Vec<Reading>, _max: usize) -> bool {
+        self.drain(dev, out);
+        false
+    }
     /// Stops sampling: the readings not drained yet go into `out`; returns what it achieved.
     fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats;
     /// The first reading that failed so far (a device error between the run's own calls).

@@ -27,6 +27,7 @@ impl NvmlDevice {
 
     /// As `open`, with NVML's error when it fails.
     pub fn try_open(uuid: &str) -> Result<NvmlDevice, nvml_wrapper::error::NvmlError> {
+        let _watched = crate::run::watchdog::call("nvmlInit_v2");
         let nvml = Nvml::init()?;
         nvml.device_by_uuid(uuid)?;
         Ok(NvmlDevice {
@@ -198,6 +199,7 @@ fn instances(gpu: &nvml_wrapper::Device<'_>) -> Vec<NvmlInstance> {
 pub fn read_memory(
     d: &nvml_wrapper::Device<'_>,
 ) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
+    let _watched = crate::run::watchdog::call("nvmlDeviceGetMemoryInfo_v2");
     let m = match d.memory_info() {
         Err(NvmlError::FailedToLoadSymbol(_)) => return read_memory_v1(d),
         other => other?,
@@ -236,6 +238,7 @@ pub fn read_processes(
     d: &nvml_wrapper::Device<'_>,
 ) -> Result<Vec<ProcessUsage>, nvml_wrapper::error::NvmlError> {
     let me = std::process::id();
+    let _watched = crate::run::watchdog::call("nvmlDeviceGetComputeRunningProcesses");
     // Drivers before R510 have only the v2 of the list (the same record, one function older).
     let listed = match d.running_compute_processes() {
         Err(NvmlError::FailedToLoadSymbol(_)) => d.running_compute_processes_v2(),

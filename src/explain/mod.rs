@@ -138,8 +138,7 @@ pub struct Report {
 
 /// Reads `text` (a message or a whole log) and explains every message in it.
 pub fn explain_text(text: &str) -> Report {
-    let messages = crate::oom_message::find_all(text);
-    let unrecognized = crate::oom_message::suspicious_lines(text, &messages);
+    let (messages, unrecognized) = crate::oom_message::scan_text(text);
     Report {
         format_version: FORMAT_VERSION,
         explanations: explain_all(messages),

@@ -78,6 +78,12 @@ pub struct Unrecognized {
     pub text: String,
 }
 
+/// `find_all` and `suspicious_lines` at once, the readers run only around the words every
+/// message holds (a multi-pattern search first): what a large log needs.
+pub fn scan_text(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
+    scan::scan(text)
+}
+
 /// Lines of `text` that speak of out-of-memory and lie outside every message in `found`.
 pub fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecognized> {
     scan::suspicious_lines(text, found)

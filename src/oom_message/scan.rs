@@ -201,7 +201,7 @@ const SHOWN_LINE_CHARS: usize = 400;
 
 /// Every known way of saying a device (or host) ran out of memory, matched without regard to
 /// case in the folded text: a line with one that no reader took is reported.
-const SUSPECT_PHRASES: &[&str] = &[
+pub(super) const SUSPECT_PHRASES: &[&str] = &[
     "out of memory",
     "out of gpu memory",
     "out of device memory",
@@ -308,7 +308,19 @@ pub(super) fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecogn
     out
 }
 
+mod prefilter;
 mod stream;
+
+pub(crate) use prefilter::scan;
+
+/// Every anchor phrase of every reader.
+#[cfg(test)]
+fn anchor_phrases() -> Vec<&'static str> {
+    families()
+        .into_iter()
+        .flat_map(|f| f.iter().map(|(a, _)| *a))
+        .collect()
+}
 
 pub use stream::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 

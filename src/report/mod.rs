@@ -22,6 +22,7 @@ pub mod junit;
 pub mod markdown;
 pub mod merge;
 pub mod plot;
+pub mod progress;
 pub mod rundata;
 pub mod summary;
 pub mod table;

@@ -58,21 +58,18 @@ impl Runner<'_, '_> {
         opts: &RunOptions,
     ) -> anyhow::Result<()> {
         self.rec.progress.finish();
-        if let Some(w) = &self.limits.watchdog {
-            let scope = watchdog::Scope {
-                phase: "release",
-                step: "",
-                op: "release",
-                name: "",
-                stream: "",
-            };
-            // Tenants may take a while to stop and their memory to come back.
-            w.arm(
-                scope,
-                self.dev.now_ns(),
-                10_000_000_000 + self.limits.longest_spin_ns,
-            );
-        }
+        let scope = watchdog::Scope {
+            phase: "release",
+            step: "",
+            op: "release",
+            name: "",
+            stream: "",
+        };
+        // Tenants may take a while to stop and their memory to come back.
+        let now = self.dev.now_ns();
+        self.limits
+            .watchdog
+            .arm(scope, now, 10_000_000_000 + self.limits.longest_spin_ns);
         self.rec.pump(&*self.dev);
         let end_ns = self.dev.now_ns();
         summary.end_ns = Some(end_ns);
@@ -90,6 +87,18 @@ impl Runner<'_, '_> {
         self.check_release(summary, &released);
         self.close_pollers(summary, end_ns);
         self.fail_on_late_fault(summary, &released.errors);
+        // A signal while the run released was announced as an interrupt: it is one (exit
+        // 130), though every step ran.
+        if matches!(summary.status, RunStatus::Completed | RunStatus::Oom)
+            && self
+                .limits
+                .interrupted
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            summary.status = RunStatus::Interrupted;
+            summary.status_detail =
+                Some("interrupted by a signal after the last step had run".into());
+        }
         let interrupted = summary.status == RunStatus::Interrupted;
         if interrupted {
             crate::errln!("interrupted: writing summary.json, timeline.csv, events.csv");
@@ -133,7 +142,23 @@ impl Runner<'_, '_> {
             crate::report::artifacts::write_all(dir, summary).map(|_| ())
         };
         if let Err(e) = reports {
-            crate::errln!("warning: writing the run's reports: {e:#}");
+            // The record is on disk, but what a reader looks at first is not: never exit 0.
+            let what = format!(
+                "the run's reports could not be written ({e:#}); `headroom report {}` writes \
+                 them again",
+                dir.display()
+            );
+            crate::errln!("error: {what}");
+            summary.status_detail = Some(match summary.status_detail.take() {
+                Some(d) => format!("{d}; {what}"),
+                None => what,
+            });
+            if summary.exit_code == Some(0) {
+                summary.exit_code = Some(2);
+            }
+            if let Err(e) = write_summary(dir, summary) {
+                crate::errln!("warning: writing summary.json again: {e}");
+            }
         }
         if !released.errors.is_empty() {
             crate::errln!(
@@ -206,13 +231,26 @@ impl Runner<'_, '_> {
             device_free_bytes: mem.free_bytes,
             views: ViewSet::default().with(View::OwnBytes, 0),
         });
-        let diff = mem.free_bytes as i64 - self.baseline.free_bytes as i64;
+        let raw_diff = mem.free_bytes as i64 - self.baseline.free_bytes as i64;
+        // Other processes (a shared GPU, --shared-ok) may have taken or given back memory
+        // meanwhile: that change is theirs, not this run's.
+        let others = self.others_change_bytes();
+        let diff = raw_diff + others.unwrap_or(0);
+        let others_note = others.filter(|d| *d != 0).map(|d| {
+            format!(
+                "other processes' memory changed by {} during the run (the driver's process \
+                 list); device free changed by {raw_diff} bytes, {diff} bytes of it this run's",
+                crate::units::SignedBytes(d as i128)
+            )
+        });
         summary.release = Some(Release {
             idle_device_free_bytes: self.baseline.free_bytes,
             final_device_free_bytes: mem.free_bytes,
             difference_bytes: diff,
             within_one_page: diff.unsigned_abs() <= 2 * MIB,
-            note: if !released.errors.is_empty() {
+            note: if let Some(n) = others_note {
+                Some(n)
+            } else if !released.errors.is_empty() {
                 Some(format!(
                     "errors while releasing: {}",
                     released.errors.join("; ")
@@ -224,6 +262,22 @@ impl Runner<'_, '_> {
             },
             tenant_settle_ns: released.tenant_settle_ns,
         });
+    }
+
+    /// How much more memory other processes hold now than at the idle reading, from the
+    /// driver's process list; `None` when there is no list to believe.
+    fn others_change_bytes(&mut self) -> Option<i64> {
+        let ps = self.dev.processes()?;
+        let nvml_used = self.dev.nvml_memory().map(|m| m.used_bytes);
+        if crate::device::process_list_doubt(&ps, nvml_used).is_some() {
+            return None;
+        }
+        let now: u64 = ps
+            .iter()
+            .filter(|p| !p.is_self)
+            .filter_map(|p| p.used_bytes)
+            .sum();
+        Some(now as i64 - self.baseline.others_bytes as i64)
     }
 
     /// The pollers see the run up to its end.

@@ -167,8 +167,8 @@ pub(crate) struct Limits {
     pub floor: Floor,
     /// Set by Ctrl-C; checked between steps.
     pub interrupted: Arc<AtomicBool>,
-    /// Ends the process if a driver call never returns (real drivers only).
-    pub watchdog: Option<watchdog::Watchdog>,
+    /// The run's watchdog windows (budgeted on real drivers only).
+    pub watchdog: watchdog::Watchdog,
     /// The longest `spin` of the workload: what a synchronize may legitimately wait for.
     pub longest_spin_ns: u64,
     /// How `tenant` steps start a real process; `None` on the simulator.
@@ -210,6 +210,8 @@ pub fn run_on(
 ) -> anyhow::Result<RunReport> {
     let started = SystemTime::now();
     let dir = opts.create_folder(wl, started)?;
+    // From here a stuck driver call or a signal the run cannot act on leaves this record.
+    let _record = RecordOnFire::new(&dir);
     let info = device.info().clone();
     let keep_free_bytes = opts.keep_free_bytes_for(wl, info.total_bytes);
     let allow_oom = opts.allow_oom_for(wl);
@@ -238,7 +240,7 @@ pub fn run_on(
             allow_oom,
         },
         interrupted: opts.interrupted.clone(),
-        watchdog: start_watchdog(&dir, opts, info.is_sim())?,
+        watchdog: run_watchdog(opts, info.is_sim()),
         longest_spin_ns: wl
             .actions()
             .filter_map(|(_, p)| match p.action {
@@ -357,21 +359,30 @@ fn start_recording(
     ))
 }
 
-/// The watchdog: by default on a real driver only (the simulator's calls cannot hang).
-fn start_watchdog(
-    dir: &Path,
-    opts: &RunOptions,
-    is_sim: bool,
-) -> anyhow::Result<Option<watchdog::Watchdog>> {
-    match opts
-        .watchdog_ns
-        .or((!is_sim).then_some(watchdog::DEFAULT_WATCHDOG_NS))
-    {
-        Some(ns) if ns > 0 => Ok(Some(
-            watchdog::Watchdog::start(dir.to_path_buf(), ns)
-                .context("cannot start the watchdog")?,
-        )),
-        _ => Ok(None),
+/// The run's watchdog windows: budgeted by default on a real driver only (the simulator's
+/// calls cannot hang).
+fn run_watchdog(opts: &RunOptions, is_sim: bool) -> watchdog::Watchdog {
+    let slack = match opts.watchdog_ns {
+        Some(ns) => Some(ns),
+        None if is_sim => None,
+        None => watchdog::budget_ns().or(Some(0)),
+    };
+    watchdog::Watchdog::new(slack.filter(|ns| *ns > 0))
+}
+
+/// The run's record is what the watchdog writes while this lives.
+struct RecordOnFire;
+
+impl RecordOnFire {
+    fn new(dir: &Path) -> RecordOnFire {
+        watchdog::on_fire(Some(watchdog::run_record(dir.to_path_buf())));
+        RecordOnFire
+    }
+}
+
+impl Drop for RecordOnFire {
+    fn drop(&mut self) {
+        watchdog::on_fire(None);
     }
 }
 

@@ -15,6 +15,9 @@ use crate::run::actions::Done;
 use crate::run::progress::Progress;
 use crate::sampler::{LatencyHistogram, LiveViews, SamplerError};
 
+/// The most sampler readings taken from the sampler at once.
+const PUMP_CHUNK: usize = 4096;
+
 pub(crate) struct Recording {
     pub timeline: Recorder,
     pub events: EventLog,
@@ -60,18 +63,27 @@ impl Recording {
         }
     }
 
-    /// Drains the sampler into the timeline and writes readings past the watermark.
+    /// Drains the sampler into the timeline and writes readings past the watermark, a bounded
+    /// chunk at a time: however long the step before, no more than `PUMP_CHUNK` readings are
+    /// held at once.
     pub fn pump(&mut self, dev: &dyn Device) {
-        let mut buf = Vec::new();
-        if let Some(s) = &mut self.sampler {
-            s.drain(dev, &mut buf);
-        }
-        for r in buf {
-            self.timeline.push(r);
-        }
         let wm = dev.now_ns().saturating_sub(self.watermark_slack_ns);
-        if let Err(e) = self.timeline.release_until(wm) {
-            crate::errln!("warning: writing timeline.csv: {e}");
+        let mut buf = Vec::with_capacity(PUMP_CHUNK);
+        loop {
+            buf.clear();
+            let more = match &mut self.sampler {
+                Some(s) => s.drain_some(dev, &mut buf, PUMP_CHUNK),
+                None => false,
+            };
+            for r in buf.drain(..) {
+                self.timeline.push(r);
+            }
+            if let Err(e) = self.timeline.release_until(wm) {
+                crate::errln!("warning: writing timeline.csv: {e}");
+            }
+            if !more {
+                return;
+            }
         }
     }
 
@@ -82,6 +94,7 @@ impl Recording {
 
     /// Stops the sampler (its last readings go into the timeline); returns its statistics.
     pub fn stop_sampler(&mut self, dev: &dyn Device) -> crate::sampler::SamplerStats {
+        self.pump(dev);
         let Some(s) = self.sampler.take() else {
             return Default::default();
         };
@@ -103,7 +116,8 @@ impl Recording {
         self.pump(dev);
         self.live.publish(views);
         let t0 = dev.now_ns();
-        let mem = dev.mem_info().context("cuMemGetInfo failed")?;
+        // The error names the call already ("cuMemGetInfo failed: …").
+        let mem = dev.mem_info().context("reading device memory")?;
         let t1 = dev.now_ns();
         self.query_latency.record(t1 - t0);
         self.progress.device_used(mem.used_bytes());

@@ -108,11 +108,17 @@ fn load_kernels(wl: &Workload, device: &mut dyn Device) -> anyhow::Result<Option
     }
     needed.sort_by_key(|m| m.index());
     needed.dedup();
-    let before = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
+    let before = device
+        .mem_info()
+        .context("reading device memory before the kernels' load")?
+        .free_bytes;
     let modules = device
         .load_kernels(&needed)
         .context("loading headroom's kernels failed")?;
-    let after = device.mem_info().context("cuMemGetInfo failed")?.free_bytes;
+    let after = device
+        .mem_info()
+        .context("reading device memory after the kernels' load")?
+        .free_bytes;
     Ok(Some(KernelLoad {
         modules,
         device_bytes: before as i64 - after as i64,

@@ -57,9 +57,7 @@ impl Runner<'_, '_> {
                 }
                 self.arm_watchdog(&phase.name, planned);
                 let outcome = self.step(&phase.name, planned);
-                if let Some(w) = &self.limits.watchdog {
-                    w.disarm();
-                }
+                self.limits.watchdog.disarm();
                 match outcome {
                     Ok(None) => summary.phases[pi].actions_run += 1,
                     Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
@@ -108,6 +106,7 @@ impl Runner<'_, '_> {
             held: &mut self.held,
             floor: self.limits.floor,
             tenant_launch: self.limits.tenant_launch.as_ref(),
+            interrupted: &self.limits.interrupted,
             phase,
             step,
         }
@@ -309,6 +308,15 @@ impl Runner<'_, '_> {
                     ))),
                 })
             }
+            Err(Failure::Interrupted(msg)) => {
+                let done = Done {
+                    detail: msg,
+                    ..Done::default()
+                };
+                self.rec
+                    .row(self.dev.now_ns(), key, &done, "stopped", None)?;
+                Ok(Some(Stop::Interrupted))
+            }
             Err(Failure::Error(msg)) => {
                 let done = Done {
                     detail: msg.clone(),
@@ -464,10 +472,7 @@ impl Runner<'_, '_> {
     }
 
     /// Arms the watchdog for one action, with the waiting the action itself does.
-    fn arm_watchdog(&self, phase: &str, p: &Planned) {
-        let Some(w) = &self.limits.watchdog else {
-            return;
-        };
+    fn arm_watchdog(&mut self, phase: &str, p: &Planned) {
         let expected_ns = match &p.action {
             Action::Sleep { duration_ns } => *duration_ns,
             Action::Spin { duration_ns, .. } => *duration_ns,
@@ -482,6 +487,7 @@ impl Runner<'_, '_> {
             name: p.action.name().unwrap_or(""),
             stream: p.action.stream().unwrap_or("main"),
         };
-        w.arm(scope, self.dev.now_ns(), expected_ns);
+        let now = self.dev.now_ns();
+        self.limits.watchdog.arm(scope, now, expected_ns);
     }
 }

@@ -106,7 +106,7 @@ impl Inputs<'_> {
             Some(c) => Ok(c
                 .device
                 .mem_info()
-                .context("cuMemGetInfo failed")?
+                .context("reading device memory")?
                 .free_bytes),
             None => Ok(self.device.read().map_err(anyhow::Error::msg)?.free_bytes),
         }

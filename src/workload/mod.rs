@@ -138,9 +138,7 @@ impl WorkloadFile {
     /// `read` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
     /// replaced with its numbers before it is parsed.
     pub fn read_ranked(path: &Path, rank: Rank) -> Result<WorkloadFile, parse::WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            parse::WorkloadError::new(path, "", format!("cannot read the file: {e}"))
-        })?;
+        let text = parse::read_bounded(path)?;
         WorkloadFile::from_text(&text, path, rank)
     }
 
@@ -150,6 +148,8 @@ impl WorkloadFile {
         path: &Path,
         rank: Rank,
     ) -> Result<WorkloadFile, parse::WorkloadError> {
+        // What parsing would cost is bounded before anything is parsed.
+        parse::check_step_count(text, path)?;
         Ok(WorkloadFile {
             path: path.to_path_buf(),
             parsed: parse::parse(&rank.substitute(text), path)?,

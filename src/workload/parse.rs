@@ -132,6 +132,101 @@ fn section<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// The largest workload file read: a million steps written out one by one take about 40 MB.
+pub const MAX_FILE_BYTES: u64 = 128 << 20;
+
+/// Steps written in a file (its `op` keys) past which it is refused before it is parsed:
+/// every step is an action or a step that emits none, and each kind is bounded by
+/// `MAX_ACTIONS`, so a file with more could never expand.
+pub const MAX_WRITTEN_STEPS: u64 = 2 * crate::workload::expand::MAX_ACTIONS;
+
+/// Reads a workload file: refused above `MAX_FILE_BYTES` before it is read, and when it is not
+/// UTF-8 with the byte offset and line of the first byte that is not.
+pub fn read_bounded(path: &Path) -> Result<String, WorkloadError> {
+    let cannot =
+        |e: std::io::Error| WorkloadError::new(path, "", format!("cannot read the file: {e}"));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(WorkloadError::new(
+            path,
+            "",
+            format!(
+                "the file is {len} bytes, more than the {MAX_FILE_BYTES} a workload file may be \
+                 (a long sequence is a `repeat` step)"
+            ),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // A file that grows while read (a pipe, a device) is still cut at the bound.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_FILE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(WorkloadError::new(
+            path,
+            "",
+            format!("the file is more than the {MAX_FILE_BYTES} bytes a workload file may be"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let b = e.as_bytes();
+        let line = b[..at].iter().filter(|&&c| c == b'\n').count() + 1;
+        WorkloadError::new(
+            path,
+            format!("line {line}"),
+            format!(
+                "not UTF-8 text: byte {at} (0x{:02x}) is not valid UTF-8; a workload file is \
+                 TOML, which is UTF-8",
+                b[at]
+            ),
+        )
+    })
+}
+
+/// Counts the steps written in `text` (an `op` key: `op` after `{`, `,` or the start of a
+/// line, then `=`) and refuses the file past `MAX_WRITTEN_STEPS`, naming the line where it
+/// crossed, before any of it is parsed.
+pub fn check_step_count(text: &str, file: &Path) -> Result<(), WorkloadError> {
+    let bytes = text.as_bytes();
+    let mut count = 0u64;
+    for at in memchr::memmem::find_iter(bytes, b"op") {
+        let before = bytes[..at]
+            .iter()
+            .rev()
+            .find(|b| !matches!(b, b' ' | b'\t'))
+            .copied();
+        if !matches!(before, None | Some(b'{' | b',' | b'\n')) {
+            continue;
+        }
+        let after = bytes[at + 2..]
+            .iter()
+            .find(|b| !matches!(b, b' ' | b'\t'))
+            .copied();
+        if after != Some(b'=') {
+            continue;
+        }
+        count += 1;
+        if count > MAX_WRITTEN_STEPS {
+            let line = memchr::memchr_iter(b'\n', &bytes[..at]).count() + 1;
+            return Err(WorkloadError::new(
+                file,
+                format!("line {line}"),
+                format!(
+                    "more than {MAX_WRITTEN_STEPS} steps written out, more than a run can make \
+                     ({} actions at most); refused before it is parsed: a long sequence is a \
+                     `repeat` step",
+                    crate::workload::expand::MAX_ACTIONS
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the text of a workload file.
 pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
     let table: toml::Table = toml::from_str(text).map_err(|e| {
@@ -142,7 +237,19 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
                 format!("line {line}")
             })
             .unwrap_or_default();
-        WorkloadError::new(file, place, format!("not valid TOML: {}", e.message()))
+        // The parser says "duplicate key" without the key: its span holds it.
+        let key = e
+            .span()
+            .and_then(|s| text.get(s))
+            .map(|k| k.trim().trim_matches('"'))
+            .filter(|k| !k.is_empty() && e.message().starts_with("duplicate key"));
+        let message = match key {
+            Some(k) => {
+                format!("not valid TOML: duplicate key {k:?} (a key may be given once in a table)")
+            }
+            None => format!("not valid TOML: {}", e.message()),
+        };
+        WorkloadError::new(file, place, message)
     })?;
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {

@@ -16,6 +16,7 @@
 
 mod episodes;
 mod generate;
+mod kinds;
 mod meter;
 mod mutate;
 mod oracle;
@@ -74,6 +75,25 @@ fn case() -> impl Strategy<Value = Case> {
     })
 }
 
+/// A workload to load, or one of the other kinds (`kinds`).
+#[derive(Debug, Clone)]
+enum AnyCase {
+    Load(Case),
+    Extra(kinds::Extra),
+}
+
+/// One case in `load_weight + 4` is a workload loaded; of the rest, three are texts explained
+/// and one a run on the simulator. The smoke run keeps to a few of the slower kinds (so that
+/// `cargo test` takes about what it took before they were added); a long run mixes them in
+/// at one in eleven.
+fn any_case(load_weight: u32) -> impl Strategy<Value = AnyCase> {
+    prop_oneof![
+        load_weight => case().prop_map(AnyCase::Load),
+        3 => kinds::explain_case().prop_map(AnyCase::Extra),
+        1 => kinds::run_case().prop_map(AnyCase::Extra),
+    ]
+}
+
 fn env_number<T: std::str::FromStr>(key: &str) -> Option<T> {
     let v = std::env::var(key).ok()?;
     Some(
@@ -93,6 +113,9 @@ struct Tally {
     actions: u64,
     slowest: Duration,
     most_heap: usize,
+    /// Texts explained, and long-step runs on the simulator.
+    explained: u64,
+    runs: u64,
 }
 
 impl Tally {
@@ -136,7 +159,9 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     if let Ok(path) = std::env::var("HEADROOM_FUZZ_REPLAY") {
         return replay(&path);
     }
-    let cases = env_number("HEADROOM_FUZZ_CASES").unwrap_or(SMOKE_CASES);
+    let long_run: Option<u32> = env_number("HEADROOM_FUZZ_CASES");
+    let cases = long_run.unwrap_or(SMOKE_CASES);
+    let load_weight = if long_run.is_some() { 40 } else { 250 };
     let seed = env_number("HEADROOM_FUZZ_SEED").unwrap_or(SMOKE_SEED);
     let mut runner = TestRunner::new(Config {
         cases,
@@ -148,7 +173,23 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     });
     let tally = RefCell::new(Tally::default());
     let start = Instant::now();
-    let result = runner.run(&case(), |c| {
+    let result = runner.run(&any_case(load_weight), |c| {
+        let c = match c {
+            AnyCase::Load(c) => c,
+            AnyCase::Extra(e) => {
+                let took = oracle::guarded(e.text(), || kinds::check(&e)).map_err(|why| {
+                    TestCaseError::fail(format!("{why}\n--- the case:\n{e:?}\n---"))
+                })?;
+                let mut t = tally.borrow_mut();
+                t.cases += 1;
+                t.slowest = t.slowest.max(took);
+                match e {
+                    kinds::Extra::Explain(_) => t.explained += 1,
+                    kinds::Extra::Run { .. } => t.runs += 1,
+                }
+                return Ok(());
+            }
+        };
         let o = oracle::run(&c).map_err(|why| {
             TestCaseError::fail(format!(
                 "{why}\n--- the case (device total {} bytes, rank {} of {}):\n{}\n---",
@@ -161,10 +202,12 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let t = tally.into_inner();
     let peak_rss = meter::peak_rss_bytes();
     println!(
-        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} loaded ({} actions), refused {} parsing, {} checking, {} for the device; \
+        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions), refused {} parsing, {} checking, {} for the device; \
          slowest case {:.0} ms, most heap in one case {} MiB, peak RSS {} MiB",
         t.cases,
         start.elapsed().as_secs_f64(),
+        t.explained,
+        t.runs,
         t.accepted,
         t.actions,
         t.refused[0],

@@ -67,6 +67,34 @@ pub fn quiet_panics() {
     });
 }
 
+/// Runs `f` as one case (`text` is what a hang prints): alone, timed, its heap metered, a
+/// panic caught. `Err` says which rule it broke.
+pub fn guarded(text: &str, f: impl FnOnce() -> Result<(), String>) -> Result<Duration, String> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _running = super::watchdog::enter(text);
+    super::meter::reset_peak();
+    let start = Instant::now();
+    IN_CASE.set(true);
+    let result = catch_unwind(AssertUnwindSafe(f));
+    IN_CASE.set(false);
+    let elapsed = start.elapsed();
+    match result {
+        Ok(r) => r?,
+        Err(_) => {
+            let msg = PANIC.lock().unwrap_or_else(|e| e.into_inner()).take();
+            return Err(format!("panicked: {}", msg.unwrap_or_default()));
+        }
+    }
+    if elapsed > super::watchdog::CASE_LIMIT {
+        return Err(format!(
+            "took {elapsed:?}, more than {:?}",
+            super::watchdog::CASE_LIMIT
+        ));
+    }
+    Ok(elapsed)
+}
+
 /// Loads the case; `Err` says which rule it broke.
 pub fn run(case: &Case) -> Result<Outcome, String> {
     // One case at a time, so that the timing, the heap peak and the watchdog are its own.

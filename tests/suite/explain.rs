@@ -566,7 +566,7 @@ fn binary_input_is_refused_after_a_mebibyte_of_nul_bytes() {
     assert_eq!(out.code, 2, "{}", out.stdout);
     assert!(
         out.stderr
-            .contains("stdin: not a text log: 1048577 NUL bytes in the first"),
+            .contains("stdin: not a text log: 1048577 NUL or control bytes in the first"),
         "{}",
         out.stderr
     );

@@ -322,3 +322,77 @@ fn the_sampler_does_not_perturb_a_simulated_run() {
     }
     assert_eq!(events[0], events[1]);
 }
+
+#[test]
+fn report_on_a_killed_folder_says_incomplete_with_what_its_csvs_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "killed",
+        r#"[[phase]]
+name = "load"
+steps = [
+  { op = "allocate", name = "a", size = "1GiB" },
+  { op = "allocate", name = "b", size = "512MiB" },
+]
+
+[[phase]]
+name = "work"
+steps = [
+  { op = "touch", name = "a" },
+  { op = "free", name = "b" },
+  { op = "free", name = "a" },
+]
+"#,
+    );
+    let (out, s, run_dir) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // What a SIGKILL in the second phase leaves: the summary of the first checkpoint still
+    // says running with every phase pending, the timeline cut mid-row.
+    let mut killed = s.clone();
+    killed["status"] = "running".into();
+    for p in killed["phases"].as_array_mut().unwrap() {
+        p["status"] = "pending".into();
+        p["actions_run"] = 0.into();
+    }
+    std::fs::write(
+        run_dir.join("summary.json"),
+        serde_json::to_string_pretty(&killed).unwrap(),
+    )
+    .unwrap();
+    let timeline = std::fs::read_to_string(run_dir.join("timeline.csv")).unwrap();
+    std::fs::write(
+        run_dir.join("timeline.csv"),
+        &timeline[..timeline.len() - 10],
+    )
+    .unwrap();
+    std::fs::remove_file(run_dir.join("report.md")).unwrap();
+    let r = headroom(dir.path(), &["report", run_dir.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("incomplete, no report written")
+            && r.stdout.contains("still says \"running\""),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("phase \"load\": 2 steps done, 2 rows, the last ok")
+            && r.stdout
+                .contains("phase \"work\": 3 steps done, 3 rows, the last ok"),
+        "{}",
+        r.stdout
+    );
+    let peak = u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]);
+    assert_eq!(peak, CTX + GIB + 512 * MIB);
+    assert!(
+        r.stdout
+            .contains(&format!("peak device used so far {peak} bytes")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !run_dir.join("report.md").exists(),
+        "no report that looks like a result"
+    );
+}

@@ -433,3 +433,21 @@ fn cuda_info_reports_what_headroom_s_own_context_costs() {
     assert_eq!(peak(&s, "device_used_bytes"), 256 * MIB + 2 * CTX);
     assert!(u(&s["latency"]["mem_get_info"]["count"]) > 0);
 }
+
+#[test]
+fn an_orphan_the_job_double_forked_is_counted_as_the_job() {
+    // The subshell starts the hold and exits at once: the hold is re-parented to headroom (a
+    // child subreaper while it watches), never to the job; it is told to outlive its first
+    // parent (the job's own parent, headroom, is the one it watches).
+    let dir = tempfile::tempdir().unwrap();
+    let job = format!(
+        "(HEADROOM_PARENT_PID=$PPID {HR} hold 512MiB --for 3s --backend cuda > '{}/hold.out' 2>&1 &); \
+         until grep -q holding '{}/hold.out'; do sleep 0.05; done; sleep 0.5",
+        dir.path().display(),
+        dir.path().display()
+    );
+    let (o, s, _) = watch(dir.path(), &[], &["bash", "-c", &job]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(peak(&s, "job_used_bytes"), 512 * MIB + CTX);
+    assert_eq!(peak(&s, "device_used_bytes"), 512 * MIB + CTX);
+}

@@ -458,6 +458,7 @@ fn load_ptx(image: &CStr) -> Result<sys::CUmodule, (DriverError, String)> {
     let mut module = std::mem::MaybeUninit::uninit();
     // SAFETY: `image` is NUL-terminated PTX; each option has its documented value type (a
     // buffer that outlives the call, or its size); the context is current.
+    let _watched = crate::run::watchdog::call("cuModuleLoadDataEx");
     let rc = unsafe {
         sys::cuModuleLoadDataEx(
             module.as_mut_ptr(),

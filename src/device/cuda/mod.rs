@@ -50,7 +50,26 @@ struct Pool(sys::CUmemoryPool);
 unsafe impl Send for Pool {}
 
 /// Turns a driver error into ours, keeping out-of-memory apart.
+/// Calls that allocate driver state of a size nobody asked for: an out-of-memory there is the
+/// driver's own, not a refused request of known bytes.
+const CREATES_STATE: &[&str] = &[
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxCreate",
+    "cuStreamCreate",
+    "cuEventCreate",
+    "cuModuleLoadDataEx",
+];
+
 pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> DeviceError {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY && bytes == 0 && CREATES_STATE.contains(&call)
+    {
+        return DeviceError::Driver {
+            call,
+            detail: "CUDA_ERROR_OUT_OF_MEMORY: the device had no room for the driver's own \
+                     state (a context, stream, event or module: no request of a known size)"
+                .into(),
+        };
+    }
     if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         return DeviceError::OutOfMemory {
             requested_bytes: bytes,
@@ -96,11 +115,14 @@ impl CudaDevice {
         let mig = facts.mig(nvml.as_ref());
         let before_context = nvml.as_ref().and_then(|n| n.memory());
         let origin = Instant::now();
+        let watched = crate::run::watchdog::call("cuDevicePrimaryCtxRetain");
         let ctx = CudaContext::new(index as usize)
             .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", 0, e))?;
+        drop(watched);
         let context_create_ns = origin.elapsed().as_nanos() as u64;
         // SAFETY: the harness never uses cudarc's owning slices, which are what tracking protects.
         unsafe { ctx.disable_event_tracking() };
+        let _watched = crate::run::watchdog::call("cuStreamCreate");
         let main = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| driver_err("cuStreamCreate", 0, e))?;
         let driver_version = nvml
@@ -108,6 +130,7 @@ impl CudaDevice {
             .and_then(|n| n.driver_version())
             .map(|v| format!("{v} (CUDA {})", cuda_driver_version()))
             .unwrap_or_else(cuda_driver_version);
+        let _watched = crate::run::watchdog::call("cuMemGetInfo");
         let (_, total) = ctx
             .mem_get_info()
             .map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
@@ -212,6 +235,7 @@ impl DeviceCore for CudaDevice {
     }
 
     fn mem_info(&mut self) -> DevResult<MemInfo> {
+        let _watched = crate::run::watchdog::call("cuMemGetInfo");
         self.bind()?;
         let (free, total) = result::mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e))?;
         Ok(MemInfo {
@@ -250,6 +274,7 @@ impl DeviceCore for CudaDevice {
                 .map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string())
         };
         let query = || {
+            let _watched = crate::run::watchdog::call("cuMemGetInfo");
             result::mem_get_info()
                 .map(|(free, _)| free as u64)
                 .map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())
@@ -260,6 +285,7 @@ impl DeviceCore for CudaDevice {
     }
 
     fn release_all(&mut self) -> DevResult<()> {
+        let _watched = crate::run::watchdog::call("cuCtxSynchronize");
         self.bind()?;
         let mut first_err = None;
         let mut note = |r: DevResult<()>| {
@@ -307,6 +333,7 @@ impl Memory for CudaDevice {
             return Err(DeviceError::Invalid("cuMemAlloc of 0 bytes".into()));
         }
         self.bind()?;
+        let _watched = crate::run::watchdog::call("cuMemAlloc");
         // SAFETY: the context is current; the returned memory is only handed out as an address.
         let ptr = unsafe { result::malloc_sync(bytes as usize) }
             .map_err(|e| driver_err("cuMemAlloc", bytes, e))?;
@@ -321,6 +348,7 @@ impl Memory for CudaDevice {
             )));
         }
         self.bind()?;
+        let _watched = crate::run::watchdog::call("cuMemFree");
         // SAFETY: `ptr` came from cuMemAlloc on this context and was not freed (checked above).
         unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e))
     }
@@ -354,6 +382,7 @@ impl Streams for CudaDevice {
     fn stream_synchronize(&mut self, stream: StreamId) -> DevResult<()> {
         let s = self.stream(stream)?;
         self.bind()?;
+        let _watched = crate::run::watchdog::call("cuStreamSynchronize");
         // SAFETY: `s` is a live stream created by this device.
         unsafe { result::stream::synchronize(s) }
             .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
@@ -361,6 +390,7 @@ impl Streams for CudaDevice {
 
     fn synchronize(&mut self) -> DevResult<()> {
         self.bind()?;
+        let _watched = crate::run::watchdog::call("cuCtxSynchronize");
         result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", 0, e))
     }
 

@@ -79,7 +79,10 @@ fn probe_driver() -> Result<u32, NoGpu> {
             floor::floor_branch()
         )));
     }
-    result::init().map_err(|e| {
+    let watched = crate::run::watchdog::call("cuInit");
+    let init = result::init();
+    drop(watched);
+    init.map_err(|e| {
         let why = format!(
             "the NVIDIA driver did not initialize: {}",
             driver_err("cuInit", 0, e)

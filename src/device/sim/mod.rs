@@ -435,6 +435,12 @@ impl DeviceCore for SimDevice {
         Some(self.free_at(t_ns))
     }
 
+    fn free_steady_until_ns(&self, t_ns: u64) -> Option<u64> {
+        // Between calls only modeled other processes change free memory.
+        let edges = self.tenants.iter().flat_map(|x| [x.start_ns, x.end_ns]);
+        Some(edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX))
+    }
+
     fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
         // A tenant is a process with a context of its own, as a `headroom hold` child is.
         let held = bytes.saturating_add(self.profile.memory.context_overhead_bytes.0);

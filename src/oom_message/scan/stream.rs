@@ -3,7 +3,7 @@
 //! (for `explain FILE`).
 
 use super::super::{Detail, OomMessage, Unrecognized};
-use super::{find_all, suspicious_lines};
+use super::find_all;
 
 /// Lines kept while waiting for the rest of a message: more than the longest format has.
 const WINDOW_LINES: usize = 32;
@@ -13,7 +13,7 @@ const WINDOW_LINES: usize = 32;
 const HOLD_LINES: usize = 8;
 
 /// Moves a message found in a window to stream offsets and lines.
-fn rebase(m: &mut OomMessage, base_byte: usize, base_line: usize) {
+pub(super) fn rebase(m: &mut OomMessage, base_byte: usize, base_line: usize) {
     m.span.start_byte += base_byte;
     m.span.end_byte += base_byte;
     m.span.line += base_line - 1;
@@ -171,12 +171,8 @@ impl StreamScanner {
     }
 
     fn settle(&mut self, cut: usize) -> Settled {
-        let messages = find_all(&self.buffer);
-        let lines = suspicious_lines(&self.buffer, &messages);
-        let line_at_cut = 1 + self.buffer.as_bytes()[..cut]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
+        let (messages, lines) = super::scan(&self.buffer);
+        let line_at_cut = 1 + memchr::memchr_iter(b'\n', &self.buffer.as_bytes()[..cut]).count();
         let mut out = Settled::default();
         for mut m in messages {
             let start = self.base_byte + m.span.start_byte;

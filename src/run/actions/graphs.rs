@@ -255,6 +255,30 @@ fn settle(t: &mut Target, action: &Action, stream: StreamId) -> Result<(), Failu
     Ok(())
 }
 
+/// Launches between two looks at the Ctrl-C flag during a replay (a few milliseconds of host
+/// time on any backend).
+const LAUNCHES_PER_CHECK: u64 = 256;
+
+/// Launches graph `id` `times` over, stopping early when interrupted.
+fn replay(
+    t: &mut Target,
+    id: GraphId,
+    stream: StreamId,
+    times: u64,
+    t0: u64,
+) -> Result<(), Failure> {
+    for i in 0..times {
+        if i % LAUNCHES_PER_CHECK == 0 && t.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Failure::Interrupted(format!(
+                "interrupted after {i} of {times} launches"
+            )));
+        }
+        let r = t.dev.graph_launch(id, stream);
+        r.map_err(|e| graph_oom(e, stream, "launch", t.dev.now_ns() - t0))?;
+    }
+    Ok(())
+}
+
 /// The device call behind one graph action.
 fn call(t: &mut Target, action: &Action, stream: StreamId, t0: u64) -> Result<Done, Failure> {
     match action {
@@ -336,12 +360,7 @@ fn call(t: &mut Target, action: &Action, stream: StreamId, t0: u64) -> Result<Do
                     let r = t.dev.graph_upload(id, stream);
                     r.map_err(|e| graph_oom(e, stream, "upload", t.dev.now_ns() - t0))?
                 }
-                Action::Replay { times, .. } => {
-                    for _ in 0..*times {
-                        let r = t.dev.graph_launch(id, stream);
-                        r.map_err(|e| graph_oom(e, stream, "launch", t.dev.now_ns() - t0))?;
-                    }
-                }
+                Action::Replay { times, .. } => replay(t, id, stream, u64::from(*times), t0)?,
                 _ => {}
             }
             Ok(Done::timed(0))

@@ -29,6 +29,8 @@ pub(crate) struct Target<'a> {
     pub floor: Floor,
     /// How `tenant` steps start a real process; `None` on the simulator.
     pub tenant_launch: Option<&'a TenantLaunch>,
+    /// Set by Ctrl-C: a step that loops on the host (a graph replayed `times` over) checks it.
+    pub interrupted: &'a std::sync::atomic::AtomicBool,
     /// The phase and step the action belongs to (graph records name them).
     pub phase: &'a str,
     pub step: &'a str,
@@ -71,6 +73,8 @@ pub(crate) enum Failure {
     },
     /// The step would go below the free-memory floor; it was not run.
     Floor(String),
+    /// Ctrl-C (or SIGTERM) during a step that checks for it: what it did so far.
+    Interrupted(String),
     Error(String),
 }
 

@@ -1,9 +1,10 @@
 //! Fault injection (`HEADROOM_FAKE_FAULTS`): make the Nth call of an entry point (or every
 //! call) fail with a chosen error, or block for a while and then proceed.
 //!
-//! Syntax: comma-separated `API@N=ERROR`, `API@*=ERROR` or `API@N=hang:DURATION`, where API is
-//! an exported symbol, N counts that symbol's calls in this process from 1, and ERROR is a
-//! `CUresult` name for a `cu*` symbol or an `nvmlReturn_t` name for an `nvml*` one.
+//! Syntax: comma-separated `API@N=ERROR`, `API@*=ERROR`, `API@N=hang:DURATION` or
+//! `API@N=hang:forever` (the call never returns, as on a wedged GPU), where API is an exported
+//! symbol, N counts that symbol's calls in this process from 1, and ERROR is a `CUresult` name
+//! for a `cu*` symbol or an `nvmlReturn_t` name for an `nvml*` one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,6 +26,8 @@ pub enum Action {
     Fail(u32),
     /// Block this long, then run the call normally.
     Hang(Duration),
+    /// Never return.
+    HangForever,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +60,9 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
             _ => return Err(bad("N must be a call number from 1, or *")),
         }
     };
-    let action = if let Some(d) = rhs.strip_prefix("hang:") {
+    let action = if rhs == "hang:forever" {
+        Action::HangForever
+    } else if let Some(d) = rhs.strip_prefix("hang:") {
         Action::Hang(parse_duration(d).map_err(|e| bad(&e))?)
     } else {
         let table = if cuda { CUDA_ERRORS } else { NVML_ERRORS };
@@ -119,6 +124,9 @@ pub fn on_call(rules: &[Rule], counters: &Counters, api: &'static str) -> Option
         }
         match r.action {
             Action::Hang(d) => std::thread::sleep(d),
+            Action::HangForever => loop {
+                std::thread::park();
+            },
             Action::Fail(code) => {
                 fail.get_or_insert(code);
             }
@@ -135,10 +143,12 @@ mod tests {
     fn parses_the_documented_forms() {
         let r = parse(
             "cuMemAlloc_v2@3=CUDA_ERROR_OUT_OF_MEMORY, nvmlInit_v2@1=NVML_ERROR_LIBRARY_NOT_FOUND,\
-             cuStreamSynchronize@1=hang:30s,cuLaunchKernel@*=CUDA_ERROR_LAUNCH_FAILED",
+             cuStreamSynchronize@1=hang:30s,cuLaunchKernel@*=CUDA_ERROR_LAUNCH_FAILED,\
+             cuInit@1=hang:forever",
         )
         .unwrap();
-        assert_eq!(r.len(), 4);
+        assert_eq!(r.len(), 5);
+        assert_eq!(r[4].action, Action::HangForever);
         assert_eq!(r[0].when, When::Nth(3));
         assert_eq!(r[0].action, Action::Fail(2));
         assert_eq!(r[1].action, Action::Fail(12));

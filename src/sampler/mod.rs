@@ -6,7 +6,7 @@
 //! `VirtualSampler`. Either way the sampler sees what others do between our events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
+
+mod backlog;
+use backlog::Backlog;
 
 /// The harness's own views and current phase, published by the runner after every event and
 /// read by the sampler with every reading.
@@ -127,6 +130,12 @@ pub struct SamplerStats {
     pub first_error: Option<SamplerError>,
 }
 
+/// Readings the thread keeps for the run's thread to take. While that thread is inside a long
+/// driver call (a synchronize after a ten-hour spin) it takes none; the readings beyond this are
+/// folded on the sampler's side into the lowest free memory and the latest reading of the span
+/// (the views and the phase cannot change while the run's thread waits).
+pub const SAMPLER_BACKLOG_READINGS: usize = 65_536;
+
 /// A thread that reads device free memory at a fixed interval (used by the cuda backend).
 pub struct ThreadSampler {
     /// The first failed reading, as soon as it happens (also in the final statistics).
@@ -151,7 +160,7 @@ impl ThreadSampler {
         Q: FnMut() -> Result<u64, String> + Send + 'static,
     {
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(SAMPLER_BACKLOG_READINGS);
         let stop2 = stop.clone();
         let first_error = Arc::new(Mutex::new(None));
         let first_error2 = first_error.clone();
@@ -186,6 +195,13 @@ impl ThreadSampler {
         out.extend(self.rx.try_iter());
     }
 
+    /// Moves at most `max` readings into `out`; returns whether it took `max`.
+    pub fn drain_some(&mut self, out: &mut Vec<Reading>, max: usize) -> bool {
+        let before = out.len();
+        out.extend(self.rx.try_iter().take(max));
+        out.len() - before == max
+    }
+
     /// The first reading that failed so far.
     pub fn first_error(&self) -> Option<SamplerError> {
         self.first_error
@@ -197,6 +213,11 @@ impl ThreadSampler {
     /// Stops the thread and returns its statistics; readings not yet drained go to `out`.
     pub fn stop(mut self, out: &mut Vec<Reading>) -> SamplerStats {
         self.stop.store(true, Ordering::Relaxed);
+        // Drained while the thread ends: its last folded readings wait for room.
+        while self.handle.as_ref().is_some_and(|h| !h.is_finished()) {
+            self.drain(out);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let stats = self
             .handle
             .take()
@@ -211,6 +232,11 @@ impl Drop for ThreadSampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
+            // The thread may be waiting for room for its last readings: make some.
+            while !h.is_finished() {
+                self.rx.try_iter().for_each(drop);
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let _ = h.join();
         }
     }
@@ -221,7 +247,7 @@ fn sample_loop<Q>(
     live: &LiveViews,
     origin: Instant,
     stop: &AtomicBool,
-    tx: &Sender<Reading>,
+    tx: &SyncSender<Reading>,
     mut query: Q,
     mut on_first_error: impl FnMut(SamplerError),
 ) -> SamplerStats
@@ -235,6 +261,7 @@ where
     let mut last_t: Option<u64> = None;
     let mut next = Instant::now();
     let mut warned = false;
+    let mut backlog = Backlog::default();
     while !stop.load(Ordering::Relaxed) {
         let q0 = Instant::now();
         let free = query();
@@ -256,7 +283,7 @@ where
                     device_free_bytes: free,
                     views,
                 };
-                if tx.send(reading).is_err() {
+                if backlog.offer(tx, reading).is_err() {
                     break;
                 }
             }
@@ -288,6 +315,7 @@ where
             }
         }
     }
+    backlog.finish(tx);
     let secs = started.elapsed().as_secs_f64();
     SamplerStats {
         interval_ns,
@@ -305,6 +333,12 @@ where
 }
 
 /// The simulator's sampler: readings at exact virtual ticks, produced on demand.
+///
+/// A long wait (a ten-hour spin, a million graph launches) is millions of ticks; they are
+/// produced in bounded chunks, and a run of ticks whose reading cannot differ (the device's
+/// free memory steady, the views and phase those of the poll) is counted without being built:
+/// only its first and last reading are handed on, which is all the timeline writes and all
+/// the peaks and pollers need.
 #[derive(Debug, Clone)]
 pub struct VirtualSampler {
     /// The interval asked for (the period is at least the query's modeled cost).
@@ -316,6 +350,23 @@ pub struct VirtualSampler {
     first_ns: Option<u64>,
     last_ns: u64,
     live: Arc<LiveViews>,
+}
+
+/// How the simulated device's free memory reads over time, for the virtual sampler.
+pub trait FreeOverTime {
+    /// Device free bytes at time `t_ns`.
+    fn free_at(&self, t_ns: u64) -> u64;
+    /// A time until which (exclusive) free memory stays what it is at `t_ns`; `t_ns + 1` when
+    /// nothing is known.
+    fn steady_until(&self, t_ns: u64) -> u64 {
+        t_ns.saturating_add(1)
+    }
+}
+
+impl<F: Fn(u64) -> u64> FreeOverTime for F {
+    fn free_at(&self, t_ns: u64) -> u64 {
+        self(t_ns)
+    }
 }
 
 impl VirtualSampler {
@@ -333,28 +384,56 @@ impl VirtualSampler {
         }
     }
 
-    /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
-    pub fn poll(
+    /// Produces every tick up to `now_ns` (at most `max` readings into `out`; returns whether
+    /// ticks remain). Ticks inside a steady span are counted, and only the span's first and
+    /// last reading are pushed.
+    pub fn poll_some(
         &mut self,
         now_ns: u64,
-        mut free_at: impl FnMut(u64) -> u64,
+        free: &dyn FreeOverTime,
         out: &mut Vec<Reading>,
-    ) {
+        max: usize,
+    ) -> bool {
         let (phase, views) = self.live.snapshot();
+        let max = max.max(2);
         while self.next_tick_ns <= now_ns {
+            if out.len() + 2 > max {
+                return true;
+            }
             let t = self.next_tick_ns;
-            out.push(Reading {
-                t_ns: t,
+            let device_free_bytes = free.free_at(t);
+            let reading = |t_ns| Reading {
+                t_ns,
                 phase,
                 source: Source::Sampler,
-                device_free_bytes: free_at(t),
+                device_free_bytes,
                 views,
-            });
-            self.readings += 1;
+            };
+            // The ticks from `t` to the end of the steady span (or to now): all equal.
+            let until = free
+                .steady_until(t)
+                .min(now_ns.saturating_add(1))
+                .max(t + 1);
+            let n = (until - t).div_ceil(self.period_ns);
+            let last = t + (n - 1) * self.period_ns;
+            out.push(reading(t));
+            if n > 1 {
+                out.push(reading(last));
+            }
+            self.readings += n;
             self.first_ns.get_or_insert(t);
-            self.last_ns = t;
-            self.next_tick_ns += self.period_ns;
+            self.last_ns = last;
+            self.next_tick_ns = last.saturating_add(self.period_ns);
+            if self.next_tick_ns == u64::MAX {
+                break;
+            }
         }
+        false
+    }
+
+    /// Produces every tick up to `now_ns`; `free_at(t)` is the device's free memory at time t.
+    pub fn poll(&mut self, now_ns: u64, free_at: impl Fn(u64) -> u64, out: &mut Vec<Reading>) {
+        while self.poll_some(now_ns, &free_at, out, usize::MAX) {}
     }
 
     pub fn stats(&self) -> SamplerStats {
@@ -391,6 +470,15 @@ impl crate::device::Sampler for ThreadSampler {
         ThreadSampler::drain(self, out);
     }
 
+    fn drain_some(
+        &mut self,
+        _dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+        max: usize,
+    ) -> bool {
+        ThreadSampler::drain_some(self, out, max)
+    }
+
     fn first_error(&self) -> Option<SamplerError> {
         ThreadSampler::first_error(self)
     }
@@ -406,7 +494,16 @@ impl crate::device::Sampler for ThreadSampler {
 
 impl crate::device::Sampler for VirtualSampler {
     fn drain(&mut self, dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
-        self.poll(dev.now_ns(), |t| dev.free_at_ns(t).unwrap_or(0), out);
+        while crate::device::Sampler::drain_some(self, dev, out, usize::MAX) {}
+    }
+
+    fn drain_some(
+        &mut self,
+        dev: &dyn crate::device::Device,
+        out: &mut Vec<Reading>,
+        max: usize,
+    ) -> bool {
+        self.poll_some(dev.now_ns(), &DeviceFree(dev), out, max)
     }
 
     fn stop(
@@ -417,6 +514,20 @@ impl crate::device::Sampler for VirtualSampler {
         let mut s = *self;
         crate::device::Sampler::drain(&mut s, dev, out);
         s.stats()
+    }
+}
+
+/// A device's free memory over time, as the virtual sampler reads it.
+struct DeviceFree<'a>(&'a dyn crate::device::Device);
+
+impl FreeOverTime for DeviceFree<'_> {
+    fn free_at(&self, t_ns: u64) -> u64 {
+        self.0.free_at_ns(t_ns).unwrap_or(0)
+    }
+    fn steady_until(&self, t_ns: u64) -> u64 {
+        self.0
+            .free_steady_until_ns(t_ns)
+            .unwrap_or(t_ns.saturating_add(1))
     }
 }
 
@@ -456,5 +567,27 @@ mod tests {
         assert_eq!(out.len() as u64, stats.readings);
         assert!(out.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
         assert!(out.iter().all(|r| r.device_free_bytes == 7));
+    }
+
+    #[test]
+    fn a_steady_span_is_counted_with_its_first_and_last_reading() {
+        struct Steps;
+        impl FreeOverTime for Steps {
+            fn free_at(&self, t: u64) -> u64 {
+                if t < 10_000 { 100 } else { 50 }
+            }
+            fn steady_until(&self, t: u64) -> u64 {
+                if t < 10_000 { 10_000 } else { u64::MAX }
+            }
+        }
+        let mut s = VirtualSampler::new(1_000, 1, 0, Arc::new(LiveViews::default()));
+        let mut out = Vec::new();
+        assert!(!s.poll_some(25_000, &Steps, &mut out, 64));
+        let got: Vec<(u64, u64)> = out.iter().map(|r| (r.t_ns, r.device_free_bytes)).collect();
+        assert_eq!(
+            got,
+            vec![(0, 100), (9_000, 100), (10_000, 50), (25_000, 50)]
+        );
+        assert_eq!(s.stats().readings, 26);
     }
 }
