@@ -10,6 +10,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+// The wait4 helper the tests use.
+#[allow(dead_code)]
+#[path = "../tests/common/rusage.rs"]
+mod rusage;
+
 /// Peak resident set size any run may reach.
 const RSS_MAX_BYTES: u64 = 200_000_000;
 /// What an hour's run may write, every file of its folder together.
@@ -68,13 +73,7 @@ fn run(dir: &Path, minutes: u64) -> Measured {
         .arg(&out)
         .spawn()
         .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
+    let (code, rss_bytes) = rusage::wait_measured(child);
     let wall = started.elapsed();
     let size = |f: &str| std::fs::metadata(out.join(f)).map_or(0, |m| m.len());
     let output_bytes = std::fs::read_dir(&out)
@@ -83,14 +82,10 @@ fn run(dir: &Path, minutes: u64) -> Measured {
         .sum();
     Measured {
         wall,
-        rss_bytes: usage.ru_maxrss as u64 * 1024,
+        rss_bytes,
         output_bytes,
         timeline_bytes: size("timeline.csv"),
-        code: if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            -1
-        },
+        code,
     }
 }
 

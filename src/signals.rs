@@ -112,10 +112,18 @@ pub fn install(interrupted: Arc<AtomicBool>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || listen(read_fd, &interrupted))?;
+    set_handlers(on_signal)
+}
+
+/// An `SA_SIGINFO` handler: the signal, what the kernel says of its sender, the context.
+pub(crate) type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Makes `handler` (async-signal-safe) the action of every signal in [`HANDLED`].
+pub(crate) fn set_handlers(handler: Handler) -> std::io::Result<()> {
     for sig in HANDLED {
-        // SAFETY: a zeroed sigaction is valid; the handler only writes to a pipe.
+        // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+        sa.sa_sigaction = handler as *const () as libc::sighandler_t;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         // SAFETY: `sa.sa_mask` is a valid sigset_t to fill.
         unsafe { libc::sigemptyset(&mut sa.sa_mask) };

@@ -386,34 +386,8 @@ fn ctrl_c_on_a_million_step_run_exits_at_once_with_a_complete_folder() {
 }
 
 /// Runs `headroom ARGS` in `cwd`; returns its exit code, stderr and peak RSS in bytes (wait4).
-// The child is reaped by `wait4`, which also gives its resource usage.
-#[allow(clippy::zombie_processes)]
 fn run_measured(cwd: &std::path::Path, args: &[&str]) -> (i32, String, u64) {
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(cwd)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut stderr = child.stderr.unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
-        s
-    });
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    (code, reader.join().unwrap(), usage.ru_maxrss as u64 * 1024)
+    common::rusage::headroom_measured(cwd, args, None)
 }
 
 #[test]

@@ -10,7 +10,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::fixtures::read;
 use common::*;
@@ -21,30 +20,11 @@ const NODES: usize = 1000;
 /// below what holding every run's summary costs.
 const RSS_BOUND_BYTES: u64 = 64 * MIB;
 
-/// Runs `headroom ARGS` in `cwd`; returns its exit code, stdout and peak RSS in bytes.
-// The child is reaped by `wait4`, which also gives its resource usage.
-#[allow(clippy::zombie_processes)]
+/// Runs `headroom ARGS` in `cwd`, its stdout into `stdout`; returns its exit code and peak RSS
+/// in bytes.
 fn run_measured(cwd: &Path, args: &[&str], stdout: &Path) -> (i32, u64) {
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(cwd)
-        .stdout(std::fs::File::create(stdout).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    // ru_maxrss is in KiB on Linux.
-    (code, usage.ru_maxrss as u64 * 1024)
+    let (code, _, rss) = common::rusage::headroom_measured(cwd, args, Some(stdout));
+    (code, rss)
 }
 
 /// The folder of GPU `index` in the template node.

@@ -19,28 +19,9 @@ const RSS_BOUND_BYTES: u64 = 100 * MIB;
 const SLEEP_MS: u64 = 600_000;
 
 /// Runs `headroom ARGS` in `cwd`; returns its exit code and peak resident set size in bytes.
-// The child is reaped by `wait4`, which also gives its resource usage.
-#[allow(clippy::zombie_processes)]
 fn run_measured(cwd: &Path, args: &[&str]) -> (i32, u64) {
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(cwd)
-        .spawn()
-        .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not yet waited for; both pointers are to live locals.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    // ru_maxrss is in KiB on Linux.
-    (code, usage.ru_maxrss as u64 * 1024)
+    let (code, _, rss) = common::rusage::headroom_measured(cwd, args, None);
+    (code, rss)
 }
 
 fn long_sleep(dir: &Path) -> std::path::PathBuf {

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The signals handled, in the order of the counters.
-pub const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+pub use crate::signals::HANDLED;
 
 /// Per signal: [sent to this process, sent by the kernel for the terminal].
 static COUNTS: [[AtomicU32; 2]; 3] = [
@@ -32,19 +32,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
 /// Installs the handler for every signal in `HANDLED` (replacing the default Ctrl-C handler:
 /// from now on the watch loop decides what a signal does).
 pub fn install() -> std::io::Result<()> {
-    for sig in HANDLED {
-        // SAFETY: a zeroed sigaction is valid; the handler only touches atomics.
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        // SAFETY: `sa.sa_mask` is a valid sigset_t to fill.
-        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-        // SAFETY: a valid signal number and sigaction; the old action is not needed.
-        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    crate::signals::set_handlers(on_signal)
 }
 
 /// One signal received since the last `take`.

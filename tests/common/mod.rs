@@ -4,6 +4,7 @@
 
 pub mod fixtures;
 pub mod plans;
+pub mod rusage;
 pub mod schema;
 
 use std::path::{Path, PathBuf};
