@@ -215,7 +215,7 @@ impl Runner<'_, '_> {
                         };
                         self.rec
                             .row(self.dev.now_ns(), key, &failed, "error", None)?;
-                        bail!("{} {}: {}", key.op, key.name, failed.detail)
+                        bail!("{}: {}", step_what(key), failed.detail)
                     }
                 };
                 if let Some(m) = done.mismatch {
@@ -323,7 +323,7 @@ impl Runner<'_, '_> {
                     ..Done::default()
                 };
                 self.rec.row(self.dev.now_ns(), key, &done, "error", None)?;
-                bail!("{} {}: {msg}", key.op, key.name)
+                bail!("{}: {msg}", step_what(key))
             }
         }
     }
@@ -489,5 +489,14 @@ impl Runner<'_, '_> {
         };
         let now = self.dev.now_ns();
         self.limits.watchdog.arm(scope, now, expected_ns);
+    }
+}
+
+/// The op and, when it has one, the name it acts on: "allocate kv", "trim".
+fn step_what(key: &RowKey) -> String {
+    if key.name.is_empty() {
+        key.op.to_string()
+    } else {
+        format!("{} {}", key.op, key.name)
     }
 }

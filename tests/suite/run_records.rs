@@ -174,3 +174,59 @@ fn an_oom_creating_a_stream_names_the_drivers_state_not_zero_bytes() {
     );
     assert!(s["ooms"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn a_failing_driver_call_is_named_once_with_the_step_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "trim",
+        "[allocator]\nkind = \"pool\"\nrelease_threshold = \"1TiB\"\n\n[[phase]]\nname = \"p\"\nsteps = [\n  { op = \"allocate\", name = \"a\", size = \"64MiB\" },\n  { op = \"free\", name = \"a\" },\n  { op = \"trim\" },\n]\n",
+    );
+    let wl = wl.to_str().unwrap();
+    let run = |faults: &str, out: &str| {
+        on_fake(
+            dir.path(),
+            &["run", wl, "--backend", "cuda", "-q", "--out", out],
+            &[("HEADROOM_FAKE_FAULTS", faults)],
+        )
+    };
+    // A trim the driver refuses: the step is named by its op alone (it acts on no name), and
+    // the call once.
+    let r = run("cuMemPoolTrimTo@1=CUDA_ERROR_UNKNOWN", "trim");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let s = summary(&dir.path().join("trim"));
+    assert_eq!(
+        s["status_detail"],
+        "phase \"p\", step s3: trim: cuMemPoolTrimTo failed: CUDA_ERROR_UNKNOWN (unknown error)"
+    );
+    let rows = csv_rows(&dir.path().join("trim/events.csv"));
+    let last = rows.last().unwrap();
+    assert_eq!(last["op"], "trim");
+    assert_eq!(last["result"], "error");
+    assert_eq!(
+        last["detail"],
+        "cuMemPoolTrimTo failed: CUDA_ERROR_UNKNOWN (unknown error)"
+    );
+    // The idle reading and the device's opening fail: "cuMemGetInfo failed:" appears once.
+    for (faults, lead) in [
+        (
+            "cuMemGetInfo_v2@2=CUDA_ERROR_UNKNOWN",
+            "error: the idle reading (cuMemGetInfo) failed: cuMemGetInfo failed: CUDA_ERROR_UNKNOWN",
+        ),
+        (
+            "cuMemGetInfo_v2@*=CUDA_ERROR_UNKNOWN",
+            "error: cannot open CUDA device 0: cuMemGetInfo failed: CUDA_ERROR_UNKNOWN",
+        ),
+    ] {
+        let r = run(faults, "idle");
+        assert_eq!(r.code, 2, "{faults}: {}", r.stderr);
+        assert!(r.stderr.contains(lead), "{faults}: {}", r.stderr);
+        assert_eq!(
+            r.stderr.matches("cuMemGetInfo failed:").count(),
+            1,
+            "{faults}: {}",
+            r.stderr
+        );
+    }
+}
