@@ -20,7 +20,6 @@ pub mod graphs;
 pub mod imported;
 pub mod junit;
 pub mod markdown;
-pub mod merge;
 pub mod plot;
 pub mod progress;
 pub mod rundata;

@@ -8,13 +8,14 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 
 use crate::alloc::AllocatorKind;
+use crate::folder::write_summary;
 use crate::record::timeline::POLLERS;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::deadline::Deadline;
 use crate::report::summary::{PolledPeaks, Release, RunStatus, Summary};
 use crate::run::actions::Done;
 use crate::run::recording::RowKey;
-use crate::run::{RunOptions, Runner, watchdog, write_summary};
+use crate::run::{RunOptions, Runner, watchdog};
 use crate::units::{MIB, Nanos, utc_timestamp};
 
 /// How long the release check waits for a stopped tenant's memory to come back.

@@ -30,6 +30,7 @@ use crate::alloc::Allocator;
 use crate::alloc::adaptors::logging::LoggingAdaptor;
 use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
+pub use crate::folder::{ALLOC_LOG, write_summary};
 use crate::oom::OomRecord;
 use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View};
@@ -119,9 +120,6 @@ impl RunOptions {
         )
     }
 }
-
-/// The allocator's call log in a run folder (headroom's log format, read by `headroom replay`).
-pub const ALLOC_LOG: &str = "alloc-log.csv";
 
 /// The command that starts a tenant process: this executable and the device arguments that
 /// select the same GPU.
@@ -413,10 +411,4 @@ fn exit_code(s: &Summary) -> i32 {
             }
         }
     }
-}
-
-pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
-    text.push(b'\n');
-    crate::outdir::write_atomic(&dir.join("summary.json"), &text)
 }

@@ -66,7 +66,7 @@ pub fn finish(
     s.events.flush().context("flushing events.csv")?;
     s.summary.timeline_rows = s.recorder.rows_written;
     s.summary.event_rows = s.events.rows_written;
-    crate::report::watch::write_summary(&s.dir, &s.summary, &s.watch)
+    crate::folder::write_watch_summary(&s.dir, &s.summary, &s.watch)
         .with_context(|| format!("cannot write {}", s.dir.join("summary.json").display()))?;
     // The record is on disk; a report that cannot be written is a warning (`headroom report
     // DIR` writes it again), not another outcome of the job.

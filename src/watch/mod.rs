@@ -297,7 +297,7 @@ fn run(
         &lp,
         fifo.as_ref().map(|f| f.path().display().to_string()),
     );
-    crate::report::watch::write_summary(&dir, &summary, &watch)
+    crate::folder::write_watch_summary(&dir, &summary, &watch)
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     let idle_pids: HashSet<u32> = idle_processes.iter().flatten().map(|p| p.pid).collect();
     let mut session = session::Session::new(session::Start {

@@ -24,6 +24,7 @@ use crate::alloc::replay::{RecordedOptions, replay_recorded};
 use crate::alloc::{Allocator, AllocatorSpec};
 use crate::device::prelude::*;
 use crate::device::sim::SimDevice;
+use crate::folder::{ALLOC_LOG, write_summary};
 use crate::outdir;
 use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
@@ -32,7 +33,6 @@ use crate::report::summary::{
     Idle, IdleReading, Peaks, PhaseStatus, PhaseSummary, PolledPeaks, RunStatus, Summary,
     WorkloadInfo,
 };
-use crate::run::{ALLOC_LOG, write_summary};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};

@@ -98,7 +98,7 @@ pub(super) fn state_only(
         .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
     events.flush()?;
     std::fs::write(
-        dir.join(crate::run::ALLOC_LOG),
+        dir.join(crate::folder::ALLOC_LOG),
         "t_ns,action,ptr,bytes,stream,detail\n",
     )
     .context("writing alloc-log.csv")?;

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use crate::merge::findings::findings;
+use crate::merge::{FIGURES, Merged, RunRow};
 use crate::record::View;
 use crate::report::markdown::cell;
-use crate::report::merge::findings::findings;
-use crate::report::merge::{FIGURES, Merged, RunRow};
 use crate::units::Bytes;
 
 /// Up to this many runs, the report has a row for each.

@@ -1,0 +1,36 @@
+//! The result folder's writer: the files every producer of a result folder (`run`, `watch`,
+//! `import`, a node's workers) writes the same way, starting with `summary.json`.
+//!
+//! It sits above `record` (the timeline and event writers) and `report` (the summary's types
+//! and the derived reports), and below the producers: `report` reads folders back and derives
+//! from them, it never writes a record.
+
+use std::path::Path;
+
+use crate::report::summary::Summary;
+use crate::report::watch::WatchSection;
+
+/// The allocator's call log in a result folder (headroom's log format, read by `headroom
+/// replay`).
+pub const ALLOC_LOG: &str = "alloc-log.csv";
+
+/// The run's record of itself in a result folder.
+pub const SUMMARY: &str = "summary.json";
+
+/// Writes `summary.json` into `dir`, whole (atomically), pretty-printed with a final newline.
+pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
+    let mut text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
+    text.push(b'\n');
+    crate::outdir::write_atomic(&dir.join(SUMMARY), &text)
+}
+
+/// Writes a watch's `summary.json`: the run's keys and `watch`.
+pub fn write_watch_summary(
+    dir: &Path,
+    summary: &Summary,
+    watch: &WatchSection,
+) -> std::io::Result<()> {
+    let mut s = summary.clone();
+    s.watch = Some(watch.clone());
+    write_summary(dir, &s)
+}
