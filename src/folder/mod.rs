@@ -1,9 +1,14 @@
 //! The result folder's writer: the files every producer of a result folder (`run`, `watch`,
-//! `import`, a node's workers) writes the same way, starting with `summary.json`.
+//! `import`, a node's workers, which are runs) writes the same way: the record as it goes
+//! (`records`: `timeline.csv`, `events.csv`, `alloc-log.csv`, the pollers' peaks),
+//! `summary.json` (here) and the derived reports (`reports`).
 //!
 //! It sits above `record` (the timeline and event writers) and `report` (the summary's types
 //! and the derived reports), and below the producers: `report` reads folders back and derives
 //! from them, it never writes a record.
+
+pub mod records;
+pub mod reports;
 
 use std::path::Path;
 
