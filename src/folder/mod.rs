@@ -12,6 +12,8 @@ pub mod reports;
 
 use std::path::Path;
 
+use serde::Serialize;
+
 use crate::report::summary::Summary;
 use crate::report::watch::WatchSection;
 
@@ -22,11 +24,18 @@ pub const ALLOC_LOG: &str = "alloc-log.csv";
 /// The run's record of itself in a result folder.
 pub const SUMMARY: &str = "summary.json";
 
-/// Writes `summary.json` into `dir`, whole (atomically), pretty-printed with a final newline.
-pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
+/// Writes the JSON file `name` into `dir` whole (atomically: a reader never sees half of it),
+/// pretty-printed with a final newline: `summary.json`, a node's `node.json`, a validation's
+/// `validation.json`.
+pub fn write_json<T: Serialize + ?Sized>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
+    let mut text = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
     text.push(b'\n');
-    crate::outdir::write_atomic(&dir.join(SUMMARY), &text)
+    crate::outdir::write_atomic(&dir.join(name), &text)
+}
+
+/// Writes `summary.json` into `dir`.
+pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
+    write_json(dir, SUMMARY, summary)
 }
 
 /// Writes a watch's `summary.json`: the run's keys and `watch`.
