@@ -13,7 +13,19 @@ use crate::report::summary::{RunStatus, Summary};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
 pub use crate::report::md_table::cell;
-use crate::report::md_table::{self, Left, Right};
+use crate::report::md_table::{self, Align, Left, Right};
+
+/// The columns of a report's peaks table (`report.md`'s and a watch's): each view's idle
+/// reading, true peak and when, and what 1 Hz and 10 Hz pollers would have shown.
+pub const PEAK_COLUMNS: &[(&str, Align)] = &[
+    ("view", Left),
+    ("scope", Left),
+    ("idle", Right),
+    ("true peak", Right),
+    ("peak at", Right),
+    ("1 Hz poll", Right),
+    ("10 Hz poll", Right),
+];
 
 /// The device row of a report: name, index, compute capability, SMs, CUDA-visible memory, UUID.
 pub fn device_line(d: &crate::device::DeviceInfo) -> String {
@@ -322,19 +334,7 @@ fn peaks(o: &mut String, s: &Summary) {
         let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
-    let _ = writeln!(
-        o,
-        "{}",
-        md_table::header(&[
-            ("view", Left),
-            ("scope", Left),
-            ("idle", Right),
-            ("true peak", Right),
-            ("peak at", Right),
-            ("1 Hz poll", Right),
-            ("10 Hz poll", Right)
-        ])
-    );
+    let _ = writeln!(o, "{}", md_table::header(PEAK_COLUMNS));
     for v in View::ALL {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;

@@ -187,19 +187,7 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
         let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
-    let _ = writeln!(
-        o,
-        "{}",
-        header(&[
-            ("view", Left),
-            ("scope", Left),
-            ("idle", Right),
-            ("true peak", Right),
-            ("peak at", Right),
-            ("1 Hz poll", Right),
-            ("10 Hz poll", Right)
-        ])
-    );
+    let _ = writeln!(o, "{}", header(crate::report::markdown::PEAK_COLUMNS));
     for v in [View::DeviceUsed, View::JobUsed] {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;
