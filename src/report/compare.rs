@@ -374,7 +374,7 @@ pub fn render_markdown(c: &Comparison) -> String {
             o,
             "\n{}",
             header(&[
-                (&*title, Left),
+                (title, Left),
                 ("A", Right),
                 ("B", Right),
                 ("B − A", Right),
