@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::device::select::Backend;
-use crate::node::selection::DeviceSelection;
+pub use crate::node::selection::DeviceArgs;
 use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]
@@ -24,60 +23,6 @@ pub struct Cli {
     pub device: DeviceArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct DeviceArgs {
-    /// Which device backend to use.
-    #[arg(long, global = true, value_enum, default_value_t = Backend::Auto)]
-    pub backend: Backend,
-    /// The CUDA device index (or the simulated device's index); for run, validate, bandwidth
-    /// and calibrate also `all` or a list such as `0,2,5`: one worker process per GPU, into a
-    /// node folder (a GPU other processes use is skipped unless --shared-ok).
-    #[arg(
-        long = "device",
-        global = true,
-        default_value = "0",
-        value_name = "INDEX|all|LIST",
-        value_parser = DeviceSelection::parse
-    )]
-    pub device: DeviceSelection,
-    /// A simulated device profile: a built-in name (tiny-4g, t4-16g, l4-24g, a10g-24g, a100-40g,
-    /// h100-80g, h200; a MIG instance of one, such as h200-1g.18gb) or a TOML file. Implies the
-    /// sim backend under --backend auto.
-    #[arg(long, global = true, value_name = "NAME|FILE")]
-    pub profile: Option<String>,
-    /// Refuse to run anywhere but on a real GPU: without a usable driver and device, exit 2
-    /// instead of falling back to the simulator (for CI jobs on GPU runners).
-    #[arg(long, global = true)]
-    pub require_gpu: bool,
-    /// When to colour OOM, failed and skipped rows of the tables: auto (a terminal, unless
-    /// NO_COLOR is set), always, never.
-    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = crate::output::ColorWhen::Auto)]
-    pub color: crate::output::ColorWhen,
-}
-
-impl DeviceArgs {
-    /// The device request these flags make.
-    pub fn request(&self) -> crate::device::select::Request<'_> {
-        crate::device::select::Request {
-            backend: self.backend,
-            profile: self.profile.as_deref(),
-            require_gpu: self.require_gpu,
-        }
-    }
-
-    /// The one GPU a command that drives a single device runs on; `--device all` or a list is
-    /// refused with the command's name.
-    pub fn one_gpu(&self, command: &str) -> anyhow::Result<u32> {
-        self.device.one().ok_or_else(|| {
-            anyhow::anyhow!(
-                "--device {}: `headroom {command}` drives one GPU; give one index (all and lists \
-                 are for run, validate, bandwidth and calibrate)",
-                self.device
-            )
-        })
-    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,8 +13,8 @@
 //!
 //! The handler only writes one byte to a pipe (async-signal-safe); a thread reads it and acts.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 static EXIT_AT_ONCE: AtomicBool = AtomicBool::new(false);
@@ -25,6 +25,19 @@ pub const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP
 /// A terminal's Ctrl-C this soon after the first signal is the same request (a key held, or a
 /// scheduler's signal and a terminal's crossing).
 pub const REPEAT_WINDOW: Duration = Duration::from_millis(1000);
+
+/// What a deliberate second Ctrl-C stops before the process exits, besides tenants: each
+/// command that starts processes of its own (a node's workers) adds its own (`on_quit_now`).
+static QUIT_NOW_HOOKS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Adds `stop` to what runs when a second Ctrl-C at the terminal quits at once (once per
+/// function, however often it is added).
+pub fn on_quit_now(stop: fn()) {
+    let mut hooks = QUIT_NOW_HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+    if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, stop)) {
+        hooks.push(stop);
+    }
+}
 
 /// The pipe's write end, for the handler (-1 before `install`).
 static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
@@ -177,7 +190,10 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
             }
             Action::QuitNow => {
                 crate::tenant::stop_all();
-                crate::node::workers::kill_all();
+                let hooks = QUIT_NOW_HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+                for stop in hooks.iter() {
+                    stop();
+                }
                 std::process::exit(130);
             }
         }

@@ -1,8 +1,8 @@
 //! `headroom merge DIR…`: the folders streamed, the CSV written as they are read.
 
 use crate::cli::MergeArgs;
+use crate::merge;
 use crate::report::escape;
-use crate::report::merge;
 
 pub fn merge(args: &MergeArgs) -> anyhow::Result<i32> {
     if let Some(out) = &args.out {

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::node::summary::{GpuRow, NodeCommand, NodeSummary, Outcome};
 use crate::report::markdown::cell;
+use crate::report::md_table::{Left, Right, header};
 use crate::units::{Bytes, Nanos};
 
 /// The run figures shown per GPU, with their column titles.
@@ -86,8 +87,18 @@ pub fn markdown(n: &NodeSummary) -> String {
     gpu_table(&mut o, n);
     if n.spread.iter().any(|s| s.gpus > 1) {
         let _ = writeln!(o, "\n## Spread across GPUs\n");
-        let _ = writeln!(o, "| figure | GPUs | min | median | max | spread |");
-        let _ = writeln!(o, "| --- | ---: | ---: | ---: | ---: | ---: |");
+        let _ = writeln!(
+            o,
+            "{}",
+            header(&[
+                ("figure", Left),
+                ("GPUs", Right),
+                ("min", Right),
+                ("median", Right),
+                ("max", Right),
+                ("spread", Right)
+            ])
+        );
         for s in n.spread.iter().filter(|s| s.gpus > 1) {
             let h = |v| human_figure(&s.figure, v);
             let _ = writeln!(
@@ -128,22 +139,18 @@ fn gpu_table(o: &mut String, n: &NodeSummary) {
         let keys: BTreeSet<&String> = n.gpus.iter().flat_map(|r| r.figures.keys()).collect();
         keys.into_iter().map(|k| (k.clone(), k.clone())).collect()
     };
-    let _ = write!(o, "| GPU | model | UUID | CUDA-visible |");
-    for (_, t) in &extra {
-        let _ = write!(o, " {t} |");
-    }
+    let mut columns = vec![
+        ("GPU", Right),
+        ("model", Left),
+        ("UUID", Left),
+        ("CUDA-visible", Right),
+    ];
+    columns.extend(extra.iter().map(|(_, t)| (t.as_str(), Right)));
     if n.command == NodeCommand::Run {
-        let _ = write!(o, " OOM |");
+        columns.push(("OOM", Left));
     }
-    let _ = writeln!(o, " outcome | exit | time |");
-    let _ = write!(o, "| ---: | --- | --- | ---: |");
-    for _ in &extra {
-        let _ = write!(o, " ---: |");
-    }
-    if n.command == NodeCommand::Run {
-        let _ = write!(o, " --- |");
-    }
-    let _ = writeln!(o, " --- | ---: | ---: |");
+    columns.extend([("outcome", Left), ("exit", Right), ("time", Right)]);
+    let _ = writeln!(o, "{}", header(&columns));
     for r in &n.gpus {
         let _ = write!(
             o,

@@ -175,11 +175,8 @@ impl NodeSummary {
 
     /// Writes `node.json` whole (a reader never sees half of it).
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        let mut text = serde_json::to_vec_pretty(self)?;
-        text.push(b'\n');
-        let path = dir.join(NODE_FILE);
-        crate::outdir::write_atomic(&path, &text)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+        crate::folder::write_json(dir, NODE_FILE, self)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.join(NODE_FILE).display()))
     }
 }
 

@@ -67,6 +67,7 @@ pub fn run_all(
     mut ended: impl FnMut(usize, &WorkerExit),
 ) -> anyhow::Result<Vec<Result<WorkerExit, String>>> {
     let exe = std::env::current_exe().context("cannot find the headroom executable")?;
+    crate::signals::on_quit_now(kill_all);
     let t0 = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut results: Vec<Option<Result<WorkerExit, String>>> = vec![None; specs.len()];

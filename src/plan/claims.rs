@@ -11,6 +11,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::plan::findings::{Outcome, Validation};
+use crate::report::md_table::{Left, header};
 use crate::report::xml_escape;
 use crate::units::Bytes;
 
@@ -175,8 +176,16 @@ pub fn markdown(points: &[(String, &Validation, String)]) -> String {
         if !label.is_empty() {
             let _ = writeln!(o, "## {label}\n");
         }
-        let _ = writeln!(o, "| claim | expected | actual | result |");
-        let _ = writeln!(o, "| --- | --- | --- | --- |");
+        let _ = writeln!(
+            o,
+            "{}",
+            header(&[
+                ("claim", Left),
+                ("expected", Left),
+                ("actual", Left),
+                ("result", Left)
+            ])
+        );
         for c in &v.claims {
             let result = match c.held {
                 Some(true) => "held",

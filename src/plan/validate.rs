@@ -19,7 +19,6 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::NvmlMemory;
-use crate::outdir;
 use crate::plan::budget::Budget;
 use crate::plan::file::{CapacitySource, Plan};
 use crate::plan::probe::ProbeShape;
@@ -357,10 +356,8 @@ pub fn validate(r: &Resolved, s: &mut Session<'_>, dir: &Path) -> anyhow::Result
 
 /// Writes `validation.json` (raw bytes throughout).
 pub fn write_json<T: Serialize>(dir: &Path, v: &T) -> anyhow::Result<()> {
-    let mut text = serde_json::to_vec_pretty(v)?;
-    text.push(b'\n');
-    let path = dir.join("validation.json");
-    outdir::write_atomic(&path, &text).with_context(|| format!("cannot write {}", path.display()))
+    crate::folder::write_json(dir, "validation.json", v)
+        .with_context(|| format!("cannot write {}", dir.join("validation.json").display()))
 }
 
 #[cfg(test)]

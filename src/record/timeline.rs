@@ -15,6 +15,7 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
 
@@ -356,7 +357,7 @@ impl EventLog {
             "result {:?} is not in EVENT_RESULTS",
             row.result
         );
-        let _io = crate::run::watchdog::events_io();
+        let _io = events_io();
         self.csv.serialize(row).map_err(std::io::Error::other)?;
         if self.flush_each_row {
             self.csv.flush()?;
@@ -369,6 +370,27 @@ impl EventLog {
         self.csv.flush()?;
         self.csv.get_ref().get_ref().sync_data()
     }
+}
+
+/// Held while a row is written to `events.csv`: by the `EventLog` for each row, and by
+/// `append_event_row` for a row added from another thread (the watchdog's, when it ends a run
+/// stuck in a call), so that one never lands inside the other.
+static EVENTS_IO: Mutex<()> = Mutex::new(());
+
+fn events_io() -> MutexGuard<'static, ()> {
+    EVENTS_IO.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Appends one row to the `events.csv` at `path` (whole, never inside a row an `EventLog` is
+/// writing), without a header.
+pub fn append_event_row(path: &Path, row: &EventRow) -> std::io::Result<()> {
+    let _io = events_io();
+    let file = std::fs::OpenOptions::new().append(true).open(path)?;
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(file);
+    w.serialize(row).map_err(std::io::Error::other)?;
+    w.flush()
 }
 
 impl Drop for Recorder {

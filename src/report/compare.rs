@@ -11,6 +11,7 @@ use crate::record::View;
 use crate::record::timeline::FORMAT_VERSION;
 use crate::report::escape::line;
 use crate::report::markdown::{cell, status_name};
+use crate::report::md_table::{Left, Right, header};
 use crate::report::rundata::load_summary;
 use crate::report::summary::Summary;
 use crate::units::{Bytes, SignedBytes};
@@ -371,7 +372,14 @@ pub fn render_markdown(c: &Comparison) -> String {
     for (title, rows) in sections(c) {
         let _ = writeln!(
             o,
-            "\n| {title} | A | B | B − A | % |\n| --- | ---: | ---: | ---: | ---: |"
+            "\n{}",
+            header(&[
+                (title, Left),
+                ("A", Right),
+                ("B", Right),
+                ("B − A", Right),
+                ("%", Right)
+            ])
         );
         for r in rows {
             let (d, p) = delta(r);
@@ -384,7 +392,11 @@ pub fn render_markdown(c: &Comparison) -> String {
             );
         }
     }
-    let _ = writeln!(o, "\n| | OOM | expectations held |\n| --- | --- | --- |");
+    let _ = writeln!(
+        o,
+        "\n{}",
+        header(&[("", Left), ("OOM", Left), ("expectations held", Left)])
+    );
     for (k, r) in [("A", &c.a), ("B", &c.b)] {
         let _ = writeln!(
             o,

@@ -12,10 +12,20 @@ use crate::report::rundata::RunData;
 use crate::report::summary::{RunStatus, Summary};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
-/// A Markdown table cell: text escaped (`escape::md`), pipes escaped, line breaks flattened.
-pub fn cell(s: &str) -> String {
-    md(&s.replace(['\n', '\r'], " ")).replace('|', "\\|")
-}
+pub use crate::report::md_table::cell;
+use crate::report::md_table::{self, Align, Left, Right};
+
+/// The columns of a report's peaks table (`report.md`'s and a watch's): each view's idle
+/// reading, true peak and when, and what 1 Hz and 10 Hz pollers would have shown.
+pub const PEAK_COLUMNS: &[(&str, Align)] = &[
+    ("view", Left),
+    ("scope", Left),
+    ("idle", Right),
+    ("true peak", Right),
+    ("peak at", Right),
+    ("1 Hz poll", Right),
+    ("10 Hz poll", Right),
+];
 
 /// The device row of a report: name, index, compute capability, SMs, CUDA-visible memory, UUID.
 pub fn device_line(d: &crate::device::DeviceInfo) -> String {
@@ -140,7 +150,7 @@ pub fn render(run: &RunData) -> String {
 /// The key–value table at the top: status, device, backend, driver, times, workload, shape.
 fn header(o: &mut String, s: &Summary) {
     let d = &s.device;
-    let _ = writeln!(o, "| | |\n| --- | --- |");
+    let _ = writeln!(o, "{}", md_table::header(&[("", Left), ("", Left)]));
     let row = |o: &mut String, k: &str, v: String| {
         let _ = writeln!(o, "| {k} | {} |", cell(&v));
     };
@@ -229,9 +239,21 @@ fn expectations(o: &mut String, s: &Summary) {
         let _ = writeln!(o, "None evaluated.");
         return;
     }
+    expectation_table(o, s);
+}
+
+/// The expectations' table: each one, what it expected, what the run showed, and whether it
+/// held.
+pub fn expectation_table(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
-        "| expectation | expected | actual | result |\n| --- | --- | --- | --- |"
+        "{}",
+        md_table::header(&[
+            ("expectation", Left),
+            ("expected", Left),
+            ("actual", Left),
+            ("result", Left)
+        ])
     );
     for e in &s.expectations {
         let _ = writeln!(
@@ -312,10 +334,7 @@ fn peaks(o: &mut String, s: &Summary) {
         let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
-    let _ = writeln!(
-        o,
-        "| view | scope | idle | true peak | peak at | 1 Hz poll | 10 Hz poll |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-    );
+    let _ = writeln!(o, "{}", md_table::header(PEAK_COLUMNS));
     for v in View::ALL {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;
@@ -372,7 +391,17 @@ fn phases(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "\n## Phases\n");
     let _ = writeln!(
         o,
-        "| phase | status | time | steps | device used | own | alloc reserved | alloc allocated |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "{}",
+        md_table::header(&[
+            ("phase", Left),
+            ("status", Left),
+            ("time", Right),
+            ("steps", Right),
+            ("device used", Right),
+            ("own", Right),
+            ("alloc reserved", Right),
+            ("alloc allocated", Right)
+        ])
     );
     for p in &s.phases {
         let time = phase_time(p);
@@ -424,7 +453,11 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         md(&r.pool),
         md(&r.stream)
     );
-    let _ = writeln!(o, "| | bytes | |\n| --- | ---: | ---: |");
+    let _ = writeln!(
+        o,
+        "{}",
+        md_table::header(&[("", Left), ("bytes", Right), ("", Right)])
+    );
     let rows: [(&str, u64); 14] = [
         ("requested", r.requested_bytes),
         ("after rounding", r.rounded_bytes),

@@ -20,7 +20,7 @@ pub mod graphs;
 pub mod imported;
 pub mod junit;
 pub mod markdown;
-pub mod merge;
+pub mod md_table;
 pub mod plot;
 pub mod progress;
 pub mod rundata;

@@ -215,13 +215,6 @@ pub struct NextCheck {
     pub why: String,
 }
 
-/// Writes `summary.json`: the run's keys and `watch`.
-pub fn write_summary(dir: &Path, summary: &Summary, watch: &WatchSection) -> std::io::Result<()> {
-    let mut s = summary.clone();
-    s.watch = Some(watch.clone());
-    crate::run::write_summary(dir, &s)
-}
-
 /// The `watch` section of a folder's `summary.json`, when it is a watch.
 pub fn load(dir: &Path) -> anyhow::Result<Option<WatchSection>> {
     let path = dir.join("summary.json");

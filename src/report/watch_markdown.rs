@@ -10,6 +10,7 @@ use crate::report::escape::md;
 use crate::report::markdown::{
     cell, device_line, difference_text, phase_status, phase_time, status_name,
 };
+use crate::report::md_table::{Left, Right, header};
 use crate::report::rundata::RunData;
 use crate::report::summary::Summary;
 use crate::report::watch::{WatchOom, WatchSection};
@@ -50,7 +51,7 @@ pub fn render(run: &RunData, w: &WatchSection) -> String {
     let d = &s.device;
     let mut o = String::new();
     let _ = writeln!(o, "# headroom · watch of {} on {}\n", job_label(w), d.name);
-    let _ = writeln!(o, "| | |\n| --- | --- |");
+    let _ = writeln!(o, "{}", header(&[("", Left), ("", Left)]));
     let row = |o: &mut String, k: &str, v: String| {
         let _ = writeln!(o, "| {k} | {} |", cell(&v));
     };
@@ -186,10 +187,7 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
         let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
-    let _ = writeln!(
-        o,
-        "| view | scope | idle | true peak | peak at | 1 Hz poll | 10 Hz poll |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-    );
+    let _ = writeln!(o, "{}", header(crate::report::markdown::PEAK_COLUMNS));
     for v in [View::DeviceUsed, View::JobUsed] {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;
@@ -289,7 +287,7 @@ fn sampling(o: &mut String, s: &Summary, w: &WatchSection) {
     if let Some(n) = &pl.resolution_note {
         let _ = writeln!(o, "\n**Resolution:** {n}.");
     }
-    let _ = writeln!(o, "\n| reader | achieved |\n| --- | --- |");
+    let _ = writeln!(o, "\n{}", header(&[("reader", Left), ("achieved", Left)]));
     let _ = writeln!(o, "| device ({}) | {} |", sm.device_view, rate(&s.sampler));
     let _ = writeln!(
         o,
@@ -346,7 +344,14 @@ fn phases(o: &mut String, s: &Summary, w: &WatchSection) {
     }
     let _ = writeln!(
         o,
-        "| phase | status | time | device used | job used |\n| --- | --- | ---: | ---: | ---: |"
+        "{}",
+        header(&[
+            ("phase", Left),
+            ("status", Left),
+            ("time", Right),
+            ("device used", Right),
+            ("job used", Right)
+        ])
     );
     for p in &s.phases {
         let time = phase_time(p);
@@ -378,7 +383,13 @@ fn processes(o: &mut String, w: &WatchSection, start_ns: u64) {
     } else {
         let _ = writeln!(
             o,
-            "| pid | peak (NVML, context included) | first listed | last listed |\n| ---: | ---: | ---: | ---: |"
+            "{}",
+            header(&[
+                ("pid", Right),
+                ("peak (NVML, context included)", Right),
+                ("first listed", Right),
+                ("last listed", Right)
+            ])
         );
         for p in &w.job_processes {
             let _ = writeln!(
@@ -436,7 +447,8 @@ fn oom(o: &mut String, i: usize, m: &WatchOom, s: &Summary) {
     };
     let _ = writeln!(
         o,
-        "headroom's readings when the message arrived:\n\n| view | bytes | |\n| --- | ---: | ---: |"
+        "headroom's readings when the message arrived:\n\n{}",
+        header(&[("view", Left), ("bytes", Right), ("", Right)])
     );
     let rows = [
         (
@@ -509,20 +521,8 @@ fn expectations(o: &mut String, s: &Summary) {
     if s.expectations.is_empty() {
         return;
     }
-    let _ = writeln!(
-        o,
-        "\n## Expectations\n\n| expectation | expected | actual | result |\n| --- | --- | --- | --- |"
-    );
-    for e in &s.expectations {
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} | {} |",
-            cell(&e.name),
-            cell(&e.expected),
-            cell(&e.actual),
-            if e.held { "held" } else { "**FAILED**" }
-        );
-    }
+    let _ = writeln!(o, "\n## Expectations\n");
+    crate::report::markdown::expectation_table(o, s);
 }
 
 fn release(o: &mut String, s: &Summary, w: &WatchSection) {

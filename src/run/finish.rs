@@ -3,43 +3,21 @@
 //! replays closed, the expectations evaluated and the record written.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::Context;
 
 use crate::alloc::AllocatorKind;
-use crate::record::timeline::POLLERS;
+use crate::folder::write_summary;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
-use crate::report::deadline::Deadline;
-use crate::report::summary::{PolledPeaks, Release, RunStatus, Summary};
+use crate::report::summary::{Release, RunStatus, Summary};
 use crate::run::actions::Done;
 use crate::run::recording::RowKey;
-use crate::run::{RunOptions, Runner, watchdog, write_summary};
+use crate::run::{RunOptions, Runner, watchdog};
 use crate::units::{MIB, Nanos, utc_timestamp};
 
 /// How long the release check waits for a stopped tenant's memory to come back.
 const TENANT_SETTLE_NS: u64 = 2_000_000_000;
-
-/// After Ctrl-C, how long the derived reports may take: whoever pressed it wants out.
-pub const INTERRUPTED_REPORTS_BUDGET: Duration = Duration::from_millis(500);
-
-/// The derived reports of an interrupted run, each said on stderr as it starts, none started
-/// past the budget; the ones skipped are named with the command that writes them.
-fn write_reports_interrupted(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
-    let deadline = Deadline::after(INTERRUPTED_REPORTS_BUDGET);
-    let done = crate::report::artifacts::write_within(dir, summary, deadline, |file| {
-        crate::errln!("interrupted: writing {file}");
-    })?;
-    if !done.skipped.is_empty() {
-        crate::errln!(
-            "interrupted: skipped {} (more than {} ms; `headroom report {}` writes them)",
-            done.skipped.join(", "),
-            INTERRUPTED_REPORTS_BUDGET.as_millis(),
-            dir.display()
-        );
-    }
-    Ok(())
-}
 
 /// What releasing the run's memory left to report.
 struct Released {
@@ -137,9 +115,9 @@ impl Runner<'_, '_> {
         // The run's record is complete on disk; a report that cannot be written is a warning
         // (`headroom report DIR` can write it again), not a different outcome of the run.
         let reports = if interrupted {
-            write_reports_interrupted(dir, summary)
+            crate::folder::reports::write_interrupted(dir, summary)
         } else {
-            crate::report::artifacts::write_all(dir, summary).map(|_| ())
+            crate::folder::reports::write(dir, summary)
         };
         if let Err(e) = reports {
             // The record is on disk, but what a reader looks at first is not: never exit 0.
@@ -282,20 +260,8 @@ impl Runner<'_, '_> {
 
     /// The pollers see the run up to its end.
     fn close_pollers(&mut self, summary: &mut Summary, end_ns: u64) {
-        for (poller, (name, period)) in self.rec.timeline.pollers.iter_mut().zip(POLLERS) {
-            let (peaks, ticks) = poller.finish(end_ns);
-            summary.peaks.polled.insert(
-                name.to_string(),
-                PolledPeaks {
-                    period_ns: *period,
-                    ticks,
-                    peaks: View::ALL
-                        .iter()
-                        .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
-                        .collect(),
-                },
-            );
-        }
+        let polled = crate::folder::records::polled_peaks(&mut self.rec.timeline.pollers, end_ns);
+        summary.peaks.polled.extend(polled);
     }
 
     /// A device error that surfaced only now (a kernel that faulted after the last step's

@@ -27,11 +27,11 @@ use std::time::SystemTime;
 use anyhow::Context;
 
 use crate::alloc::Allocator;
-use crate::alloc::adaptors::logging::LoggingAdaptor;
 use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
+use crate::folder::records;
+pub use crate::folder::{ALLOC_LOG, write_summary};
 use crate::oom::OomRecord;
-use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
 use crate::sampler::LiveViews;
@@ -119,9 +119,6 @@ impl RunOptions {
         )
     }
 }
-
-/// The allocator's call log in a run folder (headroom's log format, read by `headroom replay`).
-pub const ALLOC_LOG: &str = "alloc-log.csv";
 
 /// The command that starts a tenant process: this executable and the device arguments that
 /// select the same GPU.
@@ -227,11 +224,7 @@ pub fn run_on(
     })?;
     // Every allocator call is logged, so `headroom replay` can try the run's allocations
     // against another allocator or other settings.
-    let log_path = dir.join(ALLOC_LOG);
-    let alloc: Box<dyn Allocator> = Box::new(
-        LoggingAdaptor::create(alloc, &log_path)
-            .with_context(|| format!("cannot create {}", log_path.display()))?,
-    );
+    let alloc: Box<dyn Allocator> = Box::new(crate::folder::records::alloc_log(alloc, &dir)?);
     let start_ns = device.now_ns();
     let rec = start_recording(wl, device, &dir, &before, sample_interval_ns, opts, &*alloc)?;
     let limits = Limits {
@@ -319,10 +312,8 @@ fn start_recording(
 ) -> anyhow::Result<Recording> {
     let info = device.info();
     let phase_names: Vec<String> = wl.phases.iter().map(|p| p.name.clone()).collect();
-    let mut timeline = Recorder::create(dir, phase_names, info.total_bytes, device.now_ns())
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
-    let mut events = EventLog::create(dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let mut timeline = records::timeline(dir, phase_names, info.total_bytes, device.now_ns())?;
+    let mut events = records::events(dir)?;
     // On a real driver every row reaches the file at once: a run that ends inside a wedged
     // driver call keeps every step before it.
     events.set_flush_each_row(!info.is_sim());
@@ -413,10 +404,4 @@ fn exit_code(s: &Summary) -> i32 {
             }
         }
     }
-}
-
-pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
-    text.push(b'\n');
-    crate::outdir::write_atomic(&dir.join("summary.json"), &text)
 }

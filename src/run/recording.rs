@@ -165,7 +165,7 @@ impl Recording {
         if let Err(e) = self.timeline.flush().and_then(|_| self.events.flush()) {
             crate::errln!("warning: flushing results: {e}");
         }
-        if let Err(e) = crate::run::write_summary(dir, summary) {
+        if let Err(e) = crate::folder::write_summary(dir, summary) {
             crate::errln!("warning: writing summary.json: {e}");
         }
     }

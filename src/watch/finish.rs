@@ -66,15 +66,11 @@ pub fn finish(
     s.events.flush().context("flushing events.csv")?;
     s.summary.timeline_rows = s.recorder.rows_written;
     s.summary.event_rows = s.events.rows_written;
-    crate::report::watch::write_summary(&s.dir, &s.summary, &s.watch)
+    crate::folder::write_watch_summary(&s.dir, &s.summary, &s.watch)
         .with_context(|| format!("cannot write {}", s.dir.join("summary.json").display()))?;
     // The record is on disk; a report that cannot be written is a warning (`headroom report
     // DIR` writes it again), not another outcome of the job.
-    let reports = crate::report::rundata::RunData::with_summary(&s.dir, s.summary.clone())
-        .and_then(|mut run| {
-            run.watch = Some(s.watch.clone());
-            crate::report::artifacts::write_run(&run)
-        });
+    let reports = crate::folder::reports::write_watch(&s.dir, &s.summary, &s.watch);
     if let Err(e) = reports {
         crate::errln!("warning: writing the watch's reports: {e:#}");
     }
@@ -167,12 +163,6 @@ fn peaks(s: &mut Session, end_ns: u64) {
     for (ps, set) in sum.phases.iter_mut().zip(&s.recorder.phases) {
         ps.peaks = set.to_map();
     }
-    let polled = |peaks: &crate::record::peaks::PeakSet| -> BTreeMap<String, u64> {
-        View::ALL
-            .iter()
-            .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
-            .collect()
-    };
     for ((poller, job_poller), (name, period)) in s
         .recorder
         .pollers
@@ -181,7 +171,7 @@ fn peaks(s: &mut Session, end_ns: u64) {
         .zip(POLLERS)
     {
         let (seen, ticks) = poller.finish(end_ns);
-        let mut peaks = polled(seen);
+        let mut peaks = crate::folder::records::peak_bytes(seen);
         peaks.remove(View::JobUsed.key());
         let (job_seen, _) = job_poller.finish(end_ns);
         if let Some(p) = job_seen.get(View::JobUsed) {

@@ -33,7 +33,6 @@ use std::time::{Instant, SystemTime};
 use anyhow::{Context, bail};
 
 use crate::cli::DeviceArgs;
-use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
 use crate::report::summary::Summary;
 use crate::report::watch::{JobExit, WatchSection};
@@ -258,10 +257,8 @@ fn run(
         Job::Child { .. } => Some(0),
     };
 
-    let mut recorder = Recorder::create(&dir, Vec::new(), total_bytes, start_ns)
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
-    let mut events = EventLog::create(&dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let mut recorder = crate::folder::records::timeline(&dir, Vec::new(), total_bytes, start_ns)?;
+    let mut events = crate::folder::records::events(&dir)?;
     events.set_flush_each_row(true);
     recorder.push(Reading {
         t_ns: idle_t,
@@ -297,7 +294,7 @@ fn run(
         &lp,
         fifo.as_ref().map(|f| f.path().display().to_string()),
     );
-    crate::report::watch::write_summary(&dir, &summary, &watch)
+    crate::folder::write_watch_summary(&dir, &summary, &watch)
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     let idle_pids: HashSet<u32> = idle_processes.iter().flatten().map(|p| p.pid).collect();
     let mut session = session::Session::new(session::Start {

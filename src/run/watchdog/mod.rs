@@ -43,13 +43,6 @@ pub const SIGNAL_BOUND_NS: u64 = 2_000_000_000;
 /// within this.
 const LOOK_NS: u64 = 50_000_000;
 
-/// Held while a row is written to `events.csv`, so the watchdog never appends into a row.
-pub(crate) static EVENTS_IO: Mutex<()> = Mutex::new(());
-
-pub(crate) fn events_io() -> MutexGuard<'static, ()> {
-    EVENTS_IO.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Set by a signal handler that is not the command's flag (`watch`'s own).
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 

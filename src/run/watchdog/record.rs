@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::record::timeline::EventRow;
+use crate::record::timeline::{EventRow, append_event_row};
 use crate::report::summary::{RunStatus, Summary};
-use crate::run::watchdog::{Cause, Fired, OnFire, events_io};
+use crate::run::watchdog::{Cause, Fired, OnFire};
 use crate::units::utc_timestamp;
 
 /// The record of the run writing into `dir`.
@@ -24,39 +24,27 @@ fn write(dir: &Path, f: &Fired) {
         }
         return;
     }
-    {
-        let _io = events_io();
-        let row = EventRow {
-            t_ns: f.t_ns,
-            phase: &f.phase,
-            step: &f.step,
-            op: &f.op,
-            name: &f.name,
-            stream: &f.stream,
-            requested_bytes: None,
-            size_bytes: None,
-            latency_ns: f.waited_ns,
-            result: f.result(),
-            device_free_bytes: None,
-            detail: &f.detail,
-        };
-        if let Err(e) = append_row(&dir.join("events.csv"), &row) {
-            crate::errln!("warning: recording the stuck call in events.csv: {e}");
-        }
+    let row = EventRow {
+        t_ns: f.t_ns,
+        phase: &f.phase,
+        step: &f.step,
+        op: &f.op,
+        name: &f.name,
+        stream: &f.stream,
+        requested_bytes: None,
+        size_bytes: None,
+        latency_ns: f.waited_ns,
+        result: f.result(),
+        device_free_bytes: None,
+        detail: &f.detail,
+    };
+    if let Err(e) = append_event_row(&dir.join("events.csv"), &row) {
+        crate::errln!("warning: recording the stuck call in events.csv: {e}");
     }
     if let Err(e) = mark_summary(dir, f) {
         crate::errln!("warning: recording the stuck call in summary.json: {e:#}");
     }
     crate::errln!("results so far: {}", dir.display());
-}
-
-fn append_row(path: &Path, row: &EventRow) -> std::io::Result<()> {
-    let file = std::fs::OpenOptions::new().append(true).open(path)?;
-    let mut w = csv::WriterBuilder::new()
-        .has_headers(false)
-        .from_writer(file);
-    w.serialize(row).map_err(std::io::Error::other)?;
-    w.flush()
 }
 
 /// Rewrites the last `summary.json` with the watchdog's finding and the phases as
@@ -76,6 +64,6 @@ fn mark_summary(dir: &Path, f: &Fired) -> anyhow::Result<()> {
         Ok(p) => crate::report::progress::apply_events(&mut s, &p),
         Err(e) => crate::errln!("warning: reading events.csv back: {e:#}"),
     }
-    crate::run::write_summary(dir, &s)?;
+    crate::folder::write_summary(dir, &s)?;
     Ok(())
 }

@@ -18,21 +18,19 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
-use crate::alloc::adaptors::LoggingAdaptor;
 use crate::alloc::caching::CachingConfig;
 use crate::alloc::replay::{RecordedOptions, replay_recorded};
 use crate::alloc::{Allocator, AllocatorSpec};
 use crate::device::prelude::*;
 use crate::device::sim::SimDevice;
+use crate::folder::{records, write_summary};
 use crate::outdir;
-use crate::record::timeline::{EventLog, FORMAT_VERSION, POLLERS, Recorder};
+use crate::record::timeline::{FORMAT_VERSION, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
 use crate::report::summary::{
-    Idle, IdleReading, Peaks, PhaseStatus, PhaseSummary, PolledPeaks, RunStatus, Summary,
-    WorkloadInfo,
+    Idle, IdleReading, Peaks, PhaseStatus, PhaseSummary, RunStatus, Summary, WorkloadInfo,
 };
-use crate::run::{ALLOC_LOG, write_summary};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};
@@ -240,21 +238,7 @@ pub(super) fn finish(
 ) -> anyhow::Result<Imported> {
     let mut recorder = f.recorder;
     recorder.flush().context("writing timeline.csv")?;
-    let mut polled = std::collections::BTreeMap::new();
-    for (poller, (name, period)) in recorder.pollers.iter_mut().zip(POLLERS) {
-        let (peaks, ticks) = poller.finish(f.end_ns);
-        polled.insert(
-            name.to_string(),
-            PolledPeaks {
-                period_ns: *period,
-                ticks,
-                peaks: View::ALL
-                    .iter()
-                    .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
-                    .collect(),
-            },
-        );
-    }
+    let polled = records::polled_peaks(&mut recorder.pollers, f.end_ns);
     let info = f.dev.info().clone();
     let before = f.dev.before_context();
     let run_peaks = recorder.run.to_map();
@@ -349,7 +333,7 @@ pub(super) fn finish(
     };
     drop(recorder);
     write_summary(dir, &summary).context("writing summary.json")?;
-    if let Err(e) = crate::report::artifacts::write_all(dir, &summary) {
+    if let Err(e) = crate::folder::reports::write(dir, &summary) {
         crate::errln!("warning: writing the reports of {}: {e:#}", dir.display());
     }
     Ok(Imported {
@@ -386,11 +370,8 @@ fn one_device(
     let built = spec
         .build(&mut dev)
         .map_err(|e| anyhow::anyhow!("cannot set up the caching allocator: {e}"))?;
-    let log_path = dir.join(ALLOC_LOG);
-    let mut alloc = LoggingAdaptor::create(built, &log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
-    let mut recorder = Recorder::create(dir, vec!["trace".into()], total, 0)
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
+    let mut alloc = records::alloc_log(built, dir)?;
+    let mut recorder = records::timeline(dir, vec!["trace".into()], total, 0)?;
     let idle = Reading {
         t_ns: 0,
         phase: NO_PHASE,
@@ -418,8 +399,7 @@ fn one_device(
         notes.push(format!("releasing the replay's memory failed: {e}"));
     }
     alloc.flush().context("writing alloc-log.csv")?;
-    let mut events = EventLog::create(dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let mut events = records::events(dir)?;
     let event_rows = events::write(&mut events, snap, trace).context("writing events.csv")?;
     events.flush().context("writing events.csv")?;
 

@@ -10,7 +10,6 @@ use crate::alloc::AllocStats;
 use crate::device::prelude::*;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::sim::SimDevice;
-use crate::record::timeline::{EventLog, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::ImportInfo;
 use crate::report::summary::RunStatus;
@@ -75,8 +74,7 @@ pub(super) fn state_only(
     let total = dev.info().total_bytes;
     let idle_free = dev.mem_info()?.free_bytes;
     let stats = stats_of(snap, device);
-    let mut recorder = Recorder::create(dir, vec!["trace".into()], total, 0)
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))?;
+    let mut recorder = crate::folder::records::timeline(dir, vec!["trace".into()], total, 0)?;
     let idle = Reading {
         t_ns: 0,
         phase: NO_PHASE,
@@ -94,11 +92,10 @@ pub(super) fn state_only(
         device_free_bytes: idle_free.saturating_sub(stats.reserved_bytes),
         views,
     });
-    let mut events = EventLog::create(dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))?;
+    let mut events = crate::folder::records::events(dir)?;
     events.flush()?;
     std::fs::write(
-        dir.join(crate::run::ALLOC_LOG),
+        dir.join(crate::folder::ALLOC_LOG),
         "t_ns,action,ptr,bytes,stream,detail\n",
     )
     .context("writing alloc-log.csv")?;

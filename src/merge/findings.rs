@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::report::merge::{FIGURES, Merged, RunRow, natural_cmp};
+use crate::merge::{FIGURES, Merged, RunRow, natural_cmp};
 use crate::units::Bytes;
 
 /// A figure this far from its group's median is an outlier (the node summary's rule).

@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use crate::merge::findings::findings;
+use crate::merge::{FIGURES, Merged, RunRow};
 use crate::record::View;
 use crate::report::markdown::cell;
-use crate::report::merge::findings::findings;
-use crate::report::merge::{FIGURES, Merged, RunRow};
+use crate::report::md_table::{Left, Right, header};
 use crate::units::Bytes;
 
 /// Up to this many runs, the report has a row for each.
@@ -136,8 +137,18 @@ fn rollup(o: &mut String, m: &Merged, g: usize, model: &str, driver: &str) {
             format!("an OOM in {}", plural(ooms, "run", "runs"))
         },
     );
-    let _ = writeln!(o, "| figure | runs | min | median | max | spread |");
-    let _ = writeln!(o, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        o,
+        "{}",
+        header(&[
+            ("figure", Left),
+            ("runs", Right),
+            ("min", Right),
+            ("median", Right),
+            ("max", Right),
+            ("spread", Right)
+        ])
+    );
     let col = |k: usize| -> Vec<u64> { rs.iter().filter_map(|r| r.figures[k]).collect() };
     spread_row(o, FIGURES[0], col(0));
     spread_row(o, FIGURES[1], col(1));
@@ -157,11 +168,18 @@ fn run_table(o: &mut String, m: &Merged) {
     let _ = writeln!(o, "\n### Runs\n");
     let _ = writeln!(
         o,
-        "| run | workload | GPU | status | idle used | true peak device used | true peak own | headroom at the peak | OOMs |"
-    );
-    let _ = writeln!(
-        o,
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+        "{}",
+        header(&[
+            ("run", Left),
+            ("workload", Left),
+            ("GPU", Right),
+            ("status", Left),
+            ("idle used", Right),
+            ("true peak device used", Right),
+            ("true peak own", Right),
+            ("headroom at the peak", Right),
+            ("OOMs", Right)
+        ])
     );
     let h = |v: Option<u64>| v.map_or("-".into(), |b| Bytes(b).to_string());
     for r in &m.runs {

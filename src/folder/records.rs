@@ -1,0 +1,67 @@
+//! The record a producer writes as it goes, created the same way by each: `timeline.csv`
+//! (readings, peaks, the pollers), `events.csv`, `alloc-log.csv`; and at the end the pollers'
+//! peaks as `summary.json` has them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::alloc::Allocator;
+use crate::alloc::adaptors::logging::LoggingAdaptor;
+use crate::folder::ALLOC_LOG;
+use crate::record::View;
+use crate::record::peaks::{PeakSet, Poller};
+use crate::record::timeline::{EventLog, POLLERS, Recorder};
+use crate::report::summary::PolledPeaks;
+
+/// `timeline.csv` in `dir`, for these phases on a device of `total_bytes`, its clock starting
+/// at `start_ns`.
+pub fn timeline(
+    dir: &Path,
+    phases: Vec<String>,
+    total_bytes: u64,
+    start_ns: u64,
+) -> anyhow::Result<Recorder> {
+    Recorder::create(dir, phases, total_bytes, start_ns)
+        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))
+}
+
+/// `events.csv` in `dir`.
+pub fn events(dir: &Path) -> anyhow::Result<EventLog> {
+    EventLog::create(dir)
+        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))
+}
+
+/// `alloc`, every call logged to `alloc-log.csv` in `dir` (so `headroom replay` can try the
+/// allocations against another allocator or other settings).
+pub fn alloc_log(alloc: Box<dyn Allocator>, dir: &Path) -> anyhow::Result<LoggingAdaptor> {
+    let path = dir.join(ALLOC_LOG);
+    LoggingAdaptor::create(alloc, &path)
+        .with_context(|| format!("cannot create {}", path.display()))
+}
+
+/// A poller's peaks by view key, in bytes.
+pub fn peak_bytes(peaks: &PeakSet) -> BTreeMap<String, u64> {
+    View::ALL
+        .iter()
+        .filter_map(|v| peaks.get(*v).map(|p| (v.key().to_string(), p.bytes)))
+        .collect()
+}
+
+/// What each of `POLLERS` would have reported up to `end_ns`, by poller name.
+pub fn polled_peaks(pollers: &mut [Poller], end_ns: u64) -> BTreeMap<String, PolledPeaks> {
+    let mut out = BTreeMap::new();
+    for (poller, (name, period)) in pollers.iter_mut().zip(POLLERS) {
+        let (peaks, ticks) = poller.finish(end_ns);
+        out.insert(
+            name.to_string(),
+            PolledPeaks {
+                period_ns: *period,
+                ticks,
+                peaks: peak_bytes(peaks),
+            },
+        );
+    }
+    out
+}
