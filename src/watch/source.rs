@@ -10,7 +10,7 @@ use anyhow::{Context, anyhow, bail};
 
 use crate::cli::DeviceArgs;
 use crate::device::driver_detail::with_driver_detail;
-use crate::device::nvml::{NvmlDevice, process_list_error, read_memory, read_processes};
+use crate::device::nvml::{NvmlDevice, NvmlReader};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::{self, Backend};
 use crate::device::{BackendKind, DeviceInfo, ProcessUsage, cuda};
@@ -36,13 +36,13 @@ pub trait ProcessProbe: Sync {
 
 /// NVML through one device handle, looked up once.
 pub struct NvmlProbe<'a> {
-    device: nvml_wrapper::Device<'a>,
+    device: NvmlReader<'a>,
 }
 
 impl<'a> NvmlProbe<'a> {
     pub fn new(nvml: &'a NvmlDevice) -> anyhow::Result<NvmlProbe<'a>> {
         let device = nvml
-            .handle()
+            .reader(Instant::now())
             .map_err(|e| anyhow!("NVML lost the device: {e}"))?;
         Ok(NvmlProbe { device })
     }
@@ -50,8 +50,7 @@ impl<'a> NvmlProbe<'a> {
 
 impl DeviceProbe for NvmlProbe<'_> {
     fn read(&self) -> Result<DeviceReading, String> {
-        let m =
-            read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo_v2: {e}"))?;
+        let m = self.device.memory()?;
         Ok(DeviceReading {
             free_bytes: m.free_bytes,
             used_bytes: m.used_bytes,
@@ -61,7 +60,7 @@ impl DeviceProbe for NvmlProbe<'_> {
 
 impl ProcessProbe for NvmlProbe<'_> {
     fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
-        read_processes(&self.device).map_err(|e| process_list_error(&e))
+        self.device.processes()
     }
 }
 
