@@ -546,12 +546,12 @@ struct DeviceFree<'a>(&'a dyn Device);
 
 impl FreeOverTime for DeviceFree<'_> {
     fn free_at(&self, t_ns: u64) -> u64 {
-        self.0.free_at_ns(t_ns).unwrap_or(0)
+        self.0.simulated().map_or(0, |s| s.free_at_ns(t_ns))
     }
     fn steady_until(&self, t_ns: u64) -> u64 {
         self.0
-            .free_steady_until_ns(t_ns)
-            .unwrap_or(t_ns.saturating_add(1))
+            .simulated()
+            .map_or(t_ns.saturating_add(1), |s| s.free_steady_until_ns(t_ns))
     }
 }
 

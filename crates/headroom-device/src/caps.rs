@@ -1,13 +1,13 @@
 //! What a device can do, one trait per concern: the core (identity, clock, memory readings,
-//! the host waiting, releasing everything), plain memory, streams and events, kernels, the
+//! the host waiting, releasing everything), what only the simulator can do, plain memory, streams and events, kernels, the
 //! stream-ordered pool, virtual memory management and CUDA graphs. `Device` is all of them.
 //!
 //! Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
 //! Both count nanoseconds since the device was opened.
 
 use super::{
-    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape, Kernel,
+    KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
 use crate::reading::Readings;
 
@@ -36,29 +36,35 @@ pub trait DeviceCore: Send {
     /// `watch`'s source of raw readings).
     fn readings(&mut self) -> DevResult<Readings>;
 
-    /// Device free memory at device time `t_ns`, for devices that can answer for a past
-    /// instant (the simulator, whose memory between calls changes only through modeled other
-    /// processes); `None` on a real GPU.
-    fn free_at_ns(&self, _t_ns: u64) -> Option<u64> {
+    /// What only the simulator can do, where this device is the simulator.
+    fn simulated(&self) -> Option<&dyn Simulated> {
         None
     }
 
-    /// Where `free_at_ns` answers: a time until which (exclusive) free memory stays what it is
-    /// at `t_ns` (the next arrival or departure of a modeled other process).
-    fn free_steady_until_ns(&self, _t_ns: u64) -> Option<u64> {
+    /// As `simulated`, to change the simulation (add a modeled other process).
+    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
         None
-    }
-
-    /// The simulator's stand-in for another process: `pid` holds `bytes` (and a context of
-    /// its own) for `duration_ns` from now. A real GPU gets a real process instead (`headroom
-    /// hold`).
-    fn add_simulated_tenant(&mut self, _pid: u32, _bytes: u64, _duration_ns: u64) -> DevResult<()> {
-        Err(DeviceError::Unsupported("a simulated tenant", "cuda"))
     }
 
     /// Frees every allocation and pool block this device still holds for the harness.
     /// Called at the end of every run, also after an OOM or an interrupt.
     fn release_all(&mut self) -> DevResult<()>;
+}
+
+/// What only the simulated device can do: answer for a past instant (its memory between calls
+/// changes only through modeled other processes), and model another process.
+pub trait Simulated {
+    /// Device free memory at device time `t_ns`.
+    fn free_at_ns(&self, t_ns: u64) -> u64;
+
+    /// A time until which (exclusive) free memory stays what it is at `t_ns` (the next
+    /// arrival or departure of a modeled other process).
+    fn free_steady_until_ns(&self, t_ns: u64) -> u64;
+
+    /// The simulator's stand-in for another process: `pid` holds `bytes` (and a context of
+    /// its own) for `duration_ns` from now. A real GPU gets a real process instead (`headroom
+    /// hold`).
+    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()>;
 }
 
 /// Plain device memory, outside any pool.

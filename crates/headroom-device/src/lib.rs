@@ -29,14 +29,16 @@ pub mod watch;
 
 use serde::{Deserialize, Serialize};
 
-pub use caps::{DeviceCore, Graphs, Kernels, Memory, StreamOrderedPool, Streams, VirtualMemory};
+pub use caps::{
+    DeviceCore, Graphs, Kernels, Memory, Simulated, StreamOrderedPool, Streams, VirtualMemory,
+};
 
-/// Every device capability trait, for `use crate::prelude::*` where a `dyn Device` is
+/// Every device capability trait, for `use headroom::device::prelude::*` where a `dyn Device` is
 /// called.
 pub mod prelude {
     pub use super::Device;
     pub use super::caps::{
-        DeviceCore, Graphs, Kernels, Memory, StreamOrderedPool, Streams, VirtualMemory,
+        DeviceCore, Graphs, Kernels, Memory, Simulated, StreamOrderedPool, Streams, VirtualMemory,
     };
 }
 
@@ -446,8 +448,9 @@ pub struct GraphMemUsage {
 ///
 /// Each capability is its own trait (`DeviceCore`, `Memory`, `Streams`, `Kernels`,
 /// `StreamOrderedPool`, `VirtualMemory`, `Graphs`); a backend implements each, and is a
-/// `Device` by that alone. Code above this module uses `dyn Device` and `use
-/// crate::prelude::*` for the methods.
+/// `Device` by that alone. Code above this crate uses `dyn Device` and `use
+/// headroom::device::prelude::*` for the methods. What only the simulator can do is
+/// `Simulated`, reached through `DeviceCore::simulated`.
 pub trait Device:
     DeviceCore + Memory + Streams + Kernels + StreamOrderedPool + VirtualMemory + Graphs
 {

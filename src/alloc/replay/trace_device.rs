@@ -165,14 +165,6 @@ impl DeviceCore for TraceDevice<'_> {
         self.inner.readings()
     }
 
-    fn free_at_ns(&self, t_ns: u64) -> Option<u64> {
-        self.inner.free_at_ns(t_ns)
-    }
-
-    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
-        self.inner.add_simulated_tenant(pid, bytes, duration_ns)
-    }
-
     fn release_all(&mut self) -> DevResult<()> {
         self.inner.release_all()
     }

@@ -424,26 +424,12 @@ impl DeviceCore for SimDevice {
         })
     }
 
-    fn free_at_ns(&self, t_ns: u64) -> Option<u64> {
-        Some(self.free_at(t_ns))
+    fn simulated(&self) -> Option<&dyn Simulated> {
+        Some(self)
     }
 
-    fn free_steady_until_ns(&self, t_ns: u64) -> Option<u64> {
-        // Between calls only modeled other processes change free memory.
-        let edges = self.tenants.iter().flat_map(|x| [x.start_ns, x.end_ns]);
-        Some(edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX))
-    }
-
-    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
-        // A tenant is a process with a context of its own, as a `headroom hold` child is.
-        let held = bytes.saturating_add(self.profile.memory.context_overhead_bytes.0);
-        if held > self.free_at(self.host_ns) {
-            return Err(DeviceError::OutOfMemory {
-                requested_bytes: held,
-            });
-        }
-        self.add_tenant(pid, held, Some(duration_ns));
-        Ok(())
+    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
+        Some(self)
     }
 
     fn release_all(&mut self) -> DevResult<()> {
@@ -466,6 +452,30 @@ impl DeviceCore for SimDevice {
         self.pool.clear();
         self.sizes.clear();
         self.content.clear();
+        Ok(())
+    }
+}
+
+impl Simulated for SimDevice {
+    fn free_at_ns(&self, t_ns: u64) -> u64 {
+        self.free_at(t_ns)
+    }
+
+    fn free_steady_until_ns(&self, t_ns: u64) -> u64 {
+        // Between calls only modeled other processes change free memory.
+        let edges = self.tenants.iter().flat_map(|x| [x.start_ns, x.end_ns]);
+        edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX)
+    }
+
+    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
+        // A tenant is a process with a context of its own, as a `headroom hold` child is.
+        let held = bytes.saturating_add(self.profile.memory.context_overhead_bytes.0);
+        if held > self.free_at(self.host_ns) {
+            return Err(DeviceError::OutOfMemory {
+                requested_bytes: held,
+            });
+        }
+        self.add_tenant(pid, held, Some(duration_ns));
         Ok(())
     }
 }
