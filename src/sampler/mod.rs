@@ -21,7 +21,9 @@ use crate::device::{DevResult, Device, DeviceError};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 
 mod backlog;
+mod paced;
 use backlog::Backlog;
+pub use paced::{Failures, Tick, paced};
 
 /// The harness's own views and current phase, published by the runner after every event and
 /// read by the sampler with every reading.
@@ -296,82 +298,43 @@ fn sample_loop(
     reader: &mut dyn Reader,
     mut on_first_error: impl FnMut(SamplerError),
 ) -> SamplerStats {
-    let mut intervals = LatencyHistogram::default();
-    let mut latency = LatencyHistogram::default();
-    let mut readings = 0u64;
-    let started = Instant::now();
-    let mut last_t: Option<u64> = None;
-    let mut next = Instant::now();
-    let mut warned = false;
     let mut backlog = Backlog::default();
-    while !stop.load(Ordering::Relaxed) {
+    let mut on_first = |e: &SamplerError| on_first_error(e.clone());
+    let failures = Failures {
+        what: "sampler reading",
+        on_first: Some(&mut on_first),
+    };
+    let stats = paced(interval_ns, stop, false, failures, || {
         let q0 = Instant::now();
         let read = reader.read();
         let q1 = Instant::now();
         match read {
             Ok(raw) => {
-                latency.record(q1.duration_since(q0).as_nanos() as u64);
-                let t_ns = raw.t_ns;
-                if let Some(prev) = last_t {
-                    intervals.record(t_ns.saturating_sub(prev));
-                }
-                last_t = Some(t_ns);
                 let (phase, views) = live.snapshot();
-                readings += 1;
                 let reading = Reading {
-                    t_ns,
+                    t_ns: raw.t_ns,
                     phase,
                     source: Source::Sampler,
                     device_free_bytes: raw.free_bytes,
                     views,
                 };
-                if backlog.offer(tx, reading).is_err() {
-                    break;
+                match backlog.offer(tx, reading) {
+                    Ok(()) => Tick::Read {
+                        t_ns: raw.t_ns,
+                        latency_ns: q1.duration_since(q0).as_nanos() as u64,
+                    },
+                    Err(_) => Tick::Closed,
                 }
             }
-            Err(e) if !warned => {
-                crate::errln!("warning: sampler reading failed: {e}");
-                warned = true;
-                on_first_error(SamplerError {
-                    t_ns: reader.now_ns(),
-                    phase: live.snapshot().0,
-                    error: e,
-                });
-            }
-            Err(_) => {}
+            Err(error) => Tick::Failed {
+                t_ns: reader.now_ns(),
+                phase: live.snapshot().0,
+                error,
+            },
         }
-        if interval_ns > 0 {
-            next += Duration::from_nanos(interval_ns);
-            let now = Instant::now();
-            if next <= now {
-                // Fell behind: do not burst to catch up, a poller would not either.
-                next = now;
-                continue;
-            }
-            let wait = next - now;
-            if wait > Duration::from_micros(200) {
-                std::thread::sleep(wait - Duration::from_micros(100));
-            }
-            while Instant::now() < next {
-                std::hint::spin_loop();
-            }
-        }
-    }
+    });
     backlog.finish(tx);
-    let secs = started.elapsed().as_secs_f64();
-    SamplerStats {
-        interval_ns,
-        readings,
-        achieved_rate_hz: if secs > 0.0 {
-            readings as f64 / secs
-        } else {
-            0.0
-        },
-        interval: intervals.percentiles(),
-        query_latency: latency.percentiles(),
-        modeled: false,
-        first_error: None,
-    }
+    stats
 }
 
 /// The simulator's sampler: readings at exact virtual ticks, produced on demand.
