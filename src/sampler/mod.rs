@@ -547,7 +547,7 @@ mod tests {
         let live = Arc::new(LiveViews::default());
         struct Seven(Instant);
         impl Reader for Seven {
-            fn read(&mut self) -> Result<crate::device::reading::RawReading, String> {
+            fn read(&self) -> Result<crate::device::reading::RawReading, String> {
                 Ok(crate::device::reading::RawReading {
                     t_ns: self.now_ns(),
                     free_bytes: 7,

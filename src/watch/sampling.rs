@@ -7,11 +7,12 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use crate::device::ProcessUsage;
+use crate::device::reading::Reader;
 use crate::record::{Reading, Source, ViewSet};
 use crate::sampler::{Failures, LatencyHistogram, LiveViews, SamplerStats, Tick, paced};
 use crate::watch::Msg;
 use crate::watch::proctree::descends_from;
-use crate::watch::source::{DeviceProbe, ProcessProbe};
+use crate::watch::source::ProcessProbe;
 
 /// One reading of the process list, with the job's part of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +80,7 @@ pub struct LoopContext<'a> {
 }
 
 /// Reads the device every `interval_ns` into sampler rows.
-pub fn device_loop(probe: &dyn DeviceProbe, interval_ns: u64, cx: LoopContext<'_>) -> SamplerStats {
+pub fn device_loop(probe: &dyn Reader, interval_ns: u64, cx: LoopContext<'_>) -> SamplerStats {
     paced(interval_ns, cx.stop, cx.modeled, watch_failures(), || {
         let q0 = Instant::now();
         let r = probe.read();
@@ -112,7 +113,7 @@ pub fn device_loop(probe: &dyn DeviceProbe, interval_ns: u64, cx: LoopContext<'_
 /// recorded is the process list's alone.
 pub fn process_loop(
     list: &dyn ProcessProbe,
-    device: &dyn DeviceProbe,
+    device: &dyn Reader,
     tree: Tree,
     interval_ns: u64,
     cx: LoopContext<'_>,

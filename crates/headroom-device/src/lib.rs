@@ -12,7 +12,8 @@
 #![deny(clippy::print_stderr)]
 
 pub mod caps;
-pub mod cuda;
+/// The real GPU: reached through `select`, never named above this crate.
+pub(crate) mod cuda;
 pub mod driver_detail;
 pub mod floor;
 pub mod kernels;

@@ -97,6 +97,11 @@ impl NvmlReader<'_> {
         read_processes(&self.device).map_err(|e| process_list_error(&e))
     }
 
+    /// Nanoseconds since the reader's origin.
+    pub fn now_ns(&self) -> u64 {
+        crate::reading::since(self.origin)
+    }
+
     /// One whole-device reading through NVML (free and total are NVML's).
     pub fn reading(&self) -> Result<RawReading, String> {
         let m = self.memory()?;
@@ -110,12 +115,12 @@ impl NvmlReader<'_> {
 }
 
 impl Reader for NvmlReader<'_> {
-    fn read(&mut self) -> Result<RawReading, String> {
+    fn read(&self) -> Result<RawReading, String> {
         self.reading()
     }
 
     fn now_ns(&self) -> u64 {
-        crate::reading::since(self.origin)
+        NvmlReader::now_ns(self)
     }
 }
 

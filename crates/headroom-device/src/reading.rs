@@ -18,14 +18,26 @@ pub struct RawReading {
     pub nvml: Option<NvmlMemory>,
 }
 
-/// Reads a device's memory from a thread of its own, at the wall clock.
-pub trait Reader: Send {
+impl RawReading {
+    /// Memory in use: NVML's `used` where the reading has it (which leaves the driver's
+    /// reserved share out), else total − free.
+    pub fn used_bytes(&self) -> u64 {
+        self.nvml
+            .map_or(self.total_bytes.saturating_sub(self.free_bytes), |m| {
+                m.used_bytes
+            })
+    }
+}
+
+/// Reads a device's memory at the wall clock, from whichever thread holds it (the sampler's
+/// own thread, or `watch`'s two loops at once).
+pub trait Reader: Send + Sync {
     /// Runs once, first, on the reading thread (the cuda reader makes its context current).
     fn bind(&mut self) -> Result<(), String> {
         Ok(())
     }
     /// One reading, now.
-    fn read(&mut self) -> Result<RawReading, String>;
+    fn read(&self) -> Result<RawReading, String>;
     /// The reader's clock (nanoseconds since its origin): when a failed reading failed.
     fn now_ns(&self) -> u64;
 }

@@ -1,11 +1,15 @@
 //! Choosing a backend: the real GPU when a driver and a device are there, the simulator when
 //! asked for or when the machine has no GPU, and never the simulator in place of a driver that
-//! is there but broken. Every command that opens or lists devices decides here.
+//! is there but broken. Every command that opens or lists devices decides here, and reads
+//! a GPU's facts without a context through here: the cuda backend itself stays inside the
+//! crate.
 
 use anyhow::{Context, bail};
 
-use crate::NvmlMemory;
 use crate::cuda::{self, CudaDevice, NoGpu};
+use crate::{Capabilities, DevResult, NvmlMemory};
+
+pub use crate::cuda::DeviceFacts;
 use crate::node_profile::NodeProfile;
 use crate::prelude::*;
 use crate::profile::DEFAULT_PROFILE;
@@ -88,6 +92,35 @@ fn choose_with(
              (--backend sim runs there on purpose)"
         ),
     }
+}
+
+/// Whether a recording is replayed on the real GPU: only when `--backend cuda` asks for it;
+/// otherwise on the simulated device the recording describes.
+pub fn replays_on_gpu(req: Request<'_>) -> bool {
+    req.backend == Backend::Cuda
+}
+
+/// What the driver says of CUDA device `index` without a context (`cuInit` and the
+/// device's attributes): no device memory is taken.
+pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
+    cuda::device_facts(index)
+}
+
+/// The driver features CUDA device `index` has, read from its attributes (no context).
+pub fn device_capabilities(index: u32) -> DevResult<Capabilities> {
+    cuda::device_capabilities(index)
+}
+
+/// The CUDA version the driver implements, as `12.4` (`unknown` when it cannot say).
+pub fn cuda_driver_version() -> String {
+    cuda::cuda_driver_version()
+}
+
+/// CUDA device `index`'s free memory through a context of its own (`cuMemGetInfo`), for a
+/// listing where NVML cannot say; `None` when it cannot be opened.
+pub fn free_through_context(index: u32) -> Option<u64> {
+    let (mut d, _, _) = CudaDevice::open(index).ok()?;
+    d.mem_info().ok().map(|m| m.free_bytes)
 }
 
 /// An opened device and what was learned on the way.

@@ -487,7 +487,7 @@ impl Reader for CudaReader {
             .map_err(|e| driver_err("cuCtxSetCurrent", 0, e).to_string())
     }
 
-    fn read(&mut self) -> Result<RawReading, String> {
+    fn read(&self) -> Result<RawReading, String> {
         let _watched = crate::watch::call("cuMemGetInfo");
         let (free, total) =
             result::mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())?;
