@@ -12,10 +12,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::Criterion;
-use headroom::device::nvml::{read_memory, read_processes};
+use headroom::device::nvml::{self, NvmlDevice};
 use headroom::sampler::LatencyHistogram;
 use headroom::units::Nanos;
-use nvml_wrapper::Nvml;
 
 fn percentiles(mut call: impl FnMut(), n: u32) -> headroom::sampler::Percentiles {
     let mut h = LatencyHistogram::default();
@@ -28,46 +27,54 @@ fn percentiles(mut call: impl FnMut(), n: u32) -> headroom::sampler::Percentiles
 }
 
 fn main() {
-    let nvml = match Nvml::init() {
-        Ok(n) => n,
+    if let Some(e) = nvml::init_failure() {
+        println!(
+            "nvml: skipped: NVML is not available ({e}); run this on a GPU machine, or under scripts/fake-gpu"
+        );
+        return;
+    }
+    let Some(first) = nvml::gpus().and_then(|g| g.into_iter().next()) else {
+        println!("nvml: skipped: NVML sees no device 0");
+        return;
+    };
+    let opened = match NvmlDevice::try_open(&first.uuid) {
+        Ok(d) => d,
         Err(e) => {
-            println!(
-                "nvml: skipped: NVML is not available ({e}); run this on a GPU machine, or under scripts/fake-gpu"
-            );
+            println!("nvml: skipped: NVML cannot open device 0 ({e})");
             return;
         }
     };
-    let device = match nvml.device_by_index(0) {
+    let device = match opened.reader(Instant::now()) {
         Ok(d) => d,
         Err(e) => {
-            println!("nvml: skipped: NVML sees no device 0 ({e})");
+            println!("nvml: skipped: NVML lost device 0 ({e})");
             return;
         }
     };
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("nvml");
     g.bench_function("memory_info", |b| {
-        b.iter(|| black_box(read_memory(&device).ok()))
+        b.iter(|| black_box(device.memory().ok()))
     });
     g.bench_function("process_list", |b| {
-        b.iter(|| black_box(read_processes(&device).ok()))
+        b.iter(|| black_box(device.processes().ok()))
     });
     g.finish();
     c.final_summary();
 
     let memory = percentiles(
         || {
-            black_box(read_memory(&device).ok());
+            black_box(device.memory().ok());
         },
         2000,
     );
     let list = percentiles(
         || {
-            black_box(read_processes(&device).ok());
+            black_box(device.processes().ok());
         },
         200,
     );
-    let processes = read_processes(&device).map_or(0, |p| p.len());
+    let processes = device.processes().map_or(0, |p| p.len());
     for (name, p) in [("memory info", memory), ("process list", list)] {
         let rate = 1e9 / p.p50_ns.max(1) as f64;
         println!(

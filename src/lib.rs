@@ -1,7 +1,7 @@
 //! headroom: put a GPU under defined memory pressure and report the truth about it.
 //!
-//! The crate is layered from the device edge up: `device` (a trait with a cudarc backend and a
-//! simulated one), `alloc` (allocators over a device), `workload` (what to run), `run` (runs
+//! The crate is layered from the device edge up: `device` (the `headroom-device` crate:
+//! capability traits with a real-GPU backend and a simulated one), `alloc` (allocators over a device), `workload` (what to run), `run` (runs
 //! it and records every view), `record` (readings, peaks) and `report` (what comes out).
 
 // Standard output goes through `output::print` (`out!`, `outln!`), which survives a reader
@@ -17,12 +17,13 @@ pub mod cause;
 pub mod cli;
 pub mod commands;
 pub mod crosscheck;
-pub mod device;
+/// The device edge (`crates/headroom-device`): capabilities, backends, profiles, kernels.
+pub use headroom_device as device;
 pub mod expect;
 pub mod explain;
 pub mod folder;
 pub mod import;
-pub mod kernels;
+pub use headroom_device::kernels;
 pub mod merge;
 pub mod node;
 pub mod oom;
@@ -38,6 +39,6 @@ pub mod schema;
 pub mod signals;
 pub mod tenant;
 
-pub mod units;
+pub use headroom_device::units;
 pub mod watch;
 pub mod workload;

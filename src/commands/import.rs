@@ -2,7 +2,7 @@
 
 use crate::alloc::caching::CachingConfig;
 use crate::cli::{DeviceArgs, ImportArgs};
-use crate::device::select::Backend;
+use crate::device::select;
 use crate::import::torch::{self, folder};
 use crate::units::Bytes;
 
@@ -18,7 +18,7 @@ pub(crate) struct ImportedDevice<'a> {
 
 pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(
-        dev.backend != Backend::Cuda,
+        !select::replays_on_gpu(dev.request()),
         "import replays the snapshot on the simulated device; --backend cuda does not apply (use --profile to choose the card)"
     );
     anyhow::ensure!(

@@ -11,7 +11,7 @@ use crate::alloc::replay::whatif::{self, CapacitySearch, SettingsTrial};
 use crate::alloc::replay::{RecordedOptions, ReplayReport, RequestSource, replay_recorded};
 use crate::cli::{DeviceArgs, ReplayArgs};
 use crate::device::PoolConfig;
-use crate::device::select::{self, Backend};
+use crate::device::select;
 use crate::device::sim::SimDevice;
 use crate::import::torch::requests::TorchRequests;
 use crate::import::torch::{self, DeviceTrace, Snapshot, device, settings};
@@ -139,7 +139,8 @@ fn one(
         source.pre_trace_segment_bytes,
         dev.profile.as_deref(),
     )?;
-    let mut opened: Box<dyn crate::device::Device> = if dev.backend == Backend::Cuda {
+    let on_gpu = select::replays_on_gpu(dev.request());
+    let mut opened: Box<dyn crate::device::Device> = if on_gpu {
         select::open(
             select::Request {
                 profile: None,
@@ -167,7 +168,7 @@ fn one(
     let released = alloc.release_all(opened.as_mut());
     let mut report = result?;
     released?;
-    if dev.backend != Backend::Cuda {
+    if !on_gpu {
         report.notes.push(rdev.note.clone());
     }
     if overridden && caching {
@@ -198,7 +199,7 @@ fn one(
     }
     let needs_sim = args.find_capacity || args.try_settings;
     anyhow::ensure!(
-        !needs_sim || dev.backend != Backend::Cuda,
+        !needs_sim || !on_gpu,
         "--find-capacity and --try-settings replay on simulated devices; drop --backend cuda"
     );
     let mut make = || Box::new(TorchRequests::new(snap, t)) as Box<dyn RequestSource + '_>;

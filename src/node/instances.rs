@@ -15,9 +15,9 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, bail};
 
-use crate::device::cuda::{self, DeviceFacts};
 use crate::device::mig::MigIdentity;
 use crate::device::nvml::{self, NvmlGpu};
+use crate::device::select::{self, DeviceFacts};
 use crate::device::{NvmlMemory, ProcessUsage};
 use crate::node::inventory::{GpuIdentity, split};
 
@@ -53,7 +53,7 @@ pub fn mig_node(count: u32) -> anyhow::Result<Option<Vec<GpuIdentity>>> {
         return Ok(None);
     }
     let seen: Vec<DeviceFacts> = (0..count)
-        .map(cuda::device_facts)
+        .map(select::device_facts)
         .collect::<Result<_, _>>()?;
     let mut candidates = candidates(&gpus);
     if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {

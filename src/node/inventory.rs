@@ -4,11 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::cuda::{self, CudaDevice};
 use crate::device::mig::MigIdentity;
 use crate::device::node_profile::NodeProfile;
 use crate::device::nvml::NvmlDevice;
-use crate::device::prelude::*;
 use crate::device::profile::DEFAULT_PROFILE;
 use crate::device::select::{self, Choice, Request};
 use crate::device::sim::{SimDevice, sim_card_identity};
@@ -155,7 +153,7 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
     let open_for_free = open_for_free && !instances::is_probe();
     let mut rows = Vec::new();
     for index in 0..count {
-        let f = cuda::device_facts(index)?;
+        let f = select::device_facts(index)?;
         let nvml = NvmlDevice::open(&f.uuid);
         let (processes, processes_unavailable) = match &nvml {
             Some(n) => split(n.processes_or_why()),
@@ -168,10 +166,7 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
             // is what CUDA can use either way.
             Some(m) if m.reserved_bytes == 0 => Some(m.free_bytes.min(f.total_bytes)),
             Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
-            None if open_for_free => CudaDevice::open(index)
-                .ok()
-                .and_then(|(mut d, _, _)| d.mem_info().ok())
-                .map(|m| m.free_bytes),
+            None if open_for_free => select::free_through_context(index),
             None => None,
         };
         let mig = f.mig(nvml.as_ref());

@@ -34,7 +34,7 @@ pub use crate::folder::{ALLOC_LOG, write_summary};
 use crate::oom::OomRecord;
 use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
-use crate::sampler::LiveViews;
+use crate::sampler::{LiveViews, StartSampler};
 use crate::units::{GIB, utc_folder_stamp};
 use crate::workload::{Action, Workload};
 

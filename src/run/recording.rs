@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::device::{Device, Sampler};
+use crate::device::Device;
 use crate::record::timeline::{EventLog, EventRow, Recorder};
 use crate::record::{Reading, Source, ViewSet};
 use crate::report::summary::Summary;
 use crate::run::actions::Done;
 use crate::run::progress::Progress;
-use crate::sampler::{LatencyHistogram, LiveViews, SamplerError};
+use crate::sampler::{LatencyHistogram, LiveViews, Sampler, SamplerError};
 
 /// The most sampler readings taken from the sampler at once.
 const PUMP_CHUNK: usize = 4096;

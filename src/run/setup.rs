@@ -14,7 +14,7 @@ use crate::report::summary::{
     SamplerPerturbation, Summary, WorkloadInfo,
 };
 use crate::run::Baseline;
-use crate::sampler::LiveViews;
+use crate::sampler::{LiveViews, StartSampler};
 use crate::units::{MIB, utc_timestamp};
 use crate::workload::Workload;
 

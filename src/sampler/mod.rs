@@ -3,7 +3,9 @@
 //! On a real GPU a thread calls `cuMemGetInfo` at a fixed interval (or back to back) and tags
 //! each reading with the phase and the harness's own views published by the runner. On the
 //! simulator the same readings are produced in virtual time, deterministically, by
-//! `VirtualSampler`. Either way the sampler sees what others do between our events.
+//! `VirtualSampler`. Either way the sampler sees what others do between our events. The raw
+//! readings come from the device's reading capability (`DeviceCore::readings`); the views and
+//! the phase they are tagged with are the run's, published here.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -14,10 +16,14 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::device::reading::{Reader, Readings};
+use crate::device::{DevResult, Device, DeviceError};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 
 mod backlog;
+mod paced;
 use backlog::Backlog;
+pub use paced::{Failures, Tick, paced};
 
 /// The harness's own views and current phase, published by the runner after every event and
 /// read by the sampler with every reading.
@@ -53,6 +59,55 @@ impl LiveViews {
     fn lock(&self) -> std::sync::MutexGuard<'_, (u32, ViewSet)> {
         // A poisoned lock only means another thread panicked mid-update of plain numbers.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Background readings of device free memory between the harness's own events.
+pub trait Sampler: Send {
+    /// Moves readings taken since the last call into `out`, in time order. `dev` is the
+    /// device that started the sampler.
+    fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>);
+    /// As `drain`, but moves at most `max` readings; returns whether more are waiting (a long
+    /// wait's readings are then taken in bounded chunks).
+    fn drain_some(&mut self, dev: &dyn Device, out: &mut Vec<Reading>, _max: usize) -> bool {
+        self.drain(dev, out);
+        false
+    }
+    /// Stops sampling: the readings not drained yet go into `out`; returns what it achieved.
+    fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats;
+    /// The first reading that failed so far (a device error between the run's own calls).
+    fn first_error(&self) -> Option<SamplerError> {
+        None
+    }
+}
+
+/// Starts background readings of a device's free memory every `interval_ns` (0: as fast as
+/// they go), tagged with what `live` publishes. The caller owns the sampler: it drains and
+/// stops it.
+pub trait StartSampler {
+    fn start_sampler(
+        &mut self,
+        interval_ns: u64,
+        live: Arc<LiveViews>,
+    ) -> DevResult<Box<dyn Sampler>>;
+}
+
+impl<D: Device + ?Sized> StartSampler for D {
+    fn start_sampler(
+        &mut self,
+        interval_ns: u64,
+        live: Arc<LiveViews>,
+    ) -> DevResult<Box<dyn Sampler>> {
+        Ok(match self.readings()? {
+            Readings::Measured(reader) => Box::new(
+                ThreadSampler::spawn(interval_ns, live, reader).map_err(|e| {
+                    DeviceError::Invalid(format!("cannot start the sampler thread: {e}"))
+                })?,
+            ),
+            Readings::Modeled { query_ns, now_ns } => {
+                Box::new(VirtualSampler::new(interval_ns, query_ns, now_ns, live))
+            }
+        })
     }
 }
 
@@ -146,19 +201,12 @@ pub struct ThreadSampler {
 }
 
 impl ThreadSampler {
-    /// Starts the thread. `setup` runs first on it (binding the CUDA context); `query` returns
-    /// device free bytes. `origin` is the device's time zero.
-    pub fn spawn<S, Q>(
+    /// Starts the thread; `reader` binds itself there first (the CUDA context), then reads.
+    pub fn spawn(
         interval_ns: u64,
         live: Arc<LiveViews>,
-        origin: Instant,
-        setup: S,
-        query: Q,
-    ) -> std::io::Result<ThreadSampler>
-    where
-        S: FnOnce() -> Result<(), String> + Send + 'static,
-        Q: FnMut() -> Result<u64, String> + Send + 'static,
-    {
+        mut reader: Box<dyn Reader>,
+    ) -> std::io::Result<ThreadSampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = sync_channel(SAMPLER_BACKLOG_READINGS);
         let stop2 = stop.clone();
@@ -167,14 +215,14 @@ impl ThreadSampler {
         let handle = std::thread::Builder::new()
             .name("headroom-sampler".into())
             .spawn(move || {
-                if let Err(e) = setup() {
+                if let Err(e) = reader.bind() {
                     crate::errln!("warning: sampler could not start: {e}");
                     return SamplerStats {
                         interval_ns,
                         ..Default::default()
                     };
                 }
-                let mut stats = sample_loop(interval_ns, &live, origin, &stop2, &tx, query, |e| {
+                let mut stats = sample_loop(interval_ns, &live, &stop2, &tx, &mut *reader, |e| {
                     *first_error2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 });
                 stats.first_error = first_error2
@@ -242,94 +290,51 @@ impl Drop for ThreadSampler {
     }
 }
 
-fn sample_loop<Q>(
+fn sample_loop(
     interval_ns: u64,
     live: &LiveViews,
-    origin: Instant,
     stop: &AtomicBool,
     tx: &SyncSender<Reading>,
-    mut query: Q,
+    reader: &mut dyn Reader,
     mut on_first_error: impl FnMut(SamplerError),
-) -> SamplerStats
-where
-    Q: FnMut() -> Result<u64, String>,
-{
-    let mut intervals = LatencyHistogram::default();
-    let mut latency = LatencyHistogram::default();
-    let mut readings = 0u64;
-    let started = Instant::now();
-    let mut last_t: Option<u64> = None;
-    let mut next = Instant::now();
-    let mut warned = false;
+) -> SamplerStats {
     let mut backlog = Backlog::default();
-    while !stop.load(Ordering::Relaxed) {
+    let mut on_first = |e: &SamplerError| on_first_error(e.clone());
+    let failures = Failures {
+        what: "sampler reading",
+        on_first: Some(&mut on_first),
+    };
+    let stats = paced(interval_ns, stop, false, failures, || {
         let q0 = Instant::now();
-        let free = query();
+        let read = reader.read();
         let q1 = Instant::now();
-        match free {
-            Ok(free) => {
-                latency.record(q1.duration_since(q0).as_nanos() as u64);
-                let t_ns = q1.duration_since(origin).as_nanos() as u64;
-                if let Some(prev) = last_t {
-                    intervals.record(t_ns.saturating_sub(prev));
-                }
-                last_t = Some(t_ns);
+        match read {
+            Ok(raw) => {
                 let (phase, views) = live.snapshot();
-                readings += 1;
                 let reading = Reading {
-                    t_ns,
+                    t_ns: raw.t_ns,
                     phase,
                     source: Source::Sampler,
-                    device_free_bytes: free,
+                    device_free_bytes: raw.free_bytes,
                     views,
                 };
-                if backlog.offer(tx, reading).is_err() {
-                    break;
+                match backlog.offer(tx, reading) {
+                    Ok(()) => Tick::Read {
+                        t_ns: raw.t_ns,
+                        latency_ns: q1.duration_since(q0).as_nanos() as u64,
+                    },
+                    Err(_) => Tick::Closed,
                 }
             }
-            Err(e) if !warned => {
-                crate::errln!("warning: sampler reading failed: {e}");
-                warned = true;
-                on_first_error(SamplerError {
-                    t_ns: q1.duration_since(origin).as_nanos() as u64,
-                    phase: live.snapshot().0,
-                    error: e,
-                });
-            }
-            Err(_) => {}
+            Err(error) => Tick::Failed {
+                t_ns: reader.now_ns(),
+                phase: live.snapshot().0,
+                error,
+            },
         }
-        if interval_ns > 0 {
-            next += Duration::from_nanos(interval_ns);
-            let now = Instant::now();
-            if next <= now {
-                // Fell behind: do not burst to catch up, a poller would not either.
-                next = now;
-                continue;
-            }
-            let wait = next - now;
-            if wait > Duration::from_micros(200) {
-                std::thread::sleep(wait - Duration::from_micros(100));
-            }
-            while Instant::now() < next {
-                std::hint::spin_loop();
-            }
-        }
-    }
+    });
     backlog.finish(tx);
-    let secs = started.elapsed().as_secs_f64();
-    SamplerStats {
-        interval_ns,
-        readings,
-        achieved_rate_hz: if secs > 0.0 {
-            readings as f64 / secs
-        } else {
-            0.0
-        },
-        interval: intervals.percentiles(),
-        query_latency: latency.percentiles(),
-        modeled: false,
-        first_error: None,
-    }
+    stats
 }
 
 /// The simulator's sampler: readings at exact virtual ticks, produced on demand.
@@ -465,17 +470,12 @@ impl VirtualSampler {
     }
 }
 
-impl crate::device::Sampler for ThreadSampler {
-    fn drain(&mut self, _dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
+impl Sampler for ThreadSampler {
+    fn drain(&mut self, _dev: &dyn Device, out: &mut Vec<Reading>) {
         ThreadSampler::drain(self, out);
     }
 
-    fn drain_some(
-        &mut self,
-        _dev: &dyn crate::device::Device,
-        out: &mut Vec<Reading>,
-        max: usize,
-    ) -> bool {
+    fn drain_some(&mut self, _dev: &dyn Device, out: &mut Vec<Reading>, max: usize) -> bool {
         ThreadSampler::drain_some(self, out, max)
     }
 
@@ -483,51 +483,38 @@ impl crate::device::Sampler for ThreadSampler {
         ThreadSampler::first_error(self)
     }
 
-    fn stop(
-        self: Box<Self>,
-        _dev: &dyn crate::device::Device,
-        out: &mut Vec<Reading>,
-    ) -> SamplerStats {
+    fn stop(self: Box<Self>, _dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats {
         ThreadSampler::stop(*self, out)
     }
 }
 
-impl crate::device::Sampler for VirtualSampler {
-    fn drain(&mut self, dev: &dyn crate::device::Device, out: &mut Vec<Reading>) {
-        while crate::device::Sampler::drain_some(self, dev, out, usize::MAX) {}
+impl Sampler for VirtualSampler {
+    fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>) {
+        while Sampler::drain_some(self, dev, out, usize::MAX) {}
     }
 
-    fn drain_some(
-        &mut self,
-        dev: &dyn crate::device::Device,
-        out: &mut Vec<Reading>,
-        max: usize,
-    ) -> bool {
+    fn drain_some(&mut self, dev: &dyn Device, out: &mut Vec<Reading>, max: usize) -> bool {
         self.poll_some(dev.now_ns(), &DeviceFree(dev), out, max)
     }
 
-    fn stop(
-        self: Box<Self>,
-        dev: &dyn crate::device::Device,
-        out: &mut Vec<Reading>,
-    ) -> SamplerStats {
+    fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats {
         let mut s = *self;
-        crate::device::Sampler::drain(&mut s, dev, out);
+        Sampler::drain(&mut s, dev, out);
         s.stats()
     }
 }
 
 /// A device's free memory over time, as the virtual sampler reads it.
-struct DeviceFree<'a>(&'a dyn crate::device::Device);
+struct DeviceFree<'a>(&'a dyn Device);
 
 impl FreeOverTime for DeviceFree<'_> {
     fn free_at(&self, t_ns: u64) -> u64 {
-        self.0.free_at_ns(t_ns).unwrap_or(0)
+        self.0.simulated().map_or(0, |s| s.free_at_ns(t_ns))
     }
     fn steady_until(&self, t_ns: u64) -> u64 {
         self.0
-            .free_steady_until_ns(t_ns)
-            .unwrap_or(t_ns.saturating_add(1))
+            .simulated()
+            .map_or(t_ns.saturating_add(1), |s| s.free_steady_until_ns(t_ns))
     }
 }
 
@@ -558,8 +545,22 @@ mod tests {
     #[test]
     fn thread_sampler_reads_and_stops() {
         let live = Arc::new(LiveViews::default());
-        let origin = Instant::now();
-        let s = ThreadSampler::spawn(100_000, live, origin, || Ok(()), || Ok(7)).unwrap();
+        struct Seven(Instant);
+        impl Reader for Seven {
+            fn read(&self) -> Result<crate::device::reading::RawReading, String> {
+                Ok(crate::device::reading::RawReading {
+                    t_ns: self.now_ns(),
+                    free_bytes: 7,
+                    total_bytes: 9,
+                    nvml: None,
+                })
+            }
+            fn now_ns(&self) -> u64 {
+                self.0.elapsed().as_nanos() as u64
+            }
+        }
+        let reader = Box::new(Seven(Instant::now()));
+        let s = ThreadSampler::spawn(100_000, live, reader).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let mut out = Vec::new();
         let stats = s.stop(&mut out);

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use crate::device::Sampler;
 use crate::report::watch::{EndedBy, JobExit, ReceivedSignal};
-use crate::sampler::{LiveViews, SamplerStats};
+use crate::sampler::{LiveViews, Sampler, SamplerStats, StartSampler};
 use crate::watch::marks::MarkFifo;
 use crate::watch::sampling::{self, LoopContext, Tree};
 use crate::watch::session::Session;

@@ -33,12 +33,13 @@ use std::time::{Instant, SystemTime};
 use anyhow::{Context, bail};
 
 use crate::cli::DeviceArgs;
+use crate::device::reading::Reader;
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
 use crate::report::summary::Summary;
 use crate::report::watch::{JobExit, WatchSection};
 use crate::units::utc_folder_stamp;
 use crate::watch::sampling::{JobReading, Tree};
-use crate::watch::source::{CudaInfo, DeviceProbe, NvmlProbe, Origin, ProcessProbe};
+use crate::watch::source::{CudaInfo, NvmlProbe, Origin, ProcessProbe};
 
 /// What the samplers, the mark reader and the stderr reader send to the watch loop.
 pub enum Msg {
@@ -89,7 +90,7 @@ pub struct WatchReport {
 
 /// Where readings come from, for one watch.
 pub(crate) struct Inputs<'a> {
-    pub device: &'a dyn DeviceProbe,
+    pub device: &'a dyn Reader,
     pub list: &'a dyn ProcessProbe,
     /// `--cuda-info`: device rows, idle and release from `cuMemGetInfo`.
     pub cuda: Option<CudaInfo>,
@@ -209,7 +210,7 @@ fn run(
     };
     let total_bytes = match &inputs.cuda {
         Some(c) => c.device.info().total_bytes,
-        None => idle_free + inputs.device.read().map_or(0, |r| r.used_bytes),
+        None => idle_free + inputs.device.read().map_or(0, |r| r.used_bytes()),
     };
     let idle_nvml = match &mut inputs.cuda {
         Some(c) => c.device.nvml_memory(),

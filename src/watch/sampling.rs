@@ -2,16 +2,17 @@
 //! device view at `--interval`, and the process list — slow, and holding a global driver lock
 //! while it runs — at its own, longer interval, summed over the job's process tree.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::device::ProcessUsage;
+use crate::device::reading::Reader;
 use crate::record::{Reading, Source, ViewSet};
-use crate::sampler::{LatencyHistogram, LiveViews, SamplerError, SamplerStats};
+use crate::sampler::{Failures, LatencyHistogram, LiveViews, SamplerStats, Tick, paced};
 use crate::watch::Msg;
 use crate::watch::proctree::descends_from;
-use crate::watch::source::{DeviceProbe, ProcessProbe};
+use crate::watch::source::ProcessProbe;
 
 /// One reading of the process list, with the job's part of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,85 +58,11 @@ impl Tree {
     }
 }
 
-/// What one tick of a loop did.
-enum Tick {
-    Read {
-        t_ns: u64,
-        latency_ns: u64,
-    },
-    Failed {
-        t_ns: u64,
-        phase: u32,
-        error: String,
-    },
-    /// The receiver is gone: stop.
-    Closed,
-}
-
-/// Runs `tick` every `interval_ns` (0: back to back) until `stop`, and returns what it achieved.
-fn paced(
-    interval_ns: u64,
-    stop: &AtomicBool,
-    modeled: bool,
-    mut tick: impl FnMut() -> Tick,
-) -> SamplerStats {
-    let (mut intervals, mut latency) = (LatencyHistogram::default(), LatencyHistogram::default());
-    let (mut readings, mut last_t, mut first_error) = (0u64, None::<u64>, None);
-    let started = Instant::now();
-    let mut next = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        match tick() {
-            Tick::Read { t_ns, latency_ns } => {
-                latency.record(latency_ns);
-                if let Some(prev) = last_t {
-                    intervals.record(t_ns.saturating_sub(prev));
-                }
-                last_t = Some(t_ns);
-                readings += 1;
-            }
-            Tick::Failed { t_ns, phase, error } => {
-                if first_error.is_none() {
-                    crate::errln!("warning: a watch reading failed: {error}");
-                    first_error = Some(SamplerError { t_ns, phase, error });
-                }
-            }
-            Tick::Closed => break,
-        }
-        if interval_ns == 0 {
-            continue;
-        }
-        next += Duration::from_nanos(interval_ns);
-        let now = Instant::now();
-        if next <= now {
-            // Fell behind: no burst to catch up, as a poller would not either.
-            next = now;
-            continue;
-        }
-        // Sleep in short slices so a stop is seen soon even at a long interval.
-        while !stop.load(Ordering::Relaxed) {
-            let left = next.saturating_duration_since(Instant::now());
-            if left <= Duration::from_micros(200) {
-                break;
-            }
-            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(20)));
-        }
-        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
-            std::hint::spin_loop();
-        }
-    }
-    let secs = started.elapsed().as_secs_f64();
-    SamplerStats {
-        interval_ns,
-        readings,
-        achieved_rate_hz: if secs > 0.0 {
-            readings as f64 / secs
-        } else {
-            0.0
-        },
-        interval: intervals.percentiles(),
-        query_latency: latency.percentiles(),
-        modeled,
-        first_error,
+/// A watch loop warns of its first failed reading; nothing else hears of it as it happens.
+fn watch_failures() -> Failures<'static> {
+    Failures {
+        what: "a watch reading",
+        on_first: None,
     }
 }
 
@@ -153,8 +80,8 @@ pub struct LoopContext<'a> {
 }
 
 /// Reads the device every `interval_ns` into sampler rows.
-pub fn device_loop(probe: &dyn DeviceProbe, interval_ns: u64, cx: LoopContext<'_>) -> SamplerStats {
-    paced(interval_ns, cx.stop, cx.modeled, || {
+pub fn device_loop(probe: &dyn Reader, interval_ns: u64, cx: LoopContext<'_>) -> SamplerStats {
+    paced(interval_ns, cx.stop, cx.modeled, watch_failures(), || {
         let q0 = Instant::now();
         let r = probe.read();
         let q1 = Instant::now();
@@ -186,12 +113,12 @@ pub fn device_loop(probe: &dyn DeviceProbe, interval_ns: u64, cx: LoopContext<'_
 /// recorded is the process list's alone.
 pub fn process_loop(
     list: &dyn ProcessProbe,
-    device: &dyn DeviceProbe,
+    device: &dyn Reader,
     tree: Tree,
     interval_ns: u64,
     cx: LoopContext<'_>,
 ) -> SamplerStats {
-    paced(interval_ns, cx.stop, cx.modeled, || {
+    paced(interval_ns, cx.stop, cx.modeled, watch_failures(), || {
         let free = device.read().map(|r| r.free_bytes);
         let q0 = Instant::now();
         let processes = list.processes();
@@ -311,24 +238,5 @@ mod tests {
         }
         .split(&list);
         assert!(members.is_empty());
-    }
-
-    #[test]
-    fn a_paced_loop_counts_readings_and_stops() {
-        let stop = AtomicBool::new(false);
-        let mut n = 0u64;
-        let stats = paced(1_000_000, &stop, false, || {
-            n += 1;
-            if n == 5 {
-                stop.store(true, Ordering::Relaxed);
-            }
-            Tick::Read {
-                t_ns: n * 1_000_000,
-                latency_ns: 10,
-            }
-        });
-        assert_eq!(stats.readings, 5);
-        assert_eq!(stats.interval.count, 4);
-        assert_eq!(stats.query_latency.p50_ns, 10);
     }
 }

@@ -19,10 +19,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::device::NvmlMemory;
 use crate::device::ProcessUsage;
 use crate::device::profile::SimProfile;
+use crate::device::reading::{RawReading, Reader};
 use crate::units::{Bytes, DurationNs, Nanos, Size};
-use crate::watch::source::{DeviceProbe, DeviceReading, ProcessProbe};
+use crate::watch::source::ProcessProbe;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,14 +156,28 @@ impl SimJob {
     }
 }
 
-impl DeviceProbe for SimJob {
-    fn read(&self) -> Result<DeviceReading, String> {
+/// The scripted device as NVML would read it: what the profile's other processes and the
+/// job hold now.
+impl Reader for SimJob {
+    fn read(&self) -> Result<RawReading, String> {
         let used = self.others().map(|(_, b)| b).sum::<u64>() + self.job().map_or(0, |j| j.1);
         let total = self.profile.memory.total_bytes.0;
-        Ok(DeviceReading {
-            free_bytes: total.saturating_sub(used),
-            used_bytes: used.min(total),
+        let free_bytes = total.saturating_sub(used);
+        Ok(RawReading {
+            t_ns: self.now_ns(),
+            free_bytes,
+            total_bytes: total,
+            nvml: Some(NvmlMemory {
+                total_bytes: total,
+                reserved_bytes: 0,
+                used_bytes: used.min(total),
+                free_bytes,
+            }),
         })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
     }
 }
 
@@ -231,13 +247,13 @@ mod tests {
         let p = SimProfile::resolve("tiny-4g").unwrap();
         let s = UsageScript::parse(r#"usage = [{ at = "0ms", job_used = "1GiB" }]"#, "s").unwrap();
         let job = SimJob::new(p, s, Instant::now()).unwrap();
-        assert_eq!(job.read().unwrap().used_bytes, 0);
+        assert_eq!(job.read().unwrap().used_bytes(), 0);
         assert!(job.processes().unwrap().is_empty());
         job.start(77);
-        assert_eq!(job.read().unwrap().used_bytes, 1 << 30);
+        assert_eq!(job.read().unwrap().used_bytes(), 1 << 30);
         assert_eq!(job.read().unwrap().free_bytes, 3 << 30);
         assert_eq!(job.processes().unwrap()[0].pid, 77);
         job.end();
-        assert_eq!(job.read().unwrap().used_bytes, 0);
+        assert_eq!(job.read().unwrap().used_bytes(), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Where a watch's readings come from: NVML by default (memory info and the process list; no
 //! CUDA context, so watching takes no device memory), headroom's own CUDA context for
 //! `cuMemGetInfo` when asked (`--cuda-info`, whose cost is measured), or a usage script on the
-//! simulated device (`--sim-script`).
+//! simulated device (`--sim-script`). Device memory is read through the device crate's
+//! reading capability (`Reader`), as the run's sampler reads it.
 
 use std::path::Path;
 use std::time::Instant;
@@ -10,24 +11,13 @@ use anyhow::{Context, anyhow, bail};
 
 use crate::cli::DeviceArgs;
 use crate::device::driver_detail::with_driver_detail;
-use crate::device::nvml::{NvmlDevice, process_list_error, read_memory, read_processes};
+use crate::device::nvml::{NvmlDevice, NvmlReader};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
+use crate::device::reading::{RawReading, Reader};
 use crate::device::select::{self, Backend};
-use crate::device::{BackendKind, DeviceInfo, ProcessUsage, cuda};
+use crate::device::{BackendKind, DeviceInfo, ProcessUsage};
 use crate::report::watch::ContextCost;
 use crate::watch::script::{SimJob, UsageScript};
-
-/// One whole-device reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceReading {
-    pub free_bytes: u64,
-    pub used_bytes: u64,
-}
-
-/// Whole-device memory, cheap enough to read at every tick.
-pub trait DeviceProbe: Sync {
-    fn read(&self) -> Result<DeviceReading, String>;
-}
 
 /// The processes on the device with their memory: slow, read at its own rate.
 pub trait ProcessProbe: Sync {
@@ -36,32 +26,31 @@ pub trait ProcessProbe: Sync {
 
 /// NVML through one device handle, looked up once.
 pub struct NvmlProbe<'a> {
-    device: nvml_wrapper::Device<'a>,
+    device: NvmlReader<'a>,
 }
 
 impl<'a> NvmlProbe<'a> {
     pub fn new(nvml: &'a NvmlDevice) -> anyhow::Result<NvmlProbe<'a>> {
         let device = nvml
-            .handle()
+            .reader(Instant::now())
             .map_err(|e| anyhow!("NVML lost the device: {e}"))?;
         Ok(NvmlProbe { device })
     }
 }
 
-impl DeviceProbe for NvmlProbe<'_> {
-    fn read(&self) -> Result<DeviceReading, String> {
-        let m =
-            read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo_v2: {e}"))?;
-        Ok(DeviceReading {
-            free_bytes: m.free_bytes,
-            used_bytes: m.used_bytes,
-        })
+impl Reader for NvmlProbe<'_> {
+    fn read(&self) -> Result<RawReading, String> {
+        self.device.reading()
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.device.now_ns()
     }
 }
 
 impl ProcessProbe for NvmlProbe<'_> {
     fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
-        read_processes(&self.device).map_err(|e| process_list_error(&e))
+        self.device.processes()
     }
 }
 
@@ -159,8 +148,8 @@ pub fn open(
         bail!("there is no CUDA device {}: the driver sees {count}", index);
     }
     // cuInit and the device's facts only: no context, no device memory.
-    let facts =
-        cuda::device_facts(index).with_context(|| format!("cannot read CUDA device {}", index))?;
+    let facts = select::device_facts(index)
+        .with_context(|| format!("cannot read CUDA device {}", index))?;
     let nvml = NvmlDevice::try_open(&facts.uuid).map_err(|e| {
         anyhow!(
             "NVML is not available for GPU {} ({}): {e}; headroom watch reads device memory and the process list through NVML",
@@ -178,13 +167,13 @@ pub fn open(
         total_bytes: facts.total_bytes,
         driver_version: nvml
             .driver_version()
-            .map_or_else(cuda::cuda_driver_version, |v| {
-                format!("{v} (CUDA {})", cuda::cuda_driver_version())
+            .map_or_else(select::cuda_driver_version, |v| {
+                format!("{v} (CUDA {})", select::cuda_driver_version())
             }),
         multiprocessors: facts.multiprocessors,
         mig,
         uuid: Some(facts.uuid),
-        capabilities: cuda::device_capabilities(index)
+        capabilities: select::device_capabilities(index)
             .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
     };
     let cuda = if cuda_info {

@@ -14,11 +14,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::prelude::*;
+use crate::device::reading::Readings;
 use crate::device::{
     DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
     Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
 };
-use crate::sampler::LiveViews;
 
 use super::fidelity::{SegmentOp, SegmentOpKind};
 use super::placement::Placement;
@@ -161,20 +161,8 @@ impl DeviceCore for TraceDevice<'_> {
         self.inner.sleep(duration_ns)
     }
 
-    fn start_sampler(
-        &mut self,
-        interval_ns: u64,
-        live: Arc<LiveViews>,
-    ) -> DevResult<Box<dyn Sampler>> {
-        self.inner.start_sampler(interval_ns, live)
-    }
-
-    fn free_at_ns(&self, t_ns: u64) -> Option<u64> {
-        self.inner.free_at_ns(t_ns)
-    }
-
-    fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
-        self.inner.add_simulated_tenant(pid, bytes, duration_ns)
+    fn readings(&mut self) -> DevResult<Readings> {
+        self.inner.readings()
     }
 
     fn release_all(&mut self) -> DevResult<()> {

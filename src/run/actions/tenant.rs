@@ -28,7 +28,11 @@ pub(super) fn start(t: &mut Target, bytes: u64, duration_ns: u64) -> Result<Done
         t.held.tenants.push(p);
     }
     if t.dev.info().is_sim() {
-        match t.dev.add_simulated_tenant(pid, bytes, duration_ns) {
+        let unsupported = Err(DeviceError::Unsupported("a simulated tenant", "cuda"));
+        let added = t.dev.simulated_mut().map_or(unsupported, |s| {
+            s.add_simulated_tenant(pid, bytes, duration_ns)
+        });
+        match added {
             Ok(()) => {}
             Err(DeviceError::OutOfMemory { .. }) => {
                 let free = t.dev.mem_info()?.free_bytes;

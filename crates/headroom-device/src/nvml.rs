@@ -1,0 +1,362 @@
+//! NVML, where the driver ships it: whole-device memory with the driver's reserved share, and
+//! the processes the driver sees. Everything here degrades to `None`; NVML is optional.
+//!
+//! A device is found by its UUID, never by index: the CUDA ordinal and NVML's index need not
+//! agree, and a MIG instance (`MIG-…`, `cuDeviceGetUuid_v2`) has an NVML handle of its own
+//! whose memory is the instance's. On MIG, NVML refuses the process list to an unprivileged
+//! user (`NVML_ERROR_NO_PERMISSION`): that list is unavailable, with the reason, never an error.
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+
+use std::time::Instant;
+
+use crate::mig::{MigIdentity, profile_from_device_name};
+use crate::reading::{RawReading, Reader};
+use crate::{NvmlMemory, ProcessUsage};
+
+/// An NVML session bound to one device by UUID (a GPU's `GPU-…` or a MIG instance's `MIG-…`).
+pub struct NvmlDevice {
+    nvml: Nvml,
+    uuid: String,
+}
+
+impl NvmlDevice {
+    /// `None` when NVML is missing or does not know the device.
+    pub fn open(uuid: &str) -> Option<NvmlDevice> {
+        Self::try_open(uuid).ok()
+    }
+
+    /// As `open`, with NVML's error when it fails.
+    pub fn try_open(uuid: &str) -> Result<NvmlDevice, nvml_wrapper::error::NvmlError> {
+        let _watched = crate::watch::call("nvmlInit_v2");
+        let nvml = Nvml::init()?;
+        nvml.device_by_uuid(uuid)?;
+        Ok(NvmlDevice {
+            nvml,
+            uuid: uuid.to_string(),
+        })
+    }
+
+    pub fn driver_version(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
+    }
+
+    /// The device's handle, for a caller that reads it many times (looked up once).
+    pub fn handle(&self) -> Result<nvml_wrapper::Device<'_>, nvml_wrapper::error::NvmlError> {
+        self.nvml.device_by_uuid(self.uuid.as_str())
+    }
+
+    pub fn memory(&self) -> Option<NvmlMemory> {
+        read_memory(&self.handle().ok()?).ok()
+    }
+
+    /// The compute processes on this device. Slow (a global driver lock): never poll it fast.
+    pub fn processes(&self) -> Option<Vec<ProcessUsage>> {
+        self.processes_or_why().ok()
+    }
+
+    /// As `processes`, or why NVML gave no list (`process_list_error`).
+    pub fn processes_or_why(&self) -> Result<Vec<ProcessUsage>, String> {
+        let d = self
+            .handle()
+            .map_err(|e| format!("NVML lost the device: {e}"))?;
+        read_processes(&d).map_err(|e| process_list_error(&e))
+    }
+
+    /// The device's handle for a caller that reads it many times (looked up once), with
+    /// readings timed from `origin`; the error is NVML's.
+    pub fn reader(&self, origin: Instant) -> Result<NvmlReader<'_>, String> {
+        let device = self.handle().map_err(|e| e.to_string())?;
+        Ok(NvmlReader { device, origin })
+    }
+
+    /// The MIG instance this device is, with its parent GPU; `None` on a whole GPU (or an NVML
+    /// too old to say).
+    pub fn mig_identity(&self) -> Option<MigIdentity> {
+        mig_identity(&self.handle().ok()?)
+    }
+}
+
+/// One NVML device handle, read many times: memory info at every tick, the process list
+/// (slow: a global driver lock) far less often.
+pub struct NvmlReader<'a> {
+    device: nvml_wrapper::Device<'a>,
+    origin: Instant,
+}
+
+impl NvmlReader<'_> {
+    /// NVML's memory info, or the call and its error.
+    pub fn memory(&self) -> Result<NvmlMemory, String> {
+        read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo_v2: {e}"))
+    }
+
+    /// The compute processes on the device, or why NVML gave no list.
+    pub fn processes(&self) -> Result<Vec<ProcessUsage>, String> {
+        read_processes(&self.device).map_err(|e| process_list_error(&e))
+    }
+
+    /// Nanoseconds since the reader's origin.
+    pub fn now_ns(&self) -> u64 {
+        crate::reading::since(self.origin)
+    }
+
+    /// One whole-device reading through NVML (free and total are NVML's).
+    pub fn reading(&self) -> Result<RawReading, String> {
+        let m = self.memory()?;
+        Ok(RawReading {
+            t_ns: crate::reading::since(self.origin),
+            free_bytes: m.free_bytes,
+            total_bytes: m.total_bytes,
+            nvml: Some(m),
+        })
+    }
+}
+
+impl Reader for NvmlReader<'_> {
+    fn read(&self) -> Result<RawReading, String> {
+        self.reading()
+    }
+
+    fn now_ns(&self) -> u64 {
+        NvmlReader::now_ns(self)
+    }
+}
+
+/// Why NVML gave no process list, in one line: the call, NVML's code and text, and on
+/// `NO_PERMISSION` what it means on MIG.
+pub fn process_list_error(e: &NvmlError) -> String {
+    match e {
+        NvmlError::NoPermission => format!(
+            "nvmlDeviceGetComputeRunningProcesses: NVML_ERROR_NO_PERMISSION ({e}); on a MIG \
+             instance NVML lists processes to administrators only"
+        ),
+        other => format!("nvmlDeviceGetComputeRunningProcesses: {other}"),
+    }
+}
+
+/// A MIG handle's instance: its profile (from its name), parent GPU and instance ids.
+pub fn mig_identity(d: &nvml_wrapper::Device<'_>) -> Option<MigIdentity> {
+    if !d.mig_is_mig_device_handle().ok()? {
+        return None;
+    }
+    let parent = d.mig_parent_device().ok()?;
+    Some(MigIdentity {
+        profile: d.name().ok().and_then(|n| profile_from_device_name(&n)),
+        parent_index: parent.index().ok(),
+        parent_uuid: parent.uuid().ok()?,
+        parent_name: parent.name().ok(),
+        gpu_instance_id: instance_id(d, InstanceKind::Gpu),
+        compute_instance_id: instance_id(d, InstanceKind::Compute),
+    })
+}
+
+enum InstanceKind {
+    Gpu,
+    Compute,
+}
+
+/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` (not wrapped by
+/// nvml-wrapper), where the library has them.
+fn instance_id(d: &nvml_wrapper::Device<'_>, kind: InstanceKind) -> Option<u32> {
+    let lib = d.nvml().lib();
+    let sym = match kind {
+        InstanceKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?,
+        InstanceKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?,
+    };
+    let mut id: std::ffi::c_uint = 0;
+    // SAFETY: the handle is a live MIG device handle of this NVML session; one uint is written.
+    let code = unsafe { sym(d.handle(), &mut id) };
+    // NVML_SUCCESS is 0.
+    (code == 0).then_some(id)
+}
+
+/// One MIG instance as NVML lists it on its parent GPU, before any CUDA context.
+#[derive(Debug, Clone)]
+pub struct NvmlInstance {
+    /// `MIG-…`.
+    pub uuid: String,
+    /// `NVIDIA H200 MIG 1g.18gb`.
+    pub name: String,
+    pub identity: MigIdentity,
+    pub memory: Option<NvmlMemory>,
+    pub processes: Result<Vec<ProcessUsage>, String>,
+}
+
+/// One physical GPU as NVML lists it, with its MIG instances when MIG mode is on.
+#[derive(Debug, Clone)]
+pub struct NvmlGpu {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub driver_version: Option<String>,
+    /// MIG mode is on (current mode, not pending).
+    pub mig_enabled: bool,
+    pub instances: Vec<NvmlInstance>,
+    /// The whole GPU's memory and process list (read when MIG mode is off).
+    pub memory: Option<NvmlMemory>,
+    pub processes: Result<Vec<ProcessUsage>, String>,
+}
+
+/// Every physical GPU NVML sees and the MIG instances of those in MIG mode (`None` without
+/// NVML). NVML sees every instance whatever `CUDA_VISIBLE_DEVICES` says.
+pub fn gpus() -> Option<Vec<NvmlGpu>> {
+    let nvml = Nvml::init().ok()?;
+    let count = nvml.device_count().ok()?;
+    let driver_version = nvml.sys_driver_version().ok();
+    let mut out = Vec::new();
+    for index in 0..count {
+        let Ok(d) = nvml.device_by_index(index) else {
+            continue;
+        };
+        let mig_enabled = d.mig_mode().is_ok_and(|m| m.current == 1);
+        let (instances, memory, processes) = if mig_enabled {
+            let why = "the GPU is in MIG mode: its instances have the process lists".to_string();
+            (instances(&d), None, Err(why))
+        } else {
+            let ps = read_processes(&d).map_err(|e| process_list_error(&e));
+            (vec![], read_memory(&d).ok(), ps)
+        };
+        out.push(NvmlGpu {
+            index,
+            uuid: d.uuid().unwrap_or_default(),
+            name: d.name().unwrap_or_default(),
+            driver_version: driver_version.clone(),
+            mig_enabled,
+            instances,
+            memory,
+            processes,
+        });
+    }
+    Some(out)
+}
+
+/// The MIG instances of a GPU in MIG mode: every slot below its maximum that holds one.
+fn instances(gpu: &nvml_wrapper::Device<'_>) -> Vec<NvmlInstance> {
+    let max = gpu.mig_device_count().unwrap_or(0);
+    (0..max)
+        .filter_map(|i| gpu.mig_device_by_index(i).ok())
+        .filter_map(|m| {
+            let identity = mig_identity(&m)?;
+            Some(NvmlInstance {
+                uuid: m.uuid().ok()?,
+                name: m.name().unwrap_or_default(),
+                identity,
+                memory: read_memory(&m).ok(),
+                processes: read_processes(&m).map_err(|e| process_list_error(&e)),
+            })
+        })
+        .collect()
+}
+
+/// NVML's memory info (v2) of a device handle: one call.
+pub fn read_memory(
+    d: &nvml_wrapper::Device<'_>,
+) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
+    let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
+    let m = match d.memory_info() {
+        Err(NvmlError::FailedToLoadSymbol(_)) => return read_memory_v1(d),
+        other => other?,
+    };
+    Ok(NvmlMemory {
+        total_bytes: m.total,
+        reserved_bytes: m.reserved,
+        used_bytes: m.used,
+        free_bytes: m.free,
+    })
+}
+
+/// NVML's first memory info, on drivers before R510 (NVML 11.6 added the v2 that splits out
+/// the driver's reserved share): `used` there includes that share, so `reserved_bytes` is 0.
+fn read_memory_v1(
+    d: &nvml_wrapper::Device<'_>,
+) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
+    let sym = nvml_wrapper::error::nvml_sym(d.nvml().lib().nvmlDeviceGetMemoryInfo.as_ref())?;
+    let mut m = nvml_wrapper_sys::bindings::nvmlMemory_t {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: the handle is the device's own, and `m` is the v1 struct the function fills.
+    nvml_wrapper::error::nvml_try(unsafe { sym(d.handle(), &mut m) })?;
+    Ok(NvmlMemory {
+        total_bytes: m.total,
+        reserved_bytes: 0,
+        used_bytes: m.used,
+        free_bytes: m.free,
+    })
+}
+
+/// The compute processes NVML lists on a device handle, this process marked.
+pub fn read_processes(
+    d: &nvml_wrapper::Device<'_>,
+) -> Result<Vec<ProcessUsage>, nvml_wrapper::error::NvmlError> {
+    let me = std::process::id();
+    let _watched = crate::watch::call("nvmlDeviceGetComputeRunningProcesses");
+    // Drivers before R510 have only the v2 of the list (the same record, one function older).
+    let listed = match d.running_compute_processes() {
+        Err(NvmlError::FailedToLoadSymbol(_)) => d.running_compute_processes_v2(),
+        other => other,
+    };
+    Ok(listed?
+        .into_iter()
+        .map(|p| ProcessUsage {
+            pid: p.pid,
+            used_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+            is_self: p.pid == me,
+        })
+        .collect())
+}
+
+/// NVML's memory reading of a device by UUID before any CUDA context exists.
+pub fn memory_before_context(uuid: &str) -> Option<NvmlMemory> {
+    NvmlDevice::open(uuid)?.memory()
+}
+
+/// Why NVML cannot start, in one line naming its error as the driver does
+/// (`nvmlInit_v2 failed: NVML_ERROR_DRIVER_NOT_LOADED (…)`), or `None` when it starts. Said
+/// beside a CUDA failure: NVML tells a missing kernel module from a missing library.
+pub fn init_failure() -> Option<String> {
+    let e = Nvml::init().err()?;
+    Some(match &e {
+        NvmlError::LibloadingError(l) => format!("libnvidia-ml.so.1 could not be loaded ({l})"),
+        NvmlError::FailedToLoadSymbol(s) => format!("NVML lacks a function headroom calls ({s})"),
+        _ => match error_name(&e) {
+            Some(name) => format!("nvmlInit_v2 failed: {name} ({e})"),
+            None => format!("nvmlInit_v2 failed: {e}"),
+        },
+    })
+}
+
+/// The name of NVML's return code for `e` (`NVML_ERROR_…`); `None` for an error that is not one.
+pub fn error_name(e: &NvmlError) -> Option<&'static str> {
+    use NvmlError as E;
+    Some(match e {
+        E::Uninitialized => "NVML_ERROR_UNINITIALIZED",
+        E::InvalidArg => "NVML_ERROR_INVALID_ARGUMENT",
+        E::NotSupported => "NVML_ERROR_NOT_SUPPORTED",
+        E::NoPermission => "NVML_ERROR_NO_PERMISSION",
+        E::NotFound => "NVML_ERROR_NOT_FOUND",
+        E::InsufficientSize(_) => "NVML_ERROR_INSUFFICIENT_SIZE",
+        E::InsufficientPower => "NVML_ERROR_INSUFFICIENT_POWER",
+        E::DriverNotLoaded => "NVML_ERROR_DRIVER_NOT_LOADED",
+        E::Timeout => "NVML_ERROR_TIMEOUT",
+        E::IrqIssue => "NVML_ERROR_IRQ_ISSUE",
+        E::LibraryNotFound => "NVML_ERROR_LIBRARY_NOT_FOUND",
+        E::FunctionNotFound => "NVML_ERROR_FUNCTION_NOT_FOUND",
+        E::CorruptedInfoROM => "NVML_ERROR_CORRUPTED_INFOROM",
+        E::GpuLost => "NVML_ERROR_GPU_IS_LOST",
+        E::ResetRequired => "NVML_ERROR_RESET_REQUIRED",
+        E::OperatingSystem => "NVML_ERROR_OPERATING_SYSTEM",
+        E::LibRmVersionMismatch => "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+        E::InUse => "NVML_ERROR_IN_USE",
+        E::InsufficientMemory => "NVML_ERROR_MEMORY",
+        E::NoData => "NVML_ERROR_NO_DATA",
+        E::Unknown => "NVML_ERROR_UNKNOWN",
+        _ => return None,
+    })
+}
