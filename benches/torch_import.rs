@@ -9,8 +9,10 @@
 //! 64 KiB, every entry memoized — by tests/suite/snapshot_pickler.rs, whose bytes a suite
 //! test checks against Python's; it is written once to `target/bench-torch-py-N.pickle` and
 //! reused. `HEADROOM_BENCH_ENTRIES` sets another size. Measured on the 2-core development
-//! machine while other builds ran (load average 6–7): 13.4 s (11.6–15.4 s), 530 MiB; 8.1 s of
-//! CPU time (`/usr/bin/time` on `headroom replay`), of which reading is 6.6 s.
+//! machine while other builds ran (load average 5–8, `--quick`): 7.9 s (6.9–8.2 s), 531 MiB,
+//! against 11.5 s (11.4–12.0 s) and 530 MiB for the reader before keys, action names and
+//! frames lists were cached by memo id and bytes; `headroom replay` of the file took 5.8–7.3 s
+//! of CPU time (was 8.5–9.9 s), still above the 5 s target.
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and

@@ -68,14 +68,22 @@ pub struct OomRecord {
     pub stream: String,
     /// Steps the allocator took before giving up, in order.
     pub retries: Vec<crate::alloc::RetryStep>,
-    pub device_total_bytes: u64,
+    /// The device's total; null where it is not known (a snapshot records none):
+    /// `device_evidence_basis` says why.
+    pub device_total_bytes: Option<u64>,
     pub device_free_bytes: u64,
     pub device_used_bytes: u64,
-    /// Free memory at the idle reading before the workload.
-    pub idle_device_free_bytes: u64,
+    /// Free memory at the idle reading before the workload; null where there was none.
+    pub idle_device_free_bytes: Option<u64>,
     pub own_bytes: u64,
-    /// Taken straight from the driver, outside the allocator's counters.
-    pub outside_allocator_bytes: u64,
+    /// Taken straight from the driver, outside the allocator's counters; null where it is
+    /// not known.
+    pub outside_allocator_bytes: Option<u64>,
+    /// Where the device total, the idle reading and the memory outside the allocator come
+    /// from when they were not measured (an imported snapshot: null ones are "not in the
+    /// snapshot", others derived from `--device-total`/`--profile`); absent when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_evidence_basis: Option<String>,
     pub alloc_allocated_bytes: u64,
     pub alloc_reserved_bytes: u64,
     /// reserved − allocated: a clue, not memory that a request can be promised.
@@ -119,6 +127,9 @@ pub struct Diagnosis {
     pub check_next: Vec<String>,
 }
 
+/// How a figure a snapshot does not record is named in findings and reports.
+pub const NOT_RECORDED: &str = "not in the snapshot";
+
 const OBS_LOOKS_FREE: &str = "Device looks free, but one request fails";
 const OBS_GAP: &str = "Reserved is larger than allocated";
 const OBS_SMALL_FITS: &str = "A small workload fits, a larger one does not";
@@ -148,12 +159,21 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         Bytes(r.rounded_bytes),
         Bytes(r.driver_request_bytes)
     ));
-    findings.push(format!(
-        "Device: {} free of {} at that instant; {} was free at the idle reading.",
-        Bytes(r.device_free_bytes),
-        Bytes(r.device_total_bytes),
-        Bytes(r.idle_device_free_bytes)
-    ));
+    let known = |b: Option<u64>| b.map_or(NOT_RECORDED.to_string(), |b| Bytes(b).to_string());
+    findings.push(match (r.device_total_bytes, r.idle_device_free_bytes) {
+        (Some(total), Some(idle)) => format!(
+            "Device: {} free of {} at that instant; {} was free at the idle reading.",
+            Bytes(r.device_free_bytes),
+            Bytes(total),
+            Bytes(idle)
+        ),
+        (total, idle) => format!(
+            "Device: {} free at that instant; the device total is {} and the idle reading is {}.",
+            Bytes(r.device_free_bytes),
+            known(total),
+            known(idle)
+        ),
+    });
 
     if !r.retries.is_empty() {
         let steps: Vec<&str> = r.retries.iter().map(|s| s.text.as_str()).collect();
@@ -223,14 +243,14 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         ));
     }
 
-    if r.outside_allocator_bytes > 0 {
+    if let Some(outside) = r.outside_allocator_bytes.filter(|b| *b > 0) {
         causes.push(Cause::OutsideAllocator);
         if observation == OBS_LOOKS_FREE {
             observation = OBS_DISAGREE;
         }
         findings.push(format!(
             "{} was taken straight from the driver (as NCCL or cuBLAS workspaces are); the allocator's counters ({} allocated, {} reserved) never saw it.",
-            Bytes(r.outside_allocator_bytes),
+            Bytes(outside),
             Bytes(r.alloc_allocated_bytes),
             Bytes(r.alloc_reserved_bytes)
         ));
@@ -270,22 +290,36 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         check.push("Compare device free before and after context creation and after launching deep-stack kernels; memory held by the context and its stack is in no allocator's statistics.".to_string());
     }
 
-    if need <= r.idle_device_free_bytes && causes.is_empty() {
-        observation = OBS_SMALL_FITS;
-        causes.push(Cause::PeakNotIdle);
-        findings.push(format!(
-            "The request would have fit in the idle reading's {} free; it failed because this run already held {} at its demanding moment. The idle reading is not the peak.",
-            Bytes(r.idle_device_free_bytes),
-            Bytes(r.own_bytes)
-        ));
-        check.push("Compare the defined peak of the workload with the idle reading, phase by phase (summary.json peaks), not the idle free memory alone.".to_string());
-    }
-    if causes.is_empty() {
-        causes.push(Cause::Capacity);
-        findings.push(format!(
-            "The request is larger than what was free even at idle ({}): a genuine capacity limit for this workload shape.",
-            Bytes(r.idle_device_free_bytes)
-        ));
+    match r.idle_device_free_bytes {
+        Some(idle) if need <= idle && causes.is_empty() => {
+            observation = OBS_SMALL_FITS;
+            causes.push(Cause::PeakNotIdle);
+            findings.push(format!(
+                "The request would have fit in the idle reading's {} free; it failed because this run already held {} at its demanding moment. The idle reading is not the peak.",
+                Bytes(idle),
+                Bytes(r.own_bytes)
+            ));
+            check.push("Compare the defined peak of the workload with the idle reading, phase by phase (summary.json peaks), not the idle free memory alone.".to_string());
+        }
+        Some(idle) if causes.is_empty() => {
+            causes.push(Cause::Capacity);
+            findings.push(format!(
+                "The request is larger than what was free even at idle ({}): a genuine capacity limit for this workload shape.",
+                Bytes(idle)
+            ));
+        }
+        None if causes.is_empty() => {
+            // Only what was recorded: the free memory at the failure and what the allocator held.
+            causes.push(Cause::Capacity);
+            findings.push(format!(
+                "The request was larger than the {} free at the failure, with {} reserved by the allocator ({} of it allocated); the idle reading is {}, so whether it would fit on an idle device is not known.",
+                Bytes(r.device_free_bytes),
+                Bytes(r.alloc_reserved_bytes),
+                Bytes(r.alloc_allocated_bytes),
+                NOT_RECORDED
+            ));
+        }
+        _ => {}
     }
     check.push("Keep this record: one device, one failing request, one timestamped set of observations, before changing any configuration.".to_string());
 
@@ -403,12 +437,13 @@ mod tests {
             pool: "large".into(),
             stream: "main".into(),
             retries: vec![],
-            device_total_bytes: 4 * GIB,
+            device_total_bytes: Some(4 * GIB),
             device_free_bytes: 50 * MIB,
             device_used_bytes: 4 * GIB - 50 * MIB,
-            idle_device_free_bytes: 3 * GIB,
+            idle_device_free_bytes: Some(3 * GIB),
             own_bytes: 3 * GIB,
-            outside_allocator_bytes: 0,
+            outside_allocator_bytes: Some(0),
+            device_evidence_basis: None,
             alloc_allocated_bytes: GIB,
             alloc_reserved_bytes: 3 * GIB,
             reserved_but_unallocated_bytes: 2 * GIB,

@@ -458,27 +458,30 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         "{}",
         md_table::header(&[("", Left), ("bytes", Right), ("", Right)])
     );
-    let rows: [(&str, u64); 14] = [
-        ("requested", r.requested_bytes),
-        ("after rounding", r.rounded_bytes),
-        ("asked of the driver", r.driver_request_bytes),
-        ("device free", r.device_free_bytes),
-        ("device used", r.device_used_bytes),
+    let rows: [(&str, Option<u64>); 14] = [
+        ("requested", Some(r.requested_bytes)),
+        ("after rounding", Some(r.rounded_bytes)),
+        ("asked of the driver", Some(r.driver_request_bytes)),
+        ("device free", Some(r.device_free_bytes)),
+        ("device used", Some(r.device_used_bytes)),
         ("device total", r.device_total_bytes),
         ("device free at idle", r.idle_device_free_bytes),
-        ("own bytes", r.own_bytes),
+        ("own bytes", Some(r.own_bytes)),
         ("outside the allocator", r.outside_allocator_bytes),
-        ("alloc allocated", r.alloc_allocated_bytes),
-        ("alloc reserved", r.alloc_reserved_bytes),
+        ("alloc allocated", Some(r.alloc_allocated_bytes)),
+        ("alloc reserved", Some(r.alloc_reserved_bytes)),
         (
             "reserved − allocated (a clue)",
-            r.reserved_but_unallocated_bytes,
+            Some(r.reserved_but_unallocated_bytes),
         ),
-        ("largest free block", r.largest_free_block_bytes),
-        ("inactive split blocks", r.inactive_split_bytes),
+        ("largest free block", Some(r.largest_free_block_bytes)),
+        ("inactive split blocks", Some(r.inactive_split_bytes)),
     ];
     for (k, v) in rows {
-        let _ = writeln!(o, "| {k} | {v} | {} |", Bytes(v));
+        let _ = match v {
+            Some(v) => writeln!(o, "| {k} | {v} | {} |", Bytes(v)),
+            None => writeln!(o, "| {k} | {} | |", crate::oom::NOT_RECORDED),
+        };
     }
     let _ = writeln!(
         o,

@@ -415,7 +415,32 @@ fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
         (entry, size, free)
     );
     assert!(o["outside_pytorch_bytes"].is_null());
+    // The OOM record itself: no simulated device figures stand in for the run's.
+    let oom = &s["ooms"][0];
+    for k in [
+        "device_total_bytes",
+        "idle_device_free_bytes",
+        "outside_allocator_bytes",
+    ] {
+        assert!(oom[k].is_null(), "ooms[0].{k}: {oom}");
+    }
+    assert!(
+        oom["device_evidence_basis"]
+            .as_str()
+            .unwrap()
+            .starts_with("not in the snapshot")
+    );
+    let findings = oom["diagnosis"]["findings"].to_string();
+    assert!(!findings.contains("idle reading's"), "{findings}");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| device total | not in the snapshot |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| outside the allocator | not in the snapshot |"),
+        "{report}"
+    );
     assert!(
         report.contains("Device total unknown, idle free unknown"),
         "{report}"
@@ -431,6 +456,19 @@ fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
     assert_eq!(u(&o["outside_pytorch_bytes"]), total - free - reserved);
     assert_eq!(o["derived_from"], format!("--device-total {total}"));
     assert!(ev["idle_free_bytes"].is_null());
+    let oom = &s["ooms"][0];
+    assert_eq!(u(&oom["device_total_bytes"]), total);
+    assert_eq!(
+        u(&oom["outside_allocator_bytes"]),
+        total - free - u(&oom["alloc_reserved_bytes"])
+    );
+    assert!(oom["idle_device_free_bytes"].is_null());
+    assert!(
+        oom["device_evidence_basis"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--device-total {total}"))
+    );
 }
 
 #[test]

@@ -46,10 +46,11 @@ pub trait Sink {
 
     /// Called at an `EMPTY_DICT` that will be an item of `list` (the list below the current
     /// mark, with nothing before it in this batch left for `append`): the sink may read the
-    /// whole dict straight from `fast.bytes` and take it. `None`: it is read the ordinary
-    /// way (nothing is consumed or defined).
-    fn fast_dict(&mut self, _list: &Rc<List>, _fast: &Fast<'_>) -> Option<FastDict> {
-        None
+    /// whole dict straight from `fast.bytes` and take it, saying what it used in `out`
+    /// (cleared before). `false`: it is read the ordinary way (nothing is consumed or
+    /// defined, whatever `out` holds).
+    fn fast_dict(&mut self, _list: &Rc<List>, _fast: &Fast<'_>, _out: &mut FastDict) -> bool {
+        false
     }
 }
 
@@ -68,15 +69,32 @@ impl Fast<'_> {
     pub fn get(&self, id: u32) -> Option<&Value> {
         self.memo.get(id).ok()
     }
+
+    /// Where the memo stores `v` (an object by identity, a short str by content), if it
+    /// stores it: for `FastDict::stored`.
+    pub fn stored(&self, v: &Value) -> Option<u32> {
+        self.memo.stored(v)
+    }
+
+    /// Changes whenever a defined memo slot is written again: what a cache learned about an
+    /// id holds while this stays the same.
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.memo.generation()
+    }
 }
 
-/// A dict a sink read and took by itself.
+/// A dict a sink read and took by itself (one, reused: nothing is moved per dict).
+#[derive(Default)]
 pub struct FastDict {
     /// Bytes used from `Fast::bytes`.
     pub consumed: usize,
     /// `MEMOIZE`s among them (the first `memoized`), each defining the next id from
     /// `next_memo` on, with its value (`None`: the dict itself, which the sink took).
     pub memo: [Option<Value>; FastDict::MEMO_MAX],
+    /// Per `MEMOIZE`: nonzero when its value is one the memo already stores (`Fast::stored`),
+    /// which is then used instead of `memo`'s (no lookup by content or identity).
+    pub stored: [u32; FastDict::MEMO_MAX],
     pub memoized: usize,
 }
 
@@ -95,6 +113,8 @@ pub struct Machine<'a, S: Sink> {
     scratch: Vec<u8>,
     /// Reused for the items of `APPENDS`.
     spare: Vec<Value>,
+    /// What the sink's last fast dict used.
+    fast_out: FastDict,
 }
 
 impl<'a, S: Sink> Machine<'a, S> {
@@ -107,6 +127,7 @@ impl<'a, S: Sink> Machine<'a, S> {
             protocol: 0,
             scratch: Vec::new(),
             spare: Vec::new(),
+            fast_out: FastDict::default(),
         }
     }
 
@@ -244,13 +265,15 @@ impl<'a, S: Sink> Machine<'a, S> {
                     self.stack.push(v);
                 }
                 b'}' => {
-                    if let Some(done) = self.fast_dict(&mut input)? {
-                        input.consume(done.consumed);
-                        for v in done.memo.into_iter().take(done.memoized) {
+                    if self.fast_dict(&mut input)? {
+                        input.consume(self.fast_out.consumed);
+                        for k in 0..self.fast_out.memoized {
                             let id = self.memo.len();
-                            match v {
-                                Some(v) => self.memo.put(id, v),
-                                None => self.memo.put_taken(id),
+                            let v = self.fast_out.memo[k].take();
+                            match (self.fast_out.stored[k], v) {
+                                (0, Some(v)) => self.memo.put(id, v),
+                                (0, None) => self.memo.put_taken(id),
+                                (stored, _) => self.memo.put_stored(id, stored),
                             }
                             .map_err(err)?;
                         }
@@ -365,18 +388,15 @@ impl<'a, S: Sink> Machine<'a, S> {
 
     /// Offers the dict starting here to the sink, when it is an item of a list and every
     /// earlier item of this batch was taken already (so the sink keeps the list's order).
-    fn fast_dict<R: Read>(
-        &mut self,
-        input: &mut Input<R>,
-    ) -> Result<Option<FastDict>, PickleError> {
+    fn fast_dict<R: Read>(&mut self, input: &mut Input<R>) -> Result<bool, PickleError> {
         let Some(&m) = self.marks.last() else {
-            return Ok(None);
+            return Ok(false);
         };
         let Some(Value::List(list)) = m.checked_sub(1).and_then(|t| self.stack.get(t)) else {
-            return Ok(None);
+            return Ok(false);
         };
         if self.stack.len() > m && !matches!(self.stack.last(), Some(Value::Taken)) {
-            return Ok(None);
+            return Ok(false);
         }
         let list = list.clone();
         let bytes = input.window(1 << 16)?;
@@ -385,7 +405,10 @@ impl<'a, S: Sink> Machine<'a, S> {
             memo: &self.memo,
             next_memo: self.memo.len(),
         };
-        Ok(self.sink.fast_dict(&list, &fast))
+        let out = &mut self.fast_out;
+        out.consumed = 0;
+        out.memoized = 0;
+        Ok(self.sink.fast_dict(&list, &fast, out))
     }
 
     fn top(&self) -> Result<&Value, String> {

@@ -26,6 +26,9 @@ pub(super) struct Memo {
     /// entry (`"N/A"`, `(0, 0)`), so most stores need no hashing.
     last_short: Option<(Short, u32)>,
     last_shared: (usize, u32),
+    /// Slots written again after they were defined (`PUT` over an id): caches of what an id
+    /// holds compare it before they trust themselves.
+    redefined: u32,
 }
 
 const TAKEN: u32 = 1;
@@ -39,6 +42,9 @@ impl Memo {
 
     fn slot(&mut self, id: u32) -> Result<&mut u32, String> {
         let len = self.slots.len() as u32;
+        if id < len && self.slots[id as usize] != 0 {
+            self.redefined = self.redefined.wrapping_add(1);
+        }
         if id == len {
             self.slots.push(0);
         } else if id > len {
@@ -112,11 +118,40 @@ impl Memo {
         Ok(())
     }
 
+    /// Where `v` is stored already (its index for `put_stored`), looked up without adding it.
+    pub fn stored(&self, v: &Value) -> Option<u32> {
+        let p = match v {
+            Value::Short(s) => return self.shorts.get(s).copied(),
+            Value::Str(s) => return self.strs.get(s).copied(),
+            Value::Bytes(b) => Rc::as_ptr(b) as *const u8 as usize,
+            Value::List(l) => Rc::as_ptr(l) as usize,
+            Value::Dict(d) => Rc::as_ptr(d) as usize,
+            Value::Tuple(t, _) => Rc::as_ptr(t) as *const Value as usize,
+            _ => return None,
+        };
+        self.shared.get(&p).copied()
+    }
+
+    /// Slot `id` holds the value stored at `index` (from `stored`).
+    pub fn put_stored(&mut self, id: u32, index: u32) -> Result<(), String> {
+        if index < 2 || index as usize - 2 >= self.values.len() {
+            return Err(format!("memo value {index} is not stored"));
+        }
+        *self.slot(id)? = index;
+        Ok(())
+    }
+
     /// Slot `id` is defined, but its object was taken by a sink (reading it back is an
     /// error).
     pub fn put_taken(&mut self, id: u32) -> Result<(), String> {
         *self.slot(id)? = TAKEN;
         Ok(())
+    }
+
+    /// How many times a defined slot was written again (a cache keyed by memo id is stale
+    /// when this changed).
+    pub fn generation(&self) -> u32 {
+        self.redefined
     }
 
     /// The value of slot `id`.

@@ -26,18 +26,90 @@ pub(super) struct Shared {
     last_pair: Option<Pair>,
     /// Memo ids of the frames of the list being read.
     frame_ids: Vec<u32>,
+    /// What a memo id read back as a key or an action name holds (`Key` as a byte, 0 not
+    /// known yet), for ids below `ID_CACHE`.
+    keys: Vec<u8>,
+    /// The bytes of a frames list's items (its `GET`s of frame dicts) and the stack and
+    /// list they make: an entry whose stack was seen before is one lookup.
+    spans: FastMap<Box<[u8]>, (u32, Rc<List>, u32)>,
+    /// `Fast::stored` of `last_pair`'s tuple (0: not known yet).
+    last_pair_stored: u32,
+    /// `Fast::generation` when these caches were filled.
+    generation: u32,
 }
 
-struct Decoder<'a, 'f> {
+/// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
+const ID_CACHE: u32 = 1 << 16;
+
+/// Frames lists remembered by their bytes.
+const SPANS_MAX: usize = 1 << 16;
+
+/// A key of a trace entry, or an action name, read back from the memo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Key {
+    Action = 1,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    CompileContext,
+    UserMetadata,
+    PoolId,
+    Frames,
+    /// Another str: an action name (its `Action` in `ACTION_BASE + action`) or anything
+    /// else (`Key::Other`).
+    Other,
+}
+
+/// `Shared::keys` of an id holding an action name: this plus the `Action`.
+const ACTION_BASE: u8 = 64;
+
+impl Key {
+    fn of(b: &[u8]) -> u8 {
+        (match b {
+            b"action" => Key::Action,
+            b"addr" | b"device_free" => Key::Addr,
+            b"size" => Key::Size,
+            b"stream" => Key::Stream,
+            b"time_us" => Key::TimeUs,
+            b"compile_context" => Key::CompileContext,
+            b"user_metadata" => Key::UserMetadata,
+            b"pool_id" => Key::PoolId,
+            b"frames" => Key::Frames,
+            _ => match Action::parse_bytes(b) {
+                Action::Other => Key::Other,
+                a => return ACTION_BASE + a as u8,
+            },
+        }) as u8
+    }
+
+    fn from_u8(v: u8) -> Option<Key> {
+        Some(match v {
+            1 => Key::Action,
+            2 => Key::Addr,
+            3 => Key::Size,
+            4 => Key::Stream,
+            5 => Key::TimeUs,
+            6 => Key::CompileContext,
+            7 => Key::UserMetadata,
+            8 => Key::PoolId,
+            9 => Key::Frames,
+            10 => Key::Other,
+            _ => return None,
+        })
+    }
+}
+
+struct Decoder<'a, 'f, 'o> {
     b: &'a [u8],
     i: usize,
     fast: &'a Fast<'f>,
     /// Per `MEMOIZE`, in order: its value (`None`: the entry dict, taken).
-    memo: [Option<Value>; FastDict::MEMO_MAX],
-    memoized: usize,
+    out: &'o mut FastDict,
 }
 
-impl<'a> Decoder<'a, '_> {
+impl<'a> Decoder<'a, '_, '_> {
     /// Past any `FRAME` opcodes at `i` (Python's pickler starts a new frame about every
     /// 64 KiB, between any two opcodes): the position of the next real opcode.
     #[inline]
@@ -86,13 +158,15 @@ impl<'a> Decoder<'a, '_> {
         if self.peek() != Some(0x94) {
             return Ok(None);
         }
-        if self.memoized == FastDict::MEMO_MAX {
+        let n = self.out.memoized;
+        if n == FastDict::MEMO_MAX {
             return Err(());
         }
         self.i += 1;
-        self.memo[self.memoized] = v();
-        self.memoized += 1;
-        Ok(Some(self.memoized - 1))
+        self.out.memo[n] = v();
+        self.out.stored[n] = 0;
+        self.out.memoized = n + 1;
+        Ok(Some(n))
     }
 
     fn get(&mut self, op: u8) -> Option<&'a Value> {
@@ -158,6 +232,31 @@ impl<'a> Decoder<'a, '_> {
         Some(bytes)
     }
 
+    /// A str key or action name, as `Key::of` codes it: read back through the id cache,
+    /// or new (memoized as `string` does).
+    fn code(&mut self, shared: &mut Shared) -> Option<u8> {
+        let i = self.i;
+        let op = self.op()?;
+        if let b'h' | b'j' = op {
+            let id = self.get_id(op)?;
+            if let Some(&c) = shared.keys.get(id as usize)
+                && c != 0
+            {
+                return Some(c);
+            }
+            let c = Key::of(self.fast.get(id)?.str_bytes()?);
+            if id < ID_CACHE {
+                if shared.keys.len() <= id as usize {
+                    shared.keys.resize(id as usize + 1, 0);
+                }
+                shared.keys[id as usize] = c;
+            }
+            return Some(c);
+        }
+        self.i = i;
+        self.string().map(Key::of)
+    }
+
     /// `(a, b)` of small ints, new or read back.
     fn pair(&mut self, shared: &mut Shared) -> Option<(i64, i64)> {
         let op = self.op()?;
@@ -175,21 +274,38 @@ impl<'a> Decoder<'a, '_> {
         if self.op()? != 0x86 {
             return None;
         }
-        self.memoize(|| {
-            if let Some((p, t)) = &shared.last_pair
-                && *p == (a, b)
-            {
-                return Some(Value::Tuple(t.clone(), 1));
-            }
-            let t = shared
-                .pairs
-                .entry((a, b))
-                .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]))
-                .clone();
-            shared.last_pair = Some(((a, b), t.clone()));
-            Some(Value::Tuple(t, 1))
-        })
-        .ok()?;
+        let same = matches!(&shared.last_pair, Some((p, _)) if *p == (a, b));
+        if same
+            && shared.last_pair_stored != 0
+            && let Some(slot) = self.memoize(|| None).ok()?
+        {
+            self.out.stored[slot] = shared.last_pair_stored;
+            return Some((a, b));
+        }
+        let slot = self
+            .memoize(|| {
+                if let Some((p, t)) = &shared.last_pair
+                    && *p == (a, b)
+                {
+                    return Some(Value::Tuple(t.clone(), 1));
+                }
+                let t = shared
+                    .pairs
+                    .entry((a, b))
+                    .or_insert_with(|| Rc::from(vec![Value::Int(a), Value::Int(b)]))
+                    .clone();
+                shared.last_pair = Some(((a, b), t.clone()));
+                shared.last_pair_stored = 0;
+                Some(Value::Tuple(t, 1))
+            })
+            .ok()?;
+        if let Some(slot) = slot
+            && shared.last_pair_stored == 0
+            && let Some(v) = &self.out.memo[slot]
+        {
+            // Known from the next entry on, once the machine stored this one.
+            shared.last_pair_stored = self.fast.stored(v).unwrap_or(0);
+        }
         Some((a, b))
     }
 }
@@ -200,13 +316,13 @@ pub(super) fn decode(
     shared: &mut Shared,
     buf: &mut Vec<u32>,
     fast: &Fast<'_>,
-) -> Option<(Entry, FastDict)> {
+    out: &mut FastDict,
+) -> Option<Entry> {
     let mut d = Decoder {
         b: fast.bytes,
         i: 0,
         fast,
-        memo: Default::default(),
-        memoized: 0,
+        out,
     };
     // The dict itself is taken: its memo slot holds nothing (a snapshot never reads an
     // entry back).
@@ -224,6 +340,11 @@ pub(super) fn decode(
         stack: 0,
         meta: 0,
     };
+    if fast.generation() != shared.generation {
+        shared.keys.clear();
+        shared.spans.clear();
+        shared.generation = fast.generation();
+    }
     let (mut action, mut addr, mut size) = (None, None, None);
     let (mut compile, mut user) = (None, None);
     loop {
@@ -231,21 +352,20 @@ pub(super) fn decode(
             d.i += 1;
             break;
         }
-        let key = d.string()?;
-        match key {
-            b"action" => action = Some(d.string()?),
-            b"addr" | b"device_free" => addr = Some(u64::try_from(d.int()?).ok()?),
-            b"size" => size = Some(u64::try_from(d.int()?).ok()?),
-            b"stream" => e.stream = snap.streams.id(d.int()?)?,
-            b"time_us" => e.time_us = Some(d.int()?),
-            b"compile_context" => compile = Some(d.string()?),
-            b"user_metadata" => user = Some(d.string()?),
-            b"pool_id" => e.pool = snap.pools.id(d.pair(shared)?)?,
-            b"frames" => e.stack = frames(&mut d, snap, shared, buf)?,
-            _ => return None,
+        match Key::from_u8(d.code(shared)?)? {
+            Key::Action => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
+            Key::Addr => addr = Some(u64::try_from(d.int()?).ok()?),
+            Key::Size => size = Some(u64::try_from(d.int()?).ok()?),
+            Key::Stream => e.stream = snap.streams.id(d.int()?)?,
+            Key::TimeUs => e.time_us = Some(d.int()?),
+            Key::CompileContext => compile = Some(d.string()?),
+            Key::UserMetadata => user = Some(d.string()?),
+            Key::PoolId => e.pool = snap.pools.id(d.pair(shared)?)?,
+            Key::Frames => e.stack = frames(&mut d, snap, shared, buf)?,
+            Key::Other => return None,
         }
     }
-    e.action = Action::parse_bytes(action?);
+    e.action = Action::ALL[action? as usize];
     if e.action == Action::Other {
         return None;
     }
@@ -260,19 +380,13 @@ pub(super) fn decode(
     if compile.is_some() || user.is_some() {
         e.meta = meta_id(snap, compile.map(str::to_string), user.map(str::to_string));
     }
-    Some((
-        e,
-        FastDict {
-            consumed: d.i,
-            memo: d.memo,
-            memoized: d.memoized,
-        },
-    ))
+    d.out.consumed = d.i;
+    Some(e)
 }
 
 /// A `frames` value: a list read back (its stack known), or a new list of frames read back.
 fn frames<'a>(
-    d: &mut Decoder<'a, '_>,
+    d: &mut Decoder<'a, '_, '_>,
     snap: &mut Snapshot,
     shared: &mut Shared,
     buf: &mut Vec<u32>,
@@ -290,10 +404,76 @@ fn frames<'a>(
     }
     // Its memo value is known once the frames are read.
     let slot = d.memoize(|| None).ok()?;
+    let (start, end) = (d.i, span_end(d.b, d.i));
+    if let Some(slot) = slot
+        && end > start
+        && let Some((stack, list, stored)) = shared.spans.get_mut(&d.b[start..end])
+    {
+        d.i = end;
+        if *stored == 0 {
+            *stored = d.fast.stored(&Value::List(list.clone())).unwrap_or(0);
+        }
+        if *stored == 0 {
+            d.out.memo[slot] = Some(Value::List(list.clone()));
+        }
+        d.out.stored[slot] = *stored;
+        return Some(*stack);
+    }
+    let stack = frames_read(d, snap, shared, buf, slot)?;
+    if let Some(Some(Value::List(list))) = slot.map(|s| &d.out.memo[s])
+        && end > start
+        && d.i == end
+        && shared.spans.len() < SPANS_MAX
+    {
+        shared
+            .spans
+            .insert(Box::from(&d.b[start..end]), (stack, list.clone(), 0));
+    }
+    Some(stack)
+}
+
+/// Where the items of a frames list starting at `i` end, when they are only `GET`s (between
+/// `MARK` and `APPENDS`, or one and `APPEND`); `i` otherwise.
+fn span_end(b: &[u8], i: usize) -> usize {
+    let get_len = |op: u8| match op {
+        b'h' => Some(2),
+        b'j' => Some(5),
+        _ => None,
+    };
+    match b.get(i) {
+        Some(b'(') => {
+            let mut k = i + 1;
+            loop {
+                match b.get(k) {
+                    Some(b'e') => return k + 1,
+                    Some(&op) => match get_len(op) {
+                        Some(n) => k += n,
+                        None => return i,
+                    },
+                    None => return i,
+                }
+            }
+        }
+        Some(&op) => match get_len(op) {
+            Some(n) if b.get(i + n) == Some(&b'a') => i + n + 1,
+            _ => i,
+        },
+        None => i,
+    }
+}
+
+/// A new frames list's items, read one by one; its memo value goes in `slot`.
+fn frames_read<'a>(
+    d: &mut Decoder<'a, '_, '_>,
+    snap: &mut Snapshot,
+    shared: &mut Shared,
+    buf: &mut Vec<u32>,
+    slot: Option<usize>,
+) -> Option<u32> {
     buf.clear();
     shared.frame_ids.clear();
     let ids = &mut shared.frame_ids;
-    let mut frame = |d: &mut Decoder<'a, '_>, op: u8| -> Option<()> {
+    let mut frame = |d: &mut Decoder<'a, '_, '_>, op: u8| -> Option<()> {
         let id = d.get_id(op)?;
         let Value::Dict(f) = d.fast.get(id)? else {
             return None;
@@ -345,7 +525,7 @@ fn frames<'a>(
                 Rc::new(l)
             })
             .clone();
-        d.memo[slot] = Some(Value::List(list));
+        d.out.memo[slot] = Some(Value::List(list));
     }
     Some(stack)
 }

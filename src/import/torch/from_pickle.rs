@@ -45,19 +45,21 @@ impl Entries2<'_> {
 }
 
 impl Sink for Entries2<'_> {
-    fn fast_dict(&mut self, list: &Rc<List>, fast: &Fast<'_>) -> Option<FastDict> {
+    fn fast_dict(&mut self, list: &Rc<List>, fast: &Fast<'_>, out: &mut FastDict) -> bool {
         // Only into a list that already holds entries, and only in order.
         let aux = list.aux.get();
         if self.snap.entries.len() >= super::MAX_ENTRIES {
             // `append` refuses it, with the reason.
-            return None;
+            return false;
         }
         if aux == 0 || aux & STACK_TAG != 0 || aux & 0xffff_ffff != self.snap.entries.len() as u64 {
-            return None;
+            return false;
         }
-        let (e, done) =
-            super::fast_entry::decode(self.snap, &mut self.shared, &mut self.stack_buf, fast)?;
-        self.take(list, e).then_some(done)
+        match super::fast_entry::decode(self.snap, &mut self.shared, &mut self.stack_buf, fast, out)
+        {
+            Some(e) => self.take(list, e),
+            None => false,
+        }
     }
 
     fn append(&mut self, list: &Rc<List>, item: Value) -> Result<Option<Value>, String> {

@@ -306,7 +306,7 @@ pub fn true_peak(s: &Summary, f: &Frame, placer: &mut Placer) -> Option<Group> {
 pub fn oom(i: usize, oom: &OomRecord, f: &Frame, placer: &mut Placer) -> Group {
     let x = f.x(oom.t_ns);
     let mut g = Group::new(format!("mark-oom-{}", i + 1), "mark oom").titled(format!(
-        "OOM at {}/{} ({} {}): asked {} B ({}), {} B free of {} B; {}",
+        "OOM at {}/{} ({} {}): asked {} B ({}), {} B free of {}; {}",
         oom.phase,
         oom.step,
         oom.op,
@@ -314,7 +314,8 @@ pub fn oom(i: usize, oom: &OomRecord, f: &Frame, placer: &mut Placer) -> Group {
         oom.requested_bytes,
         Bytes(oom.requested_bytes),
         oom.device_free_bytes,
-        oom.device_total_bytes,
+        oom.device_total_bytes
+            .map_or(crate::oom::NOT_RECORDED.to_string(), |t| format!("{t} B")),
         oom.diagnosis.observation
     ));
     g.line(

@@ -92,20 +92,30 @@ pub(super) fn device_evidence(
             });
         }
     });
-    let basis = match &from {
-        None => "not in the snapshot (PyTorch records the free memory at an OOM, `device_free`, not the device's total, its idle reading, other processes or memory outside PyTorch; give --device-total BYTES or --profile NAME to derive them)".to_string(),
-        Some(f) if opts.device_total.is_some() => format!(
-            "the total from {f}; outside PyTorch derived as the total − device_free − PyTorch's reserved at the OOM; the idle reading and other processes are not in the snapshot"
-        ),
-        Some(f) => format!("derived from {f}: the simulated device's total, idle reading and no other processes"),
-    };
     DeviceEvidence {
         device_total_bytes: total,
         idle_free_bytes: idle,
         other_processes_bytes: other,
         outside_pytorch_bytes: ooms.first().and_then(|o| o.outside_pytorch_bytes),
-        basis,
+        basis: evidence_basis(opts),
         recorded_ooms: ooms,
+    }
+}
+
+/// What the device figures of an import rest on: nothing (they are not in the snapshot), or
+/// what the user gave.
+pub(super) fn evidence_basis(opts: &ImportOptions) -> String {
+    let from = match (opts.device_total, opts.profile.as_deref()) {
+        (Some(t), _) => Some(format!("--device-total {t}")),
+        (None, Some(p)) => Some(format!("--profile {p} (assumed, not recorded)")),
+        (None, None) => None,
+    };
+    match &from {
+        None => "not in the snapshot (PyTorch records the free memory at an OOM, `device_free`, not the device's total, its idle reading, other processes or memory outside PyTorch; give --device-total BYTES or --profile NAME to derive them)".to_string(),
+        Some(f) if opts.device_total.is_some() => format!(
+            "the total from {f}; outside PyTorch derived as the total − device_free − PyTorch's reserved at the OOM; the idle reading and other processes are not in the snapshot"
+        ),
+        Some(f) => format!("derived from {f}: the simulated device's total, idle reading and no other processes"),
     }
 }
 
@@ -382,6 +392,9 @@ fn one_device(
     recorder.push(idle);
     let mut tl = Timeline::new(snap, trace, recorder, idle_mem.free_bytes);
     tl.device_given = opts.device_total.is_some() || opts.profile.is_some();
+    tl.given_total = opts.device_total.or(opts.profile.as_ref().map(|_| total));
+    tl.given_idle = opts.device_total.is_none() && opts.profile.is_some();
+    tl.unknown_basis = evidence_basis(opts);
     let report = replay_recorded(
         &mut source,
         &mut alloc,

@@ -38,6 +38,12 @@ pub(super) struct Timeline<'a> {
     pub first_oom_entry: Option<u64>,
     /// The user gave the device (`--device-total`, `--profile`): its figures are theirs.
     pub device_given: bool,
+    /// The device total given (`--device-total`, or the profile's under `--profile`), whether
+    /// the simulated idle reading stands for the run's (`--profile`), and why the figures
+    /// not given are null (or what those given are derived from).
+    pub given_total: Option<u64>,
+    pub given_idle: bool,
+    pub unknown_basis: String,
 }
 
 impl<'a> Timeline<'a> {
@@ -61,6 +67,9 @@ impl<'a> Timeline<'a> {
             peak_allocated: (0, 0),
             first_oom_entry: None,
             device_given: false,
+            given_total: None,
+            given_idle: false,
+            unknown_basis: String::new(),
         }
     }
 
@@ -140,12 +149,13 @@ impl<'a> Timeline<'a> {
             pool: o.pool.clone(),
             stream: stream_name(self.snap, entry.stream),
             retries: o.retries.clone(),
-            device_total_bytes: total,
+            device_total_bytes: self.given_total,
             device_free_bytes: reading.device_free_bytes,
             device_used_bytes: used,
-            idle_device_free_bytes: self.idle_free_bytes,
+            idle_device_free_bytes: self.given_idle.then_some(self.idle_free_bytes),
             own_bytes: s.reserved_bytes,
-            outside_allocator_bytes: 0,
+            outside_allocator_bytes: self.given_total.map(|_| 0),
+            device_evidence_basis: Some(self.unknown_basis.clone()),
             alloc_allocated_bytes: s.allocated_bytes,
             alloc_reserved_bytes: s.reserved_bytes,
             reserved_but_unallocated_bytes: s.reserved_bytes.saturating_sub(s.allocated_bytes),
@@ -166,17 +176,22 @@ impl<'a> Timeline<'a> {
                 check_next: vec![],
             },
         };
-        rec.diagnose();
-        if entry.action == super::super::model::Action::Oom {
-            // PyTorch's own figures stay as recorded.
+        let recorded = entry.action == super::super::model::Action::Oom;
+        if recorded {
+            // PyTorch's own figures stay as recorded; memory outside PyTorch is derived from
+            // a given total only.
             rec.device_free_bytes = entry.addr;
             rec.requested_bytes = entry.size;
+            rec.outside_allocator_bytes = self.given_total.map(|t| {
+                t.saturating_sub(entry.addr)
+                    .saturating_sub(s.reserved_bytes)
+            });
+        }
+        rec.diagnose();
+        if recorded {
             if !self.device_given {
                 rec.diagnosis.findings.push(
-                    format!(
-                        "The snapshot does not record the device's total, its idle reading, other processes or memory outside PyTorch: the device total ({}), idle and outside-allocator figures here are the simulated replay device's, not the run's (summary.json `import.device_evidence` keeps them unknown). Give --device-total or --profile to compare with a real card.",
-                        Bytes(total)
-                    ),
+                    "The snapshot does not record the device's total, its idle reading, other processes or memory outside PyTorch: they are null here (\"not in the snapshot\"), and this diagnosis rests only on what was recorded. Give --device-total or --profile to compare with a real card.".to_string(),
                 );
             }
             rec.diagnosis.findings.insert(
