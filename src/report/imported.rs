@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alloc::replay::Fidelity;
 use crate::report::markdown::cell;
+use crate::report::md_table::{self, Left, Right};
 use crate::units::Bytes;
 
 /// One live allocation at a moment of interest.
@@ -125,7 +126,13 @@ fn live_table(o: &mut String, at: &LiveAt, title: &str) {
     );
     let _ = writeln!(
         o,
-        "| made at | bytes | | allocations |\n| --- | ---: | ---: | ---: |"
+        "{}",
+        md_table::header(&[
+            ("made at", Left),
+            ("bytes", Right),
+            ("", Right),
+            ("allocations", Right),
+        ])
     );
     for t in &at.by_origin {
         let _ = writeln!(
@@ -139,7 +146,14 @@ fn live_table(o: &mut String, at: &LiveAt, title: &str) {
     }
     let _ = writeln!(
         o,
-        "\nLargest allocations:\n\n| requested | | made at | entry | stream |\n| ---: | ---: | --- | ---: | --- |"
+        "\nLargest allocations:\n\n{}",
+        md_table::header(&[
+            ("requested", Right),
+            ("", Right),
+            ("made at", Left),
+            ("entry", Right),
+            ("stream", Left),
+        ])
     );
     for l in &at.largest {
         let _ = writeln!(
