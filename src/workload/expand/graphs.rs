@@ -175,7 +175,7 @@ fn members(graphs: &BTreeMap<String, GraphInfo>, group: &str) -> Vec<String> {
     m.into_iter().map(|(_, k)| k).collect()
 }
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     fn book(&mut self) -> &mut GraphBook {
         &mut self.names.graphs
     }

@@ -10,8 +10,7 @@ fn load(text: &str) -> Result<Workload, WorkloadError> {
 }
 
 fn ops(w: &Workload, phase: usize) -> Vec<String> {
-    w.phases[phase]
-        .actions
+    w.phase_actions(phase)
         .iter()
         .map(|p| match &p.action {
             Action::Allocate { name, bytes, .. } => format!("+{name}:{bytes}"),
@@ -42,11 +41,8 @@ fn allocate_count_and_group_free() {
             "-w[2]"
         ]
     );
-    let labels: Vec<&str> = w.phases[0]
-        .actions
-        .iter()
-        .map(|a| a.label.as_str())
-        .collect();
+    let actions = w.phase_actions(0);
+    let labels: Vec<&str> = actions.iter().map(|a| a.label.as_str()).collect();
     assert_eq!(labels, ["s1.1", "s1.2", "s1.3", "s2", "s3.1", "s3.2"]);
 }
 
