@@ -10,21 +10,17 @@ mod graphs;
 mod graphs_pattern;
 mod names;
 mod patterns;
-
-use std::collections::BTreeMap;
-use std::path::Path;
+mod walk;
 
 use crate::units::MAX_DURATION_NS;
 use crate::units::SizeSpec;
-use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
+use crate::workload::parse::{WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 use names::{LiveName, Names, check_name};
 
-use crate::workload::rank::Rank;
-use crate::workload::{Phase, Workload};
-
 pub use crate::workload::action::{Action, Planned, Via};
 pub use crate::workload::action::{GraphTag, GraphsSpec};
+pub use walk::{Expander, expand};
 
 /// The most actions a workload may expand to. A run makes them one at a time and holds only
 /// the one it runs, so its memory does not grow with them (10,000,000 actions peak under
@@ -66,14 +62,19 @@ impl Emitter<'_, '_, '_> {
         }
         let total = self.names.actions.saturating_add(adding);
         if total > MAX_ACTIONS {
-            return Err(self.err(format!(
-                "this step would take the workload to {total} actions, more than the \
-                 {MAX_ACTIONS} a run makes (its memory does not grow with them: that many peak \
-                 under 100 MB; its events.csv and timeline.csv take about 140 bytes an action): \
-                 split the workload into several runs"
-            )));
+            return Err(self.past_bound(total, ""));
         }
         Ok(())
+    }
+
+    /// The refusal of a workload that would make `total` actions.
+    fn past_bound(&self, total: u64, how: &str) -> WorkloadError {
+        self.err(format!(
+            "this step would take the workload to {total} actions{how}, more than the \
+             {MAX_ACTIONS} a run makes (its memory does not grow with them: that many peak \
+             under 100 MB; its events.csv and timeline.csv take about 140 bytes an action): \
+             split the workload into several runs"
+        ))
     }
 
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
@@ -90,7 +91,9 @@ impl Emitter<'_, '_, '_> {
             }
             Action::Synchronize { .. } => {}
             a => {
-                if let Some(s) = a.stream() {
+                if let Some(s) = a.stream()
+                    && !self.names.streams.contains(s)
+                {
                     self.names.streams.insert(s.to_string());
                 }
             }
@@ -403,7 +406,27 @@ impl Emitter<'_, '_, '_> {
                 )
             })
             .collect::<Result<_, _>>()?;
+        let start = self.names.actions;
+        let mut first_round = 0;
         for round in 0..times {
+            let before = self.names.actions;
+            match round {
+                1 => first_round = before - start,
+                2 => {
+                    // Two rounds of the same number of actions: the rest make as many, so a
+                    // repeat past the bound is refused here rather than walked to it.
+                    let per_round = before - start - first_round;
+                    let total =
+                        before.saturating_add(per_round.saturating_mul(u64::from(times - round)));
+                    if per_round > 0 && per_round == first_round && total > MAX_ACTIONS {
+                        self.place = outer;
+                        return Err(
+                            self.past_bound(total, &format!(" ({times} rounds of {per_round})"))
+                        );
+                    }
+                }
+                _ => {}
+            }
             for (k, s) in parsed.iter().enumerate() {
                 self.place = format!(
                     "{outer}, round {}, inner step {} ({})",
@@ -457,123 +480,6 @@ fn one_action(step: &Step) -> Option<Action> {
         },
         Step::TrimGraphMemory {} => Action::TrimGraphMemory,
         _ => return None,
-    })
-}
-
-/// Walks a parsed file phase by phase, handing on each action as it is made and checking it
-/// against everything before it: only the live names are held, never the actions.
-pub struct Expander<'w> {
-    file: &'w FileWorkload,
-    names: Names<'w>,
-    /// The phase the next call expands.
-    next: usize,
-}
-
-impl<'w> Expander<'w> {
-    pub fn new(file: &'w FileWorkload, path: &'w Path, total_bytes: u64, rank: Rank) -> Self {
-        Expander {
-            file,
-            names: Names {
-                file: path,
-                actions: 0,
-                streams: std::collections::BTreeSet::from(["main".to_string()]),
-                total_bytes,
-                rank,
-                live: BTreeMap::new(),
-                filled: Default::default(),
-                graphs: Default::default(),
-                stated_ns: 0,
-                idle_steps: 0,
-                halted: false,
-            },
-            next: 0,
-        }
-    }
-
-    /// Expands the next phase (phases come in order), each action to `take`. `Ok(false)` when
-    /// `take` declined one: the rest of the phase is not expanded.
-    pub fn phase(&mut self, take: &mut dyn FnMut(Planned) -> bool) -> Result<bool, WorkloadError> {
-        let file = self.file;
-        let pi = self.next;
-        self.next += 1;
-        let (phase_name, steps) = &file.phases[pi];
-        for (pos, step) in steps {
-            let mut e = Emitter {
-                names: &mut self.names,
-                place: format!(
-                    "phase {} ({phase_name:?}), step {pos} ({})",
-                    pi + 1,
-                    step.op()
-                ),
-                label: crate::workload::step_id::of_step(*pos),
-                origin: step.op(),
-                take: &mut *take,
-                emitted: 0,
-                multi: false,
-                continue_on_oom: false,
-            };
-            match e.step(step) {
-                Ok(()) => {}
-                Err(_) if self.names.halted => return Ok(false),
-                Err(err) => return Err(err),
-            }
-        }
-        Ok(true)
-    }
-}
-
-/// Expands a parsed file once, checking every action and keeping only what the run needs to
-/// know before it starts (`Facts`); the run expands it again as it goes.
-pub fn expand(
-    file: FileWorkload,
-    path: &Path,
-    total_bytes: u64,
-    rank: Rank,
-) -> Result<Workload, WorkloadError> {
-    let source = std::sync::Arc::new(crate::workload::Source {
-        file,
-        path: path.to_path_buf(),
-        total_bytes,
-        rank,
-    });
-    let mut facts = crate::workload::facts::Gather::new(&source.file.expect.oom);
-    let mut phases = Vec::new();
-    let mut ex = Expander::new(&source.file, &source.path, total_bytes, rank);
-    for (phase_name, _) in &source.file.phases {
-        let mut planned = 0u64;
-        ex.phase(&mut |p| {
-            planned += 1;
-            facts.note(phase_name, &p);
-            true
-        })?;
-        phases.push(Phase {
-            name: phase_name.clone(),
-            planned,
-        });
-    }
-    if let crate::workload::OomExpectation::At(at) = &source.file.expect.oom
-        && !facts.oom_at_found()
-    {
-        return Err(WorkloadError::new(
-            path,
-            "[expect]",
-            format!(
-                "oom = {at:?} names no step; write \"phase name/step id\" (e.g. \"decode/s3\")"
-            ),
-        ));
-    }
-    let f = &source.file;
-    Ok(Workload {
-        name: f.name.clone(),
-        description: f.description.clone(),
-        min_total_bytes: f.min_total_bytes,
-        file: path.to_path_buf(),
-        settings: f.settings.clone(),
-        allocator: f.allocator.clone(),
-        phases,
-        expect: f.expect.clone(),
-        facts: facts.finish(),
-        source: source.clone(),
     })
 }
 

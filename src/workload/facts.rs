@@ -26,7 +26,9 @@ pub struct Facts {
 pub(crate) struct Gather<'e> {
     facts: Facts,
     live: HashMap<String, u64>,
-    live_bytes: u64,
+    /// Wide: sizes resolved against an unbounded device (the check before one is known) may
+    /// sum past `u64::MAX`.
+    live_bytes: u128,
     /// The `[expect] oom` step, and whether an action of it was seen.
     oom_at: Option<&'e str>,
     oom_at_found: bool,
@@ -55,12 +57,16 @@ impl<'e> Gather<'e> {
             }
             Action::Allocate { name, bytes, .. } => {
                 let old = self.live.insert(name.clone(), *bytes).unwrap_or(0);
-                self.live_bytes = self.live_bytes - old + bytes;
-                f.planned_peak_bytes = f.planned_peak_bytes.max(self.live_bytes);
+                self.live_bytes = self.live_bytes - u128::from(old) + u128::from(*bytes);
+                f.planned_peak_bytes = f
+                    .planned_peak_bytes
+                    .max(u64::try_from(self.live_bytes).unwrap_or(u64::MAX));
             }
             Action::Free { name } => {
-                self.live_bytes -= self.live.remove(name).unwrap_or(0);
-                f.planned_peak_bytes = f.planned_peak_bytes.max(self.live_bytes);
+                self.live_bytes -= u128::from(self.live.remove(name).unwrap_or(0));
+                f.planned_peak_bytes = f
+                    .planned_peak_bytes
+                    .max(u64::try_from(self.live_bytes).unwrap_or(u64::MAX));
             }
             Action::GraphAllocate { .. } if f.first_graph_allocate.is_none() => {
                 f.first_graph_allocate = Some(p.label.clone());

@@ -1,6 +1,7 @@
 //! Expansion of steps and patterns, and the checks that refuse bad workloads.
 use super::*;
 use crate::workload::Workload;
+use std::path::Path;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
