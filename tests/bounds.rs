@@ -52,7 +52,7 @@ steps = [
   { op = "repeat", times = 4294967295, steps = [{ op = "touch", name = "w" }] },
 ]
 "#,
-        "4294967296 actions (4294967295 rounds of 1), more than the 10000000",
+        "4294967296 actions (4294967295 rounds of 1), more than the 1000000",
     );
 }
 

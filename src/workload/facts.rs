@@ -1,8 +1,6 @@
 //! What a run must know of its actions before the first one runs (the kernels to load, the
-//! longest spin, whether graphs are used, the planned peak), gathered by the checking
-//! expansion so that the actions themselves need not be kept.
-
-use std::collections::HashMap;
+//! longest spin, whether graphs are used), gathered by the checking expansion so that the
+//! actions themselves need not be kept.
 
 use crate::kernels::Module;
 use crate::workload::{Action, OomExpectation, Planned};
@@ -18,17 +16,11 @@ pub struct Facts {
     pub uses_graphs: bool,
     /// The label of the first allocation captured into a graph.
     pub first_graph_allocate: Option<String>,
-    /// The largest sum of the workload's own planned allocations live at once.
-    pub planned_peak_bytes: u64,
 }
 
 /// Gathers `Facts` one action at a time.
 pub(crate) struct Gather<'e> {
     facts: Facts,
-    live: HashMap<String, u64>,
-    /// Wide: sizes resolved against an unbounded device (the check before one is known) may
-    /// sum past `u64::MAX`.
-    live_bytes: u128,
     /// The `[expect] oom` step, and whether an action of it was seen.
     oom_at: Option<&'e str>,
     oom_at_found: bool,
@@ -38,8 +30,6 @@ impl<'e> Gather<'e> {
     pub(crate) fn new(oom: &'e OomExpectation) -> Self {
         Gather {
             facts: Facts::default(),
-            live: HashMap::new(),
-            live_bytes: 0,
             oom_at: match oom {
                 OomExpectation::At(at) => Some(at),
                 _ => None,
@@ -54,19 +44,6 @@ impl<'e> Gather<'e> {
         match &p.action {
             Action::Spin { duration_ns, .. } => {
                 f.longest_spin_ns = f.longest_spin_ns.max(*duration_ns);
-            }
-            Action::Allocate { name, bytes, .. } => {
-                let old = self.live.insert(name.clone(), *bytes).unwrap_or(0);
-                self.live_bytes = self.live_bytes - u128::from(old) + u128::from(*bytes);
-                f.planned_peak_bytes = f
-                    .planned_peak_bytes
-                    .max(u64::try_from(self.live_bytes).unwrap_or(u64::MAX));
-            }
-            Action::Free { name } => {
-                self.live_bytes -= u128::from(self.live.remove(name).unwrap_or(0));
-                f.planned_peak_bytes = f
-                    .planned_peak_bytes
-                    .max(u64::try_from(self.live_bytes).unwrap_or(u64::MAX));
             }
             Action::GraphAllocate { .. } if f.first_graph_allocate.is_none() => {
                 f.first_graph_allocate = Some(p.label.clone());

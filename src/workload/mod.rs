@@ -236,7 +236,28 @@ impl Workload {
     /// The largest sum of bytes the workload's own allocations hold at once, as planned
     /// (requested sizes, before any rounding; allocations filled at run time not counted).
     pub fn planned_peak_bytes(&self) -> u64 {
-        self.facts.planned_peak_bytes
+        let mut live = std::collections::HashMap::new();
+        // Wide: sizes resolved against an unbounded device may sum past `u64::MAX`.
+        let (mut live_bytes, mut peak) = (0u128, 0u128);
+        let mut ex = self.expander();
+        for _ in &self.phases {
+            ex.phase(&mut |p| {
+                match p.action {
+                    Action::Allocate { name, bytes, .. } => {
+                        let old = live.insert(name, bytes).unwrap_or(0);
+                        live_bytes = live_bytes - u128::from(old) + u128::from(bytes);
+                    }
+                    Action::Free { name } => {
+                        live_bytes -= u128::from(live.remove(&name).unwrap_or(0));
+                    }
+                    _ => return true,
+                }
+                peak = peak.max(live_bytes);
+                true
+            })
+            .expect("the workload expanded once already");
+        }
+        u64::try_from(peak).unwrap_or(u64::MAX)
     }
 
     /// The actions again, phase by phase, as they are made: a run holds only the one it runs.

@@ -228,7 +228,7 @@ pub fn check_step_count(text: &str, file: &Path) -> Result<(), WorkloadError> {
 
 /// Parses the text of a workload file.
 pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| {
         let place = e
             .span()
             .map(|s| {
@@ -285,20 +285,24 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         None => Expect::default(),
         Some(e) => parse_expect(file, e)?,
     };
-    let phases_value = table.get("phase").ok_or_else(|| {
+    // Taken, not copied: the phases hold every written step.
+    let phases_value = table.remove("phase").ok_or_else(|| {
         WorkloadError::new(file, "", "no phases: add at least one [[phase]] with steps")
     })?;
-    let phase_list = phases_value.as_array().ok_or_else(|| {
-        WorkloadError::new(file, "phase", "must be an array of tables: write [[phase]]")
-    })?;
+    let toml::Value::Array(phase_list) = phases_value else {
+        return Err(WorkloadError::new(
+            file,
+            "phase",
+            "must be an array of tables: write [[phase]]",
+        ));
+    };
     if phase_list.is_empty() {
         return Err(WorkloadError::new(file, "phase", "the phase list is empty"));
     }
     let mut phases = Vec::new();
-    for (i, pv) in phase_list.iter().enumerate() {
+    for (i, pv) in phase_list.into_iter().enumerate() {
         let place = format!("phase {}", i + 1);
         let p: PhaseSection = pv
-            .clone()
             .try_into()
             .map_err(|e: toml::de::Error| WorkloadError::new(file, &place, e.message()))?;
         check_printable_name(file, &format!("phase {} name", i + 1), &p.name)?;
@@ -317,10 +321,10 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             return Err(WorkloadError::new(file, &place, "the phase has no steps"));
         }
         let mut steps = Vec::new();
-        for (j, sv) in p.steps.iter().enumerate() {
+        for (j, sv) in p.steps.into_iter().enumerate() {
             steps.push((
                 j + 1,
-                parse_step(file, &format!("{place}, step {}", j + 1), sv)?,
+                parse_step_owned(file, &format!("{place}, step {}", j + 1), sv)?,
             ));
         }
         phases.push((p.name, steps));
@@ -345,8 +349,22 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
 
 /// Parses one step table; `place` names it in errors.
 pub fn parse_step(file: &Path, place: &str, value: &toml::Value) -> Result<Step, WorkloadError> {
-    let op = value.get("op").and_then(|o| o.as_str()).unwrap_or("?");
-    value.clone().try_into().map_err(|e: toml::de::Error| {
+    parse_step_owned(file, place, value.clone())
+}
+
+/// `parse_step` of a table the caller owns, which is not copied (a `capture` or `repeat` of
+/// many steps holds them all).
+pub fn parse_step_owned(
+    file: &Path,
+    place: &str,
+    value: toml::Value,
+) -> Result<Step, WorkloadError> {
+    let op = value
+        .get("op")
+        .and_then(|o| o.as_str())
+        .unwrap_or("?")
+        .to_string();
+    value.try_into().map_err(|e: toml::de::Error| {
         let msg = e.message().replace("\nin `op`", " (in `op`)");
         WorkloadError::new(file, format!("{place} ({op})"), msg)
     })

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Action, Emitter, LiveName, check_name};
 use crate::units::SizeSpec;
 use crate::workload::action::GraphTag;
-use crate::workload::parse::{WorkloadError, parse_step};
+use crate::workload::parse::{WorkloadError, parse_step_owned};
 use crate::workload::step::{Step, ViaSpec};
 
 /// Stream names that would mean the legacy default stream, which cannot be captured.
@@ -342,7 +342,7 @@ impl Emitter<'_, '_, '_> {
             let mut v = v.clone();
             patch_stream(&mut v, stream);
             let place = format!("{outer}, inner step {}", k + 1);
-            let s = parse_step(self.names.file, &place, &v)?;
+            let s = parse_step_owned(self.names.file, &place, v)?;
             parsed.push((format!("{place} ({})", s.op()), s));
         }
         self.capture(graph, stream, None, parsed)
