@@ -52,7 +52,7 @@ steps = [
   { op = "repeat", times = 4294967295, steps = [{ op = "touch", name = "w" }] },
 ]
 "#,
-        "1000001 actions, more than the 1000000",
+        "4294967296 actions (4294967295 rounds of 1), more than the 1000000",
     );
 }
 
@@ -70,7 +70,7 @@ steps = [{ op = "allocate", name = "w", size = "513B", count = "fill" }]
     );
 }
 
-/// A workload of 1,000,000 steps, at the bound: an allocation touched 999,990 times.
+/// A workload of 1,000,000 steps: an allocation touched 999,990 times.
 fn million_steps(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     workload(
         dir,

@@ -1,4 +1,5 @@
-//! Long runs in bounded memory: a long sleep's sampler readings are written as they come
+//! Long runs in bounded memory: a million steps run in the memory of a few (the run expands
+//! them as it goes), a long sleep's sampler readings are written as they come
 //! (one row per change, every peak exact), and `headroom report` rereads a full-resolution
 //! timeline through a bounded downsample. Peak RSS is the child's, from `wait4`; it includes
 //! the parent's resident memory at the spawn (the child starts in the parent's address space
@@ -293,4 +294,40 @@ fn a_gigabyte_log_is_explained_in_bounded_memory() {
     );
     let rss = usage.ru_maxrss as u64 * 1024;
     assert!(rss < LONG_STEP_RSS_BOUND_BYTES, "peak RSS {rss} bytes");
+}
+
+/// A million steps, an allocation touched 999,999 times, peak under `RSS_BOUND_BYTES` (the
+/// actions are made as the run goes: holding them all took 391 MB) and every step run.
+#[test]
+fn a_million_step_run_peaks_in_the_memory_of_a_few_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(
+        dir.path(),
+        "million",
+        r#"[[phase]]
+name = "p"
+steps = [
+  { op = "allocate", name = "w", size = "4KiB" },
+  { op = "repeat", times = 999999, steps = [{ op = "touch", name = "w" }] },
+]
+"#,
+    );
+    let out = dir.path().join("out");
+    let (code, rss) = run_measured(
+        dir.path(),
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--profile",
+            "tiny-4g",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(u(&s["phases"][0]["actions_run"]), 1_000_000);
+    assert!(rss < RSS_BOUND_BYTES, "peak RSS {rss} bytes");
 }

@@ -36,7 +36,7 @@ use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
 use crate::sampler::{LiveViews, StartSampler};
 use crate::units::{GIB, utc_folder_stamp};
-use crate::workload::{Action, Workload};
+use crate::workload::Workload;
 
 use actions::Floor;
 pub(crate) use actions::GraphRun;
@@ -234,14 +234,7 @@ pub fn run_on(
         },
         interrupted: opts.interrupted.clone(),
         watchdog: run_watchdog(opts, info.is_sim()),
-        longest_spin_ns: wl
-            .actions()
-            .filter_map(|(_, p)| match p.action {
-                Action::Spin { duration_ns, .. } => Some(duration_ns),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0),
+        longest_spin_ns: wl.facts.longest_spin_ns,
         tenant_launch: opts.tenant_launch.clone(),
     };
     let mut runner = Runner {
@@ -336,10 +329,8 @@ fn start_recording(
     let sampler = device
         .start_sampler(sample_interval_ns, live.clone())
         .context("cannot start the background sampler")?;
-    let progress = progress::Progress::new(
-        opts.progress,
-        wl.phases.iter().map(|p| p.actions.len() as u64).sum(),
-    );
+    let progress =
+        progress::Progress::new(opts.progress, wl.phases.iter().map(|p| p.planned).sum());
     Ok(Recording::new(
         timeline,
         events,

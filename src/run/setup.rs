@@ -99,10 +99,7 @@ pub(super) fn idle_reading(
 
 /// Loads the kernel modules `wl` needs, if any, and measures what they took.
 fn load_kernels(wl: &Workload, device: &mut dyn Device) -> anyhow::Result<Option<KernelLoad>> {
-    let mut needed: Vec<_> = wl
-        .actions()
-        .filter_map(|(_, p)| p.action.kernel_module())
-        .collect();
+    let mut needed = wl.facts.kernel_modules.clone();
     if needed.is_empty() {
         return Ok(None);
     }
@@ -209,7 +206,7 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
                 start_ns: None,
                 end_ns: None,
                 actions_run: 0,
-                actions_planned: p.actions.len() as u64,
+                actions_planned: p.planned,
                 peaks: BTreeMap::new(),
             })
             .collect(),

@@ -33,51 +33,24 @@ enum Refusal {
 }
 
 impl Runner<'_, '_> {
-    /// Runs every phase; returns what stopped it early, if anything.
+    /// Runs every phase, expanding its actions as it goes (only the one running is held);
+    /// returns what stopped it early, if anything.
     pub(super) fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
         let wl = self.wl;
+        let mut expander = wl.expander();
         for (pi, phase) in wl.phases.iter().enumerate() {
             self.phase = pi as u32;
             self.rec.live.set_phase(self.phase);
             summary.phases[pi].status = PhaseStatus::Running;
             summary.phases[pi].start_ns = Some(self.dev.now_ns());
             let mut stop = None;
-            for planned in &phase.actions {
-                let done = summary.phases.iter().map(|p| p.actions_run).sum();
-                self.rec
-                    .progress
-                    .step(pi, wl.phases.len(), &phase.name, &planned.label, done);
-                if self.limits.interrupted.load(Ordering::Relaxed) {
-                    stop = Some(Stop::Interrupted);
-                    break;
-                }
-                if let Some(fault) = self.rec.sampler_error() {
-                    stop = Some(self.stop_on_fault(&phase.name, planned, &fault));
-                    break;
-                }
-                self.arm_watchdog(&phase.name, planned);
-                let outcome = self.step(&phase.name, planned);
-                self.limits.watchdog.disarm();
-                match outcome {
-                    Ok(None) => summary.phases[pi].actions_run += 1,
-                    Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
-                        summary.phases[pi].actions_run += 1;
-                    }
-                    Ok(Some(s)) => {
-                        if s == Stop::Oom {
-                            summary.phases[pi].actions_run += 1;
-                        }
-                        stop = Some(s);
-                        break;
-                    }
-                    Err(e) => {
-                        stop = Some(Stop::Failed(format!(
-                            "phase {:?}, step {}: {e:#}",
-                            phase.name, planned.label
-                        )));
-                        break;
-                    }
-                }
+            let expanded = expander.phase(&mut |planned| {
+                stop = self.run_action(summary, pi, &phase.name, &planned);
+                stop.is_none()
+            });
+            if let Err(e) = expanded {
+                // Checked before the run: a file that expanded once expands again.
+                stop = Some(Stop::Failed(format!("phase {:?}: {e}", phase.name)));
             }
             let ps = &mut summary.phases[pi];
             ps.end_ns = Some(self.dev.now_ns());
@@ -96,6 +69,50 @@ impl Runner<'_, '_> {
             }
         }
         None
+    }
+
+    /// Runs one action of phase `pi` and counts it; returns what ends the run, if anything.
+    fn run_action(
+        &mut self,
+        summary: &mut Summary,
+        pi: usize,
+        phase: &str,
+        planned: &Planned,
+    ) -> Option<Stop> {
+        let done = summary.phases.iter().map(|p| p.actions_run).sum();
+        let phases = summary.phases.len();
+        self.rec
+            .progress
+            .step(pi, phases, phase, &planned.label, done);
+        if self.limits.interrupted.load(Ordering::Relaxed) {
+            return Some(Stop::Interrupted);
+        }
+        if let Some(fault) = self.rec.sampler_error() {
+            return Some(self.stop_on_fault(phase, planned, &fault));
+        }
+        self.arm_watchdog(phase, planned);
+        let outcome = self.step(phase, planned);
+        self.limits.watchdog.disarm();
+        match outcome {
+            Ok(None) => {
+                summary.phases[pi].actions_run += 1;
+                None
+            }
+            Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
+                summary.phases[pi].actions_run += 1;
+                None
+            }
+            Ok(Some(s)) => {
+                if s == Stop::Oom {
+                    summary.phases[pi].actions_run += 1;
+                }
+                Some(s)
+            }
+            Err(e) => Some(Stop::Failed(format!(
+                "phase {phase:?}, step {}: {e:#}",
+                planned.label
+            ))),
+        }
     }
 
     /// What a handler acts on, borrowed from the runner.

@@ -10,51 +10,72 @@ mod graphs;
 mod graphs_pattern;
 mod names;
 mod patterns;
-
-use std::collections::BTreeMap;
-use std::path::Path;
+mod walk;
 
 use crate::units::MAX_DURATION_NS;
 use crate::units::SizeSpec;
-use crate::workload::parse::{FileWorkload, WorkloadError, parse_step};
+use crate::workload::parse::{WorkloadError, parse_step};
 use crate::workload::step::{Count, OnOom, Step};
 use names::{LiveName, Names, check_name};
 
-use crate::workload::rank::Rank;
-use crate::workload::{Phase, Workload};
-
 pub use crate::workload::action::{Action, Planned, Via};
 pub use crate::workload::action::{GraphTag, GraphsSpec};
+pub use walk::{Expander, expand};
 
-/// The most actions a workload may expand to, and the most allocations a `count = "fill"`
-/// may make: a run's memory is bounded by what its file asks for, so what a file may ask for
-/// is bounded. (A probe of `headroom validate` stays below it.)
+/// The most actions a workload may expand to. A run makes them one at a time and holds only
+/// the one it runs, so its memory does not grow with them (10^5, 10^6 and 10^7 actions all
+/// peak under 70 MB); what bounds them is the check, which walks every action before the run
+/// (twice: without and with the device's total), and the run's `events.csv` and
+/// `timeline.csv`, a row each per action (about 140 bytes together).
 pub const MAX_ACTIONS: u64 = 1_000_000;
 
-/// Collects actions for one written step, resolving names against the live set as it goes.
-struct Emitter<'n, 'f> {
+/// The most actions one step may state at once (`count`, a graph's layers), the most
+/// allocations a `count = "fill"` may make, and the most steps walked that make no action:
+/// what one step states is held at once (live names, a capture's nodes), so it is bounded
+/// apart from the run's length. (A probe of `headroom validate` stays below it.)
+pub const MAX_STEP_ACTIONS: u64 = 1_000_000;
+
+/// Hands on the actions of one written step, resolving names against the live set as it goes.
+struct Emitter<'n, 'f, 't> {
     names: &'n mut Names<'f>,
     place: String,
     label: String,
     origin: &'static str,
-    out: Vec<Planned>,
+    /// Takes each action as it is made; `false` ends the expansion (the run stopped).
+    take: &'t mut dyn FnMut(Planned) -> bool,
+    /// Actions this step has made so far.
+    emitted: usize,
     /// Whether the step expands to more than one action (then labels get a sub-index).
     multi: bool,
     continue_on_oom: bool,
 }
 
-impl Emitter<'_, '_> {
-    /// Refuses a step that would take the workload past `MAX_ACTIONS`, before it expands.
+impl Emitter<'_, '_, '_> {
+    /// Refuses a step that states more than `MAX_STEP_ACTIONS` at once, or would take the
+    /// workload past `MAX_ACTIONS`, before it expands.
     fn bound(&self, adding: u64) -> Result<(), WorkloadError> {
-        if self.names.actions.saturating_add(adding) > MAX_ACTIONS {
+        if adding > MAX_STEP_ACTIONS {
             return Err(self.err(format!(
-                "this step would take the workload to {} actions, more than the {MAX_ACTIONS} \
-                 headroom expands (its memory is bounded by what a file asks for): split the \
-                 workload into several runs",
-                self.names.actions.saturating_add(adding)
+                "this step would make {adding} actions, more than the {MAX_STEP_ACTIONS} \
+                 headroom expands from one step (what a step states is held at once): split it \
+                 into several steps"
             )));
         }
+        let total = self.names.actions.saturating_add(adding);
+        if total > MAX_ACTIONS {
+            return Err(self.past_bound(total, ""));
+        }
         Ok(())
+    }
+
+    /// The refusal of a workload that would make `total` actions.
+    fn past_bound(&self, total: u64, how: &str) -> WorkloadError {
+        self.err(format!(
+            "this step would take the workload to {total} actions{how}, more than the \
+             {MAX_ACTIONS} a run makes (its memory does not grow with them, about 60 MB at \
+             any count; each is checked before the run and written to events.csv and \
+             timeline.csv, about 140 bytes an action): split the workload into several runs"
+        ))
     }
 
     fn push(&mut self, action: Action) -> Result<(), WorkloadError> {
@@ -71,7 +92,9 @@ impl Emitter<'_, '_> {
             }
             Action::Synchronize { .. } => {}
             a => {
-                if let Some(s) = a.stream() {
+                if let Some(s) = a.stream()
+                    && !self.names.streams.contains(s)
+                {
                     self.names.streams.insert(s.to_string());
                 }
             }
@@ -88,17 +111,22 @@ impl Emitter<'_, '_> {
             }
         }
         let label = if self.multi {
-            crate::workload::step_id::of_action(&self.label, self.out.len() + 1)
+            crate::workload::step_id::of_action(&self.label, self.emitted + 1)
         } else {
             self.label.clone()
         };
-        self.out.push(Planned {
+        self.emitted += 1;
+        let taken = (self.take)(Planned {
             label,
             origin: self.origin,
             action,
             continue_on_oom: self.continue_on_oom,
         });
-
+        if !taken {
+            // Not a bad workload: the taker is done. The flag tells the two apart.
+            self.names.halted = true;
+            return Err(self.err("the expansion was stopped by its taker"));
+        }
         Ok(())
     }
 
@@ -158,16 +186,16 @@ impl Emitter<'_, '_> {
     }
 
     /// Expands one step. The work is bounded by what it emits: each action counts towards
-    /// `MAX_ACTIONS`, and so does each step walked that emits none (a `free` whose
+    /// `MAX_ACTIONS`, and each step walked that emits none counts towards `MAX_STEP_ACTIONS` (a `free` whose
     /// `keep_every` keeps every member), or a repeat of one would never end.
     fn step(&mut self, step: &Step) -> Result<(), WorkloadError> {
         let before = self.names.actions;
         self.step_actions(step)?;
         if self.names.actions == before {
             self.names.idle_steps += 1;
-            if self.names.idle_steps > MAX_ACTIONS {
+            if self.names.idle_steps > MAX_STEP_ACTIONS {
                 return Err(self.err(format!(
-                    "more than {MAX_ACTIONS} steps walked so far expand to no action (this one \
+                    "more than {MAX_STEP_ACTIONS} steps walked so far expand to no action (this one \
                      included), more than headroom walks: a repeat of a step that does nothing"
                 )));
             }
@@ -313,10 +341,10 @@ impl Emitter<'_, '_> {
         // The device can hold at most this many (allocations take ≥ 512 B).
         let most = self.names.total_bytes / bytes.max(512);
         // Checked against a real device only (before one is known, the total is unbounded).
-        if self.names.total_bytes < u64::MAX && most > MAX_ACTIONS {
+        if self.names.total_bytes < u64::MAX && most > MAX_STEP_ACTIONS {
             return Err(self.err(format!(
                 "count = \"fill\" of {bytes}-byte allocations could make {most} allocations on \
-                 this device, more than the {MAX_ACTIONS} a run makes: use a larger size"
+                 this device, more than the {MAX_STEP_ACTIONS} a run makes: use a larger size"
             )));
         }
         self.push(Action::FillDevice {
@@ -379,7 +407,27 @@ impl Emitter<'_, '_> {
                 )
             })
             .collect::<Result<_, _>>()?;
+        let start = self.names.actions;
+        let mut first_round = 0;
         for round in 0..times {
+            let before = self.names.actions;
+            match round {
+                1 => first_round = before - start,
+                2 => {
+                    // Two rounds of the same number of actions: the rest make as many, so a
+                    // repeat past the bound is refused here rather than walked to it.
+                    let per_round = before - start - first_round;
+                    let total =
+                        before.saturating_add(per_round.saturating_mul(u64::from(times - round)));
+                    if per_round > 0 && per_round == first_round && total > MAX_ACTIONS {
+                        self.place = outer;
+                        return Err(
+                            self.past_bound(total, &format!(" ({times} rounds of {per_round})"))
+                        );
+                    }
+                }
+                _ => {}
+            }
             for (k, s) in parsed.iter().enumerate() {
                 self.place = format!(
                     "{outer}, round {}, inner step {} ({})",
@@ -433,79 +481,6 @@ fn one_action(step: &Step) -> Option<Action> {
         },
         Step::TrimGraphMemory {} => Action::TrimGraphMemory,
         _ => return None,
-    })
-}
-
-/// Expands a parsed file into a runnable workload, checking every action.
-pub fn expand(
-    file: FileWorkload,
-    path: &Path,
-    total_bytes: u64,
-    rank: Rank,
-) -> Result<Workload, WorkloadError> {
-    let mut names = Names {
-        file: path,
-        actions: 0,
-        streams: std::collections::BTreeSet::from(["main".to_string()]),
-        total_bytes,
-        rank,
-        live: BTreeMap::new(),
-        filled: Default::default(),
-        graphs: Default::default(),
-        stated_ns: 0,
-        idle_steps: 0,
-    };
-    let mut phases = Vec::new();
-    for (pi, (phase_name, steps)) in file.phases.iter().enumerate() {
-        let mut actions = Vec::new();
-        for (pos, step) in steps {
-            let mut e = Emitter {
-                names: &mut names,
-                place: format!(
-                    "phase {} ({phase_name:?}), step {pos} ({})",
-                    pi + 1,
-                    step.op()
-                ),
-                label: crate::workload::step_id::of_step(*pos),
-                origin: step.op(),
-                out: Vec::new(),
-                multi: false,
-                continue_on_oom: false,
-            };
-            e.step(step)?;
-            actions.extend(e.out);
-        }
-        phases.push(Phase {
-            name: phase_name.clone(),
-            actions,
-        });
-    }
-    if let crate::workload::OomExpectation::At(at) = &file.expect.oom {
-        let found = phases.iter().any(|p| {
-            p.actions.iter().any(|a| {
-                let full = format!("{}/{}", p.name, a.label);
-                full == *at || full.starts_with(&format!("{at}."))
-            })
-        });
-        if !found {
-            return Err(WorkloadError::new(
-                path,
-                "[expect]",
-                format!(
-                    "oom = {at:?} names no step; write \"phase name/step id\" (e.g. \"decode/s3\")"
-                ),
-            ));
-        }
-    }
-    Ok(Workload {
-        name: file.name,
-        description: file.description,
-        min_total_bytes: file.min_total_bytes,
-        file: path.to_path_buf(),
-        settings: file.settings,
-        allocator: file.allocator,
-        phases,
-        expect: file.expect,
     })
 }
 

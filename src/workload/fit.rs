@@ -9,7 +9,7 @@
 use crate::alloc::AllocatorSpec;
 use crate::device::{Capability, DeviceInfo};
 use crate::units::Bytes;
-use crate::workload::{Action, Workload};
+use crate::workload::Workload;
 
 /// What the workload uses that needs a capability not every device has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,16 +37,13 @@ pub fn needs(wl: &Workload) -> Vec<Need> {
         }),
         _ => {}
     }
-    if let Some((_, p)) = wl
-        .actions()
-        .find(|(_, p)| matches!(p.action, Action::GraphAllocate { .. }))
-    {
+    if let Some(label) = &wl.facts.first_graph_allocate {
         out.push(Need {
             capability: Capability::MemoryPools,
             feature: format!(
                 "graph memory nodes (an allocation captured into a graph, step {}: \
                  cuMemAllocAsync on a capturing stream)",
-                p.label
+                label
             ),
         });
     }

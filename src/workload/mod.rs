@@ -4,9 +4,14 @@
 //! A workload is read in stages so that every error can name its place: the file, then each
 //! phase, then each step (`parse`); patterns expand into primitive actions and every name's
 //! lifetime is checked (`expand`). Nothing is allocated until all of it has passed.
+//!
+//! Expanded actions are not kept: the check walks them once and keeps what the run must know
+//! beforehand (`facts`), and the run expands the file again as it goes, phase by phase, so its
+//! memory does not grow with the number of steps.
 
 pub mod action;
 pub mod expand;
+pub mod facts;
 pub mod fit;
 pub mod parse;
 pub mod rank;
@@ -35,6 +40,21 @@ pub struct Workload {
     pub allocator: AllocatorSpec,
     pub phases: Vec<Phase>,
     pub expect: Expect,
+    /// What is known of every action before the run.
+    #[serde(skip)]
+    pub facts: facts::Facts,
+    /// The parsed file, to expand again as the run goes.
+    #[serde(skip)]
+    source: std::sync::Arc<Source>,
+}
+
+/// A parsed file with what its expansion was resolved against.
+#[derive(Debug)]
+struct Source {
+    file: parse::FileWorkload,
+    path: PathBuf,
+    total_bytes: u64,
+    rank: Rank,
 }
 
 /// Run settings a workload may set (the command line can override them).
@@ -112,11 +132,12 @@ impl OomExpectation {
     }
 }
 
-/// One named phase and the primitive actions it expands to.
+/// One named phase and how many primitive actions it expands to (they are made as the run
+/// goes: `Workload::expander`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Phase {
     pub name: String,
-    pub actions: Vec<Planned>,
+    pub planned: u64,
 }
 
 /// A workload file read and parsed once, to be expanded for a device (sizes given as a share
@@ -215,28 +236,56 @@ impl Workload {
     /// The largest sum of bytes the workload's own allocations hold at once, as planned
     /// (requested sizes, before any rounding; allocations filled at run time not counted).
     pub fn planned_peak_bytes(&self) -> u64 {
-        let mut live = std::collections::BTreeMap::new();
-        let mut peak = 0;
-        for (_, a) in self.actions() {
-            match &a.action {
-                Action::Allocate { name, bytes, .. } => {
-                    live.insert(name.as_str(), *bytes);
+        let mut live = std::collections::HashMap::new();
+        // Wide: sizes resolved against an unbounded device may sum past `u64::MAX`.
+        let (mut live_bytes, mut peak) = (0u128, 0u128);
+        let mut ex = self.expander();
+        for _ in &self.phases {
+            ex.phase(&mut |p| {
+                match p.action {
+                    Action::Allocate { name, bytes, .. } => {
+                        let old = live.insert(name, bytes).unwrap_or(0);
+                        live_bytes = live_bytes - u128::from(old) + u128::from(bytes);
+                    }
+                    Action::Free { name } => {
+                        live_bytes -= u128::from(live.remove(&name).unwrap_or(0));
+                    }
+                    _ => return true,
                 }
-                Action::Free { name } => {
-                    live.remove(name.as_str());
-                }
-                _ => continue,
-            }
-            peak = peak.max(live.values().sum());
+                peak = peak.max(live_bytes);
+                true
+            })
+            .expect("the workload expanded once already");
         }
-        peak
+        u64::try_from(peak).unwrap_or(u64::MAX)
     }
 
-    /// Every planned action, phase by phase.
-    pub fn actions(&self) -> impl Iterator<Item = (usize, &Planned)> {
-        self.phases
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| p.actions.iter().map(move |a| (i, a)))
+    /// The actions again, phase by phase, as they are made: a run holds only the one it runs.
+    pub fn expander(&self) -> expand::Expander<'_> {
+        let s = &*self.source;
+        expand::Expander::new(&s.file, &s.path, s.total_bytes, s.rank)
+    }
+
+    /// Every planned action, phase by phase, all made at once (for tests and tools that look
+    /// at a small workload whole; a run uses `expander`).
+    pub fn actions(&self) -> std::vec::IntoIter<(usize, Planned)> {
+        let mut out = Vec::new();
+        let mut ex = self.expander();
+        for pi in 0..self.phases.len() {
+            ex.phase(&mut |p| {
+                out.push((pi, p));
+                true
+            })
+            .expect("the workload expanded once already");
+        }
+        out.into_iter()
+    }
+
+    /// The planned actions of phase `index`, all made at once (see `actions`).
+    pub fn phase_actions(&self, index: usize) -> Vec<Planned> {
+        self.actions()
+            .filter(|(pi, _)| *pi == index)
+            .map(|(_, p)| p)
+            .collect()
     }
 }

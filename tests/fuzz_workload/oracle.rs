@@ -156,7 +156,7 @@ fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
     let w = file
         .expand(case.total_bytes)
         .map_err(|e| (Stage::Device, e))?;
-    Ok(w.actions().count())
+    Ok(w.phases.iter().map(|p| p.planned as usize).sum())
 }
 
 /// A refusal names the file (first, as every message of headroom's does) and says something.

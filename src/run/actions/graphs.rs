@@ -83,7 +83,7 @@ fn drop_bytes(before: u64, after: u64) -> i64 {
 impl GraphRun {
     /// Reads the graph attributes once before the first phase when the workload has graphs.
     pub(crate) fn start(&mut self, wl: &Workload, dev: &mut dyn Device) -> anyhow::Result<()> {
-        if wl.actions().any(|(_, a)| a.action.is_graph()) {
+        if wl.facts.uses_graphs {
             self.enabled = true;
             self.usage = Some(
                 dev.graph_mem_usage()

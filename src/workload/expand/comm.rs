@@ -5,7 +5,7 @@ use crate::workload::expand::{Action, Emitter};
 use crate::workload::parse::WorkloadError;
 use crate::workload::step::{CommTopology, Step, ViaSpec};
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     /// Expands a `comm` step: `NAME[0]` = base (if any), then per channel, per peer: a send
     /// buffer and a receive buffer, all `cuMemAlloc`.
     pub(super) fn comm(&mut self, step: &Step) -> Result<(), WorkloadError> {

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     /// The graph's capture stream, once it is instantiated.
     fn instantiated(&self, graph: &str, op: &str) -> Result<(String, bool), WorkloadError> {
         let Some(info) = self.names.graphs.graphs.get(graph) else {

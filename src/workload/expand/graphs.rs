@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Action, Emitter, LiveName, check_name};
 use crate::units::SizeSpec;
 use crate::workload::action::GraphTag;
-use crate::workload::parse::{WorkloadError, parse_step};
+use crate::workload::parse::{WorkloadError, parse_step_owned};
 use crate::workload::step::{Step, ViaSpec};
 
 /// Stream names that would mean the legacy default stream, which cannot be captured.
@@ -175,7 +175,7 @@ fn members(graphs: &BTreeMap<String, GraphInfo>, group: &str) -> Vec<String> {
     m.into_iter().map(|(_, k)| k).collect()
 }
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     fn book(&mut self) -> &mut GraphBook {
         &mut self.names.graphs
     }
@@ -342,7 +342,7 @@ impl Emitter<'_, '_> {
             let mut v = v.clone();
             patch_stream(&mut v, stream);
             let place = format!("{outer}, inner step {}", k + 1);
-            let s = parse_step(self.names.file, &place, &v)?;
+            let s = parse_step_owned(self.names.file, &place, v)?;
             parsed.push((format!("{place} ({})", s.op()), s));
         }
         self.capture(graph, stream, None, parsed)

@@ -10,7 +10,7 @@ use crate::workload::action::{GraphTag, GraphsSpec};
 use crate::workload::parse::WorkloadError;
 use crate::workload::step::{Count, GraphOrder, OnOom, Step, ViaSpec};
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     /// The `graphs` pattern: samples captured alone (then destroyed and trimmed), then one
     /// graph per batch size in capture order, then the report.
     pub(super) fn graphs_pattern(&mut self, step: &Step) -> Result<(), WorkloadError> {

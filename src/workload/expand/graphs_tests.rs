@@ -13,8 +13,7 @@ fn load(steps: &str) -> Result<Workload, String> {
 }
 
 fn ops(w: &Workload) -> Vec<String> {
-    w.phases[0]
-        .actions
+    w.phase_actions(0)
         .iter()
         .map(|p| {
             let a = &p.action;
@@ -85,11 +84,11 @@ fn a_capture_records_nodes_on_its_stream_and_outputs_live_only_after_a_launch() 
         ]
     );
     assert!(matches!(
-        w.phases[0].actions[1].action,
+        w.phase_actions(0)[1].action,
         Action::GraphAllocate { bytes: 8388608, .. }
     ));
     assert!(matches!(
-        w.phases[0].actions[12].action,
+        w.phase_actions(0)[12].action,
         Action::GraphFree { .. }
     ));
 }

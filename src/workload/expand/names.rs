@@ -34,9 +34,11 @@ pub(super) struct Names<'a> {
     pub(super) graphs: graphs::GraphBook,
     /// Host and stream time the actions so far state (sleeps and spins), in nanoseconds.
     pub(super) stated_ns: u64,
-    /// Steps walked so far that expanded to no action (bounded by `MAX_ACTIONS` too, so a
+    /// Steps walked so far that expanded to no action (bounded by `MAX_STEP_ACTIONS`, so a
     /// repeat of such a step ends).
     pub(super) idle_steps: u64,
+    /// The taker of the actions declined one: the error that unwinds is not the workload's.
+    pub(super) halted: bool,
 }
 
 impl Names<'_> {

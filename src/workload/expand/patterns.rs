@@ -5,7 +5,7 @@ use crate::workload::expand::{Action, Emitter};
 use crate::workload::parse::WorkloadError;
 use crate::workload::step::{ActivationMode, Step, ViaSpec};
 
-impl Emitter<'_, '_> {
+impl Emitter<'_, '_, '_> {
     /// Expands one pattern step.
     pub(super) fn pattern(&mut self, step: &Step) -> Result<(), WorkloadError> {
         match step {

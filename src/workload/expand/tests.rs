@@ -1,6 +1,7 @@
 //! Expansion of steps and patterns, and the checks that refuse bad workloads.
 use super::*;
 use crate::workload::Workload;
+use std::path::Path;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -10,8 +11,7 @@ fn load(text: &str) -> Result<Workload, WorkloadError> {
 }
 
 fn ops(w: &Workload, phase: usize) -> Vec<String> {
-    w.phases[phase]
-        .actions
+    w.phase_actions(phase)
         .iter()
         .map(|p| match &p.action {
             Action::Allocate { name, bytes, .. } => format!("+{name}:{bytes}"),
@@ -42,11 +42,8 @@ fn allocate_count_and_group_free() {
             "-w[2]"
         ]
     );
-    let labels: Vec<&str> = w.phases[0]
-        .actions
-        .iter()
-        .map(|a| a.label.as_str())
-        .collect();
+    let actions = w.phase_actions(0);
+    let labels: Vec<&str> = actions.iter().map(|a| a.label.as_str()).collect();
     assert_eq!(labels, ["s1.1", "s1.2", "s1.3", "s2", "s3.1", "s3.2"]);
 }
 
