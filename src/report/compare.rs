@@ -145,27 +145,27 @@ fn finished(dir: &Path) -> anyhow::Result<Summary> {
 
 /// Compares two summaries.
 pub fn compare(a_dir: &Path, a: &Summary, b_dir: &Path, b: &Summary) -> Comparison {
-    let (ia, ib) = (&a.idle.after_context, &b.idle.after_context);
+    let (ia, ib) = (a.idle_after(), b.idle_after());
     let idle = vec![
         Row::new(
             "device_free_bytes",
-            Some(ia.device_free_bytes),
-            Some(ib.device_free_bytes),
+            ia.map(|i| i.device_free_bytes),
+            ib.map(|i| i.device_free_bytes),
         ),
         Row::new(
             "device_used_bytes",
-            Some(ia.device_used_bytes),
-            Some(ib.device_used_bytes),
+            ia.map(|i| i.device_used_bytes),
+            ib.map(|i| i.device_used_bytes),
         ),
         Row::new(
             "device_total_bytes",
-            Some(ia.device_total_bytes),
-            Some(ib.device_total_bytes),
+            ia.map(|i| i.device_total_bytes),
+            ib.map(|i| i.device_total_bytes),
         ),
         Row::new(
             "context_overhead_bytes",
-            a.idle.context_overhead_bytes,
-            b.idle.context_overhead_bytes,
+            a.idle.as_ref().and_then(|i| i.context_overhead_bytes),
+            b.idle.as_ref().and_then(|i| i.context_overhead_bytes),
         ),
     ];
     let measured = |v: View| a.peaks.run.contains_key(v.key()) || b.peaks.run.contains_key(v.key());
