@@ -52,6 +52,8 @@ pub struct RunRow {
     pub figures: [Option<u64>; FIGURES.len()],
     /// The true peak of every view (`View::ALL`), raw bytes.
     pub peaks: [Option<u64>; View::COUNT],
+    /// Why the run has no idle reading (`not in the snapshot`), or what it is derived from.
+    pub idle_basis: Option<String>,
 }
 
 /// A GPU a node did not run, as its node folder says.
@@ -246,6 +248,7 @@ fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
             s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
         ],
         peaks,
+        idle_basis: s.idle_basis_short().map(String::from),
     }
 }
 

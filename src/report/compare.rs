@@ -34,6 +34,10 @@ pub struct RunInfo {
     pub expectations_held: usize,
     pub expectations_total: usize,
     pub ooms: Vec<OomBrief>,
+    /// Why the run has no idle reading (`not in the snapshot`), or what it is derived from;
+    /// absent when it was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_basis: Option<String>,
 }
 
 /// An OOM in one line.
@@ -123,6 +127,7 @@ fn info(dir: &Path, s: &Summary) -> RunInfo {
                 causes: o.diagnosis.causes.clone(),
             })
             .collect(),
+        idle_basis: s.idle_basis_short().map(String::from),
     }
 }
 
@@ -244,7 +249,7 @@ fn delta(r: &Row) -> (String, String) {
 
 fn run_line(r: &RunInfo) -> String {
     format!(
-        "{} · {} on {}{} · driver {} · {}{}",
+        "{} · {} on {}{} · driver {} · {}{}{}",
         r.dir.display(),
         r.workload,
         r.device,
@@ -256,6 +261,10 @@ fn run_line(r: &RunInfo) -> String {
         r.status,
         r.exit_code
             .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default(),
+        r.idle_basis
+            .as_ref()
+            .map(|b| format!(" · idle reading {b}"))
             .unwrap_or_default()
     )
 }

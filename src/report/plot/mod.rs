@@ -258,7 +258,10 @@ fn title(s: &Summary, f: &Frame, poll: Option<(u64, u64)>) -> Group {
             Bytes(i.device_used_bytes),
             Bytes(d.total_bytes)
         ),
-        None => format!("idle {}", s.idle_missing()),
+        None => format!(
+            "idle reading {}",
+            s.idle_basis_short().unwrap_or("not taken")
+        ),
     });
     if let Some(p) = s.peaks.run.get(View::DeviceUsed.key()) {
         parts.push(format!("true peak {}", Bytes(p.bytes)));
@@ -398,10 +401,12 @@ fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool, poll10: bool)
             "peak a 10 Hz poll would report".into(),
         ));
     }
-    entries.push((
-        sample(Stroke::dashed(IDLE, 1.2, 6.0, 4.0)),
-        "idle reading".into(),
-    ));
+    if s.idle.is_some() {
+        entries.push((
+            sample(Stroke::dashed(IDLE, 1.2, 6.0, 4.0)),
+            "idle reading".into(),
+        ));
+    }
     if show_total {
         entries.push((sample(Stroke::solid(TOTAL, 1.2)), "device total".into()));
     }
