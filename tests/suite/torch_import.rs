@@ -538,7 +538,7 @@ fn every_reader_of_an_imports_idle_reading_says_it_is_not_in_the_snapshot() {
     assert_eq!(rows[0]["idle_device_free_bytes"], "");
     assert_eq!(rows[0]["headroom_at_peak_bytes"], "");
     assert_eq!(
-        u64::from_str_radix(&rows[1]["idle_device_free_bytes"], 10).unwrap(),
+        rows[1]["idle_device_free_bytes"].parse::<u64>().unwrap(),
         total
     );
     // The plot and the trace: no idle line, no idle reading event.
