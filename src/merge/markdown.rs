@@ -182,6 +182,13 @@ fn run_table(o: &mut String, m: &Merged) {
         ])
     );
     let h = |v: Option<u64>| v.map_or("-".into(), |b| Bytes(b).to_string());
+    // A figure of the idle reading or the device total: why it is missing, or what it is
+    // derived from, where it was not measured.
+    let said = |r: &RunRow, v: Option<u64>| match (v, &r.idle_basis) {
+        (None, Some(b)) => cell(b),
+        (Some(x), Some(b)) => format!("{} ({})", Bytes(x), cell(b)),
+        (v, None) => h(v),
+    };
     for r in &m.runs {
         let _ = writeln!(
             o,
@@ -190,10 +197,10 @@ fn run_table(o: &mut String, m: &Merged) {
             cell(&m.workloads[r.workload]),
             r.index,
             cell(&r.status),
-            h(r.figures[1]),
+            said(r, r.figures[1]),
             h(r.peaks[0]),
             h(r.peaks[1]),
-            h(r.figures[2]),
+            said(r, r.figures[2]),
             r.ooms
         );
     }

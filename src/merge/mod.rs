@@ -52,6 +52,8 @@ pub struct RunRow {
     pub figures: [Option<u64>; FIGURES.len()],
     /// The true peak of every view (`View::ALL`), raw bytes.
     pub peaks: [Option<u64>; View::COUNT],
+    /// Why the run has no idle reading (`not in the snapshot`), or what it is derived from.
+    pub idle_basis: Option<String>,
 }
 
 /// A GPU a node did not run, as its node folder says.
@@ -241,11 +243,12 @@ fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
         ooms: s.ooms.len() as u32,
         figures: [
             Some(s.device.total_bytes),
-            Some(s.idle.after_context.device_used_bytes),
+            s.idle_after().map(|i| i.device_used_bytes),
             s.peaks.headroom_at_peak_bytes,
-            s.idle.context_overhead_bytes,
+            s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
         ],
         peaks,
+        idle_basis: s.idle_basis_short().map(String::from),
     }
 }
 
@@ -308,7 +311,7 @@ pub(crate) fn peak(s: &Summary, v: View) -> Option<u64> {
 
 fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
     let d = &s.device;
-    let idle = &s.idle.after_context;
+    let idle = s.idle_after();
     let oom = s.ooms.first();
     let mut row = vec![
         FORMAT_VERSION.to_string(),
@@ -324,9 +327,9 @@ fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
         s.started_utc.clone(),
         status_name(s),
         opt(s.exit_code),
-        idle.device_free_bytes.to_string(),
-        idle.device_used_bytes.to_string(),
-        opt(s.idle.context_overhead_bytes),
+        opt(idle.map(|i| i.device_free_bytes)),
+        opt(idle.map(|i| i.device_used_bytes)),
+        opt(s.idle.as_ref().and_then(|i| i.context_overhead_bytes)),
     ];
     row.extend(View::ALL.iter().map(|v| opt(peak(s, *v))));
     row.extend([

@@ -38,10 +38,11 @@ fn read_run(dir: &Path) -> Result<Found, String> {
     }
     let s = load_summary(dir).map_err(|e| format!("{e:#}"))?;
     let mut figures = BTreeMap::new();
-    let idle = &s.idle.after_context;
-    figures.insert("idle_device_used_bytes".into(), idle.device_used_bytes);
-    figures.insert("idle_device_free_bytes".into(), idle.device_free_bytes);
-    if let Some(c) = s.idle.context_overhead_bytes {
+    if let Some(idle) = s.idle_after() {
+        figures.insert("idle_device_used_bytes".into(), idle.device_used_bytes);
+        figures.insert("idle_device_free_bytes".into(), idle.device_free_bytes);
+    }
+    if let Some(c) = s.idle.as_ref().and_then(|i| i.context_overhead_bytes) {
         figures.insert("context_overhead_bytes".into(), c);
     }
     for v in View::ALL {

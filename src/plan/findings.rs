@@ -184,6 +184,12 @@ fn phase_peak(s: &Summary, phase: &str, view: View) -> Option<u64> {
         .map(|p| p.bytes)
 }
 
+/// Device used at the idle reading: a plan's probe runs always take one (only an imported
+/// snapshot has none, and a plan never reads one).
+pub(super) fn idle_used(s: &Summary) -> u64 {
+    s.idle_after().map_or(0, |i| i.device_used_bytes)
+}
+
 fn has_phase(s: &Summary, phase: &str) -> bool {
     s.phases.iter().any(|p| p.name == phase)
 }
@@ -192,7 +198,7 @@ fn has_phase(s: &Summary, phase: &str) -> bool {
 pub(super) fn measure(r: &Resolved, rec: &ProbeRecord, s: &Summary) -> PlannedRun {
     let n = rec.requests;
     let p = &r.probe;
-    let idle_used = s.idle.after_context.device_used_bytes;
+    let idle_used = idle_used(s);
     let mut prev_own = Some(0u64);
     let mut prev_dev = Some(idle_used);
     let mut categories = Vec::new();
@@ -258,7 +264,7 @@ pub(super) fn measure(r: &Resolved, rec: &ProbeRecord, s: &Summary) -> PlannedRu
 
 pub(super) fn unnamed(r: &Resolved, s: &Summary, total: u64) -> Unnamed {
     let peak = |v: View| s.peaks.run.get(v.key()).map(|p| p.bytes);
-    let idle_used = s.idle.after_context.device_used_bytes;
+    let idle_used = idle_used(s);
     let own = peak(View::OwnBytes).unwrap_or(0);
     let dev = peak(View::DeviceUsed).unwrap_or(idle_used);
     let driver_rounding = dev as i64 - idle_used as i64 - own as i64;
@@ -270,13 +276,17 @@ pub(super) fn unnamed(r: &Resolved, s: &Summary, total: u64) -> Unnamed {
     let slack = r.budget.kv_budget_bytes as i128 - n * r.plan.kv_per_request_bytes as i128;
     Unnamed {
         idle_used_bytes: idle_used,
-        context_overhead_bytes: s.idle.context_overhead_bytes,
-        other_processes_bytes: s.idle.processes.as_ref().map(|ps| {
-            ps.iter()
-                .filter(|p| !p.is_self)
-                .filter_map(|p| p.used_bytes)
-                .sum()
-        }),
+        context_overhead_bytes: s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
+        other_processes_bytes: s
+            .idle
+            .as_ref()
+            .and_then(|i| i.processes.as_ref())
+            .map(|ps| {
+                ps.iter()
+                    .filter(|p| !p.is_self)
+                    .filter_map(|p| p.used_bytes)
+                    .sum()
+            }),
         driver_rounding_bytes: driver_rounding,
         allocator_rounding_bytes: allocator_rounding,
         capacity_beyond_device_bytes: capacity_beyond,

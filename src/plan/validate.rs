@@ -289,7 +289,7 @@ pub fn validate(r: &Resolved, s: &mut Session<'_>, dir: &Path) -> anyhow::Result
         runs: BTreeMap::new(),
     };
     prober.run(n)?;
-    let idle_used = prober.runs[&n].summary.idle.after_context.device_used_bytes;
+    let idle_used = super::findings::idle_used(&prober.runs[&n].summary);
     let guess = r.probe.guess(total, idle_used);
     let limit = search(n, guess, bound, &mut |k| prober.run(k))?;
 

@@ -34,6 +34,10 @@ pub struct RunInfo {
     pub expectations_held: usize,
     pub expectations_total: usize,
     pub ooms: Vec<OomBrief>,
+    /// Why the run has no idle reading (`not in the snapshot`), or what it is derived from;
+    /// absent when it was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_basis: Option<String>,
 }
 
 /// An OOM in one line.
@@ -123,6 +127,7 @@ fn info(dir: &Path, s: &Summary) -> RunInfo {
                 causes: o.diagnosis.causes.clone(),
             })
             .collect(),
+        idle_basis: s.idle_basis_short().map(String::from),
     }
 }
 
@@ -145,27 +150,27 @@ fn finished(dir: &Path) -> anyhow::Result<Summary> {
 
 /// Compares two summaries.
 pub fn compare(a_dir: &Path, a: &Summary, b_dir: &Path, b: &Summary) -> Comparison {
-    let (ia, ib) = (&a.idle.after_context, &b.idle.after_context);
+    let (ia, ib) = (a.idle_after(), b.idle_after());
     let idle = vec![
         Row::new(
             "device_free_bytes",
-            Some(ia.device_free_bytes),
-            Some(ib.device_free_bytes),
+            ia.map(|i| i.device_free_bytes),
+            ib.map(|i| i.device_free_bytes),
         ),
         Row::new(
             "device_used_bytes",
-            Some(ia.device_used_bytes),
-            Some(ib.device_used_bytes),
+            ia.map(|i| i.device_used_bytes),
+            ib.map(|i| i.device_used_bytes),
         ),
         Row::new(
             "device_total_bytes",
-            Some(ia.device_total_bytes),
-            Some(ib.device_total_bytes),
+            ia.map(|i| i.device_total_bytes),
+            ib.map(|i| i.device_total_bytes),
         ),
         Row::new(
             "context_overhead_bytes",
-            a.idle.context_overhead_bytes,
-            b.idle.context_overhead_bytes,
+            a.idle.as_ref().and_then(|i| i.context_overhead_bytes),
+            b.idle.as_ref().and_then(|i| i.context_overhead_bytes),
         ),
     ];
     let measured = |v: View| a.peaks.run.contains_key(v.key()) || b.peaks.run.contains_key(v.key());
@@ -244,7 +249,7 @@ fn delta(r: &Row) -> (String, String) {
 
 fn run_line(r: &RunInfo) -> String {
     format!(
-        "{} · {} on {}{} · driver {} · {}{}",
+        "{} · {} on {}{} · driver {} · {}{}{}",
         r.dir.display(),
         r.workload,
         r.device,
@@ -256,6 +261,10 @@ fn run_line(r: &RunInfo) -> String {
         r.status,
         r.exit_code
             .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default(),
+        r.idle_basis
+            .as_ref()
+            .map(|b| format!(" · idle reading {b}"))
             .unwrap_or_default()
     )
 }

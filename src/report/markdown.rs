@@ -299,8 +299,23 @@ fn release(o: &mut String, s: &Summary) {
 }
 
 fn peaks(o: &mut String, s: &Summary) {
-    let idle = &s.idle.after_context;
     let _ = writeln!(o, "\n## Idle vs peak\n");
+    match &s.idle {
+        Some(i) => idle_line(o, i, s.idle_basis.as_deref()),
+        None => {
+            let _ = writeln!(
+                o,
+                "Idle reading: {}.\n",
+                md(s.idle_basis.as_deref().unwrap_or("none was taken"))
+            );
+        }
+    }
+    peaks_table(o, s);
+}
+
+/// `Idle reading: 78.64 GiB free of 79.19 GiB (…)`, and what it rests on when not measured.
+fn idle_line(o: &mut String, i: &crate::report::summary::Idle, basis: Option<&str>) {
+    let idle = &i.after_context;
     let _ = write!(
         o,
         "Idle reading: {} free of {} ({} used)",
@@ -308,10 +323,10 @@ fn peaks(o: &mut String, s: &Summary) {
         Bytes(idle.device_total_bytes),
         Bytes(idle.device_used_bytes)
     );
-    if let Some(c) = s.idle.context_overhead_bytes {
+    if let Some(c) = i.context_overhead_bytes {
         let _ = write!(o, "; creating the context took {}", Bytes(c));
     }
-    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
+    if let Some(k) = i.kernels.filter(|k| k.device_bytes > 0) {
         let _ = write!(
             o,
             "; loading headroom's {} kernel modules before it took {}",
@@ -319,8 +334,7 @@ fn peaks(o: &mut String, s: &Summary) {
             crate::units::Bytes(k.device_bytes.max(0) as u64)
         );
     }
-    let others: Vec<String> = s
-        .idle
+    let others: Vec<String> = i
         .processes
         .iter()
         .flatten()
@@ -330,10 +344,16 @@ fn peaks(o: &mut String, s: &Summary) {
     if !others.is_empty() {
         let _ = write!(o, "; other processes: {}", others.join(", "));
     }
-    if let Some(why) = &s.idle.processes_unavailable {
+    if let Some(why) = &i.processes_unavailable {
         let _ = write!(o, "; no process list ({})", md(why));
     }
+    if let Some(b) = basis {
+        let _ = write!(o, " — not measured: {}", md(b));
+    }
     let _ = writeln!(o, ".\n");
+}
+
+fn peaks_table(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "{}", md_table::header(PEAK_COLUMNS));
     for v in View::ALL {
         let Some(peak) = s.peaks.run.get(v.key()) else {
@@ -357,8 +377,26 @@ fn peaks(o: &mut String, s: &Summary) {
             bytes(polled("10hz"))
         );
     }
-    if let Some(h) = s.peaks.headroom_at_peak_bytes {
-        let _ = writeln!(o, "\nHeadroom at the device-used peak: {} free.", Bytes(h));
+    match (s.peaks.headroom_at_peak_bytes, s.idle_basis_short()) {
+        (Some(h), None) => {
+            let _ = writeln!(o, "\nHeadroom at the device-used peak: {} free.", Bytes(h));
+        }
+        (Some(h), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "\nHeadroom at the device-used peak: {} free ({}).",
+                Bytes(h),
+                md(b)
+            );
+        }
+        (None, Some(b)) => {
+            let _ = writeln!(
+                o,
+                "\nHeadroom at the device-used peak: unknown (the device total is {}).",
+                md(b)
+            );
+        }
+        (None, None) => {}
     }
     if let Some(a) = &s.allocator_stats {
         let _ = writeln!(

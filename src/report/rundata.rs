@@ -188,7 +188,7 @@ impl RunData {
         let first = self.timeline.t_ns.first().copied().unwrap_or(u64::MAX);
         first
             .min(self.summary.start_ns)
-            .min(self.summary.idle.after_context.t_ns)
+            .min(self.summary.idle_after().map_or(u64::MAX, |i| i.t_ns))
     }
 
     /// The latest time on the run's clock: the last reading or the end of the run.

@@ -212,11 +212,32 @@ pub struct PlanMarks {
 impl Summary {
     /// A view's value at the idle reading, where the idle reading knows it.
     pub fn idle_view(&self, v: crate::record::View) -> Option<u64> {
+        self.idle.as_ref()?;
         match v {
-            crate::record::View::DeviceUsed => Some(self.idle.after_context.device_used_bytes),
+            crate::record::View::DeviceUsed => self
+                .idle
+                .as_ref()
+                .map(|i| i.after_context.device_used_bytes),
             crate::record::View::OwnBytes => Some(0),
             _ => None,
         }
+    }
+
+    /// The idle reading after the context, where there is one.
+    pub fn idle_after(&self) -> Option<&IdleReading> {
+        self.idle.as_ref().map(|i| &i.after_context)
+    }
+
+    /// Why there is no idle reading, or what it is derived from, in a few words: `not in the
+    /// snapshot`, `derived from --device-total 4294967296`; None when it was measured.
+    pub fn idle_basis_short(&self) -> Option<&str> {
+        let b = self.idle_basis.as_deref()?;
+        Some(b[..b.find([':', '(']).unwrap_or(b.len())].trim_end())
+    }
+
+    /// The idle reading's source for people: `none (not in the snapshot)` when absent.
+    pub fn idle_missing(&self) -> String {
+        format!("none ({})", self.idle_basis_short().unwrap_or("not taken"))
     }
 
     /// The peak a poller (`1hz`, `10hz`) would have reported for a view.
@@ -242,7 +263,14 @@ pub struct Summary {
     /// Device time (ns since open) at the first phase and at the end.
     pub start_ns: u64,
     pub end_ns: Option<u64>,
-    pub idle: Idle,
+    /// The idle reading; null where there was none to take (an imported snapshot records
+    /// none: `idle_basis` says why).
+    pub idle: Option<Idle>,
+    /// Where the idle reading comes from when it was not measured: why it is null ("not in the
+    /// snapshot"), or what it is derived from (`--device-total`, `--profile`); absent when
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_basis: Option<String>,
     pub phases: Vec<PhaseSummary>,
     pub peaks: Peaks,
     pub sampler: SamplerStats,

@@ -33,15 +33,25 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         d.name,
         crate::report::word(&s.status)
     );
-    let idle = &s.idle.after_context;
-    let _ = write!(
-        o,
-        "idle: {} free of {}",
-        Bytes(idle.device_free_bytes),
-        Bytes(idle.device_total_bytes)
-    );
-    if let Some(c) = s.idle.context_overhead_bytes {
-        let _ = write!(o, " (creating the context took {})", Bytes(c));
+    match &s.idle {
+        Some(i) => {
+            let idle = &i.after_context;
+            let _ = write!(
+                o,
+                "idle: {} free of {}",
+                Bytes(idle.device_free_bytes),
+                Bytes(idle.device_total_bytes)
+            );
+            if let Some(c) = i.context_overhead_bytes {
+                let _ = write!(o, " (creating the context took {})", Bytes(c));
+            }
+            if let Some(b) = s.idle_basis_short() {
+                let _ = write!(o, " [{b}]");
+            }
+        }
+        None => {
+            let _ = write!(o, "idle: {}", s.idle_basis_short().unwrap_or("none taken"));
+        }
     }
     let _ = writeln!(o);
     if s.status == RunStatus::Skipped {
@@ -54,7 +64,12 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         let _ = writeln!(o, "results: {}", dir.display());
         return crate::report::escape::document(&o);
     }
-    if let Some(k) = s.idle.kernels.filter(|k| k.device_bytes > 0) {
+    if let Some(k) = s
+        .idle
+        .as_ref()
+        .and_then(|i| i.kernels)
+        .filter(|k| k.device_bytes > 0)
+    {
         let _ = writeln!(
             o,
             "kernels: loading {} modules before the idle reading took {}",
@@ -85,8 +100,24 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         ]);
     }
     o.push_str(&views.render());
-    if let Some(h) = s.peaks.headroom_at_peak_bytes {
-        let _ = writeln!(o, "headroom at the device-used peak: {} free", Bytes(h));
+    match (s.peaks.headroom_at_peak_bytes, s.idle_basis_short()) {
+        (Some(h), None) => {
+            let _ = writeln!(o, "headroom at the device-used peak: {} free", Bytes(h));
+        }
+        (Some(h), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "headroom at the device-used peak: {} free [{b}]",
+                Bytes(h)
+            );
+        }
+        (None, Some(b)) => {
+            let _ = writeln!(
+                o,
+                "headroom at the device-used peak: unknown (the device total is {b})"
+            );
+        }
+        (None, None) => {}
     }
     let _ = writeln!(o);
     let mut phases = TextTable::new(&[

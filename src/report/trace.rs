@@ -160,13 +160,17 @@ fn phases_and_marks(run: &RunData, t0: u64, ev: &mut Events) {
                      "actions_planned": p.actions_planned, "peak_bytes": peaks},
         }));
     }
-    let idle = &s.idle.after_context;
-    ev.push(json!({
-        "name": "idle reading", "cat": "reading", "ph": "i", "s": "t", "pid": PID, "tid": MARKS_TID,
-        "ts": us(idle.t_ns, t0),
-        "args": {"device_free_bytes": idle.device_free_bytes, "device_used_bytes": idle.device_used_bytes,
-                 "device_total_bytes": idle.device_total_bytes},
-    }));
+    if let Some(idle) = s.idle_after() {
+        let mut args = json!({"device_free_bytes": idle.device_free_bytes, "device_used_bytes": idle.device_used_bytes,
+                              "device_total_bytes": idle.device_total_bytes});
+        if let Some(b) = &s.idle_basis {
+            args["basis"] = json!(b);
+        }
+        ev.push(json!({
+            "name": "idle reading", "cat": "reading", "ph": "i", "s": "t", "pid": PID, "tid": MARKS_TID,
+            "ts": us(idle.t_ns, t0), "args": args,
+        }));
+    }
     if let (Some(r), Some(end)) = (&s.release, s.end_ns) {
         ev.push(json!({
             "name": "release check", "cat": "reading", "ph": "i", "s": "t", "pid": PID, "tid": MARKS_TID,

@@ -159,8 +159,20 @@ pub fn render(run: &RunData, w: &WatchSection) -> String {
 }
 
 fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
-    let idle = &s.idle.after_context;
     let _ = writeln!(o, "\n## Idle vs peak\n");
+    let idle_used = s.idle_after().map(|i| i.device_used_bytes);
+    match &s.idle {
+        Some(i) => first_reading(o, i, w),
+        None => {
+            let _ = writeln!(o, "First reading: {}.\n", md(&s.idle_missing()));
+        }
+    }
+    peaks_table(o, s, w, idle_used);
+}
+
+/// The first reading's line: device free, total, and who was on the device then.
+fn first_reading(o: &mut String, i: &crate::report::summary::Idle, w: &WatchSection) {
+    let idle = &i.after_context;
     let _ = write!(
         o,
         "{}: {} free of {} ({} used)",
@@ -173,8 +185,7 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
         Bytes(idle.device_total_bytes),
         Bytes(idle.device_used_bytes)
     );
-    let others: Vec<String> = s
-        .idle
+    let others: Vec<String> = i
         .processes
         .iter()
         .flatten()
@@ -183,17 +194,20 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
     if !others.is_empty() {
         let _ = write!(o, "; processes on the device then: {}", others.join(", "));
     }
-    if let Some(why) = &s.idle.processes_unavailable {
+    if let Some(why) = &i.processes_unavailable {
         let _ = write!(o, "; no process list ({})", md(why));
     }
     let _ = writeln!(o, ".\n");
+}
+
+fn peaks_table(o: &mut String, s: &Summary, w: &WatchSection, idle_used: Option<u64>) {
     let _ = writeln!(o, "{}", header(crate::report::markdown::PEAK_COLUMNS));
     for v in [View::DeviceUsed, View::JobUsed] {
         let Some(peak) = s.peaks.run.get(v.key()) else {
             continue;
         };
         let idle_v = match v {
-            View::DeviceUsed => Some(idle.device_used_bytes),
+            View::DeviceUsed => idle_used,
             _ => w.job.job_used_at_start_bytes,
         };
         let scope = match (v, w.sampling.device_view.as_str()) {
@@ -216,11 +230,11 @@ fn peaks(o: &mut String, s: &Summary, w: &WatchSection) {
             bytes(s.polled_peak("10hz", v))
         );
     }
-    if let Some(p) = s.peaks.run.get(View::DeviceUsed.key()) {
+    if let (Some(p), Some(idle_used)) = (s.peaks.run.get(View::DeviceUsed.key()), idle_used) {
         let _ = writeln!(
             o,
             "\nThe device's true peak is {} above the idle reading ({} B); a dashboard polling once a second would have shown {}.",
-            SignedBytes(p.bytes as i128 - idle.device_used_bytes as i128),
+            SignedBytes(p.bytes as i128 - idle_used as i128),
             p.bytes,
             bytes(s.polled_peak("1hz", View::DeviceUsed))
         );

@@ -196,7 +196,8 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
         finished_utc: None,
         start_ns: s.start_ns,
         end_ns: None,
-        idle: before.idle.clone(),
+        idle: Some(before.idle.clone()),
+        idle_basis: None,
         phases: wl
             .phases
             .iter()

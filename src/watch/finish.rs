@@ -120,7 +120,10 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
     if s.watch.job.attached {
         notes.push(format!(
             "attached to a running process: the reference is device free at attach plus the {} the job held then",
-            Bytes(reference.saturating_sub(s.summary.idle.after_context.device_free_bytes))
+            // A watch always takes its first reading.
+            Bytes(reference.saturating_sub(
+                s.summary.idle_after().map_or(reference, |i| i.device_free_bytes)
+            ))
         ));
     }
     if !within {
@@ -129,7 +132,11 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
             Nanos(SETTLE.as_nanos() as u64)
         ));
     }
-    if s.summary.idle.context_overhead_bytes.is_some() {
+    if s.summary
+        .idle
+        .as_ref()
+        .is_some_and(|i| i.context_overhead_bytes.is_some())
+    {
         notes.push("headroom's own context (--cuda-info) is in both readings".into());
     }
     s.summary.release = Some(Release {
@@ -251,7 +258,10 @@ fn doubt(s: &Session) -> Option<String> {
         .run
         .get(View::DeviceUsed.key())
         .map_or(0, |p| p.bytes);
-    let rise = used_peak.saturating_sub(s.summary.idle.after_context.device_used_bytes);
+    let rise = s
+        .summary
+        .idle_after()
+        .map_or(0, |i| used_peak.saturating_sub(i.device_used_bytes));
     (job_peak == 0 && rise > UNSEEN_RISE_BYTES).then(|| {
         format!(
             "the job never appeared in NVML's process list, yet device used rose by {}: if that was the job, NVML does not list it here (a PID namespace), and job_used_bytes stays at 0",

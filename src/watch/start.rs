@@ -192,7 +192,8 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
         finished_utc: None,
         start_ns,
         end_ns: None,
-        idle: Idle {
+        idle_basis: None,
+        idle: Some(Idle {
             before_context: inputs.cuda.as_ref().map(|c| c.before).or(idle_nvml),
             after_context: IdleReading {
                 t_ns: idle_t,
@@ -209,7 +210,7 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
             processes: idle_processes,
             processes_doubt: None,
             processes_unavailable: idle_processes_unavailable,
-        },
+        }),
         phases: Vec::new(),
         peaks: Peaks {
             run: Default::default(),

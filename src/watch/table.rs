@@ -27,13 +27,16 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
     if let Some(d) = &s.status_detail {
         let _ = writeln!(o, "{d}");
     }
-    let idle = &s.idle.after_context;
+    let idle = s.idle_after();
     let _ = writeln!(
         o,
-        "{}: {} free of {}\n",
+        "{}: {}\n",
         if w.job.attached { "at attach" } else { "idle" },
-        Bytes(idle.device_free_bytes),
-        Bytes(idle.device_total_bytes)
+        idle.map_or(s.idle_missing(), |i| format!(
+            "{} free of {}",
+            Bytes(i.device_free_bytes),
+            Bytes(i.device_total_bytes)
+        ))
     );
     let _ = writeln!(
         o,
@@ -45,7 +48,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
             continue;
         };
         let idle_v = match v {
-            View::DeviceUsed => Some(idle.device_used_bytes),
+            View::DeviceUsed => idle.map(|i| i.device_used_bytes),
             _ => w.job.job_used_at_start_bytes,
         };
         let _ = writeln!(

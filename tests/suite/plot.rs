@@ -152,7 +152,7 @@ fn a_poll_equal_to_idle_is_one_line_and_coinciding_lines_stay_visible() {
     let tmp = tempfile::tempdir().unwrap();
     let frag = root().join("workloads/oom/fragmentation.toml");
     let (scene, run) = plot_of(tmp.path(), &frag, "tiny-4g");
-    let idle = run.summary.idle.after_context.device_used_bytes;
+    let idle = run.summary.idle_after().unwrap().device_used_bytes;
     assert_eq!(
         run.summary.peaks.polled["1hz"].peaks["device_used_bytes"],
         idle

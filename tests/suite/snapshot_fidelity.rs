@@ -446,9 +446,50 @@ fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
         "{report}"
     );
     assert!(report.contains("not in the snapshot"), "{report}");
+    // No idle reading either: null with the reason, and nothing derived from a device total.
+    assert!(s["idle"].is_null(), "idle: {}", s["idle"]);
+    assert!(
+        s["idle_basis"]
+            .as_str()
+            .unwrap()
+            .starts_with("not in the snapshot")
+    );
+    assert!(s["peaks"]["headroom_at_peak_bytes"].is_null());
+    assert!(
+        report.contains("\nIdle reading: not in the snapshot ("),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "Headroom at the device-used peak: unknown (the device total is not in the snapshot)."
+        ),
+        "{report}"
+    );
     // With the device's total given, memory outside PyTorch is derived, and labeled.
     let total = 4u64 << 30;
-    let (_, s) = import("given", &["--device-total", &total.to_string()]);
+    let (given_dir, s) = import("given", &["--device-total", &total.to_string()]);
+    let idle = &s["idle"]["after_context"];
+    assert_eq!(
+        (
+            u(&idle["device_total_bytes"]),
+            u(&idle["device_free_bytes"])
+        ),
+        (total, total)
+    );
+    let basis = format!("derived from --device-total {total}");
+    assert!(
+        s["idle_basis"].as_str().unwrap().starts_with(&basis),
+        "{}",
+        s["idle_basis"]
+    );
+    let used_peak = u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]);
+    assert_eq!(u(&s["peaks"]["headroom_at_peak_bytes"]), total - used_peak);
+    let report = std::fs::read_to_string(given_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!(" — not measured: {basis}: ")),
+        "{report}"
+    );
+    assert!(report.contains(&format!(" free ({basis}).")), "{report}");
     let ev = &s["import"]["device_evidence"];
     assert_eq!(u(&ev["device_total_bytes"]), total);
     let o = &ev["recorded_ooms"][0];

@@ -485,3 +485,68 @@ fn recorded_snapshots_reproduce_pytorchs_decisions() {
     }
     eprintln!("{n} recorded traces reproduced");
 }
+
+#[test]
+fn every_reader_of_an_imports_idle_reading_says_it_is_not_in_the_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, s) = import(tmp.path(), "built-oom.pickle").remove(0);
+    assert!(s["idle"].is_null(), "{}", s["idle"]);
+    let total = 8 * GIB;
+    let given = tmp.path().join("given");
+    let r = headroom(
+        tmp.path(),
+        &[
+            "import",
+            "torch",
+            fixture("built-oom.pickle").to_str().unwrap(),
+            "--out",
+            given.to_str().unwrap(),
+            "--device-total",
+            &total.to_string(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (p, g) = (plain.to_str().unwrap(), given.to_str().unwrap());
+    // compare: the idle rows are empty for the plain import, and each side says why.
+    let r = headroom(tmp.path(), &["compare", p, g]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[0].ends_with(" · idle reading not in the snapshot"),
+        "{}",
+        r.stdout
+    );
+    let derived = format!("derived from --device-total {total}");
+    assert!(
+        lines[1].ends_with(&format!(" · idle reading {derived}")),
+        "{}",
+        r.stdout
+    );
+    let free = lines
+        .iter()
+        .find(|l| l.starts_with("device_free_bytes"))
+        .unwrap();
+    let cells: Vec<&str> = free.split_whitespace().collect();
+    assert_eq!(cells[1], "-", "{free}");
+    // merge: the idle and headroom cells say it too, never a figure.
+    let csv = tmp.path().join("merged.csv");
+    let r = headroom(tmp.path(), &["merge", p, g, "--out", csv.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = r.stdout.lines().find(|l| l.starts_with("| out |")).unwrap();
+    assert_eq!(row.matches("| not in the snapshot |").count(), 2, "{row}");
+    let rows = csv_rows(&csv);
+    assert_eq!(rows[0]["idle_device_free_bytes"], "");
+    assert_eq!(rows[0]["headroom_at_peak_bytes"], "");
+    assert_eq!(
+        rows[1]["idle_device_free_bytes"].parse::<u64>().unwrap(),
+        total
+    );
+    // The plot and the trace: no idle line, no idle reading event.
+    let svg = std::fs::read_to_string(plain.join("timeline.svg")).unwrap();
+    assert!(svg.contains("idle reading not in the snapshot"));
+    assert!(!svg.contains("mark-idle"));
+    let trace = std::fs::read_to_string(plain.join("trace.json")).unwrap();
+    assert!(!trace.contains("\"idle reading\""));
+    let trace = std::fs::read_to_string(given.join("trace.json")).unwrap();
+    assert!(trace.contains(&derived));
+}

@@ -100,38 +100,22 @@ pub fn device_total(total: u64, f: &Frame, placer: &mut Placer) -> Group {
 }
 
 /// The idle line, and the 1 Hz and 10 Hz polls' peak lines; a poll line within a few pixels
-/// of the idle line (or of the other poll's) is said on that line instead of drawn.
+/// of the idle line (or of the other poll's) is said on that line instead of drawn. No idle
+/// line where there is no idle reading (an imported snapshot records none).
 pub fn idle_and_poll(
-    idle_used: u64,
+    idle_used: Option<u64>,
     poll: Option<(u64, u64)>,
     poll10: Option<(u64, u64)>,
     f: &Frame,
     placer: &mut Placer,
 ) -> Vec<Group> {
     let near = |a: u64, b: u64| (f.y(a) - f.y(b)).abs() < 4.0;
-    let same1 = poll.is_some_and(|(_, b)| near(b, idle_used));
-    let same10 = poll10.is_some_and(|(_, b)| near(b, idle_used));
-    let mut idle = Group::new("mark-idle", "mark").titled(format!(
-        "idle reading: device used {idle_used} B ({}) before the workload",
-        Bytes(idle_used)
-    ));
-    let y = f.y(idle_used);
-    idle.line(
-        vec![(f.x0, y), (f.x1, y)],
-        Stroke::dashed(IDLE, 1.2, 6.0, 4.0),
-    );
-    let text = match (same1, same10) {
-        (true, true) => format!(
-            "idle: {} used — a 1 Hz and a 10 Hz poll saw no more",
-            Bytes(idle_used)
-        ),
-        (true, false) => format!("idle: {} used — a 1 Hz poll saw no more", Bytes(idle_used)),
-        (false, true) => format!("idle: {} used — a 10 Hz poll saw no more", Bytes(idle_used)),
-        (false, false) => format!("idle: {} used", Bytes(idle_used)),
-    };
-    let spots = along(f, y, &[Anchor::Start, Anchor::Middle, Anchor::End]);
-    placer.label(&mut idle, &spots, text, 11.0, IDLE);
-    let mut out = vec![idle];
+    let same1 = poll.zip(idle_used).is_some_and(|((_, b), i)| near(b, i));
+    let same10 = poll10.zip(idle_used).is_some_and(|((_, b), i)| near(b, i));
+    let mut out = Vec::new();
+    if let Some(idle_used) = idle_used {
+        out.push(idle_mark(idle_used, (same1, same10), f, placer));
+    }
     let p1 = poll.filter(|_| !same1).map(|(_, b)| b);
     let p10 = poll10.filter(|_| !same10).map(|(_, b)| b);
     let both = p1.zip(p10).is_some_and(|(a, b)| near(a, b));
@@ -159,6 +143,36 @@ pub fn idle_and_poll(
         out.push(g);
     }
     out
+}
+
+/// The dashed idle line, with the polls said on it when they saw no more.
+fn idle_mark(
+    idle_used: u64,
+    (same1, same10): (bool, bool),
+    f: &Frame,
+    placer: &mut Placer,
+) -> Group {
+    let mut idle = Group::new("mark-idle", "mark").titled(format!(
+        "idle reading: device used {idle_used} B ({}) before the workload",
+        Bytes(idle_used)
+    ));
+    let y = f.y(idle_used);
+    idle.line(
+        vec![(f.x0, y), (f.x1, y)],
+        Stroke::dashed(IDLE, 1.2, 6.0, 4.0),
+    );
+    let text = match (same1, same10) {
+        (true, true) => format!(
+            "idle: {} used — a 1 Hz and a 10 Hz poll saw no more",
+            Bytes(idle_used)
+        ),
+        (true, false) => format!("idle: {} used — a 1 Hz poll saw no more", Bytes(idle_used)),
+        (false, true) => format!("idle: {} used — a 10 Hz poll saw no more", Bytes(idle_used)),
+        (false, false) => format!("idle: {} used", Bytes(idle_used)),
+    };
+    let spots = along(f, y, &[Anchor::Start, Anchor::Middle, Anchor::End]);
+    placer.label(&mut idle, &spots, text, 11.0, IDLE);
+    idle
 }
 
 /// The floor a run keeps free, as device used: total − `keep_free_bytes`, when the run

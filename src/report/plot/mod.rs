@@ -76,7 +76,7 @@ impl Frame {
 pub fn scene(run: &RunData) -> Scene {
     let s = &run.summary;
     let f = frame(run);
-    let idle_used = s.idle.after_context.device_used_bytes;
+    let idle_used = s.idle_after().map(|i| i.device_used_bytes);
     let total = s.device.total_bytes;
     let poll = poll_peak(run, View::DeviceUsed, "1hz");
     let poll10 = poll_peak(run, View::DeviceUsed, "10hz");
@@ -147,7 +147,7 @@ pub fn scene(run: &RunData) -> Scene {
 /// The highest value anything drawn reaches: every drawn series, the idle line, the OOMs.
 fn data_max(run: &RunData) -> u64 {
     let s = &run.summary;
-    let mut m = s.idle.after_context.device_used_bytes;
+    let mut m = s.idle_after().map_or(0, |i| i.device_used_bytes);
     for (view, _, _) in SERIES {
         if series::drawn(run, view) {
             m = m.max(run.timeline.points(view).map(|p| p.1).max().unwrap_or(0));
@@ -252,11 +252,17 @@ fn title(s: &Summary, f: &Frame, poll: Option<(u64, u64)>) -> Group {
         None => format!("driver {}", d.driver_version),
     }];
     parts.push(format!("started {}", s.started_utc));
-    parts.push(format!(
-        "idle {} used of {}",
-        Bytes(s.idle.after_context.device_used_bytes),
-        Bytes(d.total_bytes)
-    ));
+    parts.push(match s.idle_after() {
+        Some(i) => format!(
+            "idle {} used of {}",
+            Bytes(i.device_used_bytes),
+            Bytes(d.total_bytes)
+        ),
+        None => format!(
+            "idle reading {}",
+            s.idle_basis_short().unwrap_or("not taken")
+        ),
+    });
     if let Some(p) = s.peaks.run.get(View::DeviceUsed.key()) {
         parts.push(format!("true peak {}", Bytes(p.bytes)));
     }
@@ -395,10 +401,12 @@ fn legend(run: &RunData, f: &Frame, show_total: bool, bands: bool, poll10: bool)
             "peak a 10 Hz poll would report".into(),
         ));
     }
-    entries.push((
-        sample(Stroke::dashed(IDLE, 1.2, 6.0, 4.0)),
-        "idle reading".into(),
-    ));
+    if s.idle.is_some() {
+        entries.push((
+            sample(Stroke::dashed(IDLE, 1.2, 6.0, 4.0)),
+            "idle reading".into(),
+        ));
+    }
     if show_total {
         entries.push((sample(Stroke::solid(TOTAL, 1.2)), "device total".into()));
     }

@@ -9,6 +9,7 @@
 //! folder with the state its segments show.
 
 mod events;
+mod idle;
 mod observer;
 mod state;
 
@@ -28,9 +29,7 @@ use crate::outdir;
 use crate::record::timeline::{FORMAT_VERSION, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
-use crate::report::summary::{
-    Idle, IdleReading, Peaks, PhaseStatus, PhaseSummary, RunStatus, Summary, WorkloadInfo,
-};
+use crate::report::summary::{Peaks, PhaseStatus, PhaseSummary, RunStatus, Summary, WorkloadInfo};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};
@@ -229,6 +228,7 @@ pub(super) struct Frame<'a> {
     pub dev: &'a mut SimDevice,
     pub rdev: &'a ReplayDevice,
     pub config: &'a CachingConfig,
+    pub opts: &'a ImportOptions,
     pub idle: Reading,
     pub recorder: Recorder,
     pub end_ns: u64,
@@ -258,6 +258,15 @@ pub(super) fn finish(
         .map(|p| p.to_map())
         .unwrap_or_default();
     let now = utc_timestamp(SystemTime::now());
+    let idle = idle::idle_evidence(
+        f.opts,
+        idle::Simulated {
+            total: info.total_bytes,
+            free: f.idle.device_free_bytes,
+            before,
+            context_bytes: f.rdev.profile.memory.context_overhead_bytes.0,
+        },
+    );
     let summary = Summary {
         format_version: FORMAT_VERSION,
         headroom_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -290,21 +299,8 @@ pub(super) fn finish(
         finished_utc: Some(utc_of(times.1).unwrap_or(now)),
         start_ns: 0,
         end_ns: Some(f.end_ns),
-        idle: Idle {
-            before_context: Some(before),
-            after_context: IdleReading {
-                t_ns: 0,
-                device_free_bytes: f.idle.device_free_bytes,
-                device_used_bytes: info.total_bytes.saturating_sub(f.idle.device_free_bytes),
-                device_total_bytes: info.total_bytes,
-                nvml: None,
-            },
-            context_overhead_bytes: Some(f.rdev.profile.memory.context_overhead_bytes.0),
-            kernels: None,
-            processes: None,
-            processes_doubt: None,
-            processes_unavailable: None,
-        },
+        idle: idle.idle,
+        idle_basis: Some(idle.basis),
         phases: vec![PhaseSummary {
             name: "trace".into(),
             status: if f.status == RunStatus::Oom {
@@ -321,7 +317,8 @@ pub(super) fn finish(
         peaks: Peaks {
             headroom_at_peak_bytes: run_peaks
                 .get(View::DeviceUsed.key())
-                .map(|p| info.total_bytes.saturating_sub(p.bytes)),
+                .zip(idle.total)
+                .map(|(p, t)| t.saturating_sub(p.bytes)),
             run: run_peaks,
             polled,
             pool_high_water: None,
@@ -528,6 +525,7 @@ fn one_device(
             dev: &mut dev,
             rdev: &rdev,
             config: &config,
+            opts,
             idle,
             recorder,
             end_ns,

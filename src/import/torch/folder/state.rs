@@ -135,6 +135,7 @@ pub(super) fn state_only(
             dev: &mut dev,
             rdev: &rdev,
             config: &config,
+            opts,
             idle,
             recorder,
             end_ns: 1_000,
