@@ -4,7 +4,7 @@
 
 use crate::alloc::OomRequest;
 use crate::device::process_list_doubt;
-use crate::oom::{Diagnosis, OomRecord, RefusedBy};
+use crate::oom::{OomPlace, OomRecord, RefusedBy};
 use crate::record::{Reading, View};
 use crate::run::Runner;
 use crate::run::recording::RowKey;
@@ -56,35 +56,22 @@ impl Runner<'_, '_> {
             .then(|| self.held.graphs.live_exec_bytes());
         let graph_bytes =
             graph_usage.map_or(0, |u| u.reserved_current_bytes) + graph_exec.unwrap_or(0);
-        let mut rec = OomRecord {
+        let place = OomPlace {
             utc: utc_timestamp(std::time::SystemTime::now()),
             t_ns: at.t_ns,
             phase: key.phase.to_string(),
             step: p.label.clone(),
             op: p.action.op().to_string(),
             name: key.name.to_string(),
-            via,
-            requested_bytes: req.requested_bytes,
-            rounded_bytes: req.rounded_bytes,
-            driver_request_bytes: req.driver_request_bytes,
-            pool: req.pool.clone(),
             stream: key.stream.to_string(),
-            retries: req.retries.clone(),
+            via,
+        };
+        let largest = self.alloc.largest_free_for(req.requested_bytes);
+        let mut rec = OomRecord {
             device_total_bytes: Some(total),
-            device_free_bytes: at.device_free_bytes,
-            device_used_bytes: used,
             idle_device_free_bytes: Some(self.baseline.free_bytes),
             own_bytes: own,
             outside_allocator_bytes: Some(self.held.driver_bytes),
-            device_evidence_basis: None,
-            alloc_allocated_bytes: stats.allocated_bytes,
-            alloc_reserved_bytes: stats.reserved_bytes,
-            reserved_but_unallocated_bytes: stats
-                .reserved_bytes
-                .saturating_sub(stats.allocated_bytes),
-            largest_free_block_bytes: self.alloc.largest_free_for(req.requested_bytes),
-            inactive_split_count: stats.inactive_split_count,
-            inactive_split_bytes: stats.inactive_split_bytes,
             unexplained_used_bytes: used as i64
                 - (self.baseline.used_bytes - self.baseline.others_bytes) as i64
                 - own as i64
@@ -96,12 +83,7 @@ impl Runner<'_, '_> {
             nvml,
             processes,
             processes_doubt,
-            diagnosis: Diagnosis {
-                observation: String::new(),
-                causes: vec![],
-                findings: vec![],
-                check_next: vec![],
-            },
+            ..OomRecord::refused(place, req, &stats, largest, at.device_free_bytes, used)
         };
         rec.diagnose();
         Ok(rec)

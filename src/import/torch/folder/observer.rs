@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use crate::alloc::replay::{Observer, Outcome, Recorded, ReplayError};
 use crate::alloc::{AllocStats, Allocator};
 use crate::device::Device;
-use crate::oom::{Diagnosis, OomRecord};
+use crate::oom::{OomPlace, OomRecord};
 use crate::record::timeline::Recorder;
 use crate::record::{Reading, Source, View};
 use crate::units::{Bytes, utc_timestamp};
@@ -135,46 +135,24 @@ impl<'a> Timeline<'a> {
             .filter(|t| *t > 946_684_800_000_000)
             .map(|t| utc_timestamp(SystemTime::UNIX_EPOCH + Duration::from_micros(t as u64)))
             .unwrap_or_else(|| "unknown (no time recorded)".into());
-        let mut rec = OomRecord {
+        let place = OomPlace {
             utc,
             t_ns: reading.t_ns,
             phase: "trace".into(),
             step: format!("entry {}", r.at),
             op: "allocate".into(),
             name: short(user_frame(self.snap, entry.stack)),
-            via: crate::oom::RefusedBy::Caching,
-            requested_bytes: o.requested_bytes,
-            rounded_bytes: o.rounded_bytes,
-            driver_request_bytes: o.driver_request_bytes,
-            pool: o.pool.clone(),
             stream: stream_name(self.snap, entry.stream),
-            retries: o.retries.clone(),
+            via: crate::oom::RefusedBy::Caching,
+        };
+        let largest = alloc.largest_free_for(o.requested_bytes);
+        let mut rec = OomRecord {
             device_total_bytes: self.given_total,
-            device_free_bytes: reading.device_free_bytes,
-            device_used_bytes: used,
             idle_device_free_bytes: self.given_idle.then_some(self.idle_free_bytes),
             own_bytes: s.reserved_bytes,
             outside_allocator_bytes: self.given_total.map(|_| 0),
             device_evidence_basis: Some(self.unknown_basis.clone()),
-            alloc_allocated_bytes: s.allocated_bytes,
-            alloc_reserved_bytes: s.reserved_bytes,
-            reserved_but_unallocated_bytes: s.reserved_bytes.saturating_sub(s.allocated_bytes),
-            largest_free_block_bytes: alloc.largest_free_for(o.requested_bytes),
-            inactive_split_count: s.inactive_split_count,
-            inactive_split_bytes: s.inactive_split_bytes,
-            unexplained_used_bytes: 0,
-            graph_used_bytes: None,
-            graph_reserved_bytes: None,
-            graph_exec_bytes: None,
-            nvml: None,
-            processes: None,
-            processes_doubt: None,
-            diagnosis: Diagnosis {
-                observation: String::new(),
-                causes: vec![],
-                findings: vec![],
-                check_next: vec![],
-            },
+            ..OomRecord::refused(place, o, s, largest, reading.device_free_bytes, used)
         };
         let recorded = entry.action == super::super::model::Action::Oom;
         if recorded {

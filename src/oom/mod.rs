@@ -47,6 +47,9 @@ impl std::fmt::Display for RefusedBy {
 use crate::device::{NvmlMemory, ProcessUsage};
 use crate::units::Bytes;
 
+mod refused;
+pub use refused::OomPlace;
+
 /// Everything known at the moment a request was refused. Byte counts are raw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomRecord {
@@ -116,7 +119,7 @@ pub struct OomRecord {
 }
 
 /// Which observation from the article applies, what the numbers show, and what to check next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// The article's table row that fits best.
     pub observation: String,
