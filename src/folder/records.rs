@@ -41,6 +41,17 @@ pub fn alloc_log(alloc: Box<dyn Allocator>, dir: &Path) -> anyhow::Result<Loggin
         .with_context(|| format!("cannot create {}", path.display()))
 }
 
+/// `alloc-log.csv` in `dir` with its header and no call: the log of a run that allocated
+/// nothing (one recorded as skipped).
+pub fn empty_alloc_log(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join(ALLOC_LOG);
+    std::fs::write(
+        &path,
+        format!("{}\n", crate::alloc::adaptors::LOG_HEADER.join(",")),
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// A poller's peaks by view key, in bytes.
 pub fn peak_bytes(peaks: &PeakSet) -> BTreeMap<String, u64> {
     View::ALL

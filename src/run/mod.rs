@@ -30,7 +30,7 @@ use crate::alloc::Allocator;
 use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
 use crate::folder::records;
-pub use crate::folder::{ALLOC_LOG, write_summary};
+use crate::folder::write_summary;
 use crate::oom::OomRecord;
 use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};

@@ -9,10 +9,11 @@ use std::time::SystemTime;
 use anyhow::Context;
 
 use crate::device::{Device, NvmlMemory};
-use crate::record::timeline::{EventLog, Recorder};
+use crate::folder::write_summary;
+use crate::folder::{records, reports};
 use crate::record::{NO_PHASE, Reading, Source};
 use crate::report::summary::{PhaseStatus, RunStatus};
-use crate::run::{RunOptions, RunReport, setup, write_summary};
+use crate::run::{RunOptions, RunReport, setup};
 use crate::units::utc_timestamp;
 use crate::workload::Workload;
 
@@ -48,8 +49,7 @@ pub fn record_skipped(
     let idle = &before.idle.after_context;
     let csv_path = |name: &str| dir.join(name).display().to_string();
     let phase_names = wl.phases.iter().map(|p| p.name.clone()).collect();
-    let mut timeline = Recorder::create(&dir, phase_names, info.total_bytes, start_ns)
-        .with_context(|| format!("cannot create {}", csv_path("timeline.csv")))?;
+    let mut timeline = records::timeline(&dir, phase_names, info.total_bytes, start_ns)?;
     timeline.push(Reading {
         t_ns: idle.t_ns,
         phase: NO_PHASE,
@@ -60,15 +60,11 @@ pub fn record_skipped(
     timeline
         .flush()
         .with_context(|| format!("cannot write {}", csv_path("timeline.csv")))?;
-    EventLog::create(&dir)
-        .and_then(|mut e| e.flush())
+    records::events(&dir)?
+        .flush()
         .with_context(|| format!("cannot write {}", csv_path("events.csv")))?;
     // Like every run's folder: the allocation log, with its header and no call.
-    std::fs::write(
-        dir.join(crate::run::ALLOC_LOG),
-        format!("{}\n", crate::alloc::adaptors::LOG_HEADER.join(",")),
-    )
-    .with_context(|| format!("cannot write {}", csv_path(crate::run::ALLOC_LOG)))?;
+    records::empty_alloc_log(&dir)?;
     summary.status = RunStatus::Skipped;
     summary.status_detail = Some(reason);
     summary.end_ns = Some(start_ns);
@@ -77,7 +73,7 @@ pub fn record_skipped(
     summary.exit_code = Some(0);
     write_summary(&dir, &summary)
         .with_context(|| format!("cannot write {}", csv_path("summary.json")))?;
-    if let Err(e) = crate::report::artifacts::write_all(&dir, &summary) {
+    if let Err(e) = reports::write(&dir, &summary) {
         crate::errln!("warning: writing the run's reports: {e:#}");
     }
     Ok(RunReport {
