@@ -562,7 +562,10 @@ mod tests {
         ] {
             assert_eq!(long8(b), Some(long(b).unwrap()), "{b:?}");
         }
-        assert_eq!(long8(&[0x00, 0x00, 0x40, 0x1b, 0x43, 0x8f]), Some(-0x70bc_e4c0_0000));
+        assert_eq!(
+            long8(&[0x00, 0x00, 0x40, 0x1b, 0x43, 0x8f]),
+            Some(-0x70bc_e4c0_0000)
+        );
         assert_eq!(long8(&[0; 9]), None);
     }
 
