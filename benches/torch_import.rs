@@ -4,15 +4,18 @@
 //! Target: reading the pickle and replaying its trace through the caching model, at the
 //! recorded addresses, on the simulated device in under 5 s and under 600 MB
 //! (`torch/10000000 entries`, time per import + replay; the peak resident memory is printed
-//! at the end). The snapshot (about 2 GB: 16 frames per entry) is written as Python's
+//! at the end). The snapshot (about 1.4 GB: 16 frames per entry) is written as Python's
 //! `pickle.dump` writes `torch.cuda.memory._dump_snapshot`'s dict — `FRAME` opcodes every
 //! 64 KiB, every entry memoized — by tests/suite/snapshot_pickler.rs, whose bytes a suite
 //! test checks against Python's; it is written once to `target/bench-torch-py-N.pickle` and
 //! reused. `HEADROOM_BENCH_ENTRIES` sets another size. Measured on the 2-core development
-//! machine while other builds ran (load average 5–8, `--quick`): 7.9 s (6.9–8.2 s), 531 MiB,
-//! against 11.5 s (11.4–12.0 s) and 530 MiB for the reader before keys, action names and
-//! frames lists were cached by memo id and bytes; `headroom replay` of the file took 5.8–7.3 s
-//! of CPU time (was 8.5–9.9 s), still above the 5 s target.
+//! machine while other builds ran (load average 6–7, 1,435,801,210 bytes of pickle): 8.8 s
+//! (7.9–9.5 s), 530 MiB, still above the 5 s target in wall time; the round before was 7.9 s
+//! at load 5–8 and 11.5 s before that. Side by side on the same file (load 4.4–6.1),
+//! `headroom replay --backend sim` took 3.7–5.2 s of user CPU time against 6.5–7.9 s for the
+//! reader before a fresh `"N/A"` was memoized by its stored index, streams and pools cached,
+//! `LONG1` read without memcpy and consecutive entry dicts read in one loop (0.61× on the means), and
+//! `headroom import torch` 8.0–8.1 s against 10.7–11.2 s (0.73×), both at 528,000 KB (516 MiB) peak.
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and

@@ -265,19 +265,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                     self.stack.push(v);
                 }
                 b'}' => {
-                    if self.fast_dict(&mut input)? {
-                        input.consume(self.fast_out.consumed);
-                        for k in 0..self.fast_out.memoized {
-                            let id = self.memo.len();
-                            let v = self.fast_out.memo[k].take();
-                            match (self.fast_out.stored[k], v) {
-                                (0, Some(v)) => self.memo.put(id, v),
-                                (0, None) => self.memo.put_taken(id),
-                                (stored, _) => self.memo.put_stored(id, stored),
-                            }
-                            .map_err(err)?;
-                        }
-                        self.stack.push(Value::Taken);
+                    if self.fast_dicts(&mut input)? {
                         continue;
                     }
                     self.stack.push(Value::Dict(Rc::new(Dict::default())));
@@ -387,8 +375,11 @@ impl<'a, S: Sink> Machine<'a, S> {
     }
 
     /// Offers the dict starting here to the sink, when it is an item of a list and every
-    /// earlier item of this batch was taken already (so the sink keeps the list's order).
-    fn fast_dict<R: Read>(&mut self, input: &mut Input<R>) -> Result<bool, PickleError> {
+    /// earlier item of this batch was taken already (so the sink keeps the list's order);
+    /// then each dict right after a taken one (past any `FRAME`s), while the sink takes
+    /// them. `false`: the first was not taken (nothing consumed). A later one not taken is
+    /// left as the ordinary `EMPTY_DICT` it is, its opcode consumed.
+    fn fast_dicts<R: Read>(&mut self, input: &mut Input<R>) -> Result<bool, PickleError> {
         let Some(&m) = self.marks.last() else {
             return Ok(false);
         };
@@ -399,16 +390,50 @@ impl<'a, S: Sink> Machine<'a, S> {
             return Ok(false);
         }
         let list = list.clone();
-        let bytes = input.window(1 << 16)?;
-        let fast = Fast {
-            bytes,
-            memo: &self.memo,
-            next_memo: self.memo.len(),
-        };
-        let out = &mut self.fast_out;
-        out.consumed = 0;
-        out.memoized = 0;
-        Ok(self.sink.fast_dict(&list, &fast, out))
+        let mut first = true;
+        loop {
+            let bytes = input.window(1 << 16)?;
+            let fast = Fast {
+                bytes,
+                memo: &self.memo,
+                next_memo: self.memo.len(),
+            };
+            let out = &mut self.fast_out;
+            out.consumed = 0;
+            out.memoized = 0;
+            if !self.sink.fast_dict(&list, &fast, out) {
+                if first {
+                    return Ok(false);
+                }
+                self.stack.push(Value::Dict(Rc::new(Dict::default())));
+                return Ok(true);
+            }
+            first = false;
+            input.consume(self.fast_out.consumed);
+            for k in 0..self.fast_out.memoized {
+                let id = self.memo.len();
+                let v = self.fast_out.memo[k].take();
+                match (self.fast_out.stored[k], v) {
+                    (0, Some(v)) => self.memo.put(id, v),
+                    (0, None) => self.memo.put_taken(id),
+                    (stored, _) => self.memo.put_stored(id, stored),
+                }
+                .map_err(|e| PickleError::at(input.op_offset, format!("EMPTY_DICT: {e}")))?;
+            }
+            self.stack.push(Value::Taken);
+            // The next opcode, past any `FRAME`s: another `EMPTY_DICT` is offered at once.
+            let bytes = input.window(64)?;
+            let mut i = 0;
+            while bytes.get(i) == Some(&0x95) && bytes.len() >= i + 9 {
+                i += 9;
+            }
+            if bytes.get(i) != Some(&b'}') {
+                return Ok(true);
+            }
+            input.consume(i);
+            input.op_offset = input.offset();
+            input.consume(1);
+        }
     }
 
     fn top(&self) -> Result<&Value, String> {
@@ -501,9 +526,48 @@ fn long(bytes: &[u8]) -> Result<i64, String> {
     i64::try_from(v).map_err(|_| format!("the integer {v} does not fit in 64 bits"))
 }
 
+/// A little-endian two's-complement integer of at most 8 bytes (`LONG1` of an int64), read
+/// byte by byte: a copy of a variable length would be a call to memcpy, per entry.
+#[inline]
+pub fn long8(bytes: &[u8]) -> Option<i64> {
+    let n = bytes.len();
+    if n == 0 || n > 8 {
+        return (n == 0).then_some(0);
+    }
+    let mut v = 0u64;
+    for (k, &x) in bytes.iter().enumerate() {
+        v |= (x as u64) << (8 * k);
+    }
+    let shift = 64 - 8 * n as u32;
+    Some(((v << shift) as i64) >> shift)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::long;
+    use super::{long, long8};
+
+    #[test]
+    fn long8_reads_as_long_does() {
+        for b in [
+            &[][..],
+            &[0xff],
+            &[0x7f],
+            &[0x80],
+            &[0x00, 0x01],
+            &[0xff, 0x00],
+            &[0x00, 0x00, 0x40, 0x1b, 0x43, 0x7f, 0x00],
+            &[0x00, 0x00, 0x40, 0x1b, 0x43, 0x8f],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            &[0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80],
+        ] {
+            assert_eq!(long8(b), Some(long(b).unwrap()), "{b:?}");
+        }
+        assert_eq!(
+            long8(&[0x00, 0x00, 0x40, 0x1b, 0x43, 0x8f]),
+            Some(-0x70bc_e4c0_0000)
+        );
+        assert_eq!(long8(&[0; 9]), None);
+    }
 
     #[test]
     fn longs_are_twos_complement_little_endian() {

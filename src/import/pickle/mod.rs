@@ -23,7 +23,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::Path;
 
-pub use machine::{Fast, FastDict, Machine, Sink};
+pub use machine::{Fast, FastDict, Machine, Sink, long8};
 pub use value::{Dict, List, Short, Value};
 
 /// Where and why a pickle could not be read.

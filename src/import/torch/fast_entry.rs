@@ -9,7 +9,7 @@
 
 use std::rc::Rc;
 
-use crate::import::pickle::{Fast, FastDict, FastMap, List, Value};
+use crate::import::pickle::{Fast, FastDict, FastMap, List, Value, long8};
 
 use super::from_pickle::{STACK_TAG, meta_id};
 use super::model::{Action, Entry, Snapshot};
@@ -36,6 +36,12 @@ pub(super) struct Shared {
     last_pair_stored: u32,
     /// `Fast::generation` when these caches were filled.
     generation: u32,
+    /// `Fast::stored` of a fresh `"N/A"` (PyTorch's compile context when there is none:
+    /// one per entry), once the machine stored one (0: not yet).
+    na_stored: u32,
+    /// The last stream and pool looked up, and their ids: entries repeat them.
+    last_stream: Option<(i64, u16)>,
+    last_pool: Option<((i64, i64), u16)>,
 }
 
 /// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
@@ -192,16 +198,7 @@ impl<'a> Decoder<'a, '_, '_> {
             b'J' => self.u32()? as i32 as i64,
             0x8a => {
                 let n = self.byte()? as usize;
-                let s = self.take(n)?;
-                if n == 0 {
-                    0
-                } else if n <= 8 {
-                    let mut w = [if s[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
-                    w[..n].copy_from_slice(s);
-                    i64::from_le_bytes(w)
-                } else {
-                    return None;
-                }
+                long8(self.take(n)?)?
             }
             _ => return None,
         })
@@ -230,6 +227,27 @@ impl<'a> Decoder<'a, '_, '_> {
         let s = std::str::from_utf8(bytes).ok()?;
         self.memoize(|| Some(Value::str(s))).ok()?;
         Some(bytes)
+    }
+
+    /// A compile context: a fresh `"N/A"` (memoized by its stored index, nothing built,
+    /// once one was stored) gives `Some(None)`; any other str `Some(Some(bytes))`.
+    fn compile_context(&mut self, shared: &mut Shared) -> Option<Option<&'a [u8]>> {
+        let i = self.past_frames(self.i);
+        if self.b.get(i..i + 5) == Some(&[0x8c, 3, b'N', b'/', b'A'][..]) {
+            self.i = i + 5;
+            if shared.na_stored != 0 {
+                if let Some(slot) = self.memoize(|| None).ok()? {
+                    self.out.stored[slot] = shared.na_stored;
+                }
+            } else if let Some(slot) = self.memoize(|| Some(Value::str("N/A"))).ok()?
+                && let Some(v) = &self.out.memo[slot]
+            {
+                // Known from the next entry on, once the machine stored this one.
+                shared.na_stored = self.fast.stored(v).unwrap_or(0);
+            }
+            return Some(None);
+        }
+        self.string().map(Some)
     }
 
     /// A str key or action name, as `Key::of` codes it: read back through the id cache,
@@ -356,11 +374,31 @@ pub(super) fn decode(
             Key::Action => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
             Key::Addr => addr = Some(u64::try_from(d.int()?).ok()?),
             Key::Size => size = Some(u64::try_from(d.int()?).ok()?),
-            Key::Stream => e.stream = snap.streams.id(d.int()?)?,
+            Key::Stream => {
+                let s = d.int()?;
+                e.stream = match shared.last_stream {
+                    Some((last, id)) if last == s => id,
+                    _ => {
+                        let id = snap.streams.id(s)?;
+                        shared.last_stream = Some((s, id));
+                        id
+                    }
+                };
+            }
             Key::TimeUs => e.time_us = Some(d.int()?),
-            Key::CompileContext => compile = Some(d.string()?),
+            Key::CompileContext => compile = d.compile_context(shared)?,
             Key::UserMetadata => user = Some(d.string()?),
-            Key::PoolId => e.pool = snap.pools.id(d.pair(shared)?)?,
+            Key::PoolId => {
+                let p = d.pair(shared)?;
+                e.pool = match shared.last_pool {
+                    Some((last, id)) if last == p => id,
+                    _ => {
+                        let id = snap.pools.id(p)?;
+                        shared.last_pool = Some((p, id));
+                        id
+                    }
+                };
+            }
             Key::Frames => e.stack = frames(&mut d, snap, shared, buf)?,
             Key::Other => return None,
         }
