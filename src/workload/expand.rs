@@ -24,7 +24,7 @@ pub use walk::{Expander, expand};
 
 /// The most actions a workload may expand to. A run makes them one at a time and holds only
 /// the one it runs, so its memory does not grow with them (10^5, 10^6 and 10^7 actions all
-/// peak under 70 MB); the check before the run walks a `repeat` whose round leaves every name
+/// peak under 65 MB); the check before the run walks a `repeat` whose round leaves every name
 /// as it found it once, not once a round. What bounds them is the run's `events.csv` and
 /// `timeline.csv`, a row each per action (about 140 bytes together, 1.4 GB at the bound), and
 /// the check's walk of rounds that differ.
@@ -73,7 +73,7 @@ impl Emitter<'_, '_, '_> {
     fn past_bound(&self, total: u64, how: &str) -> WorkloadError {
         self.err(format!(
             "this step would take the workload to {total} actions{how}, more than the \
-             {MAX_ACTIONS} a run makes (its memory does not grow with them, about 60 MB at \
+             {MAX_ACTIONS} a run makes (its memory does not grow with them, about 62 MB at \
              any count; each is checked before the run and written to events.csv and \
              timeline.csv, about 140 bytes an action): split the workload into several runs"
         ))

@@ -104,12 +104,8 @@ impl RoundState {
                 crate::units::MAX_DURATION_NS,
             )?,
             idle_steps: ahead(self.idle_steps, after.idle_steps, MAX_STEP_ACTIONS)?,
-            emitted: usize::try_from(ahead(
-                self.emitted as u64,
-                after.emitted as u64,
-                u64::MAX,
-            )?)
-            .ok()?,
+            emitted: usize::try_from(ahead(self.emitted as u64, after.emitted as u64, u64::MAX)?)
+                .ok()?,
             ..*after
         })
     }
@@ -286,7 +282,8 @@ impl Names<'_> {
                 name,
                 keep_every: None,
             } => {
-                if self.filled.remove(name) {
+                let was_filled = self.filled.remove(name);
+                if was_filled {
                     self.print(false, 1, name, 0, false);
                 }
             }

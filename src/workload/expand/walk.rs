@@ -104,7 +104,10 @@ pub fn expand(
     });
     let mut facts = crate::workload::facts::Gather::new(&source.file.expect.oom);
     let mut phases = Vec::new();
-    let mut ex = if matches!(source.file.expect.oom, crate::workload::OomExpectation::At(_)) {
+    let mut ex = if matches!(
+        source.file.expect.oom,
+        crate::workload::OomExpectation::At(_)
+    ) {
         // The `[expect] oom` step is looked for by label: every action is handed on.
         Expander::new(&source.file, &source.path, total_bytes, rank)
     } else {
