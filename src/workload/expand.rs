@@ -24,11 +24,10 @@ pub use walk::{Expander, expand};
 
 /// The most actions a workload may expand to. A run makes them one at a time and holds only
 /// the one it runs, so its memory does not grow with them (10^5, 10^6 and 10^7 actions all
-/// peak under 65 MB); the check before the run walks a `repeat` whose round leaves every name
-/// as it found it once, not once a round. What bounds them is the run's `events.csv` and
-/// `timeline.csv`, a row each per action (about 140 bytes together, 1.4 GB at the bound), and
-/// the check's walk of rounds that differ.
-pub const MAX_ACTIONS: u64 = 10_000_000;
+/// peak under 70 MB); what bounds them is the check, which walks every action before the run
+/// (twice: without and with the device's total), and the run's `events.csv` and
+/// `timeline.csv`, a row each per action (about 140 bytes together).
+pub const MAX_ACTIONS: u64 = 1_000_000;
 
 /// The most actions one step may state at once (`count`, a graph's layers), the most
 /// allocations a `count = "fill"` may make, and the most steps walked that make no action:
@@ -73,7 +72,7 @@ impl Emitter<'_, '_, '_> {
     fn past_bound(&self, total: u64, how: &str) -> WorkloadError {
         self.err(format!(
             "this step would take the workload to {total} actions{how}, more than the \
-             {MAX_ACTIONS} a run makes (its memory does not grow with them, about 62 MB at \
+             {MAX_ACTIONS} a run makes (its memory does not grow with them, about 60 MB at \
              any count; each is checked before the run and written to events.csv and \
              timeline.csv, about 140 bytes an action): split the workload into several runs"
         ))
@@ -102,9 +101,6 @@ impl Emitter<'_, '_, '_> {
         }
         self.names.check(&self.place, &action)?;
         self.names.graphs.note_use(&action);
-        if action.is_graph() {
-            self.names.graph_actions += 1;
-        }
         if let Action::Sleep { duration_ns } | Action::Spin { duration_ns, .. } = &action {
             self.names.stated_ns = self.names.stated_ns.saturating_add(*duration_ns);
             if self.names.stated_ns > MAX_DURATION_NS {
@@ -432,7 +428,6 @@ impl Emitter<'_, '_, '_> {
                 }
                 _ => {}
             }
-            let entering = self.names.round_state(self.continue_on_oom, self.emitted);
             for (k, s) in parsed.iter().enumerate() {
                 self.place = format!(
                     "{outer}, round {}, inner step {} ({})",
@@ -441,19 +436,6 @@ impl Emitter<'_, '_, '_> {
                     s.op()
                 );
                 self.step(s)?;
-            }
-            // A round that left every name as it found it is the walk of every later one.
-            let rest = u64::from(times - round - 1);
-            if rest > 0
-                && let Some(entering) = entering
-                && let Some(left) = self.names.round_state(self.continue_on_oom, self.emitted)
-                && let Some(end) = entering.fast_forward(&left, rest)
-            {
-                self.names.actions = end.actions;
-                self.names.stated_ns = end.stated_ns;
-                self.names.idle_steps = end.idle_steps;
-                self.emitted = end.emitted;
-                break;
             }
         }
         self.place = outer;

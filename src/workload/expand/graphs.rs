@@ -73,16 +73,6 @@ pub(super) struct GraphBook {
 }
 
 impl GraphBook {
-    /// No graph captured, destroyed or capturing, and no name a graph allocates or uses.
-    pub(super) fn is_empty(&self) -> bool {
-        self.graphs.is_empty()
-            && self.destroyed.is_empty()
-            && self.capture.is_none()
-            && self.pending.is_empty()
-            && self.owners.is_empty()
-            && self.users.is_empty()
-    }
-
     pub(super) fn capturing(&self) -> bool {
         self.capture.is_some()
     }

@@ -39,119 +39,9 @@ pub(super) struct Names<'a> {
     pub(super) idle_steps: u64,
     /// The taker of the actions declined one: the error that unwinds is not the workload's.
     pub(super) halted: bool,
-    /// Whether a `repeat` whose round leaves everything as it found it may count its
-    /// remaining rounds instead of walking them (the check walk only: a run makes them all).
-    pub(super) fast_forward: bool,
-    /// A sum over the live and filled names (each entry hashed), kept by `check`: two equal
-    /// sums around a round say it left the names as it found them.
-    pub(super) fingerprint: u128,
-    /// Graph actions made so far (a round with one is always walked).
-    pub(super) graph_actions: u64,
-}
-
-/// Where the walk stands before or after one round of a `repeat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RoundState {
-    pub(super) fingerprint: u128,
-    pub(super) live: usize,
-    pub(super) filled: usize,
-    pub(super) streams: usize,
-    pub(super) graph_actions: u64,
-    pub(super) continue_on_oom: bool,
-    pub(super) actions: u64,
-    pub(super) stated_ns: u64,
-    pub(super) idle_steps: u64,
-    pub(super) emitted: usize,
-}
-
-impl RoundState {
-    /// The names, streams and graphs a round leaves (the counters aside).
-    fn same_names(&self, other: &RoundState) -> bool {
-        (
-            self.fingerprint,
-            self.live,
-            self.filled,
-            self.streams,
-            self.graph_actions,
-            self.continue_on_oom,
-        ) == (
-            other.fingerprint,
-            other.live,
-            other.filled,
-            other.streams,
-            other.graph_actions,
-            other.continue_on_oom,
-        )
-    }
-
-    /// Where `rest` more rounds like the one from `self` to `after` would leave the walk, if
-    /// the round left every name as it found it and none of those rounds would pass a bound
-    /// (then each is the same walk again, and none can be refused). `None`: walk them.
-    pub(super) fn fast_forward(&self, after: &RoundState, rest: u64) -> Option<RoundState> {
-        use super::{MAX_ACTIONS, MAX_STEP_ACTIONS};
-        if !self.same_names(after) {
-            return None;
-        }
-        let ahead = |from: u64, to: u64, most: u64| {
-            let total = to.checked_add((to - from).checked_mul(rest)?)?;
-            (total <= most).then_some(total)
-        };
-        Some(RoundState {
-            actions: ahead(self.actions, after.actions, MAX_ACTIONS)?,
-            stated_ns: ahead(
-                self.stated_ns,
-                after.stated_ns,
-                crate::units::MAX_DURATION_NS,
-            )?,
-            idle_steps: ahead(self.idle_steps, after.idle_steps, MAX_STEP_ACTIONS)?,
-            emitted: usize::try_from(ahead(self.emitted as u64, after.emitted as u64, u64::MAX)?)
-                .ok()?,
-            ..*after
-        })
-    }
-}
-
-/// One live (tag 0) or filled (tag 1) entry's share of `Names::fingerprint`.
-fn entry_hash(tag: u8, name: &str, bytes: u64, filled: bool) -> u128 {
-    use std::hash::{Hash, Hasher};
-    let half = |salt: u8| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (salt, tag, name, bytes, filled).hash(&mut h);
-        h.finish()
-    };
-    (u128::from(half(0)) << 64) | u128::from(half(1))
 }
 
 impl Names<'_> {
-    /// Where the walk stands, if a round from here may be fast-forwarded (`fast_forward`
-    /// set, no graph known, none capturing).
-    pub(super) fn round_state(&self, continue_on_oom: bool, emitted: usize) -> Option<RoundState> {
-        (self.fast_forward && self.graphs.is_empty()).then_some(RoundState {
-            fingerprint: self.fingerprint,
-            live: self.live.len(),
-            filled: self.filled.len(),
-            streams: self.streams.len(),
-            graph_actions: self.graph_actions,
-            continue_on_oom,
-            actions: self.actions,
-            stated_ns: self.stated_ns,
-            idle_steps: self.idle_steps,
-            emitted,
-        })
-    }
-
-    /// Adds (`sign` true) or takes away one entry's share of the fingerprint.
-    fn print(&mut self, add: bool, tag: u8, name: &str, bytes: u64, filled: bool) {
-        if self.fast_forward {
-            let h = entry_hash(tag, name, bytes, filled);
-            self.fingerprint = if add {
-                self.fingerprint.wrapping_add(h)
-            } else {
-                self.fingerprint.wrapping_sub(h)
-            };
-        }
-    }
-
     pub(super) fn err(&self, place: &str, msg: impl Into<String>) -> WorkloadError {
         WorkloadError::new(self.file, place, msg)
     }
@@ -249,7 +139,6 @@ impl Names<'_> {
                 if let Some(why) = self.graphs.why_not_live(name) {
                     return Err(self.err(place, format!("{name:?} is taken: {why}")));
                 }
-                self.print(true, 0, name, *bytes, false);
                 self.live.insert(
                     name.clone(),
                     LiveName {
@@ -259,9 +148,7 @@ impl Names<'_> {
                 );
             }
             Action::Free { name } => {
-                if let Some(l) = self.live.remove(name) {
-                    self.print(false, 0, name, l.bytes, l.filled);
-                }
+                self.live.remove(name);
                 self.graphs.freed_outside(name);
             }
             Action::FillDevice { name, bytes, .. } => {
@@ -275,27 +162,17 @@ impl Names<'_> {
                         format!("{name:?} is already live; free it first or use another name"),
                     ));
                 }
-                self.print(true, 1, name, 0, false);
                 self.filled.insert(name.clone());
             }
             Action::FreeGroup {
                 name,
                 keep_every: None,
             } => {
-                let was_filled = self.filled.remove(name);
-                if was_filled {
-                    self.print(false, 1, name, 0, false);
-                }
+                self.filled.remove(name);
             }
             Action::Fill { name, .. } => {
-                if let Some(l) = self.live.get(name).cloned()
-                    && !l.filled
-                {
-                    self.print(false, 0, name, l.bytes, false);
-                    self.print(true, 0, name, l.bytes, true);
-                    if let Some(l) = self.live.get_mut(name) {
-                        l.filled = true;
-                    }
+                if let Some(l) = self.live.get_mut(name) {
+                    l.filled = true;
                 }
             }
             Action::Verify { name, .. } if self.live.get(name).is_some_and(|l| !l.filled) => {

@@ -34,26 +34,9 @@ impl<'w> Expander<'w> {
                 stated_ns: 0,
                 idle_steps: 0,
                 halted: false,
-                fast_forward: false,
-                fingerprint: 0,
-                graph_actions: 0,
             },
             next: 0,
         }
-    }
-
-    /// The check walk's expander: a `repeat` whose round leaves every name as it found it
-    /// counts its remaining rounds instead of walking them (their actions are not handed
-    /// on, only counted: `actions`).
-    fn checking(file: &'w FileWorkload, path: &'w Path, total_bytes: u64, rank: Rank) -> Self {
-        let mut ex = Expander::new(file, path, total_bytes, rank);
-        ex.names.fast_forward = true;
-        ex
-    }
-
-    /// Actions expanded so far, those of fast-forwarded rounds included.
-    fn actions(&self) -> u64 {
-        self.names.actions
     }
 
     /// Expands the next phase (phases come in order), each action to `take`. `Ok(false)` when
@@ -104,25 +87,17 @@ pub fn expand(
     });
     let mut facts = crate::workload::facts::Gather::new(&source.file.expect.oom);
     let mut phases = Vec::new();
-    let mut ex = if matches!(
-        source.file.expect.oom,
-        crate::workload::OomExpectation::At(_)
-    ) {
-        // The `[expect] oom` step is looked for by label: every action is handed on.
-        Expander::new(&source.file, &source.path, total_bytes, rank)
-    } else {
-        Expander::checking(&source.file, &source.path, total_bytes, rank)
-    };
+    let mut ex = Expander::new(&source.file, &source.path, total_bytes, rank);
     for (phase_name, _) in &source.file.phases {
-        let before = ex.actions();
-        // A fast-forwarded round is one already noted: it adds nothing to the facts.
+        let mut planned = 0u64;
         ex.phase(&mut |p| {
+            planned += 1;
             facts.note(phase_name, &p);
             true
         })?;
         phases.push(Phase {
             name: phase_name.clone(),
-            planned: ex.actions() - before,
+            planned,
         });
     }
     if let crate::workload::OomExpectation::At(at) = &source.file.expect.oom
