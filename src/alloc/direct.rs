@@ -1,4 +1,5 @@
-//! `direct`: one driver allocation (`cuMemAlloc`) per request, freed with `cuMemFree`.
+//! `direct`: one driver allocation (`cuMemAlloc`) per request, freed with `cuMemFree`: it
+//! calls the device's `Memory` and nothing else.
 //!
 //! Nothing is cached, so allocated = reserved = the sum of live requests; the driver's own
 //! page rounding shows up only in the device view.
@@ -23,10 +24,11 @@ impl Allocator for DirectAllocator {
 
     fn allocate(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn AllocDevice,
         bytes: u64,
         stream: StreamId,
     ) -> Result<Block, AllocError> {
+        let dev: &mut dyn Memory = dev;
         let ptr = dev.malloc(bytes).map_err(|e| {
             if e.is_oom() {
                 self.num_ooms += 1;
@@ -44,13 +46,14 @@ impl Allocator for DirectAllocator {
         Ok(block)
     }
 
-    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
+    fn free(&mut self, dev: &mut dyn AllocDevice, ptr: DevPtr) -> Result<(), AllocError> {
         let block = self.live.remove(&ptr).ok_or_else(|| {
             AllocError::Invalid(format!(
                 "free of {ptr:#x}, which is not live in the direct allocator"
             ))
         })?;
         self.bytes -= block.size_bytes;
+        let dev: &mut dyn Memory = dev;
         dev.free(ptr).map_err(AllocError::Device)
     }
 
@@ -70,7 +73,7 @@ impl Allocator for DirectAllocator {
         bytes
     }
 
-    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn release_all(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         let ptrs: Vec<DevPtr> = self.live.keys().copied().collect();
         free_each(self, dev, ptrs)
     }

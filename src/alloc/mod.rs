@@ -1,8 +1,12 @@
-//! Allocators over a `Device`: how a workload obtains memory, and what each one counts.
+//! Allocators over a device: how a workload obtains memory, and what each one counts.
 //!
 //! Following RMM's shape, an allocator gets its memory from an upstream (here the device,
-//! passed in on every call) and adds one concern. `direct` asks the driver for every request;
-//! `pool` uses the driver's stream-ordered pool; `caching` models PyTorch's caching allocator.
+//! passed in on every call) and adds one concern. `direct` asks the driver for every request
+//! (it calls `Memory` only); `pool` uses the driver's stream-ordered pool (`PoolDevice`: the
+//! pool and streams); `caching` models PyTorch's caching allocator (`CachingDevice`: memory,
+//! streams, virtual memory, and `DeviceCore::info`); the logging adaptor reads the clock
+//! (`DeviceCore::now_ns`). An allocator is driven through a `dyn AllocDevice`, which a
+//! `dyn Device` upcasts to.
 //! Each reports its own views (`alloc_*`), which are never added to the device's: allocated
 //! memory sits inside reserved memory.
 
@@ -209,18 +213,18 @@ pub trait Allocator: Send {
 
     fn allocate(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn AllocDevice,
         bytes: u64,
         stream: StreamId,
     ) -> Result<Block, AllocError>;
 
-    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError>;
+    fn free(&mut self, dev: &mut dyn AllocDevice, ptr: DevPtr) -> Result<(), AllocError>;
 
     /// The block is also used on `stream` (PyTorch's `record_stream`): a later free must wait
     /// for that stream before the block is reused.
     fn record_stream(
         &mut self,
-        _dev: &mut dyn Device,
+        _dev: &mut dyn AllocDevice,
         _ptr: DevPtr,
         _stream: StreamId,
     ) -> Result<(), AllocError> {
@@ -228,20 +232,20 @@ pub trait Allocator: Send {
     }
 
     /// Returns unused cached memory to the driver; returns the bytes released.
-    fn empty_cache(&mut self, _dev: &mut dyn Device) -> Result<u64, AllocError> {
+    fn empty_cache(&mut self, _dev: &mut dyn AllocDevice) -> Result<u64, AllocError> {
         Ok(0)
     }
 
     /// Brings counters up to date after something outside the allocator's calls (a
     /// synchronize, a trim) may have changed what it holds.
-    fn refresh(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn refresh(&mut self, _dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         Ok(())
     }
 
     /// Completes every deferred free whose stream work is done, as the allocator's next
     /// allocation would (PyTorch's `process_events`). A replay calls it before the allocator
     /// leaves the device it was driven through, so no event of that device is left behind.
-    fn complete_pending_frees(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn complete_pending_frees(&mut self, _dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         Ok(())
     }
 
@@ -262,7 +266,7 @@ pub trait Allocator: Send {
     }
 
     /// Frees every block and returns all held memory to the driver.
-    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError>;
+    fn release_all(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError>;
 }
 
 /// Which allocator a workload uses, with its settings.
@@ -284,11 +288,13 @@ impl AllocatorSpec {
     }
 
     /// Builds the allocator (configuring the device's pool where it needs one).
-    pub fn build(&self, dev: &mut dyn Device) -> Result<Box<dyn Allocator>, AllocError> {
+    pub fn build(&self, dev: &mut dyn AllocDevice) -> Result<Box<dyn Allocator>, AllocError> {
         Ok(match self {
             AllocatorSpec::Direct => Box::new(direct::DirectAllocator::default()),
             AllocatorSpec::Pool(cfg) => {
-                dev.pool_configure(*cfg).map_err(AllocError::Device)?;
+                pool::pool_of(dev)?
+                    .pool_configure(*cfg)
+                    .map_err(AllocError::Device)?;
                 Box::new(pool::PoolAllocator::default())
             }
             AllocatorSpec::Caching(cfg) => {
@@ -318,7 +324,7 @@ impl std::fmt::Display for AllocatorSpec {
 /// Frees every pointer in address order, going on past errors; returns the first error.
 pub(crate) fn free_each(
     alloc: &mut dyn Allocator,
-    dev: &mut dyn Device,
+    dev: &mut dyn AllocDevice,
     mut ptrs: Vec<DevPtr>,
 ) -> Result<(), AllocError> {
     ptrs.sort_unstable();

@@ -2,6 +2,12 @@
 //! the host waiting, releasing everything), what only the simulator can do, plain memory, streams and events, kernels, the
 //! stream-ordered pool, virtual memory management and CUDA graphs. `Device` is all of them.
 //!
+//! Consumers ask for bundles of them: `PoolDevice` (the stream-ordered pool and streams, what
+//! the `pool` allocator calls), `CachingDevice` (the core, memory, streams and virtual memory,
+//! what the caching allocator model calls) and `AllocDevice` (what any allocator is driven
+//! through: `CachingDevice`, with the pool lent where the device has one). A `&mut dyn Device`
+//! is a `&mut dyn AllocDevice` by upcasting.
+//!
 //! Time is the device's own: virtual and deterministic on `sim`, a monotonic clock on `cuda`.
 //! Both count nanoseconds since the device was opened.
 
@@ -172,4 +178,31 @@ pub trait Graphs {
     fn graph_mem_trim(&mut self) -> DevResult<()>;
     /// `cuDeviceGetGraphMemAttribute` for the four attributes.
     fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage>;
+}
+
+/// What the `pool` allocator calls: the stream-ordered pool, and streams (a synchronize
+/// before the final trim).
+pub trait PoolDevice: Streams + StreamOrderedPool {}
+
+impl<T: Streams + StreamOrderedPool + ?Sized> PoolDevice for T {}
+
+/// What the caching allocator model calls: memory, streams and events, virtual memory (for
+/// expandable segments), and of the core only `info` (the device total behind
+/// `per_process_memory_fraction`).
+pub trait CachingDevice: DeviceCore + Memory + Streams + VirtualMemory {}
+
+impl<T: DeviceCore + Memory + Streams + VirtualMemory + ?Sized> CachingDevice for T {}
+
+/// What an allocator is driven through: everything the caching model calls, and the
+/// stream-ordered pool where this device lends one (a device that only wraps another, such as
+/// replay's trace device, lends the pool of the device underneath).
+pub trait AllocDevice: CachingDevice {
+    /// The device's stream-ordered pool, with its streams; `None` where it has none.
+    fn pool_device(&mut self) -> Option<&mut dyn PoolDevice>;
+}
+
+impl<T: CachingDevice + PoolDevice> AllocDevice for T {
+    fn pool_device(&mut self) -> Option<&mut dyn PoolDevice> {
+        Some(self)
+    }
 }

@@ -31,7 +31,8 @@ pub mod watch;
 use serde::{Deserialize, Serialize};
 
 pub use caps::{
-    DeviceCore, Graphs, Kernels, Memory, Simulated, StreamOrderedPool, Streams, VirtualMemory,
+    AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, PoolDevice, Simulated,
+    StreamOrderedPool, Streams, VirtualMemory,
 };
 
 /// Every device capability trait, for `use headroom::device::prelude::*` where a `dyn Device` is
@@ -39,7 +40,8 @@ pub use caps::{
 pub mod prelude {
     pub use super::Device;
     pub use super::caps::{
-        DeviceCore, Graphs, Kernels, Memory, Simulated, StreamOrderedPool, Streams, VirtualMemory,
+        AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, PoolDevice, Simulated,
+        StreamOrderedPool, Streams, VirtualMemory,
     };
 }
 
@@ -449,25 +451,13 @@ pub struct GraphMemUsage {
 ///
 /// Each capability is its own trait (`DeviceCore`, `Memory`, `Streams`, `Kernels`,
 /// `StreamOrderedPool`, `VirtualMemory`, `Graphs`); a backend implements each, and is a
-/// `Device` by that alone. Code above this crate uses `dyn Device` and `use
-/// headroom::device::prelude::*` for the methods. What only the simulator can do is
-/// `Simulated`, reached through `DeviceCore::simulated`.
-pub trait Device:
-    DeviceCore + Memory + Streams + Kernels + StreamOrderedPool + VirtualMemory + Graphs
-{
-}
+/// `Device` by that alone. Consumers ask for the bundle they call (`caps::AllocDevice`,
+/// `caps::CachingDevice`, `caps::PoolDevice`), which a `dyn Device` upcasts to; the rest use
+/// `dyn Device` and `use headroom::device::prelude::*` for the methods. What only the
+/// simulator can do is `Simulated`, reached through `DeviceCore::simulated`.
+pub trait Device: AllocDevice + PoolDevice + Kernels + Graphs {}
 
-impl<T> Device for T where
-    T: DeviceCore
-        + Memory
-        + Streams
-        + Kernels
-        + StreamOrderedPool
-        + VirtualMemory
-        + Graphs
-        + ?Sized
-{
-}
+impl<T> Device for T where T: AllocDevice + PoolDevice + Kernels + Graphs + ?Sized {}
 
 #[cfg(test)]
 mod tests {

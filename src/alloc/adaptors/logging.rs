@@ -87,7 +87,7 @@ impl LoggingAdaptor {
 
     fn line(
         &mut self,
-        dev: &dyn Device,
+        dev: &dyn DeviceCore,
         action: &str,
         ptr: Option<DevPtr>,
         bytes: Option<u64>,
@@ -118,7 +118,7 @@ impl Allocator for LoggingAdaptor {
 
     fn allocate(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn AllocDevice,
         bytes: u64,
         stream: StreamId,
     ) -> Result<Block, AllocError> {
@@ -142,7 +142,7 @@ impl Allocator for LoggingAdaptor {
         }
     }
 
-    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
+    fn free(&mut self, dev: &mut dyn AllocDevice, ptr: DevPtr) -> Result<(), AllocError> {
         let known = self.live.get(&ptr).copied();
         match self.upstream.free(dev, ptr) {
             Ok(()) => {
@@ -168,7 +168,7 @@ impl Allocator for LoggingAdaptor {
 
     fn record_stream(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn AllocDevice,
         ptr: DevPtr,
         stream: StreamId,
     ) -> Result<(), AllocError> {
@@ -191,7 +191,7 @@ impl Allocator for LoggingAdaptor {
         }
     }
 
-    fn empty_cache(&mut self, dev: &mut dyn Device) -> Result<u64, AllocError> {
+    fn empty_cache(&mut self, dev: &mut dyn AllocDevice) -> Result<u64, AllocError> {
         match self.upstream.empty_cache(dev) {
             Ok(released) => {
                 self.line(dev, "empty_cache", None, Some(released), None, "");
@@ -211,11 +211,11 @@ impl Allocator for LoggingAdaptor {
         }
     }
 
-    fn refresh(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn refresh(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         self.upstream.refresh(dev)
     }
 
-    fn complete_pending_frees(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn complete_pending_frees(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         self.upstream.complete_pending_frees(dev)
     }
 
@@ -236,7 +236,7 @@ impl Allocator for LoggingAdaptor {
     }
 
     /// Frees (and logs) every live block, releases the upstream, and flushes the log.
-    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn release_all(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         let live: Vec<DevPtr> = self.live.keys().copied().collect();
         let mut errors = super::release_through(self, dev, live);
         if let Err(e) = self.upstream.release_all(dev) {

@@ -17,7 +17,7 @@ pub use logging::{LOG_HEADER, LoggingAdaptor};
 /// the upstream to release the rest. Returns the first error.
 pub(crate) fn release_through<A: crate::alloc::Allocator + ?Sized>(
     this: &mut A,
-    dev: &mut dyn crate::device::Device,
+    dev: &mut dyn crate::device::AllocDevice,
     mut live: Vec<crate::device::DevPtr>,
 ) -> Vec<crate::alloc::AllocError> {
     live.sort_unstable();

@@ -76,7 +76,11 @@ impl CachingAllocator {
     ///
     /// If the device cannot record an event (an unknown stream), the device is synchronized,
     /// which makes the block safe to reuse, the block is freed, and the error is returned.
-    pub(super) fn insert_events(&mut self, dev: &mut dyn Device, i: u32) -> Result<(), AllocError> {
+    pub(super) fn insert_events(
+        &mut self,
+        dev: &mut dyn CachingDevice,
+        i: u32,
+    ) -> Result<(), AllocError> {
         let uses = std::mem::take(&mut self.arena[i].stream_uses);
         self.arena[i].state = NodeState::Pending;
         let mut failure = None;
@@ -115,7 +119,7 @@ impl CachingAllocator {
     }
 
     /// `process_events`: frees whose events have completed rejoin the cache.
-    pub(super) fn process_events(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    pub(super) fn process_events(&mut self, dev: &mut dyn CachingDevice) -> Result<(), AllocError> {
         for q in 0..self.pending.queues.len() {
             while let Some((ev, i)) = self.pending.front(q) {
                 if !dev.event_query(ev).map_err(AllocError::Device)? {
@@ -133,7 +137,7 @@ impl CachingAllocator {
     /// pending free. Returns how many events there were.
     pub(super) fn synchronize_and_free_events(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
     ) -> Result<u64, AllocError> {
         self.stats.num_sync_all_streams += 1;
         let mut waited = 0;

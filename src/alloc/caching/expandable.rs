@@ -69,7 +69,7 @@ impl CachingAllocator {
     /// of free and unmapped space follow each other; otherwise a new segment.
     fn find_expandable_block(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         req: &Request,
     ) -> Result<u32, AllocError> {
         let unmapped: Vec<u32> = self.streams.slots[req.slot].pools[req.pool.index()]
@@ -114,7 +114,7 @@ impl CachingAllocator {
     /// `Ok(false)` is returned.
     fn map_block(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         i: u32,
         size: u64,
         req: &mut Request,
@@ -183,7 +183,7 @@ impl CachingAllocator {
     /// out of the cache. `Ok(None)` when the driver refused a page.
     pub(super) fn try_allocate_expandable_block(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         req: &mut Request,
     ) -> Result<Option<u32>, AllocError> {
         let size = req.size;
@@ -212,7 +212,11 @@ impl CachingAllocator {
     /// `unmap_block`: unmaps the whole pages inside free block `i` (after waiting for its
     /// stream, as PyTorch does, since unmapping does not synchronize). Partial pages at either
     /// end stay mapped as free blocks. Returns the bytes unmapped.
-    pub(super) fn unmap_block(&mut self, dev: &mut dyn Device, i: u32) -> Result<u64, AllocError> {
+    pub(super) fn unmap_block(
+        &mut self,
+        dev: &mut dyn CachingDevice,
+        i: u32,
+    ) -> Result<u64, AllocError> {
         let (ptr, end, stream, pool) = {
             let n = &self.arena[i];
             (n.ptr, n.end(), n.stream, n.pool)
@@ -276,7 +280,7 @@ impl CachingAllocator {
     /// `release_expandable_segment`: a segment with nothing mapped gives its address range back.
     pub(super) fn release_expandable_segment(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<(), AllocError> {
         let (base, stream, pool, seg) = {

@@ -37,7 +37,7 @@ pub(super) struct Request {
 impl CachingAllocator {
     pub(super) fn malloc(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         orig_bytes: u64,
         stream: StreamId,
     ) -> Result<Block, AllocError> {
@@ -228,7 +228,11 @@ impl CachingAllocator {
 
     /// The driver part of `malloc`: ask; release oversize cached blocks and ask again;
     /// release every cached segment and ask a last time; then out of memory.
-    fn obtain_block(&mut self, dev: &mut dyn Device, req: &mut Request) -> Result<u32, AllocError> {
+    fn obtain_block(
+        &mut self,
+        dev: &mut dyn CachingDevice,
+        req: &mut Request,
+    ) -> Result<u32, AllocError> {
         if self.config.gc_enabled() {
             self.garbage_collect_cached_blocks(dev, req)?;
         }
@@ -259,7 +263,7 @@ impl CachingAllocator {
     /// `Ok(None)` when refused for lack of memory; other driver errors are errors.
     fn alloc_block(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         req: &mut Request,
         attempt: Attempt,
     ) -> Result<Option<u32>, AllocError> {
@@ -329,7 +333,11 @@ impl CachingAllocator {
 
     /// `free`: the block returns to the cache now, or once the other streams that used it are
     /// done (`record_stream`).
-    pub(super) fn free_ptr(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
+    pub(super) fn free_ptr(
+        &mut self,
+        dev: &mut dyn CachingDevice,
+        ptr: DevPtr,
+    ) -> Result<(), AllocError> {
         let i = self.allocated.remove(&ptr).ok_or_else(|| {
             AllocError::Invalid(format!(
                 "free of {ptr:#x}, which is not live in the caching allocator"
@@ -371,7 +379,7 @@ impl CachingAllocator {
 
 /// A stream's first use: the device must know it (an event recorded on it says so), since
 /// blocks are cached per stream and a typo would otherwise go unnoticed until a free.
-fn check_stream(dev: &mut dyn Device, stream: StreamId) -> Result<(), AllocError> {
+fn check_stream(dev: &mut dyn CachingDevice, stream: StreamId) -> Result<(), AllocError> {
     let e = dev
         .record_event(stream)
         .map_err(|e| AllocError::Invalid(format!("allocation on stream {}: {e}", stream.0)))?;

@@ -72,7 +72,7 @@ impl CachingAllocator {
     /// segments that the device's VMM granularity divides the 2 MiB and 20 MiB pages.
     pub fn new(
         config: CachingConfig,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
     ) -> Result<CachingAllocator, AllocError> {
         config
             .validate()
@@ -169,14 +169,14 @@ impl Allocator for CachingAllocator {
 
     fn allocate(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn AllocDevice,
         bytes: u64,
         stream: StreamId,
     ) -> Result<Block, AllocError> {
         self.malloc(dev, bytes, stream)
     }
 
-    fn free(&mut self, dev: &mut dyn Device, ptr: DevPtr) -> Result<(), AllocError> {
+    fn free(&mut self, dev: &mut dyn AllocDevice, ptr: DevPtr) -> Result<(), AllocError> {
         self.free_ptr(dev, ptr)
     }
 
@@ -184,7 +184,7 @@ impl Allocator for CachingAllocator {
     /// the free until an event recorded then on each of them has completed.
     fn record_stream(
         &mut self,
-        _dev: &mut dyn Device,
+        _dev: &mut dyn AllocDevice,
         ptr: DevPtr,
         stream: StreamId,
     ) -> Result<(), AllocError> {
@@ -202,7 +202,7 @@ impl Allocator for CachingAllocator {
 
     /// `emptyCache`: completes pending frees, then releases every fully free segment (and the
     /// free pages of expandable segments). Live blocks are never touched.
-    fn empty_cache(&mut self, dev: &mut dyn Device) -> Result<u64, AllocError> {
+    fn empty_cache(&mut self, dev: &mut dyn AllocDevice) -> Result<u64, AllocError> {
         let before = self.held_bytes;
         self.release_cached_blocks(dev, &mut Vec::new())?;
         Ok(before - self.held_bytes)
@@ -217,11 +217,11 @@ impl Allocator for CachingAllocator {
     /// step of malloc's retry chain; `free`, `recordStream` and a device or stream
     /// synchronize never call it. So `memory_stats()` keeps such a block in `active_bytes`
     /// until the next allocation or `empty_cache`, and so does this model.
-    fn refresh(&mut self, _dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn refresh(&mut self, _dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         Ok(())
     }
 
-    fn complete_pending_frees(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn complete_pending_frees(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         if !self.pending.is_empty() {
             self.process_events(dev)?;
         }
@@ -272,7 +272,7 @@ impl Allocator for CachingAllocator {
         self.largest_free_in(PoolKind::for_rounded(self.rounded_size(bytes)))
     }
 
-    fn release_all(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    fn release_all(&mut self, dev: &mut dyn AllocDevice) -> Result<(), AllocError> {
         self.release_everything(dev)
     }
 }

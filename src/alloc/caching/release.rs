@@ -88,7 +88,7 @@ impl CachingAllocator {
     /// (`cudaFree`). If the driver refuses, the segment stays cached.
     pub(super) fn release_block(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<u64, AllocError> {
         let n = &self.arena[i];
@@ -122,7 +122,7 @@ impl CachingAllocator {
     /// oversize cached block is one (oversize blocks are never split); PyTorch asserts so.
     pub(super) fn release_available_cached_blocks(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         req: &mut Request,
     ) -> Result<bool, AllocError> {
         const NAME: &str = "release_available_cached_blocks";
@@ -172,7 +172,7 @@ impl CachingAllocator {
     /// page of expandable segments. Returns the bytes given back.
     pub(super) fn release_cached_blocks(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         steps: &mut Vec<RetryStep>,
     ) -> Result<u64, AllocError> {
         let waited = self.synchronize_and_free_events(dev)?;
@@ -191,7 +191,7 @@ impl CachingAllocator {
     /// segments, and an expandable segment itself once nothing in it is mapped.
     fn release_blocks(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         pool: PoolKind,
         totals: &mut ReleaseTotals,
     ) -> Result<(), AllocError> {
@@ -226,7 +226,7 @@ impl CachingAllocator {
     /// first, until enough is released. No synchronization, unlike `release_cached_blocks`.
     pub(super) fn garbage_collect_cached_blocks(
         &mut self,
-        dev: &mut dyn Device,
+        dev: &mut dyn CachingDevice,
         req: &mut Request,
     ) -> Result<(), AllocError> {
         let (Some(threshold), Some(allowed)) =
@@ -280,7 +280,10 @@ impl CachingAllocator {
     }
 
     /// Frees every live block and returns everything to the driver (end of a run).
-    pub(super) fn release_everything(&mut self, dev: &mut dyn Device) -> Result<(), AllocError> {
+    pub(super) fn release_everything(
+        &mut self,
+        dev: &mut dyn CachingDevice,
+    ) -> Result<(), AllocError> {
         let mut first: Option<AllocError> = None;
         let mut note = |r: Result<(), AllocError>| {
             if let Err(e) = r {

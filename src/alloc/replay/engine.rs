@@ -32,7 +32,7 @@ pub(super) enum Step {
 pub(super) struct Replay<'a> {
     source_name: String,
     alloc: &'a mut dyn Allocator,
-    dev: &'a mut dyn Device,
+    dev: &'a mut dyn AllocDevice,
     opts: ReplayOptions,
     format: LogFormat,
     report: ReplayReport,
@@ -53,7 +53,7 @@ impl<'a> Replay<'a> {
         source_name: &str,
         alloc: &'a mut dyn Allocator,
         allocator_name: &str,
-        dev: &'a mut dyn Device,
+        dev: &'a mut dyn AllocDevice,
         opts: &ReplayOptions,
     ) -> Result<Replay<'a>, ReplayError> {
         Self::with_format(
@@ -72,7 +72,7 @@ impl<'a> Replay<'a> {
         format: LogFormat,
         alloc: &'a mut dyn Allocator,
         allocator_name: &str,
-        dev: &'a mut dyn Device,
+        dev: &'a mut dyn AllocDevice,
         opts: &ReplayOptions,
     ) -> Result<Replay<'a>, ReplayError> {
         let info = dev.info();
@@ -407,7 +407,7 @@ impl<'a> Replay<'a> {
     /// Calls `f` with the allocator and the device as they are now.
     pub(super) fn with_state<T>(
         &mut self,
-        f: impl FnOnce(&dyn Allocator, &mut dyn Device) -> T,
+        f: impl FnOnce(&dyn Allocator, &mut dyn AllocDevice) -> T,
     ) -> T {
         f(&*self.alloc, &mut *self.dev)
     }

@@ -107,7 +107,7 @@ pub enum ReplayError {
 pub fn replay_file(
     path: &Path,
     spec: &AllocatorSpec,
-    dev: &mut dyn Device,
+    dev: &mut dyn AllocDevice,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
     let name = path.display().to_string();
@@ -130,7 +130,7 @@ pub fn replay_reader<R: Read>(
     source_name: &str,
     input: R,
     spec: &AllocatorSpec,
-    dev: &mut dyn Device,
+    dev: &mut dyn AllocDevice,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
     let mut alloc = spec.build(dev).map_err(ReplayError::Build)?;
@@ -159,7 +159,7 @@ pub fn replay_with<R: Read>(
     input: R,
     alloc: &mut dyn Allocator,
     allocator_name: &str,
-    dev: &mut dyn Device,
+    dev: &mut dyn AllocDevice,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
     engine::Replay::new(source_name, alloc, allocator_name, dev, opts)?.run(input)

@@ -8,7 +8,7 @@
 //! (`CompleteDeferred`); the device wrapper (`trace_device`) holds the block back until then.
 
 use crate::alloc::{AllocStats, Allocator, OomRequest};
-use crate::device::Device;
+use crate::device::{AllocDevice, DeviceCore};
 
 use super::engine::{Replay, Step};
 use super::fidelity::{Fidelity, SegmentOp};
@@ -128,7 +128,7 @@ pub trait Observer {
         r: &Recorded,
         outcome: &Outcome,
         alloc: &dyn Allocator,
-        dev: &mut dyn Device,
+        dev: &mut dyn DeviceCore,
     ) -> Result<(), ReplayError>;
 }
 
@@ -141,7 +141,7 @@ impl Observer for Unobserved {
         _: &Recorded,
         _: &Outcome,
         _: &dyn Allocator,
-        _: &mut dyn Device,
+        _: &mut dyn DeviceCore,
     ) -> Result<(), ReplayError> {
         Ok(())
     }
@@ -160,7 +160,7 @@ impl Observer for AtReservedPeak {
         r: &Recorded,
         _: &Outcome,
         alloc: &dyn Allocator,
-        _: &mut dyn Device,
+        _: &mut dyn DeviceCore,
     ) -> Result<(), ReplayError> {
         let s = alloc.stats();
         if s.reserved_bytes > self.stats.reserved_bytes {
@@ -186,7 +186,7 @@ pub fn replay_recorded(
     source: &mut dyn RequestSource,
     alloc: &mut dyn Allocator,
     allocator_name: &str,
-    dev: &mut dyn Device,
+    dev: &mut dyn AllocDevice,
     opts: RecordedOptions,
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, ReplayError> {

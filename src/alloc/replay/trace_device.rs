@@ -9,6 +9,10 @@
 //!   completed; the replay marks the block's events as done at that point, and a synchronize
 //!   (the allocator's retry chain, `empty_cache`) completes them at once, as on a GPU.
 //!   Events on other streams are the device's own.
+//!
+//! It is what the allocators and replay's engine are driven through (`AllocDevice`): the core,
+//! memory, streams and virtual memory, and the pool of the device underneath lent as it is.
+//! Kernels and graphs are not among them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,8 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::device::prelude::*;
 use crate::device::reading::Readings;
 use crate::device::{
-    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage, GraphShape,
-    Kernel, KernelOutcome, MemInfo, NvmlMemory, PoolConfig, PoolUsage, ProcessUsage, StreamId,
+    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, MemInfo, NvmlMemory, ProcessUsage,
+    StreamId,
 };
 
 use super::fidelity::{SegmentOp, SegmentOpKind};
@@ -110,12 +114,12 @@ pub(super) fn lock(s: &Shared) -> MutexGuard<'_, TraceState> {
 }
 
 pub(super) struct TraceDevice<'a> {
-    inner: &'a mut dyn Device,
+    inner: &'a mut dyn AllocDevice,
     state: Shared,
 }
 
 impl<'a> TraceDevice<'a> {
-    pub fn new(inner: &'a mut dyn Device) -> (TraceDevice<'a>, Shared) {
+    pub fn new(inner: &'a mut dyn AllocDevice) -> (TraceDevice<'a>, Shared) {
         let state = Shared::default();
         lock(&state).next_event = OWN_EVENTS;
         (
@@ -151,10 +155,6 @@ impl DeviceCore for TraceDevice<'_> {
 
     fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
         self.inner.processes()
-    }
-
-    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
-        self.inner.processes_or_why()
     }
 
     fn sleep(&mut self, duration_ns: u64) {
@@ -281,42 +281,6 @@ impl Streams for TraceDevice<'_> {
     }
 }
 
-impl Kernels for TraceDevice<'_> {
-    fn load_kernels(&mut self, modules: &[crate::kernels::Module]) -> DevResult<u32> {
-        self.inner.load_kernels(modules)
-    }
-
-    fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
-        self.inner.launch(kernel, stream)
-    }
-
-    fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64> {
-        self.inner.timed_launch(kernel, stream, repeats)
-    }
-}
-
-impl StreamOrderedPool for TraceDevice<'_> {
-    fn pool_configure(&mut self, config: PoolConfig) -> DevResult<()> {
-        self.inner.pool_configure(config)
-    }
-
-    fn malloc_async(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
-        self.inner.malloc_async(bytes, stream)
-    }
-
-    fn free_async(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
-        self.inner.free_async(ptr, stream)
-    }
-
-    fn pool_trim(&mut self, keep_bytes: u64) -> DevResult<()> {
-        self.inner.pool_trim(keep_bytes)
-    }
-
-    fn pool_usage(&mut self) -> DevResult<PoolUsage> {
-        self.inner.pool_usage()
-    }
-}
-
 impl VirtualMemory for TraceDevice<'_> {
     fn vmm_granularity(&mut self) -> DevResult<u64> {
         self.inner.vmm_granularity()
@@ -349,44 +313,10 @@ impl VirtualMemory for TraceDevice<'_> {
     }
 }
 
-impl Graphs for TraceDevice<'_> {
-    fn graph_begin_capture(&mut self, stream: StreamId) -> DevResult<()> {
-        self.inner.graph_begin_capture(stream)
-    }
-
-    fn graph_end_capture(&mut self, stream: StreamId) -> DevResult<(GraphId, GraphShape)> {
-        self.inner.graph_end_capture(stream)
-    }
-
-    fn graph_malloc(&mut self, bytes: u64, stream: StreamId) -> DevResult<DevPtr> {
-        self.inner.graph_malloc(bytes, stream)
-    }
-
-    fn graph_free(&mut self, ptr: DevPtr, stream: StreamId) -> DevResult<()> {
-        self.inner.graph_free(ptr, stream)
-    }
-
-    fn graph_instantiate(&mut self, graph: GraphId, auto_free_on_launch: bool) -> DevResult<()> {
-        self.inner.graph_instantiate(graph, auto_free_on_launch)
-    }
-
-    fn graph_upload(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
-        self.inner.graph_upload(graph, stream)
-    }
-
-    fn graph_launch(&mut self, graph: GraphId, stream: StreamId) -> DevResult<()> {
-        self.inner.graph_launch(graph, stream)
-    }
-
-    fn graph_destroy(&mut self, graph: GraphId) -> DevResult<()> {
-        self.inner.graph_destroy(graph)
-    }
-
-    fn graph_mem_trim(&mut self) -> DevResult<()> {
-        self.inner.graph_mem_trim()
-    }
-
-    fn graph_mem_usage(&mut self) -> DevResult<GraphMemUsage> {
-        self.inner.graph_mem_usage()
+/// The pool allocator makes no segment decisions and defers no frees: it is lent the pool of
+/// the device underneath, untouched.
+impl AllocDevice for TraceDevice<'_> {
+    fn pool_device(&mut self) -> Option<&mut dyn PoolDevice> {
+        self.inner.pool_device()
     }
 }

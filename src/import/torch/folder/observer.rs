@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::alloc::replay::{Observer, Outcome, Recorded, ReplayError};
 use crate::alloc::{AllocStats, Allocator};
-use crate::device::Device;
+use crate::device::DeviceCore;
 use crate::oom::{OomPlace, OomRecord};
 use crate::record::timeline::Recorder;
 use crate::record::{Reading, Source, View};
@@ -123,7 +123,7 @@ impl<'a> Timeline<'a> {
         o: &crate::alloc::OomRequest,
         s: &AllocStats,
         alloc: &dyn Allocator,
-        dev: &mut dyn Device,
+        dev: &mut dyn DeviceCore,
         reading: &Reading,
     ) -> Result<(), ReplayError> {
         let i = self.trace.start + r.at as usize;
@@ -205,7 +205,7 @@ impl Observer for Timeline<'_> {
         r: &Recorded,
         outcome: &Outcome,
         alloc: &dyn Allocator,
-        dev: &mut dyn Device,
+        dev: &mut dyn DeviceCore,
     ) -> Result<(), ReplayError> {
         if r.setup {
             return Ok(());
