@@ -4,7 +4,7 @@
 //! each reading with the phase and the harness's own views published by the runner. On the
 //! simulator the same readings are produced in virtual time, deterministically, by
 //! `VirtualSampler`. Either way the sampler sees what others do between our events. The raw
-//! readings come from the device's reading capability (`DeviceCore::readings`); the views and
+//! readings come from the device's reading capability (`Observe::readings`); the views and
 //! the phase they are tagged with are the run's, published here.
 
 use std::sync::atomic::{AtomicBool, Ordering};

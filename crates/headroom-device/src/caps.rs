@@ -1,5 +1,6 @@
-//! What a device can do, one trait per concern: the core (identity, clock, memory readings,
-//! the host waiting, releasing everything), what only the simulator can do, plain memory, streams and events, kernels, the
+//! What a device can do, one trait per concern: the core (identity, clock, free memory, the
+//! host waiting), what a run observes around its calls (NVML, processes, background readings,
+//! releasing everything), what only the simulator can do, plain memory, streams and events, kernels, the
 //! stream-ordered pool, virtual memory management and CUDA graphs. `Device` is all of them.
 //!
 //! Consumers ask for bundles of them: `PoolDevice` (the stream-ordered pool and streams, what
@@ -17,13 +18,33 @@ use super::{
 };
 use crate::reading::Readings;
 
-/// Identity, the clock, the device-wide memory readings, and the end of a run.
+/// Identity, the clock, the device's free memory, the host waiting, and what only the simulator
+/// can do.
 pub trait DeviceCore: Send {
     fn info(&self) -> &DeviceInfo;
     fn now_ns(&self) -> u64;
 
     /// `cuMemGetInfo` (an event-synchronous reading: costs the query's latency).
     fn mem_info(&mut self) -> DevResult<MemInfo>;
+
+    /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
+    fn sleep(&mut self, duration_ns: u64);
+
+    /// What only the simulator can do, where this device is the simulator.
+    fn simulated(&self) -> Option<&dyn Simulated> {
+        None
+    }
+
+    /// As `simulated`, to change the simulation (add a modeled other process).
+    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
+        None
+    }
+}
+
+/// What a run, `watch` and `hold` ask of the device around their own calls: NVML's figures,
+/// the processes the driver lists, readings between the harness's calls, and the release of
+/// everything at the end.
+pub trait Observe {
     /// NVML's device memory, where NVML is present.
     fn nvml_memory(&mut self) -> Option<NvmlMemory>;
     /// The processes the driver lists on this device, where NVML is present.
@@ -35,22 +56,9 @@ pub trait DeviceCore: Send {
             .ok_or_else(|| "NVML is not available: no process list".to_string())
     }
 
-    /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
-    fn sleep(&mut self, duration_ns: u64);
-
     /// How this device's memory is read between the harness's own calls (the sampler's and
     /// `watch`'s source of raw readings).
     fn readings(&mut self) -> DevResult<Readings>;
-
-    /// What only the simulator can do, where this device is the simulator.
-    fn simulated(&self) -> Option<&dyn Simulated> {
-        None
-    }
-
-    /// As `simulated`, to change the simulation (add a modeled other process).
-    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
-        None
-    }
 
     /// Frees every allocation and pool block this device still holds for the harness.
     /// Called at the end of every run, also after an OOM or an interrupt.
@@ -79,9 +87,6 @@ pub trait Memory {
     fn malloc(&mut self, bytes: u64) -> DevResult<DevPtr>;
     /// `cuMemFree`.
     fn free(&mut self, ptr: DevPtr) -> DevResult<()>;
-    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`),
-    /// ordered on `stream` after the work queued there, and waits until it has landed.
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()>;
 }
 
 /// Streams, and the events that order work across them.
@@ -115,6 +120,10 @@ pub trait Kernels {
     /// Launches `kernel` `repeats` times back to back and returns the GPU time they took
     /// (device events on cuda, the model on sim).
     fn timed_launch(&mut self, kernel: Kernel, stream: StreamId, repeats: u32) -> DevResult<u64>;
+
+    /// Writes one 4-byte word through the driver (used to plant a corruption for `verify`),
+    /// ordered on `stream` after the work queued there, and waits until it has landed.
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()>;
 }
 
 /// The harness's stream-ordered pool (`cuMemAllocFromPoolAsync`).
@@ -187,8 +196,9 @@ pub trait PoolDevice: Streams + StreamOrderedPool {}
 impl<T: Streams + StreamOrderedPool + ?Sized> PoolDevice for T {}
 
 /// What the caching allocator model calls: memory, streams and events, virtual memory (for
-/// expandable segments), and of the core only `info` (the device total behind
-/// `per_process_memory_fraction`).
+/// expandable segments), and the core (`info`: the device total behind
+/// `per_process_memory_fraction`; replay's engine also reads the clock and free memory and
+/// waits).
 pub trait CachingDevice: DeviceCore + Memory + Streams + VirtualMemory {}
 
 impl<T: DeviceCore + Memory + Streams + VirtualMemory + ?Sized> CachingDevice for T {}

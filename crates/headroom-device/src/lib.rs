@@ -31,8 +31,8 @@ pub mod watch;
 use serde::{Deserialize, Serialize};
 
 pub use caps::{
-    AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, PoolDevice, Simulated,
-    StreamOrderedPool, Streams, VirtualMemory,
+    AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, Observe, PoolDevice,
+    Simulated, StreamOrderedPool, Streams, VirtualMemory,
 };
 
 /// Every device capability trait, for `use headroom::device::prelude::*` where a `dyn Device` is
@@ -40,8 +40,8 @@ pub use caps::{
 pub mod prelude {
     pub use super::Device;
     pub use super::caps::{
-        AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, PoolDevice, Simulated,
-        StreamOrderedPool, Streams, VirtualMemory,
+        AllocDevice, CachingDevice, DeviceCore, Graphs, Kernels, Memory, Observe, PoolDevice,
+        Simulated, StreamOrderedPool, Streams, VirtualMemory,
     };
 }
 
@@ -455,9 +455,9 @@ pub struct GraphMemUsage {
 /// `caps::CachingDevice`, `caps::PoolDevice`), which a `dyn Device` upcasts to; the rest use
 /// `dyn Device` and `use headroom::device::prelude::*` for the methods. What only the
 /// simulator can do is `Simulated`, reached through `DeviceCore::simulated`.
-pub trait Device: AllocDevice + PoolDevice + Kernels + Graphs {}
+pub trait Device: AllocDevice + PoolDevice + Kernels + Graphs + Observe {}
 
-impl<T> Device for T where T: AllocDevice + PoolDevice + Kernels + Graphs + ?Sized {}
+impl<T> Device for T where T: AllocDevice + PoolDevice + Kernels + Graphs + Observe + ?Sized {}
 
 #[cfg(test)]
 mod tests {

@@ -18,11 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::prelude::*;
-use crate::device::reading::Readings;
-use crate::device::{
-    DevPtr, DevResult, DeviceError, DeviceInfo, EventId, MemInfo, NvmlMemory, ProcessUsage,
-    StreamId,
-};
+use crate::device::{DevPtr, DevResult, DeviceError, DeviceInfo, EventId, MemInfo, StreamId};
 
 use super::fidelity::{SegmentOp, SegmentOpKind};
 use super::placement::Placement;
@@ -149,24 +145,8 @@ impl DeviceCore for TraceDevice<'_> {
         self.inner.mem_info()
     }
 
-    fn nvml_memory(&mut self) -> Option<NvmlMemory> {
-        self.inner.nvml_memory()
-    }
-
-    fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
-        self.inner.processes()
-    }
-
     fn sleep(&mut self, duration_ns: u64) {
         self.inner.sleep(duration_ns)
-    }
-
-    fn readings(&mut self) -> DevResult<Readings> {
-        self.inner.readings()
-    }
-
-    fn release_all(&mut self) -> DevResult<()> {
-        self.inner.release_all()
     }
 }
 
@@ -193,11 +173,6 @@ impl Memory for TraceDevice<'_> {
         };
         self.note(SegmentOpKind::SegmentFree, ptr, bytes);
         Ok(())
-    }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let inner = lock(&self.state).placement.inner(addr);
-        self.inner.write_word(inner, value, stream)
     }
 }
 

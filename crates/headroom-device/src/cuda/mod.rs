@@ -244,23 +244,18 @@ impl DeviceCore for CudaDevice {
         })
     }
 
+    fn sleep(&mut self, duration_ns: u64) {
+        std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
+    }
+}
+
+impl Observe for CudaDevice {
     fn nvml_memory(&mut self) -> Option<NvmlMemory> {
         self.nvml.as_ref()?.memory()
     }
 
     fn processes(&mut self) -> Option<Vec<ProcessUsage>> {
         self.nvml.as_ref()?.processes()
-    }
-
-    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
-        match &self.nvml {
-            Some(n) => n.processes_or_why(),
-            None => Err("NVML is not available for this device: no process list".into()),
-        }
-    }
-
-    fn sleep(&mut self, duration_ns: u64) {
-        std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
     }
 
     fn readings(&mut self) -> DevResult<Readings> {
@@ -311,6 +306,13 @@ impl DeviceCore for CudaDevice {
             None => Ok(()),
         }
     }
+
+    fn processes_or_why(&mut self) -> Result<Vec<ProcessUsage>, String> {
+        match &self.nvml {
+            Some(n) => n.processes_or_why(),
+            None => Err("NVML is not available for this device: no process list".into()),
+        }
+    }
 }
 
 impl Memory for CudaDevice {
@@ -337,22 +339,6 @@ impl Memory for CudaDevice {
         let _watched = crate::watch::call("cuMemFree");
         // SAFETY: `ptr` came from cuMemAlloc on this context and was not freed (checked above).
         unsafe { result::free_sync(ptr) }.map_err(|e| driver_err("cuMemFree", 0, e))
-    }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let s = self.stream(stream)?;
-        self.check_range("write_word", addr, 4)?;
-        self.bind()?;
-        // A synchronous copy would run on the legacy stream, which is not ordered with the
-        // harness's non-blocking streams: a `fill` still running there could overwrite it.
-        let word = [value];
-        // SAFETY: `addr` lies inside a live allocation (checked above); `word` outlives the
-        // copy because the stream is synchronized before it goes out of scope.
-        unsafe { result::memcpy_htod_async(addr, &word, s) }
-            .map_err(|e| driver_err("cuMemcpyHtoDAsync", 4, e))?;
-        // SAFETY: `s` is a live stream created by this device.
-        unsafe { result::stream::synchronize(s) }
-            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
     }
 }
 
@@ -452,6 +438,22 @@ impl Kernels for CudaDevice {
             set.load_module(*m)?;
         }
         Ok(set.modules_loaded() - before)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let s = self.stream(stream)?;
+        self.check_range("write_word", addr, 4)?;
+        self.bind()?;
+        // A synchronous copy would run on the legacy stream, which is not ordered with the
+        // harness's non-blocking streams: a `fill` still running there could overwrite it.
+        let word = [value];
+        // SAFETY: `addr` lies inside a live allocation (checked above); `word` outlives the
+        // copy because the stream is synchronized before it goes out of scope.
+        unsafe { result::memcpy_htod_async(addr, &word, s) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync", 4, e))?;
+        // SAFETY: `s` is a live stream created by this device.
+        unsafe { result::stream::synchronize(s) }
+            .map_err(|e| driver_err("cuStreamSynchronize", 0, e))
     }
 }
 

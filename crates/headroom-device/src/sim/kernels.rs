@@ -3,7 +3,7 @@
 //! their memory before the idle reading.
 
 use crate::prelude::*;
-use crate::{DevResult, DeviceError, Kernel, KernelOutcome, StreamId};
+use crate::{DevPtr, DevResult, DeviceError, Kernel, KernelOutcome, StreamId};
 
 use super::SimDevice;
 
@@ -80,5 +80,17 @@ impl Kernels for SimDevice {
         }
         self.kernel_bytes += need;
         Ok(wanted.len() as u32)
+    }
+
+    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
+        let si = self.stream_index(stream)?;
+        self.refuse_while_capturing("a word written from the host", Some(stream))?;
+        self.check_range("write_word", addr, 4)?;
+        self.advance(self.profile.latency.launch.0);
+        // The copy lands when the stream reaches it, and the host waits for that.
+        self.host_ns = self.host_ns.max(self.streams[si]);
+        self.streams[si] = self.host_ns;
+        self.content.write_word(addr, value);
+        Ok(())
     }
 }

@@ -75,18 +75,6 @@ impl Memory for SimDevice {
         }
         Ok(())
     }
-
-    fn write_word(&mut self, addr: DevPtr, value: u32, stream: StreamId) -> DevResult<()> {
-        let si = self.stream_index(stream)?;
-        self.refuse_while_capturing("a word written from the host", Some(stream))?;
-        self.check_range("write_word", addr, 4)?;
-        self.advance(self.profile.latency.launch.0);
-        // The copy lands when the stream reaches it, and the host waits for that.
-        self.host_ns = self.host_ns.max(self.streams[si]);
-        self.streams[si] = self.host_ns;
-        self.content.write_word(addr, value);
-        Ok(())
-    }
 }
 
 impl StreamOrderedPool for SimDevice {

@@ -387,6 +387,20 @@ impl DeviceCore for SimDevice {
         })
     }
 
+    fn sleep(&mut self, duration_ns: u64) {
+        self.advance(duration_ns);
+    }
+
+    fn simulated(&self) -> Option<&dyn Simulated> {
+        Some(self)
+    }
+
+    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
+        Some(self)
+    }
+}
+
+impl Observe for SimDevice {
     fn nvml_memory(&mut self) -> Option<NvmlMemory> {
         self.advance(self.profile.latency.nvml_memory.0);
         Some(self.nvml_at(self.host_ns))
@@ -413,23 +427,11 @@ impl DeviceCore for SimDevice {
         Some(v)
     }
 
-    fn sleep(&mut self, duration_ns: u64) {
-        self.advance(duration_ns);
-    }
-
     fn readings(&mut self) -> DevResult<Readings> {
         Ok(Readings::Modeled {
             query_ns: self.profile.latency.mem_get_info.0,
             now_ns: self.host_ns,
         })
-    }
-
-    fn simulated(&self) -> Option<&dyn Simulated> {
-        Some(self)
-    }
-
-    fn simulated_mut(&mut self) -> Option<&mut dyn Simulated> {
-        Some(self)
     }
 
     fn release_all(&mut self) -> DevResult<()> {
