@@ -301,7 +301,7 @@ fn a_gigabyte_log_is_explained_in_bounded_memory() {
 #[test]
 fn a_million_step_run_peaks_in_the_memory_of_a_few_steps() {
     let dir = tempfile::tempdir().unwrap();
-    let wl = workload(
+    let (rss, s, _) = run_long(
         dir.path(),
         "million",
         r#"[[phase]]
@@ -312,22 +312,6 @@ steps = [
 ]
 "#,
     );
-    let out = dir.path().join("out");
-    let (code, rss) = run_measured(
-        dir.path(),
-        &[
-            "run",
-            wl.to_str().unwrap(),
-            "--profile",
-            "tiny-4g",
-            "-q",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(u(&s["phases"][0]["actions_run"]), 1_000_000);
     assert!(rss < RSS_BOUND_BYTES, "peak RSS {rss} bytes");
 }
