@@ -521,6 +521,7 @@ impl FreeOverTime for DeviceFree<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn virtual_ticks_are_exact_and_capped_by_query_cost() {
@@ -545,9 +546,11 @@ mod tests {
     #[test]
     fn thread_sampler_reads_and_stops() {
         let live = Arc::new(LiveViews::default());
-        struct Seven(Instant);
+        /// Reads 7 of 9 bytes free, and counts its reads.
+        struct Seven(Instant, Arc<AtomicU64>);
         impl Reader for Seven {
             fn read(&self) -> Result<crate::device::reading::RawReading, String> {
+                self.1.fetch_add(1, Ordering::Relaxed);
                 Ok(crate::device::reading::RawReading {
                     t_ns: self.now_ns(),
                     free_bytes: 7,
@@ -559,9 +562,15 @@ mod tests {
                 self.0.elapsed().as_nanos() as u64
             }
         }
-        let reader = Box::new(Seven(Instant::now()));
+        let reads = Arc::new(AtomicU64::new(0));
+        let reader = Box::new(Seven(Instant::now(), reads.clone()));
         let s = ThreadSampler::spawn(100_000, live, reader).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        // At least two readings before the stop, however long a busy machine takes to run the
+        // sampler's thread.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while reads.load(Ordering::Relaxed) < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let mut out = Vec::new();
         let stats = s.stop(&mut out);
         assert!(stats.readings >= 2, "{stats:?}");
