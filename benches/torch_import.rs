@@ -100,6 +100,25 @@ fn import_and_replay(path: &std::path::Path) -> u64 {
     r.events
 }
 
+/// What `headroom import torch` does: reads the snapshot, replays it and writes the whole
+/// run folder (timeline.csv, events.csv, every request in alloc-log.csv, summary.json and
+/// the reports) into a fresh folder under `root`; returns the requests replayed.
+fn import_folder(path: &std::path::Path, root: &std::path::Path, k: usize) -> u64 {
+    let out = root.join(format!("import-{k}"));
+    let snap = torch::read(path).expect("read");
+    let opts = torch::folder::ImportOptions {
+        out: Some(out.clone()),
+        results_root: root.to_path_buf(),
+        profile: None,
+        settings: None,
+        device_total: None,
+    };
+    let imported = torch::folder::import(&snap, &opts).expect("import");
+    let n = imported[0].summary.phases[0].actions_run;
+    std::fs::remove_dir_all(&out).expect("remove the imported folder");
+    n
+}
+
 /// Peak resident memory of this process (Linux), in bytes.
 fn peak_rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -217,6 +236,19 @@ fn bench(c: &mut Criterion) {
     g.measurement_time(std::time::Duration::from_secs(60));
     g.bench_function(format!("{n} entries"), |b| {
         b.iter(|| black_box(import_and_replay(&path)))
+    });
+    g.finish();
+    // The whole command: the folder written too (alloc-log.csv holds a line per request).
+    let root = tempfile::tempdir().expect("temp dir");
+    let mut g = c.benchmark_group("import");
+    g.sample_size(10);
+    g.measurement_time(std::time::Duration::from_secs(60));
+    let mut k = 0;
+    g.bench_function(format!("{n} entries"), |b| {
+        b.iter(|| {
+            k += 1;
+            black_box(import_folder(&path, root.path(), k))
+        })
     });
     g.finish();
     if let Some(rss) = peak_rss_bytes() {
