@@ -30,12 +30,17 @@ pub const PEAK_COLUMNS: &[(&str, Align)] = &[
 /// The device row of a report: name, index, compute capability, SMs, CUDA-visible memory, UUID.
 pub fn device_line(d: &crate::device::DeviceInfo) -> String {
     format!(
-        "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
+        "{} · GPU {} · compute {} · {} SMs · {}{}",
         d.name,
         d.index,
         d.compute_capability,
         d.multiprocessors,
-        Bytes(d.total_bytes),
+        // 0: an import whose evidence does not record the total (`Summary::device_total`).
+        if d.total_bytes > 0 {
+            format!("{} CUDA-visible", Bytes(d.total_bytes))
+        } else {
+            "CUDA-visible total not in the snapshot".to_string()
+        },
         d.uuid
             .as_ref()
             .map(|u| format!(" · {u}"))
