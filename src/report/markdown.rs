@@ -506,7 +506,7 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         ("after rounding", Some(r.rounded_bytes)),
         ("asked of the driver", Some(r.driver_request_bytes)),
         ("device free", Some(r.device_free_bytes)),
-        ("device used", Some(r.device_used_bytes)),
+        ("device used", r.device_used_bytes),
         ("device total", r.device_total_bytes),
         ("device free at idle", r.idle_device_free_bytes),
         ("own bytes", Some(r.own_bytes)),

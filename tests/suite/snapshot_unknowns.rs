@@ -39,6 +39,10 @@ fn an_imports_device_total_and_free_memory_are_null_unless_given() {
     let (plain, s) = import(tmp.path(), "plain", &[]);
     assert!(s["device"]["total_bytes"].is_null(), "{}", s["device"]);
     assert!(s["import"]["device_evidence"]["device_total_bytes"].is_null());
+    // The OOM: free memory as recorded, device used (total − free) unknown.
+    let oom = &s["ooms"][0];
+    assert!(oom["device_used_bytes"].is_null(), "{oom}");
+    let free = u(&oom["device_free_bytes"]);
     let rows = csv_rows(&plain.join("timeline.csv"));
     assert!(
         rows.iter()
@@ -59,6 +63,7 @@ fn an_imports_device_total_and_free_memory_are_null_unless_given() {
     let total = 8 * GIB;
     let (given, g) = import(tmp.path(), "given", &["--device-total", &total.to_string()]);
     assert_eq!(u(&g["device"]["total_bytes"]), total);
+    assert_eq!(u(&g["ooms"][0]["device_used_bytes"]), total - free);
     let ev = &g["import"]["device_evidence"];
     assert_eq!(
         (u(&ev["device_total_bytes"]), u(&ev["idle_free_bytes"])),

@@ -338,7 +338,7 @@ pub fn oom(i: usize, oom: &OomRecord, f: &Frame, placer: &mut Placer) -> Group {
         Stroke::dashed(OOM, 1.5, 5.0, 3.0),
     );
     g.shapes
-        .extend(cross(x, f.y(oom.device_used_bytes), 6.0, OOM));
+        .extend(cross(x, f.y(oom.plotted_bytes()), 6.0, OOM));
     let mut spots = Vec::new();
     for row in 0..8 {
         let y = f.y0 + 32.0 + 16.0 * row as f32;
@@ -405,7 +405,7 @@ pub fn reserve_marks(s: &Summary, f: &Frame, poll: Option<(u64, u64)>, placer: &
         placer.reserve_mark(f.x(t), f.y(b), 8.0);
     }
     for o in &s.ooms {
-        placer.reserve_mark(f.x(o.t_ns), f.y(o.device_used_bytes), 8.0);
+        placer.reserve_mark(f.x(o.t_ns), f.y(o.plotted_bytes()), 8.0);
     }
 }
 

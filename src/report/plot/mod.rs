@@ -153,13 +153,7 @@ fn data_max(run: &RunData) -> u64 {
             m = m.max(run.timeline.points(view).map(|p| p.1).max().unwrap_or(0));
         }
     }
-    m.max(
-        s.ooms
-            .iter()
-            .map(|o| o.device_used_bytes)
-            .max()
-            .unwrap_or(0),
-    )
+    m.max(s.ooms.iter().map(|o| o.plotted_bytes()).max().unwrap_or(0))
 }
 
 /// Whether the device total is drawn: after an OOM, or when the data come within a quarter of

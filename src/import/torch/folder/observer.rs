@@ -176,10 +176,16 @@ impl<'a> Timeline<'a> {
             // a given total only.
             rec.device_free_bytes = entry.addr;
             rec.requested_bytes = entry.size;
+            // Device used from the total given and the free memory recorded.
+            rec.device_used_bytes = self.given_total.map(|t| t.saturating_sub(entry.addr));
             rec.outside_allocator_bytes = self.given_total.map(|t| {
                 t.saturating_sub(entry.addr)
                     .saturating_sub(s.reserved_bytes)
             });
+        }
+        if !self.device_given {
+            // Total − free on a device the snapshot does not record.
+            rec.device_used_bytes = None;
         }
         rec.diagnose();
         if recorded {
