@@ -4,18 +4,25 @@
 //! Target: reading the pickle and replaying its trace through the caching model, at the
 //! recorded addresses, on the simulated device in under 5 s and under 600 MB
 //! (`torch/10000000 entries`, time per import + replay; the peak resident memory is printed
-//! at the end). The snapshot (about 1.4 GB: 16 frames per entry) is written as Python's
-//! `pickle.dump` writes `torch.cuda.memory._dump_snapshot`'s dict — `FRAME` opcodes every
-//! 64 KiB, every entry memoized — by tests/suite/snapshot_pickler.rs, whose bytes a suite
-//! test checks against Python's; it is written once to `target/bench-torch-py-N.pickle` and
-//! reused. `HEADROOM_BENCH_ENTRIES` sets another size. Measured on the 2-core development
-//! machine while other builds ran (load average 6–7, 1,435,801,210 bytes of pickle): 8.8 s
-//! (7.9–9.5 s), 530 MiB, still above the 5 s target in wall time; the round before was 7.9 s
-//! at load 5–8 and 11.5 s before that. Side by side on the same file (load 4.4–6.1),
-//! `headroom replay --backend sim` took 3.7–5.2 s of user CPU time against 6.5–7.9 s for the
-//! reader before a fresh `"N/A"` was memoized by its stored index, streams and pools cached,
-//! `LONG1` read without memcpy and consecutive entry dicts read in one loop (0.61× on the means), and
-//! `headroom import torch` 8.0–8.1 s against 10.7–11.2 s (0.73×), both at 528,000 KB (516 MiB) peak.
+//! at the end). `import/10000000 entries` is the whole `headroom import torch`: the same,
+//! and the run folder written (timeline.csv, events.csv, alloc-log.csv with a line per
+//! request — 325 MB here —, summary.json and the reports). The snapshot (about 1.4 GB: 16
+//! frames per entry) is written as Python's `pickle.dump` writes
+//! `torch.cuda.memory._dump_snapshot`'s dict — `FRAME` opcodes every 64 KiB, every entry
+//! memoized — by tests/suite/snapshot_pickler.rs, whose bytes a suite test checks against
+//! Python's; it is written once to `target/bench-torch-py-N.pickle` and reused.
+//! `HEADROOM_BENCH_ENTRIES` sets another size.
+//!
+//! Measured on the 2-core development machine while other builds ran, still above the 5 s
+//! target in wall time: at load average 10–11 (1,435,801,210 bytes of pickle), `torch/` 13.8 s
+//! (12.6–14.9 s) and `import/` 20.8 s (18.7–23.2 s), 587 MiB peak for the bench process
+//! (the command alone: 516 MiB); the round before measured `torch/` at 8.8 s (7.9–9.5 s) at
+//! load 6–7. Side by side on the same file (load 5.8–7.1, three runs each, interleaved), the
+//! command `headroom import torch` took 6.9–8.4 s of user CPU time against 11.3–12.6 s before
+//! alloc-log.csv lines were formatted without allocating, the timeline thinned in one pass
+//! and live allocations hashed cheaply (0.65× on the means), with every file the same byte
+//! for byte; `headroom replay --backend sim` 4.4–5.7 s against 4.5–6.9 s (the spans of
+//! frames hashed eight bytes at a time; within the noise at that load).
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and
@@ -98,6 +105,25 @@ fn import_and_replay(path: &std::path::Path) -> u64 {
     )
     .expect("replay");
     r.events
+}
+
+/// What `headroom import torch` does: reads the snapshot, replays it and writes the whole
+/// run folder (timeline.csv, events.csv, every request in alloc-log.csv, summary.json and
+/// the reports) into a fresh folder under `root`; returns the requests replayed.
+fn import_folder(path: &std::path::Path, root: &std::path::Path, k: usize) -> u64 {
+    let out = root.join(format!("import-{k}"));
+    let snap = torch::read(path).expect("read");
+    let opts = torch::folder::ImportOptions {
+        out: Some(out.clone()),
+        results_root: root.to_path_buf(),
+        profile: None,
+        settings: None,
+        device_total: None,
+    };
+    let imported = torch::folder::import(&snap, &opts).expect("import");
+    let n = imported[0].summary.phases[0].actions_run;
+    std::fs::remove_dir_all(&out).expect("remove the imported folder");
+    n
 }
 
 /// Peak resident memory of this process (Linux), in bytes.
@@ -217,6 +243,19 @@ fn bench(c: &mut Criterion) {
     g.measurement_time(std::time::Duration::from_secs(60));
     g.bench_function(format!("{n} entries"), |b| {
         b.iter(|| black_box(import_and_replay(&path)))
+    });
+    g.finish();
+    // The whole command: the folder written too (alloc-log.csv holds a line per request).
+    let root = tempfile::tempdir().expect("temp dir");
+    let mut g = c.benchmark_group("import");
+    g.sample_size(10);
+    g.measurement_time(std::time::Duration::from_secs(60));
+    let mut k = 0;
+    g.bench_function(format!("{n} entries"), |b| {
+        b.iter(|| {
+            k += 1;
+            black_box(import_folder(&path, root.path(), k))
+        })
     });
     g.finish();
     if let Some(rss) = peak_rss_bytes() {

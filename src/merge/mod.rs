@@ -242,7 +242,7 @@ fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
         status: status_name(s),
         ooms: s.ooms.len() as u32,
         figures: [
-            Some(s.device.total_bytes),
+            s.device_total(),
             s.idle_after().map(|i| i.device_used_bytes),
             s.peaks.headroom_at_peak_bytes,
             s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
@@ -323,7 +323,7 @@ fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
         opt(d.profile.clone()),
         d.index.to_string(),
         opt(d.uuid.clone()),
-        d.total_bytes.to_string(),
+        opt(s.device_total()),
         s.started_utc.clone(),
         status_name(s),
         opt(s.exit_code),

@@ -75,7 +75,9 @@ pub struct OomRecord {
     /// `device_evidence_basis` says why.
     pub device_total_bytes: Option<u64>,
     pub device_free_bytes: u64,
-    pub device_used_bytes: u64,
+    /// The device's total − free; null where the total is not known (an import without
+    /// `--device-total` or `--profile`).
+    pub device_used_bytes: Option<u64>,
     /// Free memory at the idle reading before the workload; null where there was none.
     pub idle_device_free_bytes: Option<u64>,
     pub own_bytes: u64,
@@ -139,6 +141,12 @@ const OBS_SMALL_FITS: &str = "A small workload fits, a larger one does not";
 const OBS_DISAGREE: &str = "Framework and device totals disagree";
 
 impl OomRecord {
+    /// Where a plot marks this OOM: device used, or the allocator's reserved memory where
+    /// device used is not known.
+    pub fn plotted_bytes(&self) -> u64 {
+        self.device_used_bytes.unwrap_or(self.alloc_reserved_bytes)
+    }
+
     /// Fills in the diagnosis from the evidence already in the record.
     pub fn diagnose(&mut self) {
         self.diagnosis = diagnose(self);
@@ -442,7 +450,7 @@ mod tests {
             retries: vec![],
             device_total_bytes: Some(4 * GIB),
             device_free_bytes: 50 * MIB,
-            device_used_bytes: 4 * GIB - 50 * MIB,
+            device_used_bytes: Some(4 * GIB - 50 * MIB),
             idle_device_free_bytes: Some(3 * GIB),
             own_bytes: 3 * GIB,
             outside_allocator_bytes: Some(0),

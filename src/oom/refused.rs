@@ -47,7 +47,7 @@ impl OomRecord {
             retries: req.retries.clone(),
             device_total_bytes: None,
             device_free_bytes,
-            device_used_bytes,
+            device_used_bytes: Some(device_used_bytes),
             idle_device_free_bytes: None,
             own_bytes: 0,
             outside_allocator_bytes: None,

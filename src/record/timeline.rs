@@ -76,6 +76,9 @@ pub struct Recorder {
     last_values: Option<Reading>,
     /// A sampler reading equal to `last_values`, not written unless a change follows it.
     held: Option<Reading>,
+    /// The device's free memory is not known (an import whose evidence does not record the
+    /// device): `device_free_bytes` and `device_used_bytes` are written empty.
+    free_unknown: bool,
 }
 
 impl Recorder {
@@ -112,7 +115,13 @@ impl Recorder {
             last_written_ns: 0,
             last_values: None,
             held: None,
+            free_unknown: false,
         })
+    }
+
+    /// From now on the device's free memory (and so device used) is written as not known.
+    pub fn free_not_recorded(&mut self) {
+        self.free_unknown = true;
     }
 
     /// Adds a phase after the start (a watched job names its phases as it goes); returns its
@@ -125,10 +134,14 @@ impl Recorder {
 
     /// Adds a reading; it is written once the watermark passes it.
     pub fn push(&mut self, mut r: Reading) {
-        r.views.set(
-            View::DeviceUsed,
-            self.total_bytes.saturating_sub(r.device_free_bytes),
-        );
+        if self.free_unknown {
+            r.views.clear(View::DeviceUsed);
+        } else {
+            r.views.set(
+                View::DeviceUsed,
+                self.total_bytes.saturating_sub(r.device_free_bytes),
+            );
+        }
         self.pending.push(Pending {
             reading: r,
             seq: self.seq,
@@ -203,7 +216,9 @@ impl Recorder {
         line.push(b',');
         line.extend_from_slice(r.source.as_str().as_bytes());
         line.push(b',');
-        push_u64(line, r.device_free_bytes);
+        if !self.free_unknown {
+            push_u64(line, r.device_free_bytes);
+        }
         for v in View::ALL {
             line.push(b',');
             if let Some(x) = r.views.get(v) {

@@ -27,7 +27,8 @@ pub struct RunInfo {
     pub backend: crate::device::BackendKind,
     pub profile: Option<String>,
     pub driver_version: String,
-    pub device_total_bytes: u64,
+    /// Null for an import whose evidence does not record it.
+    pub device_total_bytes: Option<u64>,
     pub started_utc: String,
     pub status: String,
     pub exit_code: Option<i32>,
@@ -109,7 +110,7 @@ fn info(dir: &Path, s: &Summary) -> RunInfo {
         backend: s.device.backend,
         profile: s.device.profile.clone(),
         driver_version: s.device.driver_version.clone(),
-        device_total_bytes: s.device.total_bytes,
+        device_total_bytes: s.device_total(),
         started_utc: s.started_utc.clone(),
         status: status_name(s),
         exit_code: s.exit_code,

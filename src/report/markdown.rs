@@ -30,12 +30,17 @@ pub const PEAK_COLUMNS: &[(&str, Align)] = &[
 /// The device row of a report: name, index, compute capability, SMs, CUDA-visible memory, UUID.
 pub fn device_line(d: &crate::device::DeviceInfo) -> String {
     format!(
-        "{} · GPU {} · compute {} · {} SMs · {} CUDA-visible{}",
+        "{} · GPU {} · compute {} · {} SMs · {}{}",
         d.name,
         d.index,
         d.compute_capability,
         d.multiprocessors,
-        Bytes(d.total_bytes),
+        // 0: an import whose evidence does not record the total (`Summary::device_total`).
+        if d.total_bytes > 0 {
+            format!("{} CUDA-visible", Bytes(d.total_bytes))
+        } else {
+            "CUDA-visible total not in the snapshot".to_string()
+        },
         d.uuid
             .as_ref()
             .map(|u| format!(" · {u}"))
@@ -501,7 +506,7 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         ("after rounding", Some(r.rounded_bytes)),
         ("asked of the driver", Some(r.driver_request_bytes)),
         ("device free", Some(r.device_free_bytes)),
-        ("device used", Some(r.device_used_bytes)),
+        ("device used", r.device_used_bytes),
         ("device total", r.device_total_bytes),
         ("device free at idle", r.idle_device_free_bytes),
         ("own bytes", Some(r.own_bytes)),

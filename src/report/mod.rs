@@ -15,6 +15,7 @@ pub mod artifacts;
 pub mod compare;
 pub mod complete;
 pub mod deadline;
+pub mod device_total;
 pub mod escape;
 pub mod graphs;
 pub mod imported;

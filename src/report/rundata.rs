@@ -19,6 +19,9 @@ use crate::report::timeline_downsample::Downsample;
 /// The files every result folder holds; the rest are derived from them.
 pub const ORIGINAL_FILES: [&str; 3] = ["summary.json", "timeline.csv", "events.csv"];
 
+/// A reading's device free memory where timeline.csv leaves it empty.
+const FREE_UNKNOWN: u64 = u64::MAX;
+
 /// The rows of `timeline.csv`, one column per field; empty view columns are left out. A long
 /// timeline is read through `Downsample`: its rows then hold every extreme of every column, not
 /// every row (`reduced` says so).
@@ -30,7 +33,9 @@ pub struct Timeline {
     /// Index into `summary.phases`, or `NO_PHASE` outside every phase.
     pub phase: Vec<u32>,
     pub source: Vec<Source>,
-    pub device_free_bytes: Vec<u64>,
+    /// `None` where the folder does not know it (an import whose evidence does not record the
+    /// device leaves the column empty).
+    pub device_free_bytes: Vec<Option<u64>>,
     /// Indexed by `View::index()`: `None` when the view has no value in any row.
     views: Vec<Option<Vec<Option<u64>>>>,
 }
@@ -368,7 +373,8 @@ fn read_timeline(path: &Path, summary: &Summary, deadline: Deadline) -> anyhow::
         let source = Source::parse(&source).ok_or_else(|| {
             anyhow::anyhow!("{}: line {line}: unknown source {source:?}", path.display())
         })?;
-        let device_free_bytes = required(3)?;
+        // Empty: not recorded (an import without a device); held as `FREE_UNKNOWN`.
+        let device_free_bytes = num(3)?.unwrap_or(FREE_UNKNOWN);
         let mut views = ViewSet::default();
         for (k, view) in View::ALL.into_iter().enumerate() {
             if let Some(v) = num(4 + k)? {
@@ -403,7 +409,10 @@ impl Timeline {
             t_ns: rows.iter().map(|r| r.t_ns).collect(),
             phase: rows.iter().map(|r| r.phase).collect(),
             source: rows.iter().map(|r| r.source).collect(),
-            device_free_bytes: rows.iter().map(|r| r.device_free_bytes).collect(),
+            device_free_bytes: rows
+                .iter()
+                .map(|r| (r.device_free_bytes != FREE_UNKNOWN).then_some(r.device_free_bytes))
+                .collect(),
             views,
         }
     }

@@ -223,6 +223,12 @@ impl Summary {
         }
     }
 
+    /// The device's total memory: `None` for an import whose evidence does not record it
+    /// (a PyTorch snapshot without `--device-total` or `--profile`).
+    pub fn device_total(&self) -> Option<u64> {
+        (self.device.total_bytes > 0).then_some(self.device.total_bytes)
+    }
+
     /// The idle reading after the context, where there is one.
     pub fn idle_after(&self) -> Option<&IdleReading> {
         self.idle.as_ref().map(|i| &i.after_context)
@@ -257,6 +263,10 @@ pub struct Summary {
     pub status_detail: Option<String>,
     pub exit_code: Option<i32>,
     pub workload: WorkloadInfo,
+    /// The device; its `total_bytes` is null for an import whose evidence does not record
+    /// it (`device_total` reads it).
+    #[serde(with = "crate::report::device_total")]
+    #[schemars(schema_with = "crate::report::device_total::schema")]
     pub device: DeviceInfo,
     pub started_utc: String,
     pub finished_utc: Option<String>,

@@ -49,6 +49,7 @@ mod slurm;
 mod snapshot_fidelity;
 mod snapshot_fuzz;
 mod snapshot_pickler;
+mod snapshot_unknowns;
 mod torch_import;
 mod watch_fake;
 mod watch_sim;

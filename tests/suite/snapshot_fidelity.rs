@@ -496,14 +496,24 @@ fn recorded_oom_figures_stay_recorded_and_unknown_ones_stay_unknown() {
     let reserved = u(&o["pytorch_reserved_bytes"]);
     assert_eq!(u(&o["outside_pytorch_bytes"]), total - free - reserved);
     assert_eq!(o["derived_from"], format!("--device-total {total}"));
-    assert!(ev["idle_free_bytes"].is_null());
+    // The idle reading derived from the total, the same figure wherever it appears.
+    assert_eq!(u(&ev["idle_free_bytes"]), total);
+    assert!(ev["other_processes_bytes"].is_null());
+    assert!(
+        ev["basis"]
+            .as_str()
+            .unwrap()
+            .contains("the idle reading derived from it as the whole total free"),
+        "{}",
+        ev["basis"]
+    );
     let oom = &s["ooms"][0];
     assert_eq!(u(&oom["device_total_bytes"]), total);
     assert_eq!(
         u(&oom["outside_allocator_bytes"]),
         total - free - u(&oom["alloc_reserved_bytes"])
     );
-    assert!(oom["idle_device_free_bytes"].is_null());
+    assert_eq!(u(&oom["idle_device_free_bytes"]), total);
     assert!(
         oom["device_evidence_basis"]
             .as_str()

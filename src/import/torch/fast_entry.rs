@@ -30,8 +30,10 @@ pub(super) struct Shared {
     /// known yet), for ids below `ID_CACHE`.
     keys: Vec<u8>,
     /// The bytes of a frames list's items (its `GET`s of frame dicts) and the stack and
-    /// list they make: an entry whose stack was seen before is one lookup.
-    spans: FastMap<Box<[u8]>, (u32, Rc<List>, u32)>,
+    /// list they make, by `span_hash` of the bytes: an entry whose stack was seen before is
+    /// one lookup (and one comparison of the bytes; a different span of the same hash is a
+    /// miss, read the long way).
+    spans: FastMap<u64, Span>,
     /// `Fast::stored` of `last_pair`'s tuple (0: not known yet).
     last_pair_stored: u32,
     /// `Fast::generation` when these caches were filled.
@@ -42,6 +44,24 @@ pub(super) struct Shared {
     /// The last stream and pool looked up, and their ids: entries repeat them.
     last_stream: Option<(i64, u16)>,
     last_pool: Option<((i64, i64), u16)>,
+}
+
+/// A frames list remembered by its bytes: the bytes, its stack, its list and where the memo
+/// stores the list (0: not known yet).
+struct Span {
+    bytes: Box<[u8]>,
+    stack: u32,
+    list: Rc<List>,
+    stored: u32,
+}
+
+/// The hash of a span's bytes, eight at a time (`Hash for [u8]` feeds a hasher one byte per
+/// call).
+fn span_hash(b: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = crate::import::pickle::FastHasher::default();
+    h.write(b);
+    h.finish()
 }
 
 /// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
@@ -443,29 +463,34 @@ fn frames<'a>(
     // Its memo value is known once the frames are read.
     let slot = d.memoize(|| None).ok()?;
     let (start, end) = (d.i, span_end(d.b, d.i));
+    let hash = (end > start).then(|| span_hash(&d.b[start..end]));
     if let Some(slot) = slot
-        && end > start
-        && let Some((stack, list, stored)) = shared.spans.get_mut(&d.b[start..end])
+        && let Some(h) = hash
+        && let Some(span) = shared.spans.get_mut(&h)
+        && *span.bytes == d.b[start..end]
     {
         d.i = end;
-        if *stored == 0 {
-            *stored = d.fast.stored(&Value::List(list.clone())).unwrap_or(0);
+        if span.stored == 0 {
+            span.stored = d.fast.stored(&Value::List(span.list.clone())).unwrap_or(0);
         }
-        if *stored == 0 {
-            d.out.memo[slot] = Some(Value::List(list.clone()));
+        if span.stored == 0 {
+            d.out.memo[slot] = Some(Value::List(span.list.clone()));
         }
-        d.out.stored[slot] = *stored;
-        return Some(*stack);
+        d.out.stored[slot] = span.stored;
+        return Some(span.stack);
     }
     let stack = frames_read(d, snap, shared, buf, slot)?;
     if let Some(Some(Value::List(list))) = slot.map(|s| &d.out.memo[s])
-        && end > start
+        && let Some(h) = hash
         && d.i == end
         && shared.spans.len() < SPANS_MAX
     {
-        shared
-            .spans
-            .insert(Box::from(&d.b[start..end]), (stack, list.clone(), 0));
+        shared.spans.entry(h).or_insert_with(|| Span {
+            bytes: Box::from(&d.b[start..end]),
+            stack,
+            list: list.clone(),
+            stored: 0,
+        });
     }
     Some(stack)
 }

@@ -6,7 +6,9 @@
 //! are counted from the snapshot's final segments (with their frames) and from frees the
 //! trace records of blocks it never allocated.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::import::pickle::{FastMap, FastSet};
 
 use super::frames::{long, short, user_frame};
 use super::model::{Action, BlockState, DeviceTrace, Snapshot};
@@ -26,10 +28,11 @@ pub struct Live {
 /// Every allocation live just after trace entry `at` (device-relative index).
 pub fn live_at(snap: &Snapshot, trace: DeviceTrace, at: u64) -> Vec<Live> {
     let end = (trace.start + at as usize + 1).min(trace.end);
-    let mut allocated_in_trace = HashSet::new();
-    let mut live: HashMap<u64, Live> = HashMap::new();
+    // A pass over every entry of a trace of millions: hashed cheaply, by address.
+    let mut allocated_in_trace: FastSet<u64> = FastSet::default();
+    let mut live: FastMap<u64, Live> = FastMap::default();
     // Blocks freed in the trace that it never allocated: live until their free.
-    let mut freed_later: HashMap<u64, (usize, Live)> = HashMap::new();
+    let mut freed_later: FastMap<u64, (usize, Live)> = FastMap::default();
     for i in trace.start..trace.end {
         let e = snap.entries.get(i);
         match e.action {

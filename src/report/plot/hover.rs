@@ -64,11 +64,9 @@ pub fn readings(run: &RunData, f: &Frame) -> Group {
             tl.t_ns[row],
             tl.source[row].as_str()
         );
-        title.push_str(&format!(
-            "\ndevice_free_bytes: {} B ({})",
-            tl.device_free_bytes[row],
-            Bytes(tl.device_free_bytes[row])
-        ));
+        if let Some(free) = tl.device_free_bytes[row] {
+            title.push_str(&format!("\ndevice_free_bytes: {free} B ({})", Bytes(free)));
+        }
         for (v, col) in &views {
             if let Some(b) = col[row] {
                 title.push_str(&format!("\n{}: {b} B ({})", v.key(), Bytes(b)));

@@ -179,8 +179,9 @@ fn idle_mark(
 /// enforces it (not with `--allow-oom`, not for a watch).
 pub fn floor_line(s: &Summary) -> Option<u64> {
     let w = &s.workload;
+    let total = s.device_total()?;
     (!w.allow_oom && w.keep_free_bytes > 0 && s.watch.is_none())
-        .then(|| s.device.total_bytes.saturating_sub(w.keep_free_bytes))
+        .then(|| total.saturating_sub(w.keep_free_bytes))
 }
 
 /// The floor as a line where it is on the scale; when the device total (and the floor) are
@@ -191,7 +192,6 @@ pub fn floor_and_capacity(
     f: &Frame,
     placer: &mut Placer,
 ) -> Vec<Group> {
-    let total = s.device.total_bytes;
     let floor = floor_line(s);
     let mut out = Vec::new();
     let on_scale = |b: u64| b <= f.top_bytes;
@@ -220,7 +220,8 @@ pub fn floor_and_capacity(
         );
         out.push(g);
     }
-    if !show_total {
+    // An unknown total (an import that does not record it) is not drawn at all.
+    if let Some(total) = s.device_total().filter(|_| !show_total) {
         let mut text = format!("↑ device total {} above this scale", Bytes(total));
         if let Some(fl) = floor.filter(|b| !on_scale(*b)) {
             text.push_str(&format!(", floor at {} used", Bytes(fl)));
@@ -337,7 +338,7 @@ pub fn oom(i: usize, oom: &OomRecord, f: &Frame, placer: &mut Placer) -> Group {
         Stroke::dashed(OOM, 1.5, 5.0, 3.0),
     );
     g.shapes
-        .extend(cross(x, f.y(oom.device_used_bytes), 6.0, OOM));
+        .extend(cross(x, f.y(oom.plotted_bytes()), 6.0, OOM));
     let mut spots = Vec::new();
     for row in 0..8 {
         let y = f.y0 + 32.0 + 16.0 * row as f32;
@@ -379,7 +380,7 @@ pub fn plan_lines(s: &Summary, f: &Frame, placer: &mut Placer) -> Option<Group> 
         11.0,
     );
     backdrop_text(&mut g, spot, margin, 11.0, PLAN);
-    if p.capacity_bytes != s.device.total_bytes {
+    if Some(p.capacity_bytes) != s.device_total() {
         let y = f.y(p.capacity_bytes);
         g.line(vec![(f.x0, y), (f.x1, y)], Stroke::solid(PLAN, 1.2));
         // Mid-width first: the device total's label is at the right, the margin line's at the left.
@@ -404,7 +405,7 @@ pub fn reserve_marks(s: &Summary, f: &Frame, poll: Option<(u64, u64)>, placer: &
         placer.reserve_mark(f.x(t), f.y(b), 8.0);
     }
     for o in &s.ooms {
-        placer.reserve_mark(f.x(o.t_ns), f.y(o.device_used_bytes), 8.0);
+        placer.reserve_mark(f.x(o.t_ns), f.y(o.plotted_bytes()), 8.0);
     }
 }
 

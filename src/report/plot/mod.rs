@@ -77,7 +77,7 @@ pub fn scene(run: &RunData) -> Scene {
     let s = &run.summary;
     let f = frame(run);
     let idle_used = s.idle_after().map(|i| i.device_used_bytes);
-    let total = s.device.total_bytes;
+    let total = s.device_total();
     let poll = poll_peak(run, View::DeviceUsed, "1hz");
     let poll10 = poll_peak(run, View::DeviceUsed, "10hz");
     let show_total = shows_total(run, &f);
@@ -102,7 +102,7 @@ pub fn scene(run: &RunData) -> Scene {
     }
     let (lines, bands) = series::lines(run, &f);
     groups.extend(lines);
-    if show_total {
+    if let Some(total) = total.filter(|_| show_total) {
         groups.push(marks::device_total(total, &f, &mut placer));
     }
     // The floor and, when the device total is above this scale, both said at the top.
@@ -153,19 +153,16 @@ fn data_max(run: &RunData) -> u64 {
             m = m.max(run.timeline.points(view).map(|p| p.1).max().unwrap_or(0));
         }
     }
-    m.max(
-        s.ooms
-            .iter()
-            .map(|o| o.device_used_bytes)
-            .max()
-            .unwrap_or(0),
-    )
+    m.max(s.ooms.iter().map(|o| o.plotted_bytes()).max().unwrap_or(0))
 }
 
-/// Whether the device total is drawn: after an OOM, or when the data come within a quarter of it.
+/// Whether the device total is drawn: after an OOM, or when the data come within a quarter of
+/// it; never where it is unknown (an import whose evidence does not record it).
 fn shows_total(run: &RunData, _f: &Frame) -> bool {
     let d = data_max(run);
-    !run.summary.ooms.is_empty() || run.summary.device.total_bytes <= d + d / 4
+    run.summary
+        .device_total()
+        .is_some_and(|t| !run.summary.ooms.is_empty() || t <= d + d / 4)
 }
 
 /// The plot area, its time span and its byte axis.
@@ -176,12 +173,10 @@ fn frame(run: &RunData) -> Frame {
     // A little room on the right, so a mark at the very end (an OOM) stays visible.
     let t1_ns = t1_ns + (t1_ns - t0_ns) / 50;
     let d = data_max(run);
-    let total = s.device.total_bytes;
     // A little room above the highest line, unless the device total closes the plot.
-    let mut y_max = if !s.ooms.is_empty() || total <= d + d / 4 {
-        total.max(d)
-    } else {
-        d + d / 50
+    let mut y_max = match s.device_total() {
+        Some(total) if !s.ooms.is_empty() || total <= d + d / 4 => total.max(d),
+        _ => d + d / 50,
     };
     if let Some(p) = &s.plan {
         y_max = y_max.max(p.capacity_bytes).max(p.margin_line_bytes);
@@ -256,7 +251,8 @@ fn title(s: &Summary, f: &Frame, poll: Option<(u64, u64)>) -> Group {
         Some(i) => format!(
             "idle {} used of {}",
             Bytes(i.device_used_bytes),
-            Bytes(d.total_bytes)
+            s.device_total()
+                .map_or("an unknown total".to_string(), |t| Bytes(t).to_string())
         ),
         None => format!(
             "idle reading {}",

@@ -67,7 +67,8 @@ pub(super) fn device_evidence(
     use super::model::Action;
     use crate::report::imported::{DeviceEvidence, RecordedOom};
     let (total, idle, other, from) = match (opts.device_total, opts.profile.as_deref()) {
-        (Some(t), _) => (Some(t), None, None, Some(format!("--device-total {t}"))),
+        // The whole total assumed free at idle, as the summary's idle reading says.
+        (Some(t), _) => (Some(t), Some(t), None, Some(format!("--device-total {t}"))),
         (None, Some(p)) => (
             Some(simulated.0),
             Some(simulated.1),
@@ -101,6 +102,11 @@ pub(super) fn device_evidence(
     }
 }
 
+/// Whether the user gave the device (`--device-total`, `--profile`).
+pub(super) fn device_given(opts: &ImportOptions) -> bool {
+    opts.device_total.is_some() || opts.profile.is_some()
+}
+
 /// What the device figures of an import rest on: nothing (they are not in the snapshot), or
 /// what the user gave.
 pub(super) fn evidence_basis(opts: &ImportOptions) -> String {
@@ -112,7 +118,7 @@ pub(super) fn evidence_basis(opts: &ImportOptions) -> String {
     match &from {
         None => "not in the snapshot (PyTorch records the free memory at an OOM, `device_free`, not the device's total, its idle reading, other processes or memory outside PyTorch; give --device-total BYTES or --profile NAME to derive them)".to_string(),
         Some(f) if opts.device_total.is_some() => format!(
-            "the total from {f}; outside PyTorch derived as the total − device_free − PyTorch's reserved at the OOM; the idle reading and other processes are not in the snapshot"
+            "the total from {f}; the idle reading derived from it as the whole total free; outside PyTorch derived as the total − device_free − PyTorch's reserved at the OOM; other processes are not in the snapshot"
         ),
         Some(f) => format!("derived from {f}: the simulated device's total, idle reading and no other processes"),
     }
@@ -294,7 +300,12 @@ pub(super) fn finish(
             keep_free_bytes: 0,
             allow_oom: true,
         },
-        device: info.clone(),
+        // The total as given (`--device-total`, `--profile`), else null ("not in the
+        // snapshot"): the replay device's is sized from the OOM, not recorded.
+        device: crate::device::DeviceInfo {
+            total_bytes: idle.total.unwrap_or(0),
+            ..info.clone()
+        },
         started_utc: utc_of(times.0).unwrap_or_else(|| now.clone()),
         finished_utc: Some(utc_of(times.1).unwrap_or(now)),
         start_ns: 0,
@@ -379,6 +390,11 @@ fn one_device(
         .map_err(|e| anyhow::anyhow!("cannot set up the caching allocator: {e}"))?;
     let mut alloc = records::alloc_log(built, dir)?;
     let mut recorder = records::timeline(dir, vec!["trace".into()], total, 0)?;
+    if !device_given(opts) {
+        // The replay device's free memory is modeled on a device the snapshot does not
+        // record: timeline.csv leaves it (and device used) empty.
+        recorder.free_not_recorded();
+    }
     let idle = Reading {
         t_ns: 0,
         phase: NO_PHASE,
@@ -388,9 +404,13 @@ fn one_device(
     };
     recorder.push(idle);
     let mut tl = Timeline::new(snap, trace, recorder, idle_mem.free_bytes);
-    tl.device_given = opts.device_total.is_some() || opts.profile.is_some();
+    tl.device_given = device_given(opts);
     tl.given_total = opts.device_total.or(opts.profile.as_ref().map(|_| total));
-    tl.given_idle = opts.device_total.is_none() && opts.profile.is_some();
+    tl.given_idle = tl.given_total.is_some();
+    if let Some(t) = opts.device_total {
+        // The idle reading derived from the total (all of it free), as the summary's.
+        tl.idle_free_bytes = t;
+    }
     tl.unknown_basis = evidence_basis(opts);
     let report = replay_recorded(
         &mut source,

@@ -92,29 +92,45 @@ impl<'a> Timeline<'a> {
 
     /// Writes the kept readings of the current bucket.
     pub fn flush_bucket(&mut self) {
-        let b = std::mem::take(&mut self.bucket);
+        let mut b = std::mem::take(&mut self.bucket);
         if b.is_empty() {
             return;
         }
         let mut keep = vec![false; b.len()];
         keep[0] = true;
         keep[b.len() - 1] = true;
+        // One pass: per view, the first reading of its highest and of its lowest value (a
+        // view a reading lacks counts as 0), and the first of the lowest device free.
         let value = |r: &Reading, v: View| r.views.get(v).unwrap_or(0);
-        for v in View::ALL {
-            let hi = (0..b.len()).max_by_key(|&i| (value(&b[i], v), usize::MAX - i));
-            let lo = (0..b.len()).min_by_key(|&i| (value(&b[i], v), i));
-            for i in hi.into_iter().chain(lo) {
-                keep[i] = true;
+        let first: [u64; View::COUNT] = View::ALL.map(|v| value(&b[0], v));
+        let (mut hi, mut lo) = (first, first);
+        let (mut hi_at, mut lo_at) = ([0usize; View::COUNT], [0usize; View::COUNT]);
+        let (mut free_lo, mut free_at) = (b[0].device_free_bytes, 0usize);
+        for (i, r) in b.iter().enumerate().skip(1) {
+            for (k, v) in View::ALL.into_iter().enumerate() {
+                let x = value(r, v);
+                if x > hi[k] {
+                    (hi[k], hi_at[k]) = (x, i);
+                }
+                if x < lo[k] {
+                    (lo[k], lo_at[k]) = (x, i);
+                }
+            }
+            if r.device_free_bytes < free_lo {
+                (free_lo, free_at) = (r.device_free_bytes, i);
             }
         }
-        if let Some(i) = (0..b.len()).min_by_key(|&i| (b[i].device_free_bytes, i)) {
+        for i in hi_at.into_iter().chain(lo_at) {
             keep[i] = true;
         }
-        for (r, k) in b.into_iter().zip(keep) {
+        keep[free_at] = true;
+        for (r, k) in b.drain(..).zip(keep) {
             if k {
                 self.recorder.push(r);
             }
         }
+        // Its room is kept for the next bucket.
+        self.bucket = b;
     }
 
     fn oom(
@@ -160,10 +176,16 @@ impl<'a> Timeline<'a> {
             // a given total only.
             rec.device_free_bytes = entry.addr;
             rec.requested_bytes = entry.size;
+            // Device used from the total given and the free memory recorded.
+            rec.device_used_bytes = self.given_total.map(|t| t.saturating_sub(entry.addr));
             rec.outside_allocator_bytes = self.given_total.map(|t| {
                 t.saturating_sub(entry.addr)
                     .saturating_sub(s.reserved_bytes)
             });
+        }
+        if !self.device_given {
+            // Total − free on a device the snapshot does not record.
+            rec.device_used_bytes = None;
         }
         rec.diagnose();
         if recorded {

@@ -75,6 +75,9 @@ pub(super) fn state_only(
     let idle_free = dev.mem_info()?.free_bytes;
     let stats = stats_of(snap, device);
     let mut recorder = crate::folder::records::timeline(dir, vec!["trace".into()], total, 0)?;
+    if !super::device_given(opts) {
+        recorder.free_not_recorded();
+    }
     let idle = Reading {
         t_ns: 0,
         phase: NO_PHASE,
