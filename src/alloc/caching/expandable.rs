@@ -52,7 +52,7 @@ impl CachingAllocator {
         let n = &self.arena[i];
         matches!(n.state, NodeState::Free | NodeState::Unmapped)
             && n.event_count == 0
-            && n.stream_uses.is_empty()
+            && n.use_count == 0
     }
 
     /// Whether free and unmapped blocks from `i` on add up to `size` bytes.
@@ -99,7 +99,14 @@ impl CachingAllocator {
             pool: req.pool,
             mapped_bytes: 0,
         }));
-        let mut node = Node::new(base, va_bytes, req.stream, req.pool, NodeState::Unmapped);
+        let mut node = Node::new(
+            base,
+            va_bytes,
+            req.stream,
+            req.slot as u32,
+            req.pool,
+            NodeState::Unmapped,
+        );
         node.expandable = seg;
         let i = self.arena.insert(node);
         self.streams.slots[req.slot].pools[req.pool.index()]
@@ -119,9 +126,9 @@ impl CachingAllocator {
         size: u64,
         req: &mut Request,
     ) -> Result<bool, AllocError> {
-        let (ptr, block_size, stream, pool) = {
+        let (ptr, block_size, stream, slot, pool) = {
             let n = &self.arena[i];
-            (n.ptr, n.size, n.stream, n.pool)
+            (n.ptr, n.size, n.stream, n.slot, n.pool)
         };
         let (base, page) = {
             let s = self.segment(i);
@@ -150,6 +157,7 @@ impl CachingAllocator {
                 ptr + mapped,
                 block_size - mapped,
                 stream,
+                slot,
                 pool,
                 NodeState::Unmapped,
             );
@@ -217,9 +225,9 @@ impl CachingAllocator {
         dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<u64, AllocError> {
-        let (ptr, end, stream, pool) = {
+        let (ptr, end, stream, slot, pool) = {
             let n = &self.arena[i];
-            (n.ptr, n.end(), n.stream, n.pool)
+            (n.ptr, n.end(), n.stream, n.slot, n.pool)
         };
         let (base, page) = {
             let s = self.segment(i);
@@ -235,7 +243,7 @@ impl CachingAllocator {
         self.uncache(i);
         let seg = self.arena[i].expandable;
         if lo > ptr {
-            let mut before = Node::new(ptr, lo - ptr, stream, pool, NodeState::Free);
+            let mut before = Node::new(ptr, lo - ptr, stream, slot, pool, NodeState::Free);
             before.expandable = seg;
             before.prev = self.arena[i].prev;
             before.next = i;
@@ -248,7 +256,7 @@ impl CachingAllocator {
             self.cache(b);
         }
         if end > hi {
-            let mut after = Node::new(hi, end - hi, stream, pool, NodeState::Free);
+            let mut after = Node::new(hi, end - hi, stream, slot, pool, NodeState::Free);
             after.expandable = seg;
             after.prev = i;
             after.next = self.arena[i].next;

@@ -142,9 +142,15 @@ impl CachingAllocator {
                 .find(n.stream)
                 .map(|s| &self.streams.slots[s].pools[n.pool.index()])
                 .ok_or_else(|| format!("{here}: its stream has no pools"))?;
+            if n.use_count as usize != self.arena.uses(i).len() {
+                return Err(format!("{here}: its use count disagrees with its use list"));
+            }
+            if self.streams.slots.get(n.slot as usize).map(|s| s.stream) != Some(n.stream) {
+                return Err(format!("{here}: its stream slot is not its stream's"));
+            }
             match n.state {
                 NodeState::Free => {
-                    if index.by_size.get(n.size, n.ptr) != Some(i) {
+                    if !index.by_size.contains(&self.arena, i) {
                         return Err(format!("{here}: free but not in its pool's index"));
                     }
                     indexed += 1;
@@ -160,7 +166,7 @@ impl CachingAllocator {
                     indexed += 1;
                 }
                 NodeState::Allocated => {
-                    if self.allocated.get(&n.ptr) != Some(&i) {
+                    if self.allocated.get(n.ptr) != Some(i) {
                         return Err(format!("{here}: allocated but not in the live table"));
                     }
                     allocated += n.size;
