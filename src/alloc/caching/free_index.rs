@@ -249,6 +249,7 @@ impl SizeIndex {
             index: self,
             arena,
             at: first,
+            started: false,
         }
     }
 
@@ -258,6 +259,7 @@ impl SizeIndex {
             index: self,
             arena,
             at: self.first_from_class(0),
+            started: false,
         }
     }
 
@@ -274,8 +276,11 @@ impl SizeIndex {
 pub(crate) struct Iter<'a> {
     index: &'a SizeIndex,
     arena: &'a Arena,
-    /// The block to return next (`NIL`: done).
+    /// The block returned last, or before the first call the first block (`NIL`: done).
     at: u32,
+    /// Whether `at` was returned already. The successor is found only when asked for, so
+    /// taking the best fit alone costs no search of the following classes.
+    started: bool,
 }
 
 impl Iterator for Iter<'_> {
@@ -283,17 +288,22 @@ impl Iterator for Iter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<u32> {
-        let i = self.at;
-        if i == NIL {
+        if self.at == NIL {
             return None;
         }
-        let n = &self.arena[i];
-        self.at = if n.fnext != NIL {
-            n.fnext
-        } else {
-            self.index.first_from_class(class_of(n.size) + 1)
-        };
-        Some(i)
+        if self.started {
+            let n = &self.arena[self.at];
+            self.at = if n.fnext != NIL {
+                n.fnext
+            } else {
+                self.index.first_from_class(class_of(n.size) + 1)
+            };
+            if self.at == NIL {
+                return None;
+            }
+        }
+        self.started = true;
+        Some(self.at)
     }
 }
 

@@ -14,6 +14,8 @@ pub(super) struct LiveTable {
     slots: Vec<(DevPtr, u32)>,
     /// `slots.len() - 1` (the length is a power of two).
     mask: usize,
+    /// `64 - log2(slots.len())`: a hash's top bits pick the home slot.
+    shift: u32,
     len: usize,
 }
 
@@ -22,6 +24,7 @@ impl Default for LiveTable {
         LiveTable {
             slots: vec![(EMPTY, 0); MIN_CAPACITY],
             mask: MIN_CAPACITY - 1,
+            shift: 64 - MIN_CAPACITY.trailing_zeros(),
             len: 0,
         }
     }
@@ -30,9 +33,8 @@ impl Default for LiveTable {
 impl LiveTable {
     #[inline]
     fn home(&self, ptr: DevPtr) -> usize {
-        // Addresses are aligned to 512 B: mix the bits above before taking the top ones.
-        let h = (ptr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> 32) as usize & self.mask
+        // Fibonacci hashing: the top bits of the product depend on every bit of the address.
+        (ptr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
     pub fn len(&self) -> usize {
@@ -114,6 +116,7 @@ impl LiveTable {
         let bigger = vec![(EMPTY, 0); self.slots.len() * 2];
         let old = std::mem::replace(&mut self.slots, bigger);
         self.mask = self.slots.len() - 1;
+        self.shift = 64 - self.slots.len().trailing_zeros();
         for (k, v) in old {
             if k != EMPTY {
                 let mut at = self.home(k);

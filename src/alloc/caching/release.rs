@@ -13,6 +13,7 @@ use super::sizes::PoolKind;
 impl CachingAllocator {
     /// `free_block`: a block no stream uses any more rejoins the cache, merged with free
     /// neighbours in its segment.
+    #[inline]
     pub(super) fn free_block(&mut self, i: u32) {
         let n = &self.arena[i];
         debug_assert!(n.event_count == 0 && n.use_count == 0);
@@ -48,6 +49,7 @@ impl CachingAllocator {
 
     /// `try_merge_blocks`: `src` (a neighbour of `dst`) is absorbed if it is in the same state
     /// (both free, or both unmapped). Returns the bytes absorbed (0: no merge).
+    #[inline]
     pub(super) fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
         if src == NIL {
             return 0;
