@@ -33,7 +33,10 @@ pub(crate) enum NodeState {
     Unmapped,
 }
 
+/// One block: 64 bytes, aligned to a cache line, so reading a block's fields or its links
+/// touches one line.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 pub(crate) struct Node {
     pub ptr: DevPtr,
     pub size: u64,
@@ -42,8 +45,7 @@ pub(crate) struct Node {
     /// The pool's free-block search count when the block was last cached (for garbage
     /// collection ages, PyTorch's `gc_count_base`).
     pub gc_base: u64,
-    pub stream: StreamId,
-    /// The stream's slot in `StreamSlots` (where its pools are).
+    /// Its stream's slot in `StreamSlots` (where its pools are, and its `StreamId`).
     pub slot: u32,
     pub prev: u32,
     pub next: u32,
@@ -53,8 +55,8 @@ pub(crate) struct Node {
     pub event_count: u32,
     pub pool: PoolKind,
     pub state: NodeState,
-    /// How many other streams used the block (`record_stream`); they are in `Arena::uses`.
-    pub use_count: u32,
+    /// Whether other streams used the block (`record_stream`); they are in `Arena::uses`.
+    pub has_uses: bool,
     /// Neighbours in its free-index class list (`free_index.rs`); the head of a list keeps the
     /// list's last block in `fprev`.
     pub fprev: u32,
@@ -62,20 +64,12 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub fn new(
-        ptr: DevPtr,
-        size: u64,
-        stream: StreamId,
-        slot: u32,
-        pool: PoolKind,
-        state: NodeState,
-    ) -> Node {
+    pub fn new(ptr: DevPtr, size: u64, slot: u32, pool: PoolKind, state: NodeState) -> Node {
         Node {
             ptr,
             size,
             requested: 0,
             gc_base: 0,
-            stream,
             slot,
             prev: NIL,
             next: NIL,
@@ -83,7 +77,7 @@ impl Node {
             event_count: 0,
             pool,
             state,
-            use_count: 0,
+            has_uses: false,
             fprev: NIL,
             fnext: NIL,
         }
@@ -116,7 +110,7 @@ pub(crate) struct Arena {
 impl Arena {
     #[inline]
     pub fn insert(&mut self, node: Node) -> u32 {
-        debug_assert_eq!(node.use_count, 0);
+        debug_assert!(!node.has_uses);
         match self.vacant.pop() {
             Some(i) => {
                 self.nodes[i as usize] = node;
@@ -136,8 +130,8 @@ impl Arena {
         n.prev = NIL;
         n.next = NIL;
         n.size = 0;
-        if n.use_count > 0 {
-            n.use_count = 0;
+        if n.has_uses {
+            n.has_uses = false;
             self.uses[i as usize].clear();
         }
         self.vacant.push(i);
@@ -153,20 +147,20 @@ impl Arena {
         let uses = &mut self.uses[i as usize];
         if !uses.contains(&stream) {
             uses.push(stream);
-            self.nodes[i as usize].use_count = uses.len() as u32;
+            self.nodes[i as usize].has_uses = true;
         }
     }
 
     /// Forgets the streams that used block `i`.
     pub fn clear_uses(&mut self, i: u32) {
         self.uses[i as usize].clear();
-        self.nodes[i as usize].use_count = 0;
+        self.nodes[i as usize].has_uses = false;
     }
 
     /// Takes block `i`'s use list out (to record events on it); give the buffer back with
     /// `restore_uses`.
     pub fn take_uses(&mut self, i: u32) -> Vec<StreamId> {
-        self.nodes[i as usize].use_count = 0;
+        self.nodes[i as usize].has_uses = false;
         std::mem::take(&mut self.uses[i as usize])
     }
 
@@ -193,6 +187,11 @@ impl Arena {
         self.vacant.clear();
     }
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Node>() == 64,
+    "a block fills one cache line"
+);
 
 impl std::ops::Index<u32> for Arena {
     type Output = Node;
@@ -257,10 +256,10 @@ impl StreamSlots {
         &mut self.slots[slot as usize].pools[pool.index()]
     }
 
+    /// The stream of slot `slot`.
     #[inline]
-    pub fn index(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeIndex {
-        let s = self.slot(stream);
-        &mut self.slots[s].pools[pool.index()]
+    pub fn stream(&self, slot: u32) -> StreamId {
+        self.slots[slot as usize].stream
     }
 
     /// Slot numbers ordered by stream id (the order PyTorch's size comparator visits streams).

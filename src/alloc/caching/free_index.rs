@@ -314,7 +314,7 @@ mod tests {
     use super::super::arena::{Node, NodeState};
     use super::super::sizes::PoolKind;
     use super::*;
-    use crate::device::{DevPtr, StreamId};
+    use crate::device::DevPtr;
 
     #[test]
     fn classes_are_monotone_and_cover_u64() {
@@ -369,14 +369,7 @@ mod tests {
                     model.remove(&(s, p));
                 }
             } else {
-                let node = Node::new(
-                    ptr,
-                    size,
-                    StreamId::MAIN,
-                    0,
-                    PoolKind::Large,
-                    NodeState::Free,
-                );
+                let node = Node::new(ptr, size, 0, PoolKind::Large, NodeState::Free);
                 let i = arena.insert(node);
                 index.insert(&mut arena, i);
                 model.insert((size, ptr), i);

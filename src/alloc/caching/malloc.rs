@@ -170,14 +170,7 @@ impl CachingAllocator {
         let pool = self.arena[i].pool;
         let block = if split {
             let rest = &self.arena[i];
-            let mut front = Node::new(
-                rest.ptr,
-                size,
-                rest.stream,
-                rest.slot,
-                pool,
-                NodeState::Free,
-            );
+            let mut front = Node::new(rest.ptr, size, rest.slot, pool, NodeState::Free);
             front.prev = rest.prev;
             front.next = i;
             front.expandable = rest.expandable;
@@ -214,7 +207,8 @@ impl CachingAllocator {
         let n = &mut self.arena[block];
         n.state = NodeState::Allocated;
         n.requested = orig_bytes;
-        let (ptr, bsize, stream) = (n.ptr, n.size, n.stream);
+        let (ptr, bsize, slot) = (n.ptr, n.size, n.slot);
+        let stream = self.streams.stream(slot);
         self.allocated.insert(ptr, block);
         let s = &mut self.stats;
         s.allocation.increase(pool, 1);
@@ -329,7 +323,6 @@ impl CachingAllocator {
         let i = self.arena.insert(Node::new(
             ptr,
             size,
-            req.stream,
             req.slot as u32,
             req.pool,
             NodeState::Free,
@@ -362,7 +355,7 @@ impl CachingAllocator {
         if size >= self.max_split_bytes {
             self.stats.oversize_allocations.decrease(1);
         }
-        if self.arena[i].use_count == 0 {
+        if !self.arena[i].has_uses {
             self.free_block(i);
             Ok(())
         } else {

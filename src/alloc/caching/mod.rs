@@ -194,7 +194,7 @@ impl Allocator for CachingAllocator {
                 "record_stream on {ptr:#x}, which is not live in the caching allocator"
             ))
         })?;
-        if stream != self.arena[idx].stream {
+        if stream != self.streams.stream(self.arena[idx].slot) {
             self.arena.add_use(idx, stream);
         }
         Ok(())

@@ -16,7 +16,7 @@ impl CachingAllocator {
     #[inline]
     pub(super) fn free_block(&mut self, i: u32) {
         let n = &self.arena[i];
-        debug_assert!(n.event_count == 0 && n.use_count == 0);
+        debug_assert!(n.event_count == 0 && !n.has_uses);
         let (pool, size, requested, prev, next) = (n.pool, n.size, n.requested, n.prev, n.next);
         let expandable = n.is_expandable();
         self.arena[i].state = NodeState::Free;
@@ -59,13 +59,13 @@ impl CachingAllocator {
             _ => NodeState::Free,
         };
         let s = &self.arena[src];
-        if s.state != want || s.use_count > 0 || s.event_count > 0 {
+        if s.state != want || s.has_uses || s.event_count > 0 {
             return 0;
         }
         let (s_ptr, s_size, s_prev, s_next) = (s.ptr, s.size, s.prev, s.next);
         if want == NodeState::Unmapped {
-            let (stream, pool) = (s.stream, s.pool);
-            self.streams.index(stream, pool).unmapped.remove(&s_ptr);
+            let (slot, pool) = (s.slot, s.pool);
+            self.streams.at(slot, pool).unmapped.remove(&s_ptr);
         } else {
             self.uncache(src);
         }

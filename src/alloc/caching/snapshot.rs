@@ -80,7 +80,7 @@ impl CachingAllocator {
             let mut seg = SegmentSnapshot {
                 address: n.ptr,
                 total_size_bytes: 0,
-                stream: n.stream,
+                stream: self.streams.stream(n.slot),
                 pool: n.pool,
                 expandable: n.is_expandable(),
                 blocks: Vec::new(),
@@ -139,14 +139,12 @@ impl CachingAllocator {
             }
             let index = self
                 .streams
-                .find(n.stream)
-                .map(|s| &self.streams.slots[s].pools[n.pool.index()])
-                .ok_or_else(|| format!("{here}: its stream has no pools"))?;
-            if n.use_count as usize != self.arena.uses(i).len() {
-                return Err(format!("{here}: its use count disagrees with its use list"));
-            }
-            if self.streams.slots.get(n.slot as usize).map(|s| s.stream) != Some(n.stream) {
-                return Err(format!("{here}: its stream slot is not its stream's"));
+                .slots
+                .get(n.slot as usize)
+                .map(|s| &s.pools[n.pool.index()])
+                .ok_or_else(|| format!("{here}: its stream slot has no pools"))?;
+            if n.has_uses == self.arena.uses(i).is_empty() {
+                return Err(format!("{here}: its use flag disagrees with its use list"));
             }
             match n.state {
                 NodeState::Free => {
@@ -186,7 +184,7 @@ impl CachingAllocator {
                 let seg = self.segments[n.expandable as usize]
                     .as_ref()
                     .ok_or_else(|| format!("{here}: its expandable segment was released"))?;
-                if seg.stream != n.stream
+                if seg.stream != self.streams.stream(n.slot)
                     || seg.pool != n.pool
                     || n.ptr < seg.base
                     || n.end() > seg.base + seg.size
