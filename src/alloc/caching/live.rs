@@ -155,13 +155,13 @@ mod tests {
             let r = next();
             // A few hundred addresses, 512-byte aligned, some far apart.
             let ptr = ((r % 700) << 9) + if r & (1 << 40) != 0 { 1 << 40 } else { 0 };
-            if model.contains_key(&ptr) {
-                assert_eq!(table.remove(ptr), model.remove(&ptr));
-            } else if step % 5 != 0 {
-                table.insert(ptr, step);
-                model.insert(ptr, step);
-            } else {
-                assert_eq!(table.remove(ptr), None);
+            match model.remove(&ptr) {
+                Some(block) => assert_eq!(table.remove(ptr), Some(block)),
+                None if step % 5 != 0 => {
+                    table.insert(ptr, step);
+                    model.insert(ptr, step);
+                }
+                None => assert_eq!(table.remove(ptr), None),
             }
             assert_eq!(table.len(), model.len());
             let probe = ((next() % 700) << 9) + if r & 2 != 0 { 1 << 40 } else { 0 };
