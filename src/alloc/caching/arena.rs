@@ -2,10 +2,12 @@
 //!
 //! Blocks live in one arena (a `Vec`, slots reused) and link to their neighbours in the
 //! segment by index (`prev`/`next`, PyTorch's `Block::prev/next`). Free blocks are indexed per
-//! stream and pool by `(size, address)` in a size-class index (`free_index.rs`), so best fit
-//! is a bitmap search and a short scan (PyTorch's `BlockPool::blocks` with
-//! `BlockComparatorSize`); unmapped pieces of expandable segments are indexed by address
-//! (`BlockPool::unmapped`, `BlockComparatorAddress`).
+//! stream and pool by `(size, address)` in a size-class index (`free_index.rs`) whose lists
+//! are linked through the blocks (`fprev`/`fnext`), so best fit is a bitmap search and a short
+//! walk (PyTorch's `BlockPool::blocks` with `BlockComparatorSize`); unmapped pieces of
+//! expandable segments are indexed by address (`BlockPool::unmapped`,
+//! `BlockComparatorAddress`). The streams that used a block (`record_stream`) are kept beside
+//! the arena, so a block is a small fixed record that reuse overwrites.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +33,10 @@ pub(crate) enum NodeState {
     Unmapped,
 }
 
+/// One block: 64 bytes, aligned to a cache line, so reading a block's fields or its links
+/// touches one line.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 pub(crate) struct Node {
     pub ptr: DevPtr,
     pub size: u64,
@@ -40,7 +45,8 @@ pub(crate) struct Node {
     /// The pool's free-block search count when the block was last cached (for garbage
     /// collection ages, PyTorch's `gc_count_base`).
     pub gc_base: u64,
-    pub stream: StreamId,
+    /// Its stream's slot in `StreamSlots` (where its pools are, and its `StreamId`).
+    pub slot: u32,
     pub prev: u32,
     pub next: u32,
     /// Index of the expandable segment it belongs to, or `NIL` for a `cudaMalloc` segment.
@@ -49,25 +55,31 @@ pub(crate) struct Node {
     pub event_count: u32,
     pub pool: PoolKind,
     pub state: NodeState,
-    /// Other streams that used the block (`record_stream`).
-    pub stream_uses: Vec<StreamId>,
+    /// Whether other streams used the block (`record_stream`); they are in `Arena::uses`.
+    pub has_uses: bool,
+    /// Neighbours in its free-index class list (`free_index.rs`); the head of a list keeps the
+    /// list's last block in `fprev`.
+    pub fprev: u32,
+    pub fnext: u32,
 }
 
 impl Node {
-    pub fn new(ptr: DevPtr, size: u64, stream: StreamId, pool: PoolKind, state: NodeState) -> Node {
+    pub fn new(ptr: DevPtr, size: u64, slot: u32, pool: PoolKind, state: NodeState) -> Node {
         Node {
             ptr,
             size,
             requested: 0,
             gc_base: 0,
-            stream,
+            slot,
             prev: NIL,
             next: NIL,
             expandable: NIL,
             event_count: 0,
             pool,
             state,
-            stream_uses: Vec::new(),
+            has_uses: false,
+            fprev: NIL,
+            fnext: NIL,
         }
     }
 
@@ -89,34 +101,73 @@ impl Node {
 #[derive(Debug, Default)]
 pub(crate) struct Arena {
     nodes: Vec<Node>,
+    /// Per slot, the other streams that used its block (`record_stream`); as long as `nodes`,
+    /// and kept (emptied) when a slot is reused so reuse allocates nothing.
+    uses: Vec<Vec<StreamId>>,
     vacant: Vec<u32>,
 }
 
 impl Arena {
+    #[inline]
     pub fn insert(&mut self, node: Node) -> u32 {
+        debug_assert!(!node.has_uses);
         match self.vacant.pop() {
             Some(i) => {
-                let slot = &mut self.nodes[i as usize];
-                // Keep the old `stream_uses` buffer so reuse allocates nothing.
-                let mut uses = std::mem::take(&mut slot.stream_uses);
-                uses.clear();
-                *slot = node;
-                slot.stream_uses = uses;
+                self.nodes[i as usize] = node;
                 i
             }
             None => {
                 self.nodes.push(node);
+                self.uses.push(Vec::new());
                 (self.nodes.len() - 1) as u32
             }
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, i: u32) {
         let n = &mut self.nodes[i as usize];
         n.prev = NIL;
         n.next = NIL;
         n.size = 0;
+        if n.has_uses {
+            n.has_uses = false;
+            self.uses[i as usize].clear();
+        }
         self.vacant.push(i);
+    }
+
+    /// The other streams that used block `i`.
+    pub fn uses(&self, i: u32) -> &[StreamId] {
+        &self.uses[i as usize]
+    }
+
+    /// Notes that `stream` used block `i` (once per stream).
+    pub fn add_use(&mut self, i: u32, stream: StreamId) {
+        let uses = &mut self.uses[i as usize];
+        if !uses.contains(&stream) {
+            uses.push(stream);
+            self.nodes[i as usize].has_uses = true;
+        }
+    }
+
+    /// Forgets the streams that used block `i`.
+    pub fn clear_uses(&mut self, i: u32) {
+        self.uses[i as usize].clear();
+        self.nodes[i as usize].has_uses = false;
+    }
+
+    /// Takes block `i`'s use list out (to record events on it); give the buffer back with
+    /// `restore_uses`.
+    pub fn take_uses(&mut self, i: u32) -> Vec<StreamId> {
+        self.nodes[i as usize].has_uses = false;
+        std::mem::take(&mut self.uses[i as usize])
+    }
+
+    /// Puts an emptied use list buffer back (so reuse allocates nothing).
+    pub fn restore_uses(&mut self, i: u32, mut buf: Vec<StreamId>) {
+        buf.clear();
+        self.uses[i as usize] = buf;
     }
 
     /// Indices of blocks in use (not vacant), in slot order.
@@ -132,9 +183,15 @@ impl Arena {
 
     pub fn clear(&mut self) {
         self.nodes.clear();
+        self.uses.clear();
         self.vacant.clear();
     }
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Node>() == 64,
+    "a block fills one cache line"
+);
 
 impl std::ops::Index<u32> for Arena {
     type Output = Node;
@@ -195,9 +252,14 @@ impl StreamSlots {
     }
 
     #[inline]
-    pub fn index(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeIndex {
-        let s = self.slot(stream);
-        &mut self.slots[s].pools[pool.index()]
+    pub fn at(&mut self, slot: u32, pool: PoolKind) -> &mut FreeIndex {
+        &mut self.slots[slot as usize].pools[pool.index()]
+    }
+
+    /// The stream of slot `slot`.
+    #[inline]
+    pub fn stream(&self, slot: u32) -> StreamId {
+        self.slots[slot as usize].stream
     }
 
     /// Slot numbers ordered by stream id (the order PyTorch's size comparator visits streams).

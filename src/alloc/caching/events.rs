@@ -81,7 +81,7 @@ impl CachingAllocator {
         dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<(), AllocError> {
-        let uses = std::mem::take(&mut self.arena[i].stream_uses);
+        let uses = self.arena.take_uses(i);
         self.arena[i].state = NodeState::Pending;
         let mut failure = None;
         for &s in &uses {
@@ -96,9 +96,7 @@ impl CachingAllocator {
                 }
             }
         }
-        let mut uses = uses;
-        uses.clear();
-        self.arena[i].stream_uses = uses;
+        self.arena.restore_uses(i, uses);
         let Some(e) = failure else { return Ok(()) };
         let _ = dev.synchronize();
         for ev in self.pending.take_block(i) {

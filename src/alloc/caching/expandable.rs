@@ -52,7 +52,7 @@ impl CachingAllocator {
         let n = &self.arena[i];
         matches!(n.state, NodeState::Free | NodeState::Unmapped)
             && n.event_count == 0
-            && n.stream_uses.is_empty()
+            && !n.has_uses
     }
 
     /// Whether free and unmapped blocks from `i` on add up to `size` bytes.
@@ -99,7 +99,13 @@ impl CachingAllocator {
             pool: req.pool,
             mapped_bytes: 0,
         }));
-        let mut node = Node::new(base, va_bytes, req.stream, req.pool, NodeState::Unmapped);
+        let mut node = Node::new(
+            base,
+            va_bytes,
+            req.slot as u32,
+            req.pool,
+            NodeState::Unmapped,
+        );
         node.expandable = seg;
         let i = self.arena.insert(node);
         self.streams.slots[req.slot].pools[req.pool.index()]
@@ -119,9 +125,9 @@ impl CachingAllocator {
         size: u64,
         req: &mut Request,
     ) -> Result<bool, AllocError> {
-        let (ptr, block_size, stream, pool) = {
+        let (ptr, block_size, slot, pool) = {
             let n = &self.arena[i];
-            (n.ptr, n.size, n.stream, n.pool)
+            (n.ptr, n.size, n.slot, n.pool)
         };
         let (base, page) = {
             let s = self.segment(i);
@@ -143,13 +149,13 @@ impl CachingAllocator {
             }
         }
         let mapped = (end - first) * page;
-        self.streams.index(stream, pool).unmapped.remove(&ptr);
+        self.streams.at(slot, pool).unmapped.remove(&ptr);
         self.arena[i].state = NodeState::Free;
         if mapped < block_size {
             let mut rest = Node::new(
                 ptr + mapped,
                 block_size - mapped,
-                stream,
+                slot,
                 pool,
                 NodeState::Unmapped,
             );
@@ -163,10 +169,7 @@ impl CachingAllocator {
             }
             self.arena[i].next = r;
             self.arena[i].size = mapped;
-            self.streams
-                .index(stream, pool)
-                .unmapped
-                .insert(ptr + mapped, r);
+            self.streams.at(slot, pool).unmapped.insert(ptr + mapped, r);
         }
         let (prev, next) = (self.arena[i].prev, self.arena[i].next);
         self.try_merge(i, prev);
@@ -217,10 +220,11 @@ impl CachingAllocator {
         dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<u64, AllocError> {
-        let (ptr, end, stream, pool) = {
+        let (ptr, end, slot, pool) = {
             let n = &self.arena[i];
-            (n.ptr, n.end(), n.stream, n.pool)
+            (n.ptr, n.end(), n.slot, n.pool)
         };
+        let stream = self.streams.stream(slot);
         let (base, page) = {
             let s = self.segment(i);
             (s.base, s.page)
@@ -235,7 +239,7 @@ impl CachingAllocator {
         self.uncache(i);
         let seg = self.arena[i].expandable;
         if lo > ptr {
-            let mut before = Node::new(ptr, lo - ptr, stream, pool, NodeState::Free);
+            let mut before = Node::new(ptr, lo - ptr, slot, pool, NodeState::Free);
             before.expandable = seg;
             before.prev = self.arena[i].prev;
             before.next = i;
@@ -248,7 +252,7 @@ impl CachingAllocator {
             self.cache(b);
         }
         if end > hi {
-            let mut after = Node::new(hi, end - hi, stream, pool, NodeState::Free);
+            let mut after = Node::new(hi, end - hi, slot, pool, NodeState::Free);
             after.expandable = seg;
             after.prev = i;
             after.next = self.arena[i].next;
@@ -268,7 +272,7 @@ impl CachingAllocator {
         self.try_merge(i, prev);
         self.try_merge(i, next);
         let start = self.arena[i].ptr;
-        self.streams.index(stream, pool).unmapped.insert(start, i);
+        self.streams.at(slot, pool).unmapped.insert(start, i);
         let unmapped = hi - lo;
         self.held_bytes -= unmapped;
         self.segment_mut(i).mapped_bytes -= unmapped;
@@ -283,13 +287,13 @@ impl CachingAllocator {
         dev: &mut dyn CachingDevice,
         i: u32,
     ) -> Result<(), AllocError> {
-        let (base, stream, pool, seg) = {
+        let (base, slot, pool, seg) = {
             let n = &self.arena[i];
-            (n.ptr, n.stream, n.pool, n.expandable as usize)
+            (n.ptr, n.slot, n.pool, n.expandable as usize)
         };
         debug_assert!(self.arena[i].state == NodeState::Unmapped && !self.arena[i].is_split());
         dev.vmm_free(base).map_err(AllocError::Device)?;
-        self.streams.index(stream, pool).unmapped.remove(&base);
+        self.streams.at(slot, pool).unmapped.remove(&base);
         self.arena.remove(i);
         self.segments[seg] = None;
         Ok(())

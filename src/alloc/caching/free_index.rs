@@ -2,19 +2,28 @@
 //!
 //! PyTorch keeps cached blocks in a `std::set` ordered by `(stream, size, address)`
 //! (`BlockComparatorSize`) and takes the first block not below the request. Here the sizes are
-//! cut into classes (exact to 512 B up to 32 KiB, then 64 classes per power of two); each
-//! class is a short run sorted by `(size, address)`, and a two-level bitmap finds the first
-//! non-empty class at or above the request's in a few word operations. Classes only group
-//! keys that are already adjacent, so walking the classes in order and each run in order
-//! visits blocks exactly in `(size, address)` order, as the set does. After warm-up, inserts
-//! and removals reuse the runs' buffers: the allocate/free path allocates nothing.
+//! cut into classes (exact to 512 B up to 2 MiB, which covers the whole small pool, then 256
+//! classes per power of two); each class is a doubly linked list sorted by `(size, address)`
+//! whose links live in the blocks themselves (`Node::fprev`/`fnext`), and a two-level bitmap
+//! finds the first non-empty class at or above the request's in a few word operations.
+//! Classes only group keys that are already adjacent, so walking the classes in order and each
+//! list in order visits blocks exactly in `(size, address)` order, as the set does. Inserting
+//! and removing touch only the block, its list neighbours and the class head: nothing is
+//! allocated or moved once the head table has grown to the largest class used.
+//!
+//! A list's head keeps the list's last block in its `fprev`, so a block larger than every
+//! block of its class is appended without a walk; otherwise the insert walks the class from
+//! its smallest block (classes are narrow: only blocks of one exact size share a class below
+//! 2 MiB, and sizes within 0.4 % above).
 
-use crate::device::DevPtr;
+use super::arena::{Arena, NIL};
 
+/// Exact classes: one per 512-byte unit below 2^EXACT_BITS units (2 MiB).
+const EXACT_BITS: u32 = 12;
 /// Sub-classes per power of two above the exact range (2^SUB_BITS).
-const SUB_BITS: u32 = 6;
+const SUB_BITS: u32 = 8;
 /// Classes for every `u64` size: `class_of(u64::MAX) + 1`.
-const CLASSES: usize = ((64 - 9 - 1 - SUB_BITS as usize) << SUB_BITS) + (2 << SUB_BITS);
+const CLASSES: usize = (1 << EXACT_BITS) + ((64 - 9 - EXACT_BITS as usize) << SUB_BITS);
 /// Words of the class bitmap.
 const WORDS: usize = CLASSES / 64;
 /// Words of the summary bitmap (one bit per class word).
@@ -26,37 +35,24 @@ const _: () = assert!(CLASSES % 64 == 0, "the class bitmap has whole words");
 #[inline]
 fn class_of(size: u64) -> usize {
     let units = size >> 9;
-    if units < (1 << SUB_BITS) {
+    if units < (1 << EXACT_BITS) {
         return units as usize;
     }
     let e = 63 - units.leading_zeros();
-    (((e - SUB_BITS) as usize) << SUB_BITS) + (units >> (e - SUB_BITS)) as usize
+    (1 << EXACT_BITS)
+        + (((e - EXACT_BITS) as usize) << SUB_BITS)
+        + ((units >> (e - SUB_BITS)) as usize & ((1 << SUB_BITS) - 1))
 }
 
-/// One cached block: its key and its arena index.
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    size: u64,
-    ptr: DevPtr,
-    idx: u32,
-}
-
-impl Entry {
-    #[inline]
-    fn key(&self) -> (u64, DevPtr) {
-        (self.size, self.ptr)
-    }
-}
-
-/// Cached blocks by `(size, address)`, each with its arena index.
+/// Cached blocks by `(size, address)`, linked through the arena.
 #[derive(Debug)]
 pub(crate) struct SizeIndex {
     /// Bit `c % 64` of `words[c / 64]`: class `c` holds a block.
     words: Box<[u64; WORDS]>,
     /// Bit `w % 64` of `summary[w / 64]`: `words[w]` is not zero.
     summary: [u64; SUMMARY],
-    /// Per class, its blocks sorted by `(size, address)`; grown up to the largest class used.
-    classes: Vec<Vec<Entry>>,
+    /// Per class, its smallest block (`NIL`: empty); grown up to the largest class used.
+    heads: Vec<u32>,
     len: usize,
 }
 
@@ -65,16 +61,27 @@ impl Default for SizeIndex {
         SizeIndex {
             words: Box::new([0; WORDS]),
             summary: [0; SUMMARY],
-            classes: Vec::new(),
+            heads: Vec::new(),
             len: 0,
         }
     }
+}
+
+#[inline]
+fn key(arena: &Arena, i: u32) -> (u64, u64) {
+    let n = &arena[i];
+    (n.size, n.ptr)
 }
 
 impl SizeIndex {
     /// Blocks in the index.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    #[inline]
+    fn head(&self, c: usize) -> u32 {
+        self.heads.get(c).copied().unwrap_or(NIL)
     }
 
     #[inline]
@@ -130,99 +137,137 @@ impl SizeIndex {
         Some((w << 6) | (63 - self.words[w].leading_zeros() as usize))
     }
 
-    /// Adds a block (its key must not be in the index).
+    /// Adds block `i` (its `(size, ptr)` must not be in the index).
     #[inline]
-    pub fn insert(&mut self, size: u64, ptr: DevPtr, idx: u32) {
-        let c = class_of(size);
-        if c >= self.classes.len() {
-            self.classes.resize_with(c + 1, Vec::new);
+    pub fn insert(&mut self, arena: &mut Arena, i: u32) {
+        let k = key(arena, i);
+        let c = class_of(k.0);
+        if c >= self.heads.len() {
+            self.heads.resize(c + 1, NIL);
         }
-        let run = &mut self.classes[c];
-        let key = (size, ptr);
-        // Most runs hold a block or two: the common case appends.
-        let at = if run.last().is_none_or(|e| e.key() < key) {
-            run.len()
-        } else {
-            run.partition_point(|e| e.key() < key)
-        };
-        debug_assert!(run.get(at).is_none_or(|e| e.key() != key));
-        run.insert(at, Entry { size, ptr, idx });
-        if run.len() == 1 {
+        let head = self.heads[c];
+        if head == NIL {
+            let n = &mut arena[i];
+            n.fprev = i;
+            n.fnext = NIL;
+            self.heads[c] = i;
             self.mark(c);
+        } else {
+            let tail = arena[head].fprev;
+            if key(arena, tail) < k {
+                arena[tail].fnext = i;
+                let n = &mut arena[i];
+                n.fprev = tail;
+                n.fnext = NIL;
+                arena[head].fprev = i;
+            } else if k < key(arena, head) {
+                let n = &mut arena[i];
+                n.fprev = tail;
+                n.fnext = head;
+                arena[head].fprev = i;
+                self.heads[c] = i;
+            } else {
+                // Somewhere after the head and before the tail.
+                let mut at = arena[head].fnext;
+                while key(arena, at) < k {
+                    at = arena[at].fnext;
+                }
+                debug_assert!(key(arena, at) != k, "a key already in the index");
+                let before = arena[at].fprev;
+                arena[before].fnext = i;
+                arena[at].fprev = i;
+                let n = &mut arena[i];
+                n.fprev = before;
+                n.fnext = at;
+            }
         }
         self.len += 1;
     }
 
-    /// Where `(size, ptr)` sits: its class and position in the run.
+    /// Takes block `i` (which must be in the index) out.
     #[inline]
-    fn find(&self, size: u64, ptr: DevPtr) -> Option<(usize, usize)> {
-        let c = class_of(size);
-        let run = self.classes.get(c)?;
-        let key = (size, ptr);
-        let at = if run.len() <= 4 {
-            run.iter().position(|e| e.key() == key)?
+    pub fn remove(&mut self, arena: &mut Arena, i: u32) {
+        let c = class_of(arena[i].size);
+        let (prev, next) = (arena[i].fprev, arena[i].fnext);
+        let head = self.heads[c];
+        if head == i {
+            self.heads[c] = next;
+            if next == NIL {
+                self.unmark(c);
+            } else {
+                // The new head keeps the tail.
+                arena[next].fprev = prev;
+            }
         } else {
-            run.binary_search_by(|e| e.key().cmp(&key)).ok()?
-        };
-        Some((c, at))
-    }
-
-    /// Takes out the block with key `(size, ptr)`, returning its arena index.
-    #[inline]
-    pub fn remove(&mut self, size: u64, ptr: DevPtr) -> Option<u32> {
-        let (c, at) = self.find(size, ptr)?;
-        let run = &mut self.classes[c];
-        let e = run.remove(at);
-        if run.is_empty() {
-            self.unmark(c);
+            arena[prev].fnext = next;
+            if next == NIL {
+                arena[head].fprev = prev;
+            } else {
+                arena[next].fprev = prev;
+            }
         }
+        let n = &mut arena[i];
+        n.fprev = NIL;
+        n.fnext = NIL;
         self.len -= 1;
-        Some(e.idx)
     }
 
-    /// The arena index of the block with key `(size, ptr)`.
-    pub fn get(&self, size: u64, ptr: DevPtr) -> Option<u32> {
-        self.find(size, ptr).map(|(c, at)| self.classes[c][at].idx)
+    /// Whether block `i` is in the index (a walk of its class; for consistency checks).
+    pub fn contains(&self, arena: &Arena, i: u32) -> bool {
+        let mut at = self.head(class_of(arena[i].size));
+        while at != NIL {
+            if at == i {
+                return true;
+            }
+            at = arena[at].fnext;
+        }
+        false
     }
 
     /// The size of the largest block.
-    pub fn last_size(&self) -> Option<u64> {
+    pub fn last_size(&self, arena: &Arena) -> Option<u64> {
         let c = self.last_class()?;
-        self.classes[c].last().map(|e| e.size)
+        Some(arena[arena[self.heads[c]].fprev].size)
     }
 
     /// Blocks of at least `size` bytes, smallest `(size, address)` first.
     #[inline]
-    pub fn at_least(&self, size: u64) -> Iter<'_> {
+    pub fn at_least<'a>(&'a self, arena: &'a Arena, size: u64) -> Iter<'a> {
         let c = class_of(size);
-        let pos = match self.classes.get(c) {
-            Some(run) if run.last().is_some_and(|e| e.size >= size) => {
-                if run[0].size >= size {
-                    0
-                } else {
-                    run.partition_point(|e| e.size < size)
-                }
+        let head = self.head(c);
+        let first = if head != NIL && arena[arena[head].fprev].size >= size {
+            let mut at = head;
+            while arena[at].size < size {
+                at = arena[at].fnext;
             }
+            at
+        } else {
             // Nothing here that large: start at the next class.
-            _ => return self.starting_at_class(c + 1),
+            self.first_from_class(c + 1)
         };
         Iter {
             index: self,
-            class: c,
-            pos,
+            arena,
+            at: first,
+            started: false,
         }
     }
 
     /// Every block, smallest `(size, address)` first.
-    pub fn iter(&self) -> Iter<'_> {
-        self.starting_at_class(0)
-    }
-
-    fn starting_at_class(&self, c: usize) -> Iter<'_> {
+    pub fn iter<'a>(&'a self, arena: &'a Arena) -> Iter<'a> {
         Iter {
             index: self,
-            class: self.next_class(c).unwrap_or(CLASSES),
-            pos: 0,
+            arena,
+            at: self.first_from_class(0),
+            started: false,
+        }
+    }
+
+    #[inline]
+    fn first_from_class(&self, c: usize) -> u32 {
+        match self.next_class(c) {
+            Some(c) => self.heads[c],
+            None => NIL,
         }
     }
 }
@@ -230,9 +275,12 @@ impl SizeIndex {
 /// Arena indices in `(size, address)` order.
 pub(crate) struct Iter<'a> {
     index: &'a SizeIndex,
-    /// The class being read (`CLASSES`: done); its run is not empty.
-    class: usize,
-    pos: usize,
+    arena: &'a Arena,
+    /// The block returned last, or before the first call the first block (`NIL`: done).
+    at: u32,
+    /// Whether `at` was returned already. The successor is found only when asked for, so
+    /// taking the best fit alone costs no search of the following classes.
+    started: bool,
 }
 
 impl Iterator for Iter<'_> {
@@ -240,15 +288,22 @@ impl Iterator for Iter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<u32> {
-        loop {
-            let run = self.index.classes.get(self.class)?;
-            if let Some(e) = run.get(self.pos) {
-                self.pos += 1;
-                return Some(e.idx);
-            }
-            self.class = self.index.next_class(self.class + 1).unwrap_or(CLASSES);
-            self.pos = 0;
+        if self.at == NIL {
+            return None;
         }
+        if self.started {
+            let n = &self.arena[self.at];
+            self.at = if n.fnext != NIL {
+                n.fnext
+            } else {
+                self.index.first_from_class(class_of(n.size) + 1)
+            };
+            if self.at == NIL {
+                return None;
+            }
+        }
+        self.started = true;
+        Some(self.at)
     }
 }
 
@@ -256,7 +311,10 @@ impl Iterator for Iter<'_> {
 mod tests {
     use std::collections::BTreeMap;
 
+    use super::super::arena::{Node, NodeState};
+    use super::super::sizes::PoolKind;
     use super::*;
+    use crate::device::DevPtr;
 
     #[test]
     fn classes_are_monotone_and_cover_u64() {
@@ -270,9 +328,10 @@ mod tests {
             assert!(class_of(w[0]) <= class_of(w[1]), "{} then {}", w[0], w[1]);
         }
         assert_eq!(class_of(u64::MAX), CLASSES - 1);
-        // Exact classes up to 32 KiB.
-        assert_eq!(class_of(512 << SUB_BITS), 1 << SUB_BITS);
-        assert_ne!(class_of((32 << 10) - 512), class_of((32 << 10) - 1024));
+        // Exact classes up to 2 MiB, then 256 per power of two.
+        assert_eq!(class_of(2 << 20), 1 << EXACT_BITS);
+        assert_ne!(class_of((2 << 20) - 512), class_of((2 << 20) - 1024));
+        assert_eq!(class_of(4 << 20), (1 << EXACT_BITS) + (1 << SUB_BITS));
     }
 
     /// xorshift64*.
@@ -286,40 +345,46 @@ mod tests {
     #[test]
     fn agrees_with_an_ordered_map() {
         let mut state = 0x9E37_79B9_7F4A_7C15;
+        let mut arena = Arena::default();
         let mut index = SizeIndex::default();
         let mut model: BTreeMap<(u64, DevPtr), u32> = BTreeMap::new();
-        for step in 0..40_000u32 {
+        for _ in 0..40_000u32 {
             let r = rng(&mut state);
-            let size = match r % 5 {
+            let size = match r % 6 {
                 0 => 512 * (1 + r % 8),
                 1 => 512 * (1 + (r >> 8) % 4096),
                 2 => (1 + (r >> 8) % (1 << 30)) * 512,
                 3 => (r >> 4) | 1,
+                4 => (4 << 20) + 512 * ((r >> 8) % 64),
                 _ => u64::MAX - (r >> 40),
             };
             let ptr = (rng(&mut state) % 64) << 9;
             if model.contains_key(&(size, ptr)) || rng(&mut state) % 3 == 0 {
                 if let Some((&(s, p), &i)) = model.iter().nth((r % 7) as usize) {
-                    assert_eq!(index.remove(s, p), Some(i));
+                    assert!(index.contains(&arena, i));
+                    assert_eq!(key(&arena, i), (s, p));
+                    index.remove(&mut arena, i);
+                    assert!(!index.contains(&arena, i));
+                    arena.remove(i);
                     model.remove(&(s, p));
                 }
             } else {
-                index.insert(size, ptr, step);
-                model.insert((size, ptr), step);
+                let node = Node::new(ptr, size, 0, PoolKind::Large, NodeState::Free);
+                let i = arena.insert(node);
+                index.insert(&mut arena, i);
+                model.insert((size, ptr), i);
             }
             assert_eq!(index.len(), model.len());
             let probe = rng(&mut state) >> (r % 64);
             let want: Vec<u32> = model.range((probe, 0)..).map(|(_, &i)| i).take(3).collect();
-            let got: Vec<u32> = index.at_least(probe).take(3).collect();
+            let got: Vec<u32> = index.at_least(&arena, probe).take(3).collect();
             assert_eq!(got, want, "at_least({probe})");
             assert_eq!(
-                index.last_size(),
+                index.last_size(&arena),
                 model.last_key_value().map(|((s, _), _)| *s)
             );
-            assert_eq!(index.get(size, ptr), model.get(&(size, ptr)).copied());
         }
         let all: Vec<u32> = model.values().copied().collect();
-        assert_eq!(index.iter().collect::<Vec<_>>(), all);
-        assert_eq!(index.remove(1, 1), None);
+        assert_eq!(index.iter(&arena).collect::<Vec<_>>(), all);
     }
 }

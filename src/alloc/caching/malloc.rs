@@ -110,7 +110,7 @@ impl CachingAllocator {
             self.gc_searches[pool.index()] += 1;
         }
         let index = &self.streams.slots[slot].pools[pool.index()].by_size;
-        let mut range = index.at_least(size);
+        let mut range = index.at_least(&self.arena, size);
         let mut best = range.next()?;
         if self.arena[best].is_expandable() {
             if self.config.expandable_segments {
@@ -170,7 +170,7 @@ impl CachingAllocator {
         let pool = self.arena[i].pool;
         let block = if split {
             let rest = &self.arena[i];
-            let mut front = Node::new(rest.ptr, size, rest.stream, pool, NodeState::Free);
+            let mut front = Node::new(rest.ptr, size, rest.slot, pool, NodeState::Free);
             front.prev = rest.prev;
             front.next = i;
             front.expandable = rest.expandable;
@@ -207,7 +207,8 @@ impl CachingAllocator {
         let n = &mut self.arena[block];
         n.state = NodeState::Allocated;
         n.requested = orig_bytes;
-        let (ptr, bsize, stream) = (n.ptr, n.size, n.stream);
+        let (ptr, bsize, slot) = (n.ptr, n.size, n.slot);
+        let stream = self.streams.stream(slot);
         self.allocated.insert(ptr, block);
         let s = &mut self.stats;
         s.allocation.increase(pool, 1);
@@ -319,9 +320,13 @@ impl CachingAllocator {
         };
         let size = req.alloc_size;
         self.held_bytes += size;
-        let i = self
-            .arena
-            .insert(Node::new(ptr, size, req.stream, req.pool, NodeState::Free));
+        let i = self.arena.insert(Node::new(
+            ptr,
+            size,
+            req.slot as u32,
+            req.pool,
+            NodeState::Free,
+        ));
         self.stats.segment.increase(req.pool, 1);
         self.stats.reserved_bytes.increase(req.pool, size);
         if size >= self.max_split_bytes {
@@ -338,7 +343,7 @@ impl CachingAllocator {
         dev: &mut dyn CachingDevice,
         ptr: DevPtr,
     ) -> Result<(), AllocError> {
-        let i = self.allocated.remove(&ptr).ok_or_else(|| {
+        let i = self.allocated.remove(ptr).ok_or_else(|| {
             AllocError::Invalid(format!(
                 "free of {ptr:#x}, which is not live in the caching allocator"
             ))
@@ -350,7 +355,7 @@ impl CachingAllocator {
         if size >= self.max_split_bytes {
             self.stats.oversize_allocations.decrease(1);
         }
-        if self.arena[i].stream_uses.is_empty() {
+        if !self.arena[i].has_uses {
             self.free_block(i);
             Ok(())
         } else {
@@ -359,21 +364,26 @@ impl CachingAllocator {
     }
 
     /// Puts a free block into its pool's index.
+    #[inline]
     pub(super) fn cache(&mut self, i: u32) {
         let n = &mut self.arena[i];
         n.gc_base = self.gc_searches[n.pool.index()];
-        let (ptr, size, stream, pool) = (n.ptr, n.size, n.stream, n.pool);
+        let (slot, pool) = (n.slot, n.pool);
         self.streams
-            .index(stream, pool)
+            .at(slot, pool)
             .by_size
-            .insert(size, ptr, i);
+            .insert(&mut self.arena, i);
     }
 
     /// Takes a free block out of its pool's index.
+    #[inline]
     pub(super) fn uncache(&mut self, i: u32) {
         let n = &self.arena[i];
-        let (ptr, size, stream, pool) = (n.ptr, n.size, n.stream, n.pool);
-        self.streams.index(stream, pool).by_size.remove(size, ptr);
+        let (slot, pool) = (n.slot, n.pool);
+        self.streams
+            .at(slot, pool)
+            .by_size
+            .remove(&mut self.arena, i);
     }
 }
 

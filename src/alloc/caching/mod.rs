@@ -19,6 +19,7 @@ mod config;
 mod events;
 mod expandable;
 mod free_index;
+mod live;
 mod malloc;
 mod release;
 mod sizes;
@@ -39,10 +40,10 @@ use crate::alloc::{AllocError, AllocStats, Allocator, Block};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, StreamId};
 
-use crate::alloc::ptr_map::PtrMap;
 use arena::{Arena, StreamSlots};
 use events::PendingFrees;
 use expandable::ExpandableSegment;
+use live::LiveTable;
 
 /// The caching allocator. Build it with `CachingAllocator::new` (or `AllocatorSpec::Caching`).
 pub struct CachingAllocator {
@@ -55,7 +56,7 @@ pub struct CachingAllocator {
     arena: Arena,
     streams: StreamSlots,
     /// Live allocations by address (PyTorch's `allocated_blocks`).
-    allocated: PtrMap<u32>,
+    allocated: LiveTable,
     pending: PendingFrees,
     /// Expandable segments by index; `None` once released.
     segments: Vec<Option<ExpandableSegment>>,
@@ -96,7 +97,7 @@ impl CachingAllocator {
             config,
             arena: Arena::default(),
             streams: StreamSlots::default(),
-            allocated: PtrMap::default(),
+            allocated: LiveTable::default(),
             pending: PendingFrees::default(),
             segments: Vec::new(),
             stats: MemoryStats::default(),
@@ -147,7 +148,7 @@ impl CachingAllocator {
         self.streams
             .slots
             .iter()
-            .filter_map(|s| s.pools[pool.index()].by_size.last_size())
+            .filter_map(|s| s.pools[pool.index()].by_size.last_size(&self.arena))
             .max()
             .unwrap_or(0)
     }
@@ -188,14 +189,13 @@ impl Allocator for CachingAllocator {
         ptr: DevPtr,
         stream: StreamId,
     ) -> Result<(), AllocError> {
-        let idx = *self.allocated.get(&ptr).ok_or_else(|| {
+        let idx = self.allocated.get(ptr).ok_or_else(|| {
             AllocError::Invalid(format!(
                 "record_stream on {ptr:#x}, which is not live in the caching allocator"
             ))
         })?;
-        let node = &mut self.arena[idx];
-        if stream != node.stream && !node.stream_uses.contains(&stream) {
-            node.stream_uses.push(stream);
+        if stream != self.streams.stream(self.arena[idx].slot) {
+            self.arena.add_use(idx, stream);
         }
         Ok(())
     }

@@ -13,9 +13,10 @@ use super::sizes::PoolKind;
 impl CachingAllocator {
     /// `free_block`: a block no stream uses any more rejoins the cache, merged with free
     /// neighbours in its segment.
+    #[inline]
     pub(super) fn free_block(&mut self, i: u32) {
         let n = &self.arena[i];
-        debug_assert!(n.event_count == 0 && n.stream_uses.is_empty());
+        debug_assert!(n.event_count == 0 && !n.has_uses);
         let (pool, size, requested, prev, next) = (n.pool, n.size, n.requested, n.prev, n.next);
         let expandable = n.is_expandable();
         self.arena[i].state = NodeState::Free;
@@ -48,6 +49,7 @@ impl CachingAllocator {
 
     /// `try_merge_blocks`: `src` (a neighbour of `dst`) is absorbed if it is in the same state
     /// (both free, or both unmapped). Returns the bytes absorbed (0: no merge).
+    #[inline]
     pub(super) fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
         if src == NIL {
             return 0;
@@ -57,13 +59,13 @@ impl CachingAllocator {
             _ => NodeState::Free,
         };
         let s = &self.arena[src];
-        if s.state != want || !s.stream_uses.is_empty() || s.event_count > 0 {
+        if s.state != want || s.has_uses || s.event_count > 0 {
             return 0;
         }
         let (s_ptr, s_size, s_prev, s_next) = (s.ptr, s.size, s.prev, s.next);
         if want == NodeState::Unmapped {
-            let (stream, pool) = (s.stream, s.pool);
-            self.streams.index(stream, pool).unmapped.remove(&s_ptr);
+            let (slot, pool) = (s.slot, s.pool);
+            self.streams.at(slot, pool).unmapped.remove(&s_ptr);
         } else {
             self.uncache(src);
         }
@@ -134,7 +136,9 @@ impl CachingAllocator {
         }
         let key = req.size.max(self.max_split_bytes);
         let by_size = &self.streams.slots[req.slot].pools[req.pool.index()].by_size;
-        let one = by_size.at_least(key).find(|&i| self.releasable(i));
+        let one = by_size
+            .at_least(&self.arena, key)
+            .find(|&i| self.releasable(i));
         if let Some(i) = one {
             let size = self.release_block(dev, i)?;
             req.steps.push(RetryStep::said(format!(
@@ -142,8 +146,9 @@ impl CachingAllocator {
             )));
             return Ok(true);
         }
+        let by_size = &self.streams.slots[req.slot].pools[req.pool.index()].by_size;
         let mut largest_first: Vec<u32> = by_size
-            .at_least(self.max_split_bytes)
+            .at_least(&self.arena, self.max_split_bytes)
             .filter(|&i| self.releasable(i))
             .collect();
         largest_first.reverse();
@@ -198,7 +203,10 @@ impl CachingAllocator {
         let mut whole = Vec::new();
         let mut to_unmap = Vec::new();
         for slot in self.streams.ordered() {
-            for i in self.streams.slots[slot].pools[pool.index()].by_size.iter() {
+            for i in self.streams.slots[slot].pools[pool.index()]
+                .by_size
+                .iter(&self.arena)
+            {
                 if self.arena[i].is_expandable() {
                     to_unmap.push(i);
                 } else if !self.arena[i].is_split() {
@@ -244,7 +252,7 @@ impl CachingAllocator {
         for slot in self.streams.ordered() {
             for i in self.streams.slots[slot].pools[PoolKind::Large.index()]
                 .by_size
-                .iter()
+                .iter(&self.arena)
             {
                 if self.releasable(i) {
                     freeable.push((i, searches - self.arena[i].gc_base));
@@ -291,12 +299,12 @@ impl CachingAllocator {
             }
         };
         note(dev.synchronize().map_err(AllocError::Device));
-        let mut live: Vec<_> = self.allocated.keys().copied().collect();
+        let mut live: Vec<_> = self.allocated.keys().collect();
         live.sort_unstable();
         for ptr in live {
             // Every stream has finished (synchronized above): uses on other streams are over.
-            if let Some(&i) = self.allocated.get(&ptr) {
-                self.arena[i].stream_uses.clear();
+            if let Some(i) = self.allocated.get(ptr) {
+                self.arena.clear_uses(i);
             }
             note(self.free_ptr(dev, ptr));
         }

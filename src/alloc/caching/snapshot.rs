@@ -80,7 +80,7 @@ impl CachingAllocator {
             let mut seg = SegmentSnapshot {
                 address: n.ptr,
                 total_size_bytes: 0,
-                stream: n.stream,
+                stream: self.streams.stream(n.slot),
                 pool: n.pool,
                 expandable: n.is_expandable(),
                 blocks: Vec::new(),
@@ -139,12 +139,16 @@ impl CachingAllocator {
             }
             let index = self
                 .streams
-                .find(n.stream)
-                .map(|s| &self.streams.slots[s].pools[n.pool.index()])
-                .ok_or_else(|| format!("{here}: its stream has no pools"))?;
+                .slots
+                .get(n.slot as usize)
+                .map(|s| &s.pools[n.pool.index()])
+                .ok_or_else(|| format!("{here}: its stream slot has no pools"))?;
+            if n.has_uses == self.arena.uses(i).is_empty() {
+                return Err(format!("{here}: its use flag disagrees with its use list"));
+            }
             match n.state {
                 NodeState::Free => {
-                    if index.by_size.get(n.size, n.ptr) != Some(i) {
+                    if !index.by_size.contains(&self.arena, i) {
                         return Err(format!("{here}: free but not in its pool's index"));
                     }
                     indexed += 1;
@@ -160,7 +164,7 @@ impl CachingAllocator {
                     indexed += 1;
                 }
                 NodeState::Allocated => {
-                    if self.allocated.get(&n.ptr) != Some(&i) {
+                    if self.allocated.get(n.ptr) != Some(i) {
                         return Err(format!("{here}: allocated but not in the live table"));
                     }
                     allocated += n.size;
@@ -180,7 +184,7 @@ impl CachingAllocator {
                 let seg = self.segments[n.expandable as usize]
                     .as_ref()
                     .ok_or_else(|| format!("{here}: its expandable segment was released"))?;
-                if seg.stream != n.stream
+                if seg.stream != self.streams.stream(n.slot)
                     || seg.pool != n.pool
                     || n.ptr < seg.base
                     || n.end() > seg.base + seg.size
