@@ -184,6 +184,19 @@ impl WorkloadFile {
         expand::expand(self.parsed.clone(), &self.path, total_bytes, self.rank)
     }
 
+    /// `expand` with every action made and checked, none counted (`expand::forward`): what
+    /// `expand` must agree with exactly, for tests.
+    #[doc(hidden)]
+    pub fn expand_every_action(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        expand::expand_with(
+            self.parsed.clone(),
+            &self.path,
+            total_bytes,
+            self.rank,
+            false,
+        )
+    }
+
     /// The smallest CUDA-visible total the file states it fits on (`[workload]
     /// min_total_bytes`).
     pub fn min_total_bytes(&self) -> Option<u64> {
