@@ -116,6 +116,8 @@ struct Tally {
     /// Texts explained, and long-step runs on the simulator.
     explained: u64,
     runs: u64,
+    /// Time in each kind of case: loads, explains, runs.
+    took: [Duration; 3],
 }
 
 impl Tally {
@@ -132,6 +134,7 @@ impl Tally {
             self.actions += n as u64;
         }
         self.slowest = self.slowest.max(o.elapsed);
+        self.took[0] += o.elapsed;
         self.most_heap = self.most_heap.max(o.heap_bytes);
     }
 }
@@ -184,8 +187,14 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
                 t.cases += 1;
                 t.slowest = t.slowest.max(took);
                 match e {
-                    kinds::Extra::Explain(_) => t.explained += 1,
-                    kinds::Extra::Run { .. } => t.runs += 1,
+                    kinds::Extra::Explain(_) => {
+                        t.explained += 1;
+                        t.took[1] += took;
+                    }
+                    kinds::Extra::Run { .. } => {
+                        t.runs += 1;
+                        t.took[2] += took;
+                    }
                 }
                 return Ok(());
             }
@@ -203,7 +212,7 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let peak_rss = meter::peak_rss_bytes();
     println!(
         "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions), refused {} parsing, {} checking, {} for the device; \
-         slowest case {:.0} ms, most heap in one case {} MiB, peak RSS {} MiB",
+         slowest case {:.0} ms, most heap in one case {} MiB, peak RSS {} MiB; time in loads {:.1} s, explains {:.1} s, runs {:.1} s",
         t.cases,
         start.elapsed().as_secs_f64(),
         t.explained,
@@ -216,6 +225,9 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
         t.slowest.as_secs_f64() * 1e3,
         t.most_heap >> 20,
         peak_rss >> 20,
+        t.took[0].as_secs_f64(),
+        t.took[1].as_secs_f64(),
+        t.took[2].as_secs_f64(),
     );
     if let Err(e) = result {
         panic!("{e}");

@@ -236,3 +236,39 @@ fn more_names_live_at_once_than_the_bound_are_refused() {
     );
     assert!(refusal(&s).contains("more than the 1000000"), "{s:?}");
 }
+
+#[test]
+fn a_device_expansion_after_the_check_is_the_walk_for_that_device() {
+    use crate::workload::WorkloadFile;
+    let texts = [
+        // Absolute sizes: the check's walk is reused, for a device that holds 3 GiB or not.
+        "{ op = \"allocate\", name = \"a\", size = \"3GiB\" },\n{ op = \"touch\", name = \"a\" },\n{ op = \"free\", name = \"a\" },",
+        // A share of the device, and a fill: walked again for the device.
+        "{ op = \"allocate\", name = \"a\", size = \"40% of total\" },\n{ op = \"free\", name = \"a\" },",
+        "{ op = \"allocate\", name = \"f\", size = \"1GiB\", count = \"fill\" },\n{ op = \"free\", name = \"f\" },",
+    ];
+    for steps in texts {
+        let text = format!(
+            "[workload]\nname = \"f\"\n[settings]\nallow_oom = true\n[[phase]]\nname = \"p\"\nsteps = [\n{steps}\n]\n"
+        );
+        for total in [2 * GIB, 4 * GIB] {
+            let path = Path::new("f.toml");
+            let checked = WorkloadFile::from_text(&text, path, Rank::SINGLE).unwrap();
+            checked.check().unwrap();
+            let fresh = WorkloadFile::from_text(&text, path, Rank::SINGLE).unwrap();
+            let view = |w: Result<crate::workload::Workload, _>| {
+                w.map(|w| {
+                    let actions: Vec<_> =
+                        w.actions().map(|(pi, p)| (pi, p.label, p.action)).collect();
+                    (w.facts.clone(), w.planned_peak_bytes(), actions)
+                })
+                .map_err(|e: crate::workload::parse::WorkloadError| e.to_string())
+            };
+            assert_eq!(
+                view(checked.expand(total)),
+                view(fresh.expand(total)),
+                "{text} on {total}"
+            );
+        }
+    }
+}

@@ -278,7 +278,7 @@ impl Emitter<'_, '_, '_> {
             } else {
                 crate::workload::member_name(name, i)
             };
-            let bytes = size.resolve(self.names.total_bytes);
+            let bytes = self.names.bytes(size);
             // The same checks (and live set) as a plain allocation.
             self.names.check(
                 &self.place,

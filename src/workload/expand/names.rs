@@ -46,6 +46,14 @@ pub(super) struct Names<'a> {
     /// Whether periods shown to repeat exactly are counted instead of walked (`forward`; the
     /// check's walk only: a run makes every action).
     pub(super) fast_forward: bool,
+    /// Whether a size or bound so far depended on the device's total (a share of it, a
+    /// `count = "fill"`): if none did, a walk for another total differs only in which
+    /// allocations exceed it.
+    pub(super) by_total: std::cell::Cell<bool>,
+    /// The largest single allocation so far.
+    pub(super) largest: u64,
+    /// Whether this is the check's walk, whose taker gathers `Facts` (and reads few labels).
+    pub(super) check_walk: bool,
     /// The `[expect] oom` step the check looks for, and the phase being walked: a label
     /// counted but not made may be it.
     pub(super) oom_at: Option<&'a str>,
@@ -55,6 +63,14 @@ pub(super) struct Names<'a> {
 }
 
 impl Names<'_> {
+    /// The bytes of `size` on this device (noting whether they depend on its total).
+    pub(super) fn bytes(&self, size: &crate::units::SizeSpec) -> u64 {
+        if matches!(size, crate::units::SizeSpec::PercentOfTotal(_)) {
+            self.by_total.set(true);
+        }
+        size.resolve(self.total_bytes)
+    }
+
     /// Actions `first..=last` of the step labelled `label` were counted, not made: notes
     /// whether the `[expect] oom` step names one of them.
     pub(super) fn skipped(&mut self, label: &str, first: u64, last: u64) {
@@ -149,6 +165,7 @@ impl Names<'_> {
                 if *bytes == 0 {
                     return Err(self.err(place, "size must be above zero"));
                 }
+                self.largest = self.largest.max(*bytes);
                 if *bytes > self.total_bytes {
                     return Err(self.err(
                         place,
@@ -193,6 +210,7 @@ impl Names<'_> {
                 self.graphs.freed_outside(name);
             }
             Action::FillDevice { name, bytes, .. } => {
+                self.by_total.set(true);
                 check_name(self, place, name)?;
                 if *bytes == 0 {
                     return Err(self.err(place, "size must be above zero"));

@@ -15,14 +15,14 @@ impl Emitter<'_, '_, '_> {
                 tensors,
                 touch,
             } => {
-                if *tensors == 0 || total.resolve(self.names.total_bytes) < *tensors as u64 {
+                if *tensors == 0 || self.names.bytes(total) < *tensors as u64 {
                     return Err(self.err(
                         "weights needs tensors ≥ 1 and a total of at least one byte per tensor",
                     ));
                 }
                 self.multi = true;
-                let each = total.resolve(self.names.total_bytes) / *tensors as u64;
-                let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
+                let each = self.names.bytes(total) / *tensors as u64;
+                let last = self.names.bytes(total) - each * (*tensors as u64 - 1);
                 for i in 0..*tensors {
                     let n = crate::workload::member_name(name, i);
                     let bytes = if i + 1 == *tensors { last } else { each };
@@ -53,7 +53,6 @@ impl Emitter<'_, '_, '_> {
                     return Err(self.err("layers must be at least 1"));
                 }
                 self.multi = true;
-                let total = self.names.total_bytes;
                 let alloc = |n: String, bytes: u64| Action::Allocate {
                     name: n,
                     bytes,
@@ -64,7 +63,8 @@ impl Emitter<'_, '_, '_> {
                 let scratch_n = format!("{name}.scratch");
                 let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
                     if let Some(s) = scratch {
-                        e.push(alloc(scratch_n.clone(), s.resolve(total)))?;
+                        let bytes = e.names.bytes(s);
+                        e.push(alloc(scratch_n.clone(), bytes))?;
                     }
                     if layer_time.0 > 0 {
                         e.push(Action::Sleep {
@@ -101,7 +101,8 @@ impl Emitter<'_, '_, '_> {
                         }
                         i += k as u32;
                     }
-                    self.push(alloc(layer_n(i), size.resolve(total)))?;
+                    let bytes = self.names.bytes(size);
+                    self.push(alloc(layer_n(i), bytes))?;
                     layer_body(self)?;
                     if *mode == ActivationMode::Inference && i > 0 {
                         self.push(Action::Free {
@@ -150,7 +151,7 @@ impl Emitter<'_, '_, '_> {
                     }
                     self.push(Action::Allocate {
                         name: name.clone(),
-                        bytes: size.resolve(self.names.total_bytes),
+                        bytes: self.names.bytes(size),
                         via: *via,
                         stream: "main".into(),
                     })?;

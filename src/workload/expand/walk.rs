@@ -35,6 +35,9 @@ impl<'w> Expander<'w> {
                 idle_steps: 0,
                 halted: false,
                 fast_forward: false,
+                by_total: Default::default(),
+                largest: 0,
+                check_walk: false,
                 oom_at: None,
                 phase: "",
                 oom_at_skipped: false,
@@ -54,6 +57,7 @@ impl<'w> Expander<'w> {
     ) -> Self {
         let mut ex = Expander::new(file, path, total_bytes, rank);
         ex.names.fast_forward = true;
+        ex.names.check_walk = true;
         ex.names.oom_at = oom_at;
         ex
     }
@@ -167,5 +171,6 @@ pub fn expand_with(
         expect: f.expect.clone(),
         facts: facts.finish(),
         source: source.clone(),
+        any_total: (!ex.names.by_total.get()).then_some(ex.names.largest),
     })
 }
