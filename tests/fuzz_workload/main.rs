@@ -1,7 +1,7 @@
 //! Fuzzing the workload parser and expander: whole generated workload files and mutated
 //! shipped ones, each loaded as `headroom run` loads a workload. Every case must give a
 //! workload or an error that names the file; a panic, a case over 10 s of CPU time (30 s in a
-//! debug build) or unfinished after 60 s of wall time (180 s), heap over 1 GiB or resident
+//! debug build) or unfinished after 300 s of wall time (900 s), heap over 1 GiB or resident
 //! memory over 1.25 GiB fails the run.
 //!
 //! `cargo test --test fuzz_workload` runs `SMOKE_CASES` cases from a fixed seed (CI does, as
