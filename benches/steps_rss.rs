@@ -1,11 +1,11 @@
-//! Peak memory of a run against its number of steps: `headroom run` of 10^5 and 10^6 steps (an
+//! Peak memory of a run against its number of steps: `headroom run` of 10^5, 10^6 and 10^7 steps (an
 //! allocation touched over and over, on the simulated device), each reported with its wall time
 //! and the child's peak resident set size (from `wait4`). The run makes its actions as it goes,
 //! so the peak must not grow with the steps: it fails when any run takes 100 MB or more.
 //!
-//! `cargo bench --bench steps_rss`; `RSS_STEPS=N,M` for other counts (10^7 where the action
-//! bound allows it). Under
-//! `cargo test` (no `--bench` argument) it runs 10^4 steps, to check that it works.
+//! `cargo bench --bench steps_rss`; `RSS_STEPS=N,M` for other counts (10^7 is the action
+//! bound). Under `cargo test` (no `--bench` argument) it runs 10^4 steps, to check that it
+//! works.
 
 use std::path::Path;
 use std::process::Command;
@@ -66,7 +66,7 @@ fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
     let sizes: Vec<u64> = if benching {
         std::env::var("RSS_STEPS")
-            .unwrap_or_else(|_| "100000,1000000".into())
+            .unwrap_or_else(|_| "100000,1000000,10000000".into())
             .split(',')
             .map(|n| {
                 n.trim()

@@ -52,7 +52,7 @@ steps = [
   { op = "repeat", times = 4294967295, steps = [{ op = "touch", name = "w" }] },
 ]
 "#,
-        "4294967296 actions (4294967295 rounds of 1), more than the 1000000",
+        "4294967296 actions (4294967295 rounds of 1), more than the 10000000",
     );
 }
 
@@ -103,8 +103,16 @@ fn run_command(wl: &std::path::Path, out_dir: &std::path::Path) -> Command {
 #[test]
 fn a_signal_while_a_workload_loads_ends_the_process_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    // Close to the bound: expanding it takes a while (about a second in a debug build).
-    let wl = million_steps(dir.path(), "slow");
+    // A step of close to a million allocations: checking it takes a while (about a second
+    // in a debug build; a repeat of identical rounds would not, its rounds are counted).
+    let wl = workload(
+        dir.path(),
+        "slow",
+        r#"[[phase]]
+name = "p"
+steps = [{ op = "allocate", name = "w", size = "512B", count = 999990 }]
+"#,
+    );
     let out_dir = dir.path().join("out");
     let mut child = run_command(&wl, &out_dir)
         .stderr(Stdio::null())

@@ -46,6 +46,10 @@ pub struct Workload {
     /// The parsed file, to expand again as the run goes.
     #[serde(skip)]
     source: std::sync::Arc<Source>,
+    /// When no size or bound depended on the device's total: the largest single allocation
+    /// (the walk for any total at least this large is this one).
+    #[serde(skip)]
+    any_total: Option<u64>,
 }
 
 /// A parsed file with what its expansion was resolved against.
@@ -148,6 +152,9 @@ pub struct WorkloadFile {
     parsed: parse::FileWorkload,
     /// The rank it was read for (`{rank}` replaced; `comm` sizes by the rank count).
     rank: Rank,
+    /// What `check` found, kept when no size or bound depended on the device's total, so
+    /// that `expand` for a device that holds its largest allocation need not walk it again.
+    checked: std::sync::OnceLock<Workload>,
 }
 
 impl WorkloadFile {
@@ -175,13 +182,33 @@ impl WorkloadFile {
             path: path.to_path_buf(),
             parsed: parse::parse(&rank.substitute(text), path)?,
             rank,
+            checked: std::sync::OnceLock::new(),
         })
     }
 
     /// The workload for a device of `total_bytes` (CUDA-visible): every action expanded and
     /// checked, no single allocation above the total.
     pub fn expand(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        if let Some(w) = self.checked.get()
+            && w.any_total.is_some_and(|largest| largest <= total_bytes)
+        {
+            // The walk `check` made is the one for this total: only the total differs.
+            return Ok(w.for_total(total_bytes));
+        }
         expand::expand(self.parsed.clone(), &self.path, total_bytes, self.rank)
+    }
+
+    /// `expand` with every action made and checked, none counted (`expand::forward`): what
+    /// `expand` must agree with exactly, for tests.
+    #[doc(hidden)]
+    pub fn expand_every_action(&self, total_bytes: u64) -> Result<Workload, parse::WorkloadError> {
+        expand::expand_with(
+            self.parsed.clone(),
+            &self.path,
+            total_bytes,
+            self.rank,
+            false,
+        )
     }
 
     /// The smallest CUDA-visible total the file states it fits on (`[workload]
@@ -193,7 +220,11 @@ impl WorkloadFile {
     /// Everything that can be checked before a device is known (an expansion against an
     /// unbounded device), so a bad file is refused before any GPU is touched.
     pub fn check(&self) -> Result<(), parse::WorkloadError> {
-        self.expand(u64::MAX).map(|_| ())
+        let w = expand::expand(self.parsed.clone(), &self.path, u64::MAX, self.rank)?;
+        if w.any_total.is_some() {
+            let _ = self.checked.set(w);
+        }
+        Ok(())
     }
 }
 
@@ -258,6 +289,21 @@ impl Workload {
             .expect("the workload expanded once already");
         }
         u64::try_from(peak).unwrap_or(u64::MAX)
+    }
+
+    /// This workload for a device of `total_bytes`, when its walk did not depend on the total
+    /// (`any_total`).
+    fn for_total(&self, total_bytes: u64) -> Workload {
+        let s = &self.source;
+        Workload {
+            source: std::sync::Arc::new(Source {
+                file: s.file.clone(),
+                path: s.path.clone(),
+                total_bytes,
+                rank: s.rank,
+            }),
+            ..self.clone()
+        }
     }
 
     /// The actions again, phase by phase, as they are made: a run holds only the one it runs.

@@ -1,7 +1,8 @@
 //! Fuzzing the workload parser and expander: whole generated workload files and mutated
 //! shipped ones, each loaded as `headroom run` loads a workload. Every case must give a
-//! workload or an error that names the file; a panic, a case over 10 s (30 s in a debug build),
-//! heap over 1 GiB or resident memory over 1.25 GiB fails the run.
+//! workload or an error that names the file; a panic, a case over 10 s of CPU time (30 s in a
+//! debug build) or unfinished after 300 s of wall time (900 s), heap over 1 GiB or resident
+//! memory over 1.25 GiB fails the run.
 //!
 //! `cargo test --test fuzz_workload` runs `SMOKE_CASES` cases from a fixed seed (CI does, as
 //! part of `cargo test --all-targets`). For a longer run:
@@ -111,11 +112,15 @@ struct Tally {
     /// Refused while parsing, by the check, for the device.
     refused: [u64; 3],
     actions: u64,
+    /// The most CPU time one case took, and the most wall time.
     slowest: Duration,
+    slowest_wall: Duration,
     most_heap: usize,
     /// Texts explained, and long-step runs on the simulator.
     explained: u64,
     runs: u64,
+    /// Time in each kind of case: loads, explains, runs.
+    took: [Duration; 3],
 }
 
 impl Tally {
@@ -131,7 +136,9 @@ impl Tally {
             self.accepted += 1;
             self.actions += n as u64;
         }
-        self.slowest = self.slowest.max(o.elapsed);
+        self.slowest = self.slowest.max(o.cpu);
+        self.slowest_wall = self.slowest_wall.max(o.elapsed);
+        self.took[0] += o.cpu;
         self.most_heap = self.most_heap.max(o.heap_bytes);
     }
 }
@@ -177,15 +184,23 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
         let c = match c {
             AnyCase::Load(c) => c,
             AnyCase::Extra(e) => {
-                let took = oracle::guarded(e.text(), || kinds::check(&e)).map_err(|why| {
-                    TestCaseError::fail(format!("{why}\n--- the case:\n{e:?}\n---"))
-                })?;
+                let (wall, took) =
+                    oracle::guarded(e.text(), || kinds::check(&e)).map_err(|why| {
+                        TestCaseError::fail(format!("{why}\n--- the case:\n{e:?}\n---"))
+                    })?;
                 let mut t = tally.borrow_mut();
                 t.cases += 1;
                 t.slowest = t.slowest.max(took);
+                t.slowest_wall = t.slowest_wall.max(wall);
                 match e {
-                    kinds::Extra::Explain(_) => t.explained += 1,
-                    kinds::Extra::Run { .. } => t.runs += 1,
+                    kinds::Extra::Explain(_) => {
+                        t.explained += 1;
+                        t.took[1] += took;
+                    }
+                    kinds::Extra::Run { .. } => {
+                        t.runs += 1;
+                        t.took[2] += took;
+                    }
                 }
                 return Ok(());
             }
@@ -203,7 +218,7 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let peak_rss = meter::peak_rss_bytes();
     println!(
         "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions), refused {} parsing, {} checking, {} for the device; \
-         slowest case {:.0} ms, most heap in one case {} MiB, peak RSS {} MiB",
+         slowest case {:.0} ms of CPU ({:.0} ms the longest in wall time), most heap in one case {} MiB, peak RSS {} MiB; CPU time in loads {:.1} s, explains {:.1} s, runs {:.1} s",
         t.cases,
         start.elapsed().as_secs_f64(),
         t.explained,
@@ -214,8 +229,12 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
         t.refused[1],
         t.refused[2],
         t.slowest.as_secs_f64() * 1e3,
+        t.slowest_wall.as_secs_f64() * 1e3,
         t.most_heap >> 20,
         peak_rss >> 20,
+        t.took[0].as_secs_f64(),
+        t.took[1].as_secs_f64(),
+        t.took[2].as_secs_f64(),
     );
     if let Err(e) = result {
         panic!("{e}");

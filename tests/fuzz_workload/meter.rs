@@ -5,9 +5,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 
 /// The most heap the test process may hold at once. An accepted workload may expand to
-/// `MAX_ACTIONS` (1,000,000) actions, and one that a check refuses near the end may have
-/// built almost as many before it; the largest such case measured holds about a quarter of
-/// this. A bug that builds without bound (gigabytes) stops here instead of taking the host.
+/// `MAX_ACTIONS` (10,000,000) actions, but the check holds only the names live at once (at
+/// most 1,000,000) and what one step states; the largest such case measured holds about a
+/// quarter of this. A bug that builds without bound (gigabytes) stops here instead of taking
+/// the host.
 pub const HEAP_CAP_BYTES: usize = 1 << 30;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);

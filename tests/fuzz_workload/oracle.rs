@@ -41,6 +41,8 @@ pub struct Outcome {
     /// The refusal, as shown.
     pub error: Option<String>,
     pub elapsed: Duration,
+    /// The CPU time it took (what `watchdog::CASE_LIMIT` bounds).
+    pub cpu: Duration,
     /// Heap bytes the case held at most, above what was live before it.
     pub heap_bytes: usize,
 }
@@ -69,16 +71,21 @@ pub fn quiet_panics() {
 
 /// Runs `f` as one case (`text` is what a hang prints): alone, timed, its heap metered, a
 /// panic caught. `Err` says which rule it broke.
-pub fn guarded(text: &str, f: impl FnOnce() -> Result<(), String>) -> Result<Duration, String> {
+pub fn guarded(
+    text: &str,
+    f: impl FnOnce() -> Result<(), String>,
+) -> Result<(Duration, Duration), String> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let _running = super::watchdog::enter(text);
     super::meter::reset_peak();
     let start = Instant::now();
+    let start_cpu = super::watchdog::cpu_time();
     IN_CASE.set(true);
     let result = catch_unwind(AssertUnwindSafe(f));
     IN_CASE.set(false);
     let elapsed = start.elapsed();
+    let cpu = super::watchdog::cpu_time().saturating_sub(start_cpu);
     match result {
         Ok(r) => r?,
         Err(_) => {
@@ -86,13 +93,19 @@ pub fn guarded(text: &str, f: impl FnOnce() -> Result<(), String>) -> Result<Dur
             return Err(format!("panicked: {}", msg.unwrap_or_default()));
         }
     }
-    if elapsed > super::watchdog::CASE_LIMIT {
+    within_limits(elapsed, cpu)?;
+    Ok((elapsed, cpu))
+}
+
+/// A case's time against the limits: `CASE_LIMIT` of CPU, `WALL_LIMIT` of wall time.
+fn within_limits(elapsed: Duration, cpu: Duration) -> Result<(), String> {
+    use super::watchdog::{CASE_LIMIT, WALL_LIMIT};
+    if cpu > CASE_LIMIT || elapsed > WALL_LIMIT {
         return Err(format!(
-            "took {elapsed:?}, more than {:?}",
-            super::watchdog::CASE_LIMIT
+            "took {cpu:?} of CPU and {elapsed:?} of wall time, more than {CASE_LIMIT:?} or {WALL_LIMIT:?}"
         ));
     }
-    Ok(elapsed)
+    Ok(())
 }
 
 /// Loads the case; `Err` says which rule it broke.
@@ -104,10 +117,12 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
     let before = super::meter::live();
     super::meter::reset_peak();
     let start = Instant::now();
+    let start_cpu = super::watchdog::cpu_time();
     IN_CASE.set(true);
     let result = catch_unwind(AssertUnwindSafe(|| load(case)));
     IN_CASE.set(false);
     let elapsed = start.elapsed();
+    let cpu = super::watchdog::cpu_time().saturating_sub(start_cpu);
     let heap_bytes = super::meter::peak().saturating_sub(before);
     let loaded = match result {
         Ok(r) => r,
@@ -116,12 +131,7 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
             return Err(format!("panicked: {}", msg.unwrap_or_default()));
         }
     };
-    if elapsed > super::watchdog::CASE_LIMIT {
-        return Err(format!(
-            "took {elapsed:?}, more than {:?}",
-            super::watchdog::CASE_LIMIT
-        ));
-    }
+    within_limits(elapsed, cpu)?;
     let mut error = None;
     let (stage, actions) = match loaded {
         Ok(n) => {
@@ -141,13 +151,26 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
         stage,
         error,
         elapsed,
+        cpu,
         heap_bytes,
     };
     if let Ok(path) = std::env::var("HEADROOM_FUZZ_LOG") {
         log(&path, &o);
+        // A slow case's text beside the log, to look at.
+        if o.cpu > Duration::from_millis(500) {
+            let _ = std::fs::write(
+                format!("{path}.slow-{}ms.toml", o.cpu.as_millis()),
+                &case.text,
+            );
+        }
     }
     Ok(o)
 }
+
+/// Accepted workloads of at most this many actions are walked again action by action, which
+/// must agree with the check's (which counts what it shows to repeat instead of walking it,
+/// and reuses its walk for a device when the total changes nothing).
+const WALKED_AGAIN: usize = 10_000;
 
 fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
     let file = WorkloadFile::from_text(&case.text, Path::new(CASE_PATH), case.rank)
@@ -156,7 +179,26 @@ fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
     let w = file
         .expand(case.total_bytes)
         .map_err(|e| (Stage::Device, e))?;
-    Ok(w.phases.iter().map(|p| p.planned as usize).sum())
+    let n = w.phases.iter().map(|p| p.planned as usize).sum();
+    if n <= WALKED_AGAIN {
+        let walked = file
+            .expand_every_action(case.total_bytes)
+            .unwrap_or_else(|e| panic!("walked action by action, the workload is refused: {e}"));
+        let seen = |w: &headroom::workload::Workload| {
+            let phases: Vec<(String, u64)> = w
+                .phases
+                .iter()
+                .map(|p| (p.name.clone(), p.planned))
+                .collect();
+            (phases, w.facts.clone())
+        };
+        assert_eq!(
+            seen(&w),
+            seen(&walked),
+            "the check and a walk of every action differ"
+        );
+    }
+    Ok(n)
 }
 
 /// A refusal names the file (first, as every message of headroom's does) and says something.
@@ -179,9 +221,10 @@ fn check_error(e: &WorkloadError) -> Result<(), String> {
 fn log(path: &str, o: &Outcome) {
     use std::io::Write;
     let line = format!(
-        "{:?}\t{:.1} ms\t{} KiB\t{}\t{}\n",
+        "{:?}\t{:.1} ms\t{:.1} ms CPU\t{} KiB\t{}\t{}\n",
         o.stage,
         o.elapsed.as_secs_f64() * 1e3,
+        o.cpu.as_secs_f64() * 1e3,
         o.heap_bytes >> 10,
         o.actions.map_or(String::new(), |n| n.to_string()),
         o.error.as_deref().unwrap_or_default()

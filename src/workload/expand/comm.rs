@@ -49,7 +49,7 @@ impl Emitter<'_, '_, '_> {
             e.push(a)
         };
         if let Some(b) = base {
-            let bytes = b.resolve(self.names.total_bytes);
+            let bytes = self.names.bytes(b);
             if bytes > 0 {
                 alloc(self, bytes)?;
             }

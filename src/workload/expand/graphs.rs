@@ -28,7 +28,7 @@ enum State {
     Instantiated { auto_free: bool },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct GraphInfo {
     stream: String,
     state: State,
@@ -45,7 +45,7 @@ struct GraphInfo {
     last_stream: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct OpenCapture {
     graph: String,
     stream: String,
@@ -58,7 +58,7 @@ struct OpenCapture {
 }
 
 /// Graphs and graph-allocated names, walked in program order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct GraphBook {
     graphs: BTreeMap<String, GraphInfo>,
     destroyed: BTreeSet<String>,
@@ -73,6 +73,19 @@ pub(super) struct GraphBook {
 }
 
 impl GraphBook {
+    /// Whether a graph allocates, owns or uses a name that `prefix` begins.
+    pub(super) fn touches(&self, prefix: &str) -> bool {
+        fn any<V>(m: &BTreeMap<String, V>, prefix: &str) -> bool {
+            m.range(prefix.to_string()..)
+                .next()
+                .is_some_and(|(k, _)| k.starts_with(prefix))
+        }
+        self.capture.is_some()
+            || any(&self.pending, prefix)
+            || any(&self.owners, prefix)
+            || any(&self.users, prefix)
+    }
+
     pub(super) fn capturing(&self) -> bool {
         self.capture.is_some()
     }
@@ -265,7 +278,7 @@ impl Emitter<'_, '_, '_> {
             } else {
                 crate::workload::member_name(name, i)
             };
-            let bytes = size.resolve(self.names.total_bytes);
+            let bytes = self.names.bytes(size);
             // The same checks (and live set) as a plain allocation.
             self.names.check(
                 &self.place,

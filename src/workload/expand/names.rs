@@ -11,7 +11,11 @@ use crate::workload::rank::Rank;
 
 use super::{Action, graphs};
 
-#[derive(Debug, Clone)]
+/// The most allocations live at once, the names the check and the run hold (what a step
+/// states is bounded apart from the run's length, so is what all of them hold together).
+pub const MAX_LIVE_NAMES: u64 = super::MAX_STEP_ACTIONS;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct LiveName {
     pub(super) bytes: u64,
     pub(super) filled: bool,
@@ -39,9 +43,51 @@ pub(super) struct Names<'a> {
     pub(super) idle_steps: u64,
     /// The taker of the actions declined one: the error that unwinds is not the workload's.
     pub(super) halted: bool,
+    /// Whether periods shown to repeat exactly are counted instead of walked (`forward`; the
+    /// check's walk only: a run makes every action).
+    pub(super) fast_forward: bool,
+    /// Whether a size or bound so far depended on the device's total (a share of it, a
+    /// `count = "fill"`): if none did, a walk for another total differs only in which
+    /// allocations exceed it.
+    pub(super) by_total: std::cell::Cell<bool>,
+    /// The largest single allocation so far.
+    pub(super) largest: u64,
+    /// Whether this is the check's walk, whose taker gathers `Facts` (and reads few labels).
+    pub(super) check_walk: bool,
+    /// The `[expect] oom` step the check looks for, and the phase being walked: a label
+    /// counted but not made may be it.
+    pub(super) oom_at: Option<&'a str>,
+    pub(super) phase: &'a str,
+    /// Whether `oom_at` names an action counted but not made.
+    pub(super) oom_at_skipped: bool,
 }
 
 impl Names<'_> {
+    /// The bytes of `size` on this device (noting whether they depend on its total).
+    pub(super) fn bytes(&self, size: &crate::units::SizeSpec) -> u64 {
+        if matches!(size, crate::units::SizeSpec::PercentOfTotal(_)) {
+            self.by_total.set(true);
+        }
+        size.resolve(self.total_bytes)
+    }
+
+    /// Actions `first..=last` of the step labelled `label` were counted, not made: notes
+    /// whether the `[expect] oom` step names one of them.
+    pub(super) fn skipped(&mut self, label: &str, first: u64, last: u64) {
+        let Some(at) = self.oom_at else {
+            return;
+        };
+        let index = at
+            .strip_prefix(self.phase)
+            .and_then(|r| r.strip_prefix('/'))
+            .and_then(|r| r.strip_prefix(label))
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.parse::<u64>().ok().filter(|i| i.to_string() == r));
+        if index.is_some_and(|i| (first..=last).contains(&i)) {
+            self.oom_at_skipped = true;
+        }
+    }
+
     pub(super) fn err(&self, place: &str, msg: impl Into<String>) -> WorkloadError {
         WorkloadError::new(self.file, place, msg)
     }
@@ -119,6 +165,7 @@ impl Names<'_> {
                 if *bytes == 0 {
                     return Err(self.err(place, "size must be above zero"));
                 }
+                self.largest = self.largest.max(*bytes);
                 if *bytes > self.total_bytes {
                     return Err(self.err(
                         place,
@@ -139,6 +186,17 @@ impl Names<'_> {
                 if let Some(why) = self.graphs.why_not_live(name) {
                     return Err(self.err(place, format!("{name:?} is taken: {why}")));
                 }
+                if self.live.len() as u64 >= MAX_LIVE_NAMES {
+                    return Err(self.err(
+                        place,
+                        format!(
+                            "{name:?} would be allocation {} live at once, more than the \
+                             {MAX_LIVE_NAMES} headroom tracks (each is held for the whole run): \
+                             free some first",
+                            self.live.len() + 1
+                        ),
+                    ));
+                }
                 self.live.insert(
                     name.clone(),
                     LiveName {
@@ -152,6 +210,7 @@ impl Names<'_> {
                 self.graphs.freed_outside(name);
             }
             Action::FillDevice { name, bytes, .. } => {
+                self.by_total.set(true);
                 check_name(self, place, name)?;
                 if *bytes == 0 {
                     return Err(self.err(place, "size must be above zero"));

@@ -15,14 +15,14 @@ impl Emitter<'_, '_, '_> {
                 tensors,
                 touch,
             } => {
-                if *tensors == 0 || total.resolve(self.names.total_bytes) < *tensors as u64 {
+                if *tensors == 0 || self.names.bytes(total) < *tensors as u64 {
                     return Err(self.err(
                         "weights needs tensors ≥ 1 and a total of at least one byte per tensor",
                     ));
                 }
                 self.multi = true;
-                let each = total.resolve(self.names.total_bytes) / *tensors as u64;
-                let last = total.resolve(self.names.total_bytes) - each * (*tensors as u64 - 1);
+                let each = self.names.bytes(total) / *tensors as u64;
+                let last = self.names.bytes(total) - each * (*tensors as u64 - 1);
                 for i in 0..*tensors {
                     let n = crate::workload::member_name(name, i);
                     let bytes = if i + 1 == *tensors { last } else { each };
@@ -53,7 +53,6 @@ impl Emitter<'_, '_, '_> {
                     return Err(self.err("layers must be at least 1"));
                 }
                 self.multi = true;
-                let total = self.names.total_bytes;
                 let alloc = |n: String, bytes: u64| Action::Allocate {
                     name: n,
                     bytes,
@@ -64,7 +63,8 @@ impl Emitter<'_, '_, '_> {
                 let scratch_n = format!("{name}.scratch");
                 let layer_body = |e: &mut Self| -> Result<(), WorkloadError> {
                     if let Some(s) = scratch {
-                        e.push(alloc(scratch_n.clone(), s.resolve(total)))?;
+                        let bytes = e.names.bytes(s);
+                        e.push(alloc(scratch_n.clone(), bytes))?;
                     }
                     if layer_time.0 > 0 {
                         e.push(Action::Sleep {
@@ -78,14 +78,38 @@ impl Emitter<'_, '_, '_> {
                     }
                     Ok(())
                 };
-                for i in 0..*layers {
-                    self.push(alloc(layer_n(i), size.resolve(total)))?;
+                // Inference holds two layers at most: from the third on, each layer is the
+                // one before it with the index moved on by one, so those before the last are
+                // counted (`forward`) once one has been walked.
+                let shifts = self.names.fast_forward && *mode == ActivationMode::Inference;
+                let last_named = super::forward::largest_index(name.chars().count() + 2);
+                let mut second = None;
+                let mut i = 0;
+                while i < *layers {
+                    if shifts && i == 1 {
+                        second = Some(self.counters());
+                    }
+                    if let (Some(from), 2) = (second, i)
+                        && self.namespace_free(&format!("{name}["), 1)
+                    {
+                        let now = self.counters();
+                        let most = u64::from(*layers - 3).min(last_named.saturating_sub(1));
+                        let k = self.periods_within_bounds(&from, &now, most);
+                        self.count_periods(&from, &now, k);
+                        if let Some(l) = self.names.live.remove(&layer_n(1)) {
+                            self.names.live.insert(layer_n(1 + k as u32), l);
+                        }
+                        i += k as u32;
+                    }
+                    let bytes = self.names.bytes(size);
+                    self.push(alloc(layer_n(i), bytes))?;
                     layer_body(self)?;
                     if *mode == ActivationMode::Inference && i > 0 {
                         self.push(Action::Free {
                             name: layer_n(i - 1),
                         })?;
                     }
+                    i += 1;
                 }
                 match mode {
                     ActivationMode::Train => {
@@ -111,10 +135,23 @@ impl Emitter<'_, '_, '_> {
                     return Err(self.err("repeats must be at least 1"));
                 }
                 self.multi = true;
-                for r in 0..*repeats {
+                // Each repeat leaves the walk as it found it: past the second, those before
+                // the last are counted (`forward`), the first two walked.
+                let mut second = None;
+                let mut r = 0;
+                while r < *repeats {
+                    if self.names.fast_forward && r == 1 {
+                        second = Some(self.counters());
+                    }
+                    if let (Some(from), 2) = (second, r) {
+                        let now = self.counters();
+                        let k = self.periods_within_bounds(&from, &now, u64::from(*repeats - 3));
+                        self.count_periods(&from, &now, k);
+                        r += k as u32;
+                    }
                     self.push(Action::Allocate {
                         name: name.clone(),
-                        bytes: size.resolve(self.names.total_bytes),
+                        bytes: self.names.bytes(size),
                         via: *via,
                         stream: "main".into(),
                     })?;
@@ -132,6 +169,7 @@ impl Emitter<'_, '_, '_> {
                     if gap.0 > 0 && r + 1 < *repeats {
                         self.push(Action::Sleep { duration_ns: gap.0 })?;
                     }
+                    r += 1;
                 }
             }
             Step::Kv {
@@ -190,7 +228,50 @@ impl Emitter<'_, '_, '_> {
         let mut finished = 0u32;
         let mut tick = 0u64;
         let block_name = |r: u32, b: u32| format!("{name}.r{r}[{b}]");
+        // Fast-forward (`forward`): at each arrival, the requests live by how long ago they
+        // arrived and the blocks they hold, with the counters; the same two arrivals running
+        // is a steady period, each later one the same walk with every request moved on by one.
+        let prefix = format!("{name}.r");
+        let mut steady = (self.names.fast_forward && self.namespace_free(&prefix, 0))
+            .then_some(None::<(Vec<(u32, u32)>, super::forward::Counters)>);
+        // Requests past this index have a block name longer than a name may be.
+        let fixed = name.chars().count() + 4 + per_request.saturating_sub(1).to_string().len();
+        let last_named = super::forward::largest_index(fixed);
         while finished < requests {
+            if let Some(seen) = steady.as_mut()
+                && arrived < requests
+                && tick % u64::from(arrive_every) == 0
+            {
+                let now_live: Vec<(u32, u32)> =
+                    live.iter().map(|&(r, h)| (arrived - r, h)).collect();
+                let now = self.counters();
+                match seen.take() {
+                    Some((before, from)) if before == now_live => {
+                        // Arrivals stay ahead (the last is walked) and names stay in length.
+                        let most = u64::from(requests - arrived - 1).min(
+                            last_named
+                                .saturating_add(1)
+                                .saturating_sub(u64::from(arrived)),
+                        );
+                        let k = self.periods_within_bounds(&from, &now, most);
+                        self.count_periods(&from, &now, k);
+                        let k32 = k as u32;
+                        for (r, h) in &mut live {
+                            for b in 0..*h {
+                                if let Some(l) = self.names.live.remove(&block_name(*r, b)) {
+                                    self.names.live.insert(block_name(*r + k32, b), l);
+                                }
+                            }
+                            *r += k32;
+                        }
+                        arrived += k32;
+                        finished += k32;
+                        tick += k * u64::from(arrive_every);
+                        steady = None;
+                    }
+                    _ => *seen = Some((now_live, now)),
+                }
+            }
             let mut still = Vec::with_capacity(live.len() + 1);
             for (r, h) in std::mem::take(&mut live) {
                 if h >= per_request {

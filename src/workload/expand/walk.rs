@@ -34,9 +34,37 @@ impl<'w> Expander<'w> {
                 stated_ns: 0,
                 idle_steps: 0,
                 halted: false,
+                fast_forward: false,
+                by_total: Default::default(),
+                largest: 0,
+                check_walk: false,
+                oom_at: None,
+                phase: "",
+                oom_at_skipped: false,
             },
             next: 0,
         }
+    }
+
+    /// The check's expander: periods shown to repeat exactly are counted, not made
+    /// (`forward`), and a label counted may be the `[expect] oom` step (`oom_at`).
+    fn checking(
+        file: &'w FileWorkload,
+        path: &'w Path,
+        total_bytes: u64,
+        rank: Rank,
+        oom_at: Option<&'w str>,
+    ) -> Self {
+        let mut ex = Expander::new(file, path, total_bytes, rank);
+        ex.names.fast_forward = true;
+        ex.names.check_walk = true;
+        ex.names.oom_at = oom_at;
+        ex
+    }
+
+    /// Actions expanded so far, those counted and not made included.
+    fn actions(&self) -> u64 {
+        self.names.actions
     }
 
     /// Expands the next phase (phases come in order), each action to `take`. `Ok(false)` when
@@ -46,6 +74,7 @@ impl<'w> Expander<'w> {
         let pi = self.next;
         self.next += 1;
         let (phase_name, steps) = &file.phases[pi];
+        self.names.phase = phase_name;
         for (pos, step) in steps {
             let mut e = Emitter {
                 names: &mut self.names,
@@ -79,6 +108,18 @@ pub fn expand(
     total_bytes: u64,
     rank: Rank,
 ) -> Result<Workload, WorkloadError> {
+    expand_with(file, path, total_bytes, rank, true)
+}
+
+/// `expand`, counting what repeats exactly (`forward`) or, with `forward` false, making and
+/// checking every action: the two must agree on everything (tests compare them).
+pub fn expand_with(
+    file: FileWorkload,
+    path: &Path,
+    total_bytes: u64,
+    rank: Rank,
+    forward: bool,
+) -> Result<Workload, WorkloadError> {
     let source = std::sync::Arc::new(crate::workload::Source {
         file,
         path: path.to_path_buf(),
@@ -87,21 +128,28 @@ pub fn expand(
     });
     let mut facts = crate::workload::facts::Gather::new(&source.file.expect.oom);
     let mut phases = Vec::new();
-    let mut ex = Expander::new(&source.file, &source.path, total_bytes, rank);
+    let oom_at = match &source.file.expect.oom {
+        crate::workload::OomExpectation::At(at) => Some(at.as_str()),
+        _ => None,
+    };
+    let mut ex = Expander::checking(&source.file, &source.path, total_bytes, rank, oom_at);
+    ex.names.fast_forward = forward;
     for (phase_name, _) in &source.file.phases {
-        let mut planned = 0u64;
+        let before = ex.actions();
+        // An action counted and not made is one like another already noted: it adds
+        // nothing to the facts but its label.
         ex.phase(&mut |p| {
-            planned += 1;
             facts.note(phase_name, &p);
             true
         })?;
         phases.push(Phase {
             name: phase_name.clone(),
-            planned,
+            planned: ex.actions() - before,
         });
     }
-    if let crate::workload::OomExpectation::At(at) = &source.file.expect.oom
+    if let Some(at) = oom_at
         && !facts.oom_at_found()
+        && !ex.names.oom_at_skipped
     {
         return Err(WorkloadError::new(
             path,
@@ -123,5 +171,6 @@ pub fn expand(
         expect: f.expect.clone(),
         facts: facts.finish(),
         source: source.clone(),
+        any_total: (!ex.names.by_total.get()).then_some(ex.names.largest),
     })
 }
