@@ -237,8 +237,8 @@ fn same_values(a: &Reading, b: &Reading) -> bool {
     a.phase == b.phase && a.device_free_bytes == b.device_free_bytes && a.views == b.views
 }
 
-/// Appends the decimal digits of `v`.
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+/// Appends the decimal digits of `v` (no allocation: the CSV writers' integer cells).
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {

@@ -24,6 +24,7 @@ use crate::alloc::ptr_map::PtrMap;
 use crate::alloc::{AllocError, AllocStats, Allocator, Block};
 use crate::device::prelude::*;
 use crate::device::{DevPtr, StreamId};
+use crate::record::timeline::push_u64;
 
 /// The header line of headroom's allocation log.
 pub const LOG_HEADER: [&str; 6] = ["t_ns", "action", "ptr", "bytes", "stream", "detail"];
@@ -104,7 +105,7 @@ impl LoggingAdaptor {
         // holds a comma, a quote or a line break): no allocation per line.
         let b = &mut self.buf;
         b.clear();
-        push_decimal(b, dev.now_ns());
+        push_u64(b, dev.now_ns());
         b.push(b',');
         push_cell(b, action);
         b.push(b',');
@@ -113,11 +114,11 @@ impl LoggingAdaptor {
         }
         b.push(b',');
         if let Some(x) = bytes {
-            push_decimal(b, x);
+            push_u64(b, x);
         }
         b.push(b',');
         if let Some(s) = stream {
-            push_decimal(b, s.0 as u64);
+            push_u64(b, s.0 as u64);
         }
         b.push(b',');
         push_cell(b, detail);
@@ -127,21 +128,6 @@ impl LoggingAdaptor {
             Err(e) => self.error = Some(e),
         }
     }
-}
-
-/// Appends the decimal digits of `v`.
-fn push_decimal(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// Appends `v` as `{:#x}` writes it (`0x` and lowercase digits).
@@ -365,7 +351,7 @@ mod tests {
         }
         for v in [0u64, 9, 10, 0xff, 0x7f00_0000_0000, u64::MAX] {
             let (mut d, mut h) = (Vec::new(), Vec::new());
-            push_decimal(&mut d, v);
+            push_u64(&mut d, v);
             push_hex(&mut h, v);
             assert_eq!(String::from_utf8(d).unwrap(), v.to_string());
             assert_eq!(String::from_utf8(h).unwrap(), format!("{v:#x}"));
