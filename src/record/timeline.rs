@@ -238,18 +238,22 @@ fn same_values(a: &Reading, b: &Reading) -> bool {
 }
 
 /// Appends the decimal digits of `v` (no allocation: the CSV writers' integer cells).
-pub(crate) fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
+pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(decimal(v, &mut [0; 20]).as_bytes());
+}
+
+/// The decimal digits of `v`, written into `buf` (names and labels built without `format!`).
+pub(crate) fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
     loop {
         i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
+        buf[i] = b'0' + (v % 10) as u8;
         v /= 10;
         if v == 0 {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    std::str::from_utf8(&buf[i..]).expect("ASCII digits")
 }
 
 /// A CSV cell: quoted when it holds a comma, quote or line break.

@@ -9,6 +9,7 @@ mod comm;
 mod forward;
 mod graphs;
 mod graphs_pattern;
+mod live_set;
 mod names;
 mod patterns;
 mod walk;

@@ -95,8 +95,15 @@ pub struct Expect {
 }
 
 /// The name of member `index` of the group `group`: `w[3]`.
-pub fn member_name(group: &str, index: impl std::fmt::Display) -> String {
-    format!("{group}[{index}]")
+pub fn member_name(group: &str, index: impl Into<u64>) -> String {
+    let mut buf = [0; 20];
+    let digits = crate::record::timeline::decimal(index.into(), &mut buf);
+    let mut name = String::with_capacity(group.len() + digits.len() + 2);
+    name.push_str(group);
+    name.push('[');
+    name.push_str(digits);
+    name.push(']');
+    name
 }
 
 /// The index of `name` as a member of `group` (`w[3]` → 3), if it is one.

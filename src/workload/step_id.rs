@@ -10,7 +10,13 @@ pub fn of_step(pos: usize) -> String {
 
 /// The id of the `n`-th action (1-based) a step expanded to.
 pub fn of_action(step: &str, n: usize) -> String {
-    format!("{step}.{n}")
+    let mut buf = [0; 20];
+    let digits = crate::record::timeline::decimal(n as u64, &mut buf);
+    let mut id = String::with_capacity(step.len() + digits.len() + 1);
+    id.push_str(step);
+    id.push('.');
+    id.push_str(digits);
+    id
 }
 
 /// An `[expect] oom = "phase/step"` target in today's spelling: the older `decode/3` and

@@ -9,9 +9,9 @@
 //! Only whole periods that stay within every bound are counted; the walk goes on from there,
 //! so a workload refused anywhere is refused at the same action with the same message.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use super::names::LiveName;
+use super::live_set::LiveSet;
 use super::{Emitter, MAX_ACTIONS, MAX_STEP_ACTIONS, graphs::GraphBook};
 use crate::units::MAX_DURATION_NS;
 
@@ -27,7 +27,7 @@ pub(super) struct Counters {
 /// Everything besides the counters that decides what a round makes and refuses.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Shape {
-    live: BTreeMap<String, LiveName>,
+    live: LiveSet,
     filled: BTreeSet<String>,
     streams: BTreeSet<String>,
     graphs: GraphBook,
@@ -86,13 +86,7 @@ impl Emitter<'_, '_, '_> {
     /// a graph, owned by one or used by one: the names a shifting pattern is about to make
     /// then meet nothing but its own.
     pub(super) fn namespace_free(&self, prefix: &str, own: usize) -> bool {
-        let starts = |k: &String| k.starts_with(prefix);
-        let live = self
-            .names
-            .live
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| starts(k))
-            .count();
+        let live = self.names.live.count_prefixed(prefix);
         live == own && !self.names.graphs.touches(prefix)
     }
 }

@@ -2,7 +2,6 @@
 //! live (and filled) at every action, so a free of an unknown name, a verify of a buffer never
 //! filled or an allocation larger than the device is refused before anything runs.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::units::Bytes;
@@ -31,7 +30,7 @@ pub(super) struct Names<'a> {
     pub(super) total_bytes: u64,
     /// The run's rank (`comm` sizes its buffers by the rank count).
     pub(super) rank: Rank,
-    pub(super) live: BTreeMap<String, LiveName>,
+    pub(super) live: super::live_set::LiveSet,
     /// Groups allocated with `count = "fill"`: their members are known only at run time.
     pub(super) filled: std::collections::BTreeSet<String>,
     /// Graphs, the capture in progress, and the names graphs allocate.
@@ -108,16 +107,7 @@ impl Names<'_> {
         if self.live.contains_key(name) {
             return Ok(vec![name.to_string()]);
         }
-        let prefix = format!("{name}[");
-        let mut members: Vec<(u64, String)> = self
-            .live
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, _)| {
-                let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
-                Some((idx, k.clone()))
-            })
-            .collect();
+        let members = self.live.members_of(name);
         if members.is_empty() {
             if let Some(why) = self.graphs.why_not_live(name) {
                 return Err(self.err(place, format!("{op} of {name:?}: {why}")));
@@ -127,8 +117,7 @@ impl Names<'_> {
                 format!("{op} of {name:?}, which is not a live allocation at this point"),
             ));
         }
-        members.sort();
-        Ok(members.into_iter().map(|(_, k)| k).collect())
+        Ok(members)
     }
 
     /// Kernels over several buffers need them live and of one size.
@@ -139,6 +128,7 @@ impl Names<'_> {
         names: &[&String],
     ) -> Result<(), WorkloadError> {
         let mut sizes = Vec::new();
+        let mut first = None;
         for n in names {
             let l = self.live.get(*n).ok_or_else(|| {
                 self.err(
@@ -147,7 +137,7 @@ impl Names<'_> {
                 )
             })?;
             sizes.push(format!("{n} is {} bytes", l.bytes));
-            if l.bytes != self.live[names[0]].bytes {
+            if *first.get_or_insert(l.bytes) != l.bytes {
                 return Err(self.err(
                     place,
                     format!("{op} needs buffers of one size: {}", sizes.join(", ")),

@@ -1,7 +1,6 @@
 //! The walk over a parsed file: phase by phase, each action handed on as it is made and
 //! checked against everything before it, the actions themselves never kept.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{Emitter, Names, Planned};
@@ -28,7 +27,7 @@ impl<'w> Expander<'w> {
                 streams: std::collections::BTreeSet::from(["main".to_string()]),
                 total_bytes,
                 rank,
-                live: BTreeMap::new(),
+                live: Default::default(),
                 filled: Default::default(),
                 graphs: Default::default(),
                 stated_ns: 0,
