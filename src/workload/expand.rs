@@ -179,6 +179,9 @@ impl Emitter<'_, '_, '_> {
                 "keep_every needs a group; {name:?} is one allocation"
             )));
         }
+        let Some(k) = keep_every else {
+            return self.free_resolved(members);
+        };
         let prefix = format!("{name}[");
         let freed: Vec<String> = members
             .into_iter()
@@ -187,10 +190,7 @@ impl Emitter<'_, '_, '_> {
                     .strip_prefix(&prefix)
                     .and_then(|r| r.strip_suffix(']'))
                     .and_then(|i| i.parse::<u64>().ok());
-                match (keep_every, idx) {
-                    (Some(k), Some(i)) => i % k as u64 != 0,
-                    _ => true,
-                }
+                idx.is_none_or(|i| i % k as u64 != 0)
             })
             .collect();
         self.free_resolved(freed)

@@ -20,7 +20,7 @@ pub(super) struct LiveSet {
 /// `(base, index)` of a member name, written canonically.
 fn member(name: &str) -> Option<(&str, u64)> {
     let inner = name.strip_suffix(']')?;
-    let open = inner.rfind('[')?;
+    let open = inner.bytes().rposition(|b| b == b'[')?;
     let digits = &inner[open + 1..];
     let canonical = !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())
@@ -98,11 +98,16 @@ impl LiveSet {
         let group = self.groups.get(name);
         if odd.is_empty() {
             return group.map_or_else(Vec::new, |g| {
-                g.keys().map(|i| format!("{prefix}{i}]")).collect()
+                g.keys()
+                    .map(|i| crate::workload::member_name(name, *i))
+                    .collect()
             });
         }
         if let Some(g) = group {
-            odd.extend(g.keys().map(|i| (*i, format!("{prefix}{i}]"))));
+            odd.extend(
+                g.keys()
+                    .map(|i| (*i, crate::workload::member_name(name, *i))),
+            );
         }
         odd.sort();
         odd.into_iter().map(|(_, k)| k).collect()
