@@ -130,7 +130,7 @@ impl Names<'_> {
         let mut sizes = Vec::new();
         let mut first = None;
         for n in names {
-            let l = self.live.get(*n).ok_or_else(|| {
+            let l = self.live.get(n).ok_or_else(|| {
                 self.err(
                     place,
                     format!("{op} of {n:?}, which is not a live allocation at this point"),
