@@ -98,8 +98,9 @@ pub struct OomRecord {
     pub inactive_split_count: u64,
     pub inactive_split_bytes: u64,
     /// Device memory in use that is neither this run's allocations nor its idle baseline
-    /// (another process, or memory the driver took for this one: stack, modules, graphs).
-    pub unexplained_used_bytes: i64,
+    /// (another process, or memory the driver took for this one: stack, modules, graphs);
+    /// null where the device's use is not known (a snapshot imported without a device total).
+    pub unexplained_used_bytes: Option<i64>,
     /// The driver's graph memory at that instant (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`), where
     /// the workload uses CUDA graphs: mapped by a graph or backing a live graph allocation.
     #[serde(default)]
@@ -292,11 +293,13 @@ pub fn diagnose(r: &OomRecord) -> Diagnosis {
         }
     }
 
-    if r.unexplained_used_bytes > (2 << 20) && others.is_empty() {
+    if let Some(unexplained) = r.unexplained_used_bytes.filter(|u| *u > (2 << 20))
+        && others.is_empty()
+    {
         causes.push(Cause::HeldOutsideAnyAllocator);
         findings.push(format!(
             "{} of device memory in use is neither this run's allocations nor its idle baseline: memory the driver took for this process (stack reservation, loaded modules, graph memory) or another process that NVML does not show.",
-            Bytes(r.unexplained_used_bytes as u64)
+            Bytes(unexplained as u64)
         ));
         check.push("Compare device free before and after context creation and after launching deep-stack kernels; memory held by the context and its stack is in no allocator's statistics.".to_string());
     }
@@ -461,7 +464,7 @@ mod tests {
             largest_free_block_bytes: 18 * MIB,
             inactive_split_count: 100,
             inactive_split_bytes: 2 * GIB,
-            unexplained_used_bytes: 0,
+            unexplained_used_bytes: Some(0),
             graph_used_bytes: None,
             graph_reserved_bytes: None,
             graph_exec_bytes: None,

@@ -60,7 +60,7 @@ impl OomRecord {
             largest_free_block_bytes,
             inactive_split_count: stats.inactive_split_count,
             inactive_split_bytes: stats.inactive_split_bytes,
-            unexplained_used_bytes: 0,
+            unexplained_used_bytes: None,
             graph_used_bytes: None,
             graph_reserved_bytes: None,
             graph_exec_bytes: None,

@@ -531,12 +531,18 @@ fn oom_section(o: &mut String, i: usize, r: &OomRecord) {
         "| inactive split block count | {} | |",
         r.inactive_split_count
     );
-    let _ = writeln!(
-        o,
-        "| used by neither this run nor the idle baseline | {} | {} |",
-        r.unexplained_used_bytes,
-        SignedBytes(r.unexplained_used_bytes as i128)
-    );
+    let _ = match r.unexplained_used_bytes {
+        Some(v) => writeln!(
+            o,
+            "| used by neither this run nor the idle baseline | {v} | {} |",
+            SignedBytes(v as i128)
+        ),
+        None => writeln!(
+            o,
+            "| used by neither this run nor the idle baseline | {} | |",
+            crate::oom::NOT_RECORDED
+        ),
+    };
     if let Some(ps) = &r.processes {
         let list: Vec<String> = ps
             .iter()

@@ -72,11 +72,13 @@ impl Runner<'_, '_> {
             idle_device_free_bytes: Some(self.baseline.free_bytes),
             own_bytes: own,
             outside_allocator_bytes: Some(self.held.driver_bytes),
-            unexplained_used_bytes: used as i64
-                - (self.baseline.used_bytes - self.baseline.others_bytes) as i64
-                - own as i64
-                - others as i64
-                - graph_bytes as i64,
+            unexplained_used_bytes: Some(
+                used as i64
+                    - (self.baseline.used_bytes - self.baseline.others_bytes) as i64
+                    - own as i64
+                    - others as i64
+                    - graph_bytes as i64,
+            ),
             graph_used_bytes: graph_usage.map(|u| u.used_current_bytes),
             graph_reserved_bytes: graph_usage.map(|u| u.reserved_current_bytes),
             graph_exec_bytes: graph_exec,

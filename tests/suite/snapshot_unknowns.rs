@@ -42,7 +42,9 @@ fn an_imports_device_total_and_free_memory_are_null_unless_given() {
     // The OOM: free memory as recorded, device used (total − free) unknown.
     let oom = &s["ooms"][0];
     assert!(oom["device_used_bytes"].is_null(), "{oom}");
+    assert!(oom["unexplained_used_bytes"].is_null(), "{oom}");
     let free = u(&oom["device_free_bytes"]);
+    let reserved = u(&oom["alloc_reserved_bytes"]);
     let rows = csv_rows(&plain.join("timeline.csv"));
     assert!(
         rows.iter()
@@ -64,6 +66,15 @@ fn an_imports_device_total_and_free_memory_are_null_unless_given() {
     let (given, g) = import(tmp.path(), "given", &["--device-total", &total.to_string()]);
     assert_eq!(u(&g["device"]["total_bytes"]), total);
     assert_eq!(u(&g["ooms"][0]["device_used_bytes"]), total - free);
+    // Beside PyTorch's reserved memory, derived from the total given.
+    assert_eq!(
+        g["ooms"][0]["unexplained_used_bytes"].as_i64(),
+        Some((total - free - reserved) as i64)
+    );
+    assert_eq!(
+        u(&g["ooms"][0]["outside_allocator_bytes"]),
+        total - free - reserved
+    );
     let ev = &g["import"]["device_evidence"];
     assert_eq!(
         (u(&ev["device_total_bytes"]), u(&ev["idle_free_bytes"])),

@@ -187,6 +187,11 @@ impl<'a> Timeline<'a> {
             // Total − free on a device the snapshot does not record.
             rec.device_used_bytes = None;
         }
+        // Beside PyTorch's reserved memory, from the device's use where it is known (given,
+        // with an idle reading of the whole total): nothing else is in a snapshot.
+        rec.unexplained_used_bytes = rec
+            .device_used_bytes
+            .map(|u| u as i64 - s.reserved_bytes as i64);
         rec.diagnose();
         if recorded {
             if !self.device_given {
