@@ -17,6 +17,7 @@ pub mod complete;
 pub mod deadline;
 pub mod device_total;
 pub mod escape;
+mod event_rows;
 pub mod graphs;
 pub mod imported;
 pub mod junit;

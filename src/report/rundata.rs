@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use crate::record::timeline::FORMAT_VERSION;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::deadline::Deadline;
+use crate::report::event_rows::{EventColumns, EventRef};
 use crate::report::summary::Summary;
 use crate::report::timeline_downsample::Downsample;
 
@@ -102,15 +103,23 @@ impl EventFile {
             streams: Vec::new(),
         };
         let mut seen = std::collections::HashSet::new();
-        for row in file.rows_by(deadline)? {
-            let e = row?;
-            file.count += 1;
-            file.not_ok += usize::from(e.result != "ok");
-            if !seen.contains(&e.stream) {
-                seen.insert(e.stream.clone());
-                file.streams.push(e.stream);
+        let mut count = 0;
+        let mut not_ok = 0;
+        let mut streams = Vec::new();
+        for row in file.scan(deadline, |e| {
+            count += 1;
+            not_ok += usize::from(e.result() != "ok");
+            if !seen.contains(e.stream()) {
+                seen.insert(e.stream().to_string());
+                streams.push(e.stream().to_string());
             }
+            Ok(())
+        })? {
+            row?;
         }
+        file.count = count;
+        file.not_ok = not_ok;
+        file.streams = streams;
         Ok(file)
     }
 
@@ -132,6 +141,16 @@ impl EventFile {
         &self,
         deadline: Deadline,
     ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
+        self.scan(deadline, |row| Ok(row.owned()))
+    }
+
+    /// Every row, read as `each` takes it (borrowed from the reader's buffer), with its line
+    /// named in any error.
+    fn scan<T, F: FnMut(EventRef<'_>) -> anyhow::Result<T>>(
+        &self,
+        deadline: Deadline,
+        mut each: F,
+    ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<T>> + use<T, F>> {
         let path = self.path.clone();
         let mut r = csv::Reader::from_path(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -147,99 +166,13 @@ impl EventFile {
                     if let Err(e) = deadline.check(line - 1) {
                         return Some(Err(e.into()));
                     }
-                    columns.event(&record)
+                    columns.event(&record).and_then(&mut each)
                 }
                 Err(e) => Err(e.into()),
             };
             Some(row.with_context(|| format!("{}: line {line}", path.display())))
         }))
     }
-}
-
-/// Where each of `Event`'s fields sits in `events.csv`'s header (by name, as a reader by
-/// header would find them; other columns are skipped).
-struct EventColumns([usize; 12]);
-
-const EVENT_FIELDS: [&str; 12] = [
-    "t_ns",
-    "phase",
-    "step",
-    "op",
-    "name",
-    "stream",
-    "requested_bytes",
-    "size_bytes",
-    "latency_ns",
-    "result",
-    "device_free_bytes",
-    "detail",
-];
-
-impl EventColumns {
-    fn of(header: &csv::ByteRecord) -> anyhow::Result<EventColumns> {
-        let mut at = [0; 12];
-        for (slot, field) in at.iter_mut().zip(EVENT_FIELDS) {
-            *slot = header
-                .iter()
-                .position(|h| h == field.as_bytes())
-                .with_context(|| format!("no column {field:?} in the header"))?;
-        }
-        Ok(EventColumns(at))
-    }
-
-    /// One row, read field by field (what `serde` would make of it, at a fraction of the cost).
-    fn event(&self, r: &csv::ByteRecord) -> anyhow::Result<Event> {
-        let text = |k: usize| -> anyhow::Result<&str> {
-            let cell = r.get(self.0[k]).unwrap_or_default();
-            std::str::from_utf8(cell)
-                .with_context(|| format!("field {:?} is not UTF-8", EVENT_FIELDS[k]))
-        };
-        let number = |k: usize| -> anyhow::Result<u64> {
-            let cell = r.get(self.0[k]).unwrap_or_default();
-            decimal_u64(cell).with_context(|| {
-                format!(
-                    "field {:?}: {:?} is not a count",
-                    EVENT_FIELDS[k],
-                    String::from_utf8_lossy(cell)
-                )
-            })
-        };
-        let maybe = |k: usize| -> anyhow::Result<Option<u64>> {
-            if text(k)?.is_empty() {
-                Ok(None)
-            } else {
-                number(k).map(Some)
-            }
-        };
-        Ok(Event {
-            t_ns: number(0)?,
-            phase: text(1)?.to_string(),
-            step: text(2)?.to_string(),
-            op: text(3)?.to_string(),
-            name: text(4)?.to_string(),
-            stream: text(5)?.to_string(),
-            requested_bytes: maybe(6)?,
-            size_bytes: maybe(7)?,
-            latency_ns: number(8)?,
-            result: text(9)?.to_string(),
-            device_free_bytes: maybe(10)?,
-            detail: text(11)?.to_string(),
-        })
-    }
-}
-
-/// The `u64` written in `digits` (as `str::parse` reads it: an optional `+`, then ASCII
-/// digits), without the generic parser's per-digit cost in a debug build.
-fn decimal_u64(digits: &[u8]) -> Option<u64> {
-    let digits = digits.strip_prefix(b"+").unwrap_or(digits);
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |v, &b| {
-        b.is_ascii_digit()
-            .then(|| v.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-            .flatten()
-    })
 }
 
 /// Everything a finished run left in its folder.
@@ -511,32 +444,6 @@ impl Timeline {
                 .map(|r| (r.device_free_bytes != FREE_UNKNOWN).then_some(r.device_free_bytes))
                 .collect(),
             views,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn counts_are_read_as_str_parse_reads_them() {
-        let cases = [
-            "0",
-            "+7",
-            "18446744073709551615",
-            "18446744073709551616",
-            "",
-            "+",
-            "-1",
-            "1 ",
-            "0x10",
-            "٣",
-        ];
-        for s in cases {
-            assert_eq!(
-                super::decimal_u64(s.as_bytes()),
-                s.parse::<u64>().ok(),
-                "{s:?}"
-            );
         }
     }
 }

@@ -161,6 +161,33 @@ fn the_oom_report_carries_diagnosis_evidence_and_failed_expectation() {
 }
 
 #[test]
+fn a_bad_events_row_is_named_by_file_line_field_and_value_and_nothing_is_rewritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_fixture("tiny-4g", tmp.path());
+    let events = dir.join("events.csv");
+    let text = read(&events);
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // Line 3 (the second event): its latency made unreadable.
+    let mut cells: Vec<&str> = lines[2].split(',').collect();
+    cells[8] = "12x";
+    lines[2] = cells.join(",");
+    let bad = lines.join("\n") + "\n";
+    std::fs::write(&events, &bad).unwrap();
+    let r = headroom(tmp.path(), &["report", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "{}: line 3: field \"latency_ns\": \"12x\" is not a count",
+            events.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(read(&events), bad);
+    assert!(!dir.join("report.md").exists(), "a report from a bad file");
+}
+
+#[test]
 fn the_trace_has_a_counter_per_view_phase_slices_and_event_instants() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_fixture("tiny-4g", tmp.path());
