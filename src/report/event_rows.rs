@@ -47,20 +47,8 @@ impl EventRef<'_> {
 /// header would find them; other columns are skipped).
 pub(crate) struct EventColumns([usize; 12]);
 
-const EVENT_FIELDS: [&str; 12] = [
-    "t_ns",
-    "phase",
-    "step",
-    "op",
-    "name",
-    "stream",
-    "requested_bytes",
-    "size_bytes",
-    "latency_ns",
-    "result",
-    "device_free_bytes",
-    "detail",
-];
+/// The header's column names, the writer's own list (`Event` has every column of it).
+const EVENT_FIELDS: [&str; 12] = crate::record::timeline::EVENT_HEADER;
 
 impl EventColumns {
     pub(crate) fn of(header: &csv::ByteRecord) -> anyhow::Result<EventColumns> {

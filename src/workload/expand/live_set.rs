@@ -31,6 +31,18 @@ fn member(name: &str) -> Option<(&str, u64)> {
     Some((&inner[..open], digits.parse().ok()?))
 }
 
+/// The names in `m` that read `name[i]` with `i` read as a `u64`, with `i`, in `m`'s order.
+fn scan_members<V>(m: &BTreeMap<String, V>, name: &str) -> Vec<(u64, String)> {
+    let prefix = format!("{name}[");
+    m.range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .filter_map(|(k, _)| {
+            let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
+            Some((idx, k.clone()))
+        })
+        .collect()
+}
+
 impl LiveSet {
     pub(super) fn len(&self) -> usize {
         self.singles.len() + self.members
@@ -85,16 +97,7 @@ impl LiveSet {
     /// Every live name `name[i]` with `i` read as a `u64` (a sign or leading zeros allowed),
     /// by index (then by name, where two are written for one index).
     pub(super) fn members_of(&self, name: &str) -> Vec<String> {
-        let prefix = format!("{name}[");
-        let mut odd: Vec<(u64, String)> = self
-            .singles
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, _)| {
-                let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
-                Some((idx, k.clone()))
-            })
-            .collect();
+        let mut odd = scan_members(&self.singles, name);
         let group = self.groups.get(name);
         if odd.is_empty() {
             return group.map_or_else(Vec::new, |g| {
@@ -164,15 +167,7 @@ mod tests {
 
     /// The plain model: every name by itself.
     fn model_members(m: &BTreeMap<String, LiveName>, name: &str) -> Vec<String> {
-        let prefix = format!("{name}[");
-        let mut v: Vec<(u64, String)> = m
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, _)| {
-                let idx = k[prefix.len()..].strip_suffix(']')?.parse::<u64>().ok()?;
-                Some((idx, k.clone()))
-            })
-            .collect();
+        let mut v = scan_members(m, name);
         v.sort();
         v.into_iter().map(|(_, k)| k).collect()
     }
