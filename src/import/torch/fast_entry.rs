@@ -55,13 +55,55 @@ struct Span {
     stored: u32,
 }
 
-/// The hash of a span's bytes, eight at a time (`Hash for [u8]` feeds a hasher one byte per
-/// call).
+/// The hash of a span's bytes, eight at a time, the last (partial) eight read overlapping
+/// the ones before (`Hash for [u8]` feeds a hasher one byte per call, and a copy of a
+/// variable-length tail is a call to memcpy).
+#[inline]
 fn span_hash(b: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut h = crate::import::pickle::FastHasher::default();
-    h.write(b);
-    h.finish()
+    let word = |k: usize| u64::from_le_bytes(b[k..k + 8].try_into().unwrap_or([0; 8]));
+    let mix = |h: u64, w: u64| {
+        let x = (h.rotate_left(5) ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^ (x >> 29)
+    };
+    let n = b.len();
+    let mut h = n as u64;
+    if n < 8 {
+        for &x in b {
+            h = mix(h, x as u64);
+        }
+        return h;
+    }
+    let mut k = 0;
+    while k + 8 <= n {
+        h = mix(h, word(k));
+        k += 8;
+    }
+    if k < n {
+        h = mix(h, word(n - 8));
+    }
+    h
+}
+
+/// `a == b`, eight bytes at a time (the spans compared are a few dozen bytes: a call to
+/// memcmp costs more than the comparison).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], k: usize| u64::from_le_bytes(s[k..k + 8].try_into().unwrap_or([0; 8]));
+    let mut k = 0;
+    while k + 8 <= n {
+        if word(a, k) != word(b, k) {
+            return false;
+        }
+        k += 8;
+    }
+    k == n || word(a, n - 8) == word(b, n - 8)
 }
 
 /// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
@@ -148,6 +190,7 @@ impl<'a> Decoder<'a, '_, '_> {
 
     /// The next byte of an opcode's argument (never a `FRAME`: frames begin between
     /// opcodes only).
+    #[inline(always)]
     fn byte(&mut self) -> Option<u8> {
         let x = *self.b.get(self.i)?;
         self.i += 1;
@@ -155,6 +198,7 @@ impl<'a> Decoder<'a, '_, '_> {
     }
 
     /// The next opcode, past any `FRAME`s.
+    #[inline(always)]
     fn op(&mut self) -> Option<u8> {
         self.i = self.past_frames(self.i);
         let x = *self.b.get(self.i)?;
@@ -162,6 +206,7 @@ impl<'a> Decoder<'a, '_, '_> {
         Some(x)
     }
 
+    #[inline(always)]
     fn peek(&mut self) -> Option<u8> {
         self.i = self.past_frames(self.i);
         self.b.get(self.i).copied()
@@ -200,6 +245,7 @@ impl<'a> Decoder<'a, '_, '_> {
         self.fast.get(id)
     }
 
+    #[inline(always)]
     fn get_id(&mut self, op: u8) -> Option<u32> {
         match op {
             b'h' => Some(self.byte()? as u32),
@@ -208,6 +254,7 @@ impl<'a> Decoder<'a, '_, '_> {
         }
     }
 
+    #[inline(always)]
     fn int_after(&mut self, op: u8) -> Option<i64> {
         Some(match op {
             b'K' => self.byte()? as i64,
@@ -224,6 +271,7 @@ impl<'a> Decoder<'a, '_, '_> {
         })
     }
 
+    #[inline(always)]
     fn int(&mut self) -> Option<i64> {
         let op = self.op()?;
         self.int_after(op)
@@ -272,6 +320,7 @@ impl<'a> Decoder<'a, '_, '_> {
 
     /// A str key or action name, as `Key::of` codes it: read back through the id cache,
     /// or new (memoized as `string` does).
+    #[inline(always)]
     fn code(&mut self, shared: &mut Shared) -> Option<u8> {
         let i = self.i;
         let op = self.op()?;
@@ -467,7 +516,7 @@ fn frames<'a>(
     if let Some(slot) = slot
         && let Some(h) = hash
         && let Some(span) = shared.spans.get_mut(&h)
-        && *span.bytes == d.b[start..end]
+        && same_bytes(&span.bytes, &d.b[start..end])
     {
         d.i = end;
         if span.stored == 0 {
@@ -506,6 +555,14 @@ fn span_end(b: &[u8], i: usize) -> usize {
     match b.get(i) {
         Some(b'(') => {
             let mut k = i + 1;
+            // Four `BINGET`s at a time (what the loop below does for them, in one test).
+            while let Some(w) = b.get(k..k + 8) {
+                let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                if w & 0x00ff_00ff_00ff_00ff != 0x0068_0068_0068_0068 {
+                    break;
+                }
+                k += 8;
+            }
             loop {
                 match b.get(k) {
                     Some(b'e') => return k + 1,
