@@ -201,8 +201,9 @@ impl Entries {
         }
     }
 
+    /// `time_us` of entry `i`.
     #[inline]
-    fn time_us(&self, i: usize) -> Option<i64> {
+    pub fn time_us(&self, i: usize) -> Option<i64> {
         match self.time_lo[i] {
             NO_TIME => None,
             BIG => Some(self.time_big_at(i)),
@@ -217,7 +218,13 @@ impl Entries {
             .map_or(0, |k| self.time_big[k].1)
     }
 
+    /// `size` of entry `i`.
     #[inline]
+    pub fn size(&self, i: usize) -> u64 {
+        self.size.get(i)
+    }
+
+    #[inline(always)]
     pub fn get(&self, i: usize) -> Entry {
         Entry {
             action: self.action(i),

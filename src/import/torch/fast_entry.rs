@@ -265,7 +265,17 @@ impl<'a> Decoder<'a, '_, '_> {
             b'J' => self.u32()? as i32 as i64,
             0x8a => {
                 let n = self.byte()? as usize;
-                long8(self.take(n)?)?
+                // Eight bytes loaded at once where the buffer has them, the `n` of the
+                // integer sign-extended (what `long8` does byte by byte).
+                match self.b.get(self.i..self.i + 8) {
+                    Some(w) if (1..=8).contains(&n) => {
+                        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                        self.i += n;
+                        let shift = 64 - 8 * n as u32;
+                        ((w << shift) as i64) >> shift
+                    }
+                    _ => long8(self.take(n)?)?,
+                }
             }
             _ => return None,
         })
