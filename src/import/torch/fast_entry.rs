@@ -13,6 +13,7 @@ use crate::import::pickle::{Fast, FastDict, FastMap, List, Value, long8};
 
 use super::from_pickle::{STACK_TAG, meta_id};
 use super::model::{Action, Entry, Snapshot};
+use super::span::{same_bytes, span_end, span_hash};
 
 /// One shared object per distinct content, for the memo: frames lists by stack, `(a, b)`
 /// tuples by value (the content is all a snapshot's reader needs).
@@ -53,57 +54,6 @@ struct Span {
     stack: u32,
     list: Rc<List>,
     stored: u32,
-}
-
-/// The hash of a span's bytes, eight at a time, the last (partial) eight read overlapping
-/// the ones before (`Hash for [u8]` feeds a hasher one byte per call, and a copy of a
-/// variable-length tail is a call to memcpy).
-#[inline]
-fn span_hash(b: &[u8]) -> u64 {
-    let word = |k: usize| u64::from_le_bytes(b[k..k + 8].try_into().unwrap_or([0; 8]));
-    let mix = |h: u64, w: u64| {
-        let x = (h.rotate_left(5) ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        x ^ (x >> 29)
-    };
-    let n = b.len();
-    let mut h = n as u64;
-    if n < 8 {
-        for &x in b {
-            h = mix(h, x as u64);
-        }
-        return h;
-    }
-    let mut k = 0;
-    while k + 8 <= n {
-        h = mix(h, word(k));
-        k += 8;
-    }
-    if k < n {
-        h = mix(h, word(n - 8));
-    }
-    h
-}
-
-/// `a == b`, eight bytes at a time (the spans compared are a few dozen bytes: a call to
-/// memcmp costs more than the comparison).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        return a == b;
-    }
-    let word = |s: &[u8], k: usize| u64::from_le_bytes(s[k..k + 8].try_into().unwrap_or([0; 8]));
-    let mut k = 0;
-    while k + 8 <= n {
-        if word(a, k) != word(b, k) {
-            return false;
-        }
-        k += 8;
-    }
-    k == n || word(a, n - 8) == word(b, n - 8)
 }
 
 /// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
@@ -151,23 +101,18 @@ impl Key {
             },
         }) as u8
     }
-
-    fn from_u8(v: u8) -> Option<Key> {
-        Some(match v {
-            1 => Key::Action,
-            2 => Key::Addr,
-            3 => Key::Size,
-            4 => Key::Stream,
-            5 => Key::TimeUs,
-            6 => Key::CompileContext,
-            7 => Key::UserMetadata,
-            8 => Key::PoolId,
-            9 => Key::Frames,
-            10 => Key::Other,
-            _ => return None,
-        })
-    }
 }
+
+/// The codes of `Key`, as `Shared::keys` holds them (a match on them is one jump).
+const ACTION: u8 = Key::Action as u8;
+const ADDR: u8 = Key::Addr as u8;
+const SIZE: u8 = Key::Size as u8;
+const STREAM: u8 = Key::Stream as u8;
+const TIME_US: u8 = Key::TimeUs as u8;
+const COMPILE_CONTEXT: u8 = Key::CompileContext as u8;
+const USER_METADATA: u8 = Key::UserMetadata as u8;
+const POOL_ID: u8 = Key::PoolId as u8;
+const FRAMES: u8 = Key::Frames as u8;
 
 struct Decoder<'a, 'f, 'o> {
     b: &'a [u8],
@@ -449,11 +394,11 @@ pub(super) fn decode(
             d.i += 1;
             break;
         }
-        match Key::from_u8(d.code(shared)?)? {
-            Key::Action => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
-            Key::Addr => addr = Some(u64::try_from(d.int()?).ok()?),
-            Key::Size => size = Some(u64::try_from(d.int()?).ok()?),
-            Key::Stream => {
+        match d.code(shared)? {
+            ACTION => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
+            ADDR => addr = Some(u64::try_from(d.int()?).ok()?),
+            SIZE => size = Some(u64::try_from(d.int()?).ok()?),
+            STREAM => {
                 let s = d.int()?;
                 e.stream = match shared.last_stream {
                     Some((last, id)) if last == s => id,
@@ -464,10 +409,10 @@ pub(super) fn decode(
                     }
                 };
             }
-            Key::TimeUs => e.time_us = Some(d.int()?),
-            Key::CompileContext => compile = d.compile_context(shared)?,
-            Key::UserMetadata => user = Some(d.string()?),
-            Key::PoolId => {
+            TIME_US => e.time_us = Some(d.int()?),
+            COMPILE_CONTEXT => compile = d.compile_context(shared)?,
+            USER_METADATA => user = Some(d.string()?),
+            POOL_ID => {
                 let p = d.pair(shared)?;
                 e.pool = match shared.last_pool {
                     Some((last, id)) if last == p => id,
@@ -478,8 +423,9 @@ pub(super) fn decode(
                     }
                 };
             }
-            Key::Frames => e.stack = frames(&mut d, snap, shared, buf)?,
-            Key::Other => return None,
+            FRAMES => e.stack = frames(&mut d, snap, shared, buf)?,
+            // `Key::Other`, an action name, or not known.
+            _ => return None,
         }
     }
     e.action = Action::ALL[action? as usize];
@@ -552,44 +498,6 @@ fn frames<'a>(
         });
     }
     Some(stack)
-}
-
-/// Where the items of a frames list starting at `i` end, when they are only `GET`s (between
-/// `MARK` and `APPENDS`, or one and `APPEND`); `i` otherwise.
-fn span_end(b: &[u8], i: usize) -> usize {
-    let get_len = |op: u8| match op {
-        b'h' => Some(2),
-        b'j' => Some(5),
-        _ => None,
-    };
-    match b.get(i) {
-        Some(b'(') => {
-            let mut k = i + 1;
-            // Four `BINGET`s at a time (what the loop below does for them, in one test).
-            while let Some(w) = b.get(k..k + 8) {
-                let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                if w & 0x00ff_00ff_00ff_00ff != 0x0068_0068_0068_0068 {
-                    break;
-                }
-                k += 8;
-            }
-            loop {
-                match b.get(k) {
-                    Some(b'e') => return k + 1,
-                    Some(&op) => match get_len(op) {
-                        Some(n) => k += n,
-                        None => return i,
-                    },
-                    None => return i,
-                }
-            }
-        }
-        Some(&op) => match get_len(op) {
-            Some(n) if b.get(i + n) == Some(&b'a') => i + n + 1,
-            _ => i,
-        },
-        None => i,
-    }
 }
 
 /// A new frames list's items, read one by one; its memo value goes in `slot`.

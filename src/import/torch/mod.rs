@@ -19,6 +19,7 @@ pub mod model;
 mod prologue;
 pub mod requests;
 pub mod settings;
+mod span;
 
 use std::io::Read;
 use std::path::Path;
