@@ -35,6 +35,9 @@ pub(super) struct Shared {
     /// one lookup (and one comparison of the bytes; a different span of the same hash is a
     /// miss, read the long way).
     spans: FastMap<u64, Span>,
+    /// The key in `spans` of the span the entry before used (consecutive entries often
+    /// share a stack: compared first, without looking for the span's end or hashing it).
+    last_span: Option<u64>,
     /// `Fast::stored` of `last_pair`'s tuple (0: not known yet).
     last_pair_stored: u32,
     /// `Fast::generation` when these caches were filled.
@@ -385,6 +388,7 @@ pub(super) fn decode(
     if fast.generation() != shared.generation {
         shared.keys.clear();
         shared.spans.clear();
+        shared.last_span = None;
         shared.generation = fast.generation();
     }
     let (mut action, mut addr, mut size) = (None, None, None);
@@ -467,7 +471,19 @@ fn frames<'a>(
     }
     // Its memo value is known once the frames are read.
     let slot = d.memoize(|| None).ok()?;
-    let (start, end) = (d.i, span_end(d.b, d.i));
+    let start = d.i;
+    // Bytes equal to a span's are that span (where a span ends follows from its bytes), and
+    // hash to its key: the last entry's span is tried first.
+    if let Some(slot) = slot
+        && let Some(last) = shared.last_span
+        && let Some(span) = shared.spans.get_mut(&last)
+        && let Some(b) = d.b.get(start..start + span.bytes.len())
+        && same_bytes(&span.bytes, b)
+    {
+        d.i = start + span.bytes.len();
+        return Some(span_hit(d, span, slot));
+    }
+    let end = span_end(d.b, start);
     let hash = (end > start).then(|| span_hash(&d.b[start..end]));
     if let Some(slot) = slot
         && let Some(h) = hash
@@ -475,14 +491,8 @@ fn frames<'a>(
         && same_bytes(&span.bytes, &d.b[start..end])
     {
         d.i = end;
-        if span.stored == 0 {
-            span.stored = d.fast.stored(&Value::List(span.list.clone())).unwrap_or(0);
-        }
-        if span.stored == 0 {
-            d.out.memo[slot] = Some(Value::List(span.list.clone()));
-        }
-        d.out.stored[slot] = span.stored;
-        return Some(span.stack);
+        shared.last_span = Some(h);
+        return Some(span_hit(d, span, slot));
     }
     let stack = frames_read(d, snap, shared, buf, slot)?;
     if let Some(Some(Value::List(list))) = slot.map(|s| &d.out.memo[s])
@@ -496,8 +506,22 @@ fn frames<'a>(
             list: list.clone(),
             stored: 0,
         });
+        shared.last_span = Some(h);
     }
     Some(stack)
+}
+
+/// A frames list whose bytes are `span`'s (read up to its end already): its memo slot
+/// `slot` holds the span's list; its stack.
+fn span_hit(d: &mut Decoder<'_, '_, '_>, span: &mut Span, slot: usize) -> u32 {
+    if span.stored == 0 {
+        span.stored = d.fast.stored(&Value::List(span.list.clone())).unwrap_or(0);
+    }
+    if span.stored == 0 {
+        d.out.memo[slot] = Some(Value::List(span.list.clone()));
+    }
+    d.out.stored[slot] = span.stored;
+    span.stack
 }
 
 /// A new frames list's items, read one by one; its memo value goes in `slot`.
