@@ -23,6 +23,13 @@
 //! and live allocations hashed cheaply (0.65× on the means), with every file the same byte
 //! for byte; `headroom replay --backend sim` 4.4–5.7 s against 4.5–6.9 s (the spans of
 //! frames hashed eight bytes at a time; within the noise at that load).
+//! With the entries in 17-byte columns, two-byte memo slots and the fast path's per-entry
+//! work cut: `torch/` 4.52 s (4.04–5.05 s) at load 4.4–4.6, 264 MiB peak, against 5.81 s
+//! (5.47–6.18 s), 532 MiB, for the code before, run right after it at load 2.5–3.8;
+//! `headroom replay --backend sim` of the same file, five runs each interleaved at load
+//! 2.8–3.5: 3.36 s median user CPU against 5.40 s, peak 255 MB against 528 MB. Counted by
+//! valgrind (no load in it): the replay of the 1,000,000-entry file 3.07 G instructions
+//! against 3.97 G, and this bench's `--test torch/` at 1,000,000 entries 6.23 G against 7.89 G.
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and

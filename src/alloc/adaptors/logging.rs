@@ -275,6 +275,10 @@ impl Allocator for LoggingAdaptor {
         self.upstream.stats()
     }
 
+    fn byte_counters(&self) -> (u64, u64, u64) {
+        self.upstream.byte_counters()
+    }
+
     fn rounded_size(&self, bytes: u64) -> u64 {
         self.upstream.rounded_size(bytes)
     }

@@ -246,6 +246,15 @@ impl Allocator for CachingAllocator {
         }
     }
 
+    fn byte_counters(&self) -> (u64, u64, u64) {
+        let s = &self.stats;
+        (
+            s.allocated_bytes.all.current,
+            s.reserved_bytes.all.current,
+            s.requested_bytes.all.current,
+        )
+    }
+
     fn rounded_size(&self, bytes: u64) -> u64 {
         if bytes >= sizes::ONE_EXA_BYTES {
             bytes

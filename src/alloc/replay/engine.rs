@@ -430,13 +430,13 @@ impl<'a> Replay<'a> {
 
     /// Updates the peaks after an event.
     fn observe(&mut self, line: u64) -> Result<(), ReplayError> {
-        let s = self.alloc.stats();
+        let (allocated, reserved, requested) = self.alloc.byte_counters();
         let p = &mut self.report.peaks;
-        p.alloc_allocated.see(s.allocated_bytes, line);
-        p.alloc_reserved.see(s.reserved_bytes, line);
-        p.alloc_requested.see(s.requested_bytes, line);
-        if s.reserved_bytes != self.last_reserved {
-            self.last_reserved = s.reserved_bytes;
+        p.alloc_allocated.see(allocated, line);
+        p.alloc_reserved.see(reserved, line);
+        p.alloc_requested.see(requested, line);
+        if reserved != self.last_reserved {
+            self.last_reserved = reserved;
             let used = self
                 .dev
                 .mem_info()

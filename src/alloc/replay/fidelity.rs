@@ -123,6 +123,11 @@ impl Fidelity {
         replayed_served: bool,
         describe: impl FnOnce() -> (String, Option<String>),
     ) {
+        if recorded.is_empty() && replayed.is_empty() && recorded_served == replayed_served {
+            // Most requests: no decision on either side, the same outcome.
+            self.requests_compared += 1;
+            return;
+        }
         let rec = canonical(recorded);
         let rep = canonical(replayed);
         let matched = common(&rec, &rep);

@@ -323,6 +323,12 @@ impl<'a, S: Sink> Machine<'a, S> {
                             )));
                         }
                     };
+                    if self.stack[m..].iter().all(|v| matches!(v, Value::Taken)) {
+                        // Every item was taken by the sink already (a batch of trace
+                        // entries): nothing to append.
+                        self.stack.truncate(m);
+                        continue;
+                    }
                     let mut items = std::mem::take(&mut self.spare);
                     items.extend(self.stack.drain(m..));
                     let r = self.extend(&list, items.drain(..));

@@ -1,6 +1,7 @@
 //! The pickle's memo, compact: a long snapshot memoizes tens of millions of objects (every
 //! trace entry, its `"N/A"`, its `(0, 0)`, its frames list) that are never read back, so a
-//! slot holds only a 4-byte index into a table of distinct values. Short strings are
+//! slot holds only an index into a table of distinct values, in two bytes while there are
+//! fewer than 65,534 of them (four from then on). Short strings are
 //! stored once by content and shared objects once by identity; a slot of an item a sink
 //! already took holds nothing.
 
@@ -16,7 +17,7 @@ const MAX_GAP: u32 = 1 << 20;
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     /// Per id: 0 = not defined, 1 = defined but taken, n ≥ 2 = `values[n - 2]`.
-    slots: Vec<u32>,
+    slots: Slots,
     values: Vec<Value>,
     shorts: FastMap<Short, u32>,
     /// Longer strings by content: a fresh copy per entry (a compile context) stays one value.
@@ -33,6 +34,80 @@ pub(super) struct Memo {
 
 const TAKEN: u32 = 1;
 
+/// The slots, two bytes each while every index fits (a snapshot memoizes four objects per
+/// trace entry, of a few thousand distinct values), four from the first that does not.
+#[derive(Debug)]
+enum Slots {
+    Short(Vec<u16>),
+    Wide(Vec<u32>),
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots::Short(Vec::new())
+    }
+}
+
+impl Slots {
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Slots::Short(v) => v.len(),
+            Slots::Wide(v) => v.len(),
+        }
+    }
+
+    /// The slot at `id` (below `len`).
+    #[inline]
+    fn get(&self, id: u32) -> u32 {
+        match self {
+            Slots::Short(v) => v[id as usize] as u32,
+            Slots::Wide(v) => v[id as usize],
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, x: u32) {
+        match self {
+            Slots::Short(v) if x <= u16::MAX as u32 => v.push(x as u16),
+            Slots::Short(_) => {
+                self.widen();
+                self.push(x);
+            }
+            Slots::Wide(v) => v.push(x),
+        }
+    }
+
+    /// The slot at `id` (below `len`) holds `x`.
+    fn set(&mut self, id: u32, x: u32) {
+        match self {
+            Slots::Short(v) if x <= u16::MAX as u32 => v[id as usize] = x as u16,
+            Slots::Short(_) => {
+                self.widen();
+                self.set(id, x);
+            }
+            Slots::Wide(v) => v[id as usize] = x,
+        }
+    }
+
+    /// Up to `n` slots, the new ones not defined.
+    fn resize(&mut self, n: usize) {
+        match self {
+            Slots::Short(v) => v.resize(n, 0),
+            Slots::Wide(v) => v.resize(n, 0),
+        }
+    }
+
+    #[cold]
+    fn widen(&mut self) {
+        if let Slots::Short(v) = self {
+            let mut wide = Vec::with_capacity(v.capacity().max(v.len() + 1));
+            wide.extend(v.iter().map(|&x| x as u32));
+            *self = Slots::Wide(wide);
+        }
+    }
+}
+
 impl Memo {
     /// Distinct ids defined so far (Python's `len(memo)`, the id `MEMOIZE` uses next, for a
     /// stream that defines ids in order, as Python's pickler does).
@@ -40,22 +115,36 @@ impl Memo {
         self.slots.len() as u32
     }
 
-    fn slot(&mut self, id: u32) -> Result<&mut u32, String> {
+    /// Slot `id` holds `v` (an index as `slots` keeps them).
+    #[inline]
+    fn set(&mut self, id: u32, v: u32) -> Result<(), String> {
+        if id as usize == self.slots.len() {
+            // The next id, as `MEMOIZE` defines them: nothing defined there before.
+            self.slots.push(v);
+            return Ok(());
+        }
+        self.set_at(id, v)
+    }
+
+    fn set_at(&mut self, id: u32, v: u32) -> Result<(), String> {
         let len = self.slots.len() as u32;
-        if id < len && self.slots[id as usize] != 0 {
+        if id < len && self.slots.get(id) != 0 {
             self.redefined = self.redefined.wrapping_add(1);
         }
-        if id == len {
-            self.slots.push(0);
-        } else if id > len {
+        if id > len {
             if id - len > MAX_GAP {
                 return Err(format!(
                     "memo id {id} is far past the {len} ids defined so far"
                 ));
             }
-            self.slots.resize(id as usize + 1, 0);
+            self.slots.resize(id as usize + 1);
         }
-        Ok(&mut self.slots[id as usize])
+        if id as usize == self.slots.len() {
+            self.slots.push(v);
+        } else {
+            self.slots.set(id, v);
+        }
+        Ok(())
     }
 
     fn index_of(&mut self, v: Value) -> u32 {
@@ -114,8 +203,7 @@ impl Memo {
     /// Slot `id` holds `v`.
     pub fn put(&mut self, id: u32, v: Value) -> Result<(), String> {
         let i = self.index_of(v);
-        *self.slot(id)? = i;
-        Ok(())
+        self.set(id, i)
     }
 
     /// Where `v` is stored already (its index for `put_stored`), looked up without adding it.
@@ -133,19 +221,19 @@ impl Memo {
     }
 
     /// Slot `id` holds the value stored at `index` (from `stored`).
+    #[inline]
     pub fn put_stored(&mut self, id: u32, index: u32) -> Result<(), String> {
         if index < 2 || index as usize - 2 >= self.values.len() {
             return Err(format!("memo value {index} is not stored"));
         }
-        *self.slot(id)? = index;
-        Ok(())
+        self.set(id, index)
     }
 
     /// Slot `id` is defined, but its object was taken by a sink (reading it back is an
     /// error).
+    #[inline]
     pub fn put_taken(&mut self, id: u32) -> Result<(), String> {
-        *self.slot(id)? = TAKEN;
-        Ok(())
+        self.set(id, TAKEN)
     }
 
     /// How many times a defined slot was written again (a cache keyed by memo id is stale
@@ -156,12 +244,49 @@ impl Memo {
 
     /// The value of slot `id`.
     pub fn get(&self, id: u32) -> Result<&Value, String> {
-        match self.slots.get(id as usize).copied().unwrap_or(0) {
+        let slot = if id < self.len() {
+            self.slots.get(id)
+        } else {
+            0
+        };
+        match slot {
             0 => Err(format!("memo slot {id} is read before it is written")),
             TAKEN => Err(format!(
                 "memo slot {id} refers to a trace entry already taken (a snapshot never shares one)"
             )),
             i => Ok(&self.values[i as usize - 2]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Memo;
+    use crate::import::pickle::Value;
+
+    #[test]
+    fn slots_read_back_before_and_after_they_widen() {
+        let mut m = Memo::default();
+        m.put_taken(0).unwrap();
+        // Ints are never shared: each is a value of its own, past 16 bits of indexes.
+        for id in 1..70_000u32 {
+            m.put(id, Value::Int(id as i64 * 3)).unwrap();
+        }
+        m.put(70_005, Value::Int(-1)).unwrap();
+        assert!(m.get(0).unwrap_err().contains("already taken"));
+        for id in 1..70_000u32 {
+            assert!(
+                matches!(m.get(id), Ok(Value::Int(v)) if *v == id as i64 * 3),
+                "{id}"
+            );
+        }
+        assert!(m.get(70_001).unwrap_err().contains("before it is written"));
+        assert!(matches!(m.get(70_005), Ok(Value::Int(-1))));
+        assert!(m.get(70_006).is_err());
+        assert_eq!((m.len(), m.generation()), (70_006, 0));
+        m.put(5, Value::Int(7)).unwrap();
+        assert!(matches!(m.get(5), Ok(Value::Int(7))));
+        assert_eq!(m.generation(), 1);
+        assert!(m.put(70_006 + (1 << 20) + 1, Value::None).is_err());
     }
 }

@@ -32,10 +32,10 @@ pub fn pytorch_reserved(
 ) {
     let mut reserved = pre_trace_bytes as i128;
     for i in trace.start..trace.end {
-        let e = snap.entries.get(i);
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i128,
-            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i128,
+        let e = &snap.entries;
+        match e.action(i) {
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size(i) as i128,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size(i) as i128,
             _ => {}
         }
         each(i, reserved.max(0) as u64);
@@ -70,9 +70,8 @@ pub fn choose(
         if estimate.is_some() {
             return;
         }
-        let e = snap.entries.get(i);
-        if e.action == Action::Oom {
-            estimate = Some(reserved + e.addr);
+        if snap.entries.action(i) == Action::Oom {
+            estimate = Some(reserved + snap.entries.addr(i));
         } else {
             peak_before = peak_before.max(reserved);
         }
@@ -111,7 +110,6 @@ pub fn choose(
 /// `device_free` of the trace's first OOM entry.
 fn snap_device_free(snap: &Snapshot, trace: DeviceTrace) -> Option<u64> {
     (trace.start..trace.end)
-        .map(|i| snap.entries.get(i))
-        .find(|e| e.action == Action::Oom)
-        .map(|e| e.addr)
+        .find(|&i| snap.entries.action(i) == Action::Oom)
+        .map(|i| snap.entries.addr(i))
 }

@@ -13,6 +13,7 @@ use crate::import::pickle::{Fast, FastDict, FastMap, List, Value, long8};
 
 use super::from_pickle::{STACK_TAG, meta_id};
 use super::model::{Action, Entry, Snapshot};
+use super::span::{same_bytes, span_end, span_hash};
 
 /// One shared object per distinct content, for the memo: frames lists by stack, `(a, b)`
 /// tuples by value (the content is all a snapshot's reader needs).
@@ -34,6 +35,9 @@ pub(super) struct Shared {
     /// one lookup (and one comparison of the bytes; a different span of the same hash is a
     /// miss, read the long way).
     spans: FastMap<u64, Span>,
+    /// The key in `spans` of the span the entry before used (consecutive entries often
+    /// share a stack: compared first, without looking for the span's end or hashing it).
+    last_span: Option<u64>,
     /// `Fast::stored` of `last_pair`'s tuple (0: not known yet).
     last_pair_stored: u32,
     /// `Fast::generation` when these caches were filled.
@@ -53,15 +57,6 @@ struct Span {
     stack: u32,
     list: Rc<List>,
     stored: u32,
-}
-
-/// The hash of a span's bytes, eight at a time (`Hash for [u8]` feeds a hasher one byte per
-/// call).
-fn span_hash(b: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut h = crate::import::pickle::FastHasher::default();
-    h.write(b);
-    h.finish()
 }
 
 /// Memo ids cached in `Shared::keys` (keys and action names are defined early on).
@@ -109,23 +104,18 @@ impl Key {
             },
         }) as u8
     }
-
-    fn from_u8(v: u8) -> Option<Key> {
-        Some(match v {
-            1 => Key::Action,
-            2 => Key::Addr,
-            3 => Key::Size,
-            4 => Key::Stream,
-            5 => Key::TimeUs,
-            6 => Key::CompileContext,
-            7 => Key::UserMetadata,
-            8 => Key::PoolId,
-            9 => Key::Frames,
-            10 => Key::Other,
-            _ => return None,
-        })
-    }
 }
+
+/// The codes of `Key`, as `Shared::keys` holds them (a match on them is one jump).
+const ACTION: u8 = Key::Action as u8;
+const ADDR: u8 = Key::Addr as u8;
+const SIZE: u8 = Key::Size as u8;
+const STREAM: u8 = Key::Stream as u8;
+const TIME_US: u8 = Key::TimeUs as u8;
+const COMPILE_CONTEXT: u8 = Key::CompileContext as u8;
+const USER_METADATA: u8 = Key::UserMetadata as u8;
+const POOL_ID: u8 = Key::PoolId as u8;
+const FRAMES: u8 = Key::Frames as u8;
 
 struct Decoder<'a, 'f, 'o> {
     b: &'a [u8],
@@ -148,6 +138,7 @@ impl<'a> Decoder<'a, '_, '_> {
 
     /// The next byte of an opcode's argument (never a `FRAME`: frames begin between
     /// opcodes only).
+    #[inline(always)]
     fn byte(&mut self) -> Option<u8> {
         let x = *self.b.get(self.i)?;
         self.i += 1;
@@ -155,6 +146,7 @@ impl<'a> Decoder<'a, '_, '_> {
     }
 
     /// The next opcode, past any `FRAME`s.
+    #[inline(always)]
     fn op(&mut self) -> Option<u8> {
         self.i = self.past_frames(self.i);
         let x = *self.b.get(self.i)?;
@@ -162,6 +154,7 @@ impl<'a> Decoder<'a, '_, '_> {
         Some(x)
     }
 
+    #[inline(always)]
     fn peek(&mut self) -> Option<u8> {
         self.i = self.past_frames(self.i);
         self.b.get(self.i).copied()
@@ -200,6 +193,7 @@ impl<'a> Decoder<'a, '_, '_> {
         self.fast.get(id)
     }
 
+    #[inline(always)]
     fn get_id(&mut self, op: u8) -> Option<u32> {
         match op {
             b'h' => Some(self.byte()? as u32),
@@ -208,6 +202,7 @@ impl<'a> Decoder<'a, '_, '_> {
         }
     }
 
+    #[inline(always)]
     fn int_after(&mut self, op: u8) -> Option<i64> {
         Some(match op {
             b'K' => self.byte()? as i64,
@@ -218,12 +213,23 @@ impl<'a> Decoder<'a, '_, '_> {
             b'J' => self.u32()? as i32 as i64,
             0x8a => {
                 let n = self.byte()? as usize;
-                long8(self.take(n)?)?
+                // Eight bytes loaded at once where the buffer has them, the `n` of the
+                // integer sign-extended (what `long8` does byte by byte).
+                match self.b.get(self.i..self.i + 8) {
+                    Some(w) if (1..=8).contains(&n) => {
+                        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                        self.i += n;
+                        let shift = 64 - 8 * n as u32;
+                        ((w << shift) as i64) >> shift
+                    }
+                    _ => long8(self.take(n)?)?,
+                }
             }
             _ => return None,
         })
     }
 
+    #[inline(always)]
     fn int(&mut self) -> Option<i64> {
         let op = self.op()?;
         self.int_after(op)
@@ -272,6 +278,7 @@ impl<'a> Decoder<'a, '_, '_> {
 
     /// A str key or action name, as `Key::of` codes it: read back through the id cache,
     /// or new (memoized as `string` does).
+    #[inline(always)]
     fn code(&mut self, shared: &mut Shared) -> Option<u8> {
         let i = self.i;
         let op = self.op()?;
@@ -381,6 +388,7 @@ pub(super) fn decode(
     if fast.generation() != shared.generation {
         shared.keys.clear();
         shared.spans.clear();
+        shared.last_span = None;
         shared.generation = fast.generation();
     }
     let (mut action, mut addr, mut size) = (None, None, None);
@@ -390,11 +398,11 @@ pub(super) fn decode(
             d.i += 1;
             break;
         }
-        match Key::from_u8(d.code(shared)?)? {
-            Key::Action => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
-            Key::Addr => addr = Some(u64::try_from(d.int()?).ok()?),
-            Key::Size => size = Some(u64::try_from(d.int()?).ok()?),
-            Key::Stream => {
+        match d.code(shared)? {
+            ACTION => action = Some(d.code(shared)?.checked_sub(ACTION_BASE)?),
+            ADDR => addr = Some(u64::try_from(d.int()?).ok()?),
+            SIZE => size = Some(u64::try_from(d.int()?).ok()?),
+            STREAM => {
                 let s = d.int()?;
                 e.stream = match shared.last_stream {
                     Some((last, id)) if last == s => id,
@@ -405,10 +413,10 @@ pub(super) fn decode(
                     }
                 };
             }
-            Key::TimeUs => e.time_us = Some(d.int()?),
-            Key::CompileContext => compile = d.compile_context(shared)?,
-            Key::UserMetadata => user = Some(d.string()?),
-            Key::PoolId => {
+            TIME_US => e.time_us = Some(d.int()?),
+            COMPILE_CONTEXT => compile = d.compile_context(shared)?,
+            USER_METADATA => user = Some(d.string()?),
+            POOL_ID => {
                 let p = d.pair(shared)?;
                 e.pool = match shared.last_pool {
                     Some((last, id)) if last == p => id,
@@ -419,8 +427,9 @@ pub(super) fn decode(
                     }
                 };
             }
-            Key::Frames => e.stack = frames(&mut d, snap, shared, buf)?,
-            Key::Other => return None,
+            FRAMES => e.stack = frames(&mut d, snap, shared, buf)?,
+            // `Key::Other`, an action name, or not known.
+            _ => return None,
         }
     }
     e.action = Action::ALL[action? as usize];
@@ -462,22 +471,28 @@ fn frames<'a>(
     }
     // Its memo value is known once the frames are read.
     let slot = d.memoize(|| None).ok()?;
-    let (start, end) = (d.i, span_end(d.b, d.i));
+    let start = d.i;
+    // Bytes equal to a span's are that span (where a span ends follows from its bytes), and
+    // hash to its key: the last entry's span is tried first.
+    if let Some(slot) = slot
+        && let Some(last) = shared.last_span
+        && let Some(span) = shared.spans.get_mut(&last)
+        && let Some(b) = d.b.get(start..start + span.bytes.len())
+        && same_bytes(&span.bytes, b)
+    {
+        d.i = start + span.bytes.len();
+        return Some(span_hit(d, span, slot));
+    }
+    let end = span_end(d.b, start);
     let hash = (end > start).then(|| span_hash(&d.b[start..end]));
     if let Some(slot) = slot
         && let Some(h) = hash
         && let Some(span) = shared.spans.get_mut(&h)
-        && *span.bytes == d.b[start..end]
+        && same_bytes(&span.bytes, &d.b[start..end])
     {
         d.i = end;
-        if span.stored == 0 {
-            span.stored = d.fast.stored(&Value::List(span.list.clone())).unwrap_or(0);
-        }
-        if span.stored == 0 {
-            d.out.memo[slot] = Some(Value::List(span.list.clone()));
-        }
-        d.out.stored[slot] = span.stored;
-        return Some(span.stack);
+        shared.last_span = Some(h);
+        return Some(span_hit(d, span, slot));
     }
     let stack = frames_read(d, snap, shared, buf, slot)?;
     if let Some(Some(Value::List(list))) = slot.map(|s| &d.out.memo[s])
@@ -491,38 +506,22 @@ fn frames<'a>(
             list: list.clone(),
             stored: 0,
         });
+        shared.last_span = Some(h);
     }
     Some(stack)
 }
 
-/// Where the items of a frames list starting at `i` end, when they are only `GET`s (between
-/// `MARK` and `APPENDS`, or one and `APPEND`); `i` otherwise.
-fn span_end(b: &[u8], i: usize) -> usize {
-    let get_len = |op: u8| match op {
-        b'h' => Some(2),
-        b'j' => Some(5),
-        _ => None,
-    };
-    match b.get(i) {
-        Some(b'(') => {
-            let mut k = i + 1;
-            loop {
-                match b.get(k) {
-                    Some(b'e') => return k + 1,
-                    Some(&op) => match get_len(op) {
-                        Some(n) => k += n,
-                        None => return i,
-                    },
-                    None => return i,
-                }
-            }
-        }
-        Some(&op) => match get_len(op) {
-            Some(n) if b.get(i + n) == Some(&b'a') => i + n + 1,
-            _ => i,
-        },
-        None => i,
+/// A frames list whose bytes are `span`'s (read up to its end already): its memo slot
+/// `slot` holds the span's list; its stack.
+fn span_hit(d: &mut Decoder<'_, '_, '_>, span: &mut Span, slot: usize) -> u32 {
+    if span.stored == 0 {
+        span.stored = d.fast.stored(&Value::List(span.list.clone())).unwrap_or(0);
     }
+    if span.stored == 0 {
+        d.out.memo[slot] = Some(Value::List(span.list.clone()));
+    }
+    d.out.stored[slot] = span.stored;
+    span.stack
 }
 
 /// A new frames list's items, read one by one; its memo value goes in `slot`.

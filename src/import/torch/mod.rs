@@ -7,6 +7,7 @@
 //! `torch/csrc/cuda/memory_snapshot.cpp` and `c10/cuda/CUDACachingAllocator.cpp`
 //! (`record_trace` and its callers); the commits read are listed in docs/oom.md.
 
+mod columns;
 pub mod device;
 mod fast_entry;
 pub mod folder;
@@ -18,6 +19,7 @@ pub mod model;
 mod prologue;
 pub mod requests;
 pub mod settings;
+mod span;
 
 use std::io::Read;
 use std::path::Path;
@@ -68,7 +70,7 @@ pub fn sniff(path: &Path) -> anyhow::Result<Kind> {
 /// node's GPUs; each device becomes a run folder).
 pub const MAX_DEVICES: usize = 64;
 
-/// The most trace entries a snapshot may hold: 100,000,000 entries take about 3.7 GB in
+/// The most trace entries a snapshot may hold: 100,000,000 entries take about 1.7 GB in
 /// headroom's columns (PyTorch keeps 100,000 by default, `max_entries`).
 pub const MAX_ENTRIES: usize = 100_000_000;
 

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::import::pickle::FastMap;
 
+pub use super::columns::Entries;
+
 /// `TraceEntry.action`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -88,10 +90,6 @@ impl Action {
             Action::Other => "other",
         }
     }
-
-    fn from_u8(v: u8) -> Action {
-        Action::ALL[v as usize]
-    }
 }
 
 /// One trace entry, unpacked.
@@ -111,89 +109,6 @@ pub struct Entry {
     pub stack: u32,
     /// Index into `Snapshot::metadata` (0: none).
     pub meta: u32,
-}
-
-/// Every trace entry of the snapshot, one column per field.
-#[derive(Debug, Default)]
-pub struct Entries {
-    action: Vec<u8>,
-    addr: Vec<u64>,
-    size: Vec<u64>,
-    stream: Vec<u16>,
-    pool: Vec<u16>,
-    time_us: Vec<i64>,
-    stack: Vec<u32>,
-    meta: Vec<u32>,
-}
-
-/// `time_us` not recorded.
-const NO_TIME: i64 = i64::MIN;
-
-impl Entries {
-    pub fn with_capacity(n: usize) -> Entries {
-        Entries {
-            action: Vec::with_capacity(n),
-            addr: Vec::with_capacity(n),
-            size: Vec::with_capacity(n),
-            stream: Vec::with_capacity(n),
-            pool: Vec::with_capacity(n),
-            time_us: Vec::with_capacity(n),
-            stack: Vec::with_capacity(n),
-            meta: Vec::with_capacity(n),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.action.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.action.is_empty()
-    }
-
-    pub fn push(&mut self, e: Entry) {
-        self.action.push(e.action as u8);
-        self.addr.push(e.addr);
-        self.size.push(e.size);
-        self.stream.push(e.stream);
-        self.pool.push(e.pool);
-        self.time_us.push(e.time_us.unwrap_or(NO_TIME));
-        self.stack.push(e.stack);
-        self.meta.push(e.meta);
-    }
-
-    #[inline]
-    pub fn get(&self, i: usize) -> Entry {
-        let t = self.time_us[i];
-        Entry {
-            action: Action::from_u8(self.action[i]),
-            addr: self.addr[i],
-            size: self.size[i],
-            stream: self.stream[i],
-            pool: self.pool[i],
-            time_us: (t != NO_TIME).then_some(t),
-            stack: self.stack[i],
-            meta: self.meta[i],
-        }
-    }
-
-    #[inline]
-    pub fn action(&self, i: usize) -> Action {
-        Action::from_u8(self.action[i])
-    }
-
-    #[inline]
-    pub fn addr(&self, i: usize) -> u64 {
-        self.addr[i]
-    }
-
-    /// Bytes held, for the memory figure of a benchmark.
-    pub fn heap_bytes(&self) -> usize {
-        self.action.capacity()
-            + (self.addr.capacity() + self.size.capacity() + self.time_us.capacity()) * 8
-            + (self.stream.capacity() + self.pool.capacity()) * 2
-            + (self.stack.capacity() + self.meta.capacity()) * 4
-    }
 }
 
 /// `Frame`: one line of a stack trace.

@@ -95,7 +95,7 @@ pub const ANOMALIES_LISTED: usize = 20;
 
 impl<'a> TorchRequests<'a> {
     pub fn new(snap: &'a Snapshot, trace: DeviceTrace) -> TorchRequests<'a> {
-        let t0_us = (trace.start..trace.end).find_map(|i| snap.entries.get(i).time_us);
+        let t0_us = (trace.start..trace.end).find_map(|i| snap.entries.time_us(i));
         let gc_active = snap
             .settings
             .as_ref()
@@ -132,7 +132,7 @@ impl<'a> TorchRequests<'a> {
     fn with_times_checked(mut self) -> Self {
         let mut last = None;
         for i in self.trace.start..self.trace.end {
-            let Some(t) = self.snap.entries.get(i).time_us else {
+            let Some(t) = self.snap.entries.time_us(i) else {
                 continue;
             };
             if let Some(l) = last
@@ -154,7 +154,7 @@ impl<'a> TorchRequests<'a> {
     }
 
     fn t_ns(&self, i: usize) -> u64 {
-        match (self.snap.entries.get(i).time_us, self.t0_us) {
+        match (self.snap.entries.time_us(i), self.t0_us) {
             (Some(t), Some(t0)) => (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000),
             // No times recorded: one microsecond per entry, in order.
             _ => self.at(i) * 1000,
