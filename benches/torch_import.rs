@@ -30,6 +30,8 @@
 //! 2.8–3.5: 3.36 s median user CPU against 5.40 s, peak 255 MB against 528 MB. Counted by
 //! valgrind (no load in it): the replay of the 1,000,000-entry file 3.07 G instructions
 //! against 3.97 G, and this bench's `--test torch/` at 1,000,000 entries 6.23 G against 7.89 G.
+//! On the idle machine (load 1.1–1.6) after these changes: `torch/` **4.13 s (3.74–4.53 s)**,
+//! 264 MiB peak.
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and
