@@ -96,31 +96,24 @@ pub struct EventFile {
 
 impl EventFile {
     fn open(path: &Path, deadline: Deadline) -> anyhow::Result<EventFile> {
-        let mut file = EventFile {
-            path: path.to_path_buf(),
-            count: 0,
-            not_ok: 0,
-            streams: Vec::new(),
-        };
+        let (mut count, mut not_ok, mut streams) = (0, 0, Vec::<String>::new());
         let mut seen = std::collections::HashSet::new();
-        let mut count = 0;
-        let mut not_ok = 0;
-        let mut streams = Vec::new();
-        for row in file.scan(deadline, |e| {
+        for row in scan(path, deadline, |e| {
             count += 1;
             not_ok += usize::from(e.result() != "ok");
-            if !seen.contains(e.stream()) {
-                seen.insert(e.stream().to_string());
+            if seen.insert(e.stream().to_string()) {
                 streams.push(e.stream().to_string());
             }
             Ok(())
         })? {
             row?;
         }
-        file.count = count;
-        file.not_ok = not_ok;
-        file.streams = streams;
-        Ok(file)
+        Ok(EventFile {
+            path: path.to_path_buf(),
+            count,
+            not_ok,
+            streams,
+        })
     }
 
     /// How many events the run recorded.
@@ -134,45 +127,41 @@ impl EventFile {
 
     /// Every event, in the file's order, read as it is iterated.
     pub fn rows(&self) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
-        self.rows_by(Deadline::none())
+        scan(&self.path, Deadline::none(), |row| Ok(row.owned()))
     }
+}
 
-    fn rows_by(
-        &self,
-        deadline: Deadline,
-    ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
-        self.scan(deadline, |row| Ok(row.owned()))
-    }
-
-    /// Every row, read as `each` takes it (borrowed from the reader's buffer), with its line
-    /// named in any error.
-    fn scan<T, F: FnMut(EventRef<'_>) -> anyhow::Result<T>>(
-        &self,
-        deadline: Deadline,
-        mut each: F,
-    ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<T>> + use<T, F>> {
-        let path = self.path.clone();
-        let mut r = csv::Reader::from_path(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let columns = EventColumns::of(r.byte_headers()?)
-            .with_context(|| format!("{}: line 1", path.display()))?;
-        let mut record = csv::ByteRecord::new();
-        let mut line = 1u64;
-        Ok(std::iter::from_fn(move || {
-            line += 1;
-            let row = match r.read_byte_record(&mut record) {
-                Ok(false) => return None,
-                Ok(true) => {
-                    if let Err(e) = deadline.check(line - 1) {
-                        return Some(Err(e.into()));
-                    }
-                    columns.event(&record).and_then(&mut each)
+/// Every row of the events file at `path`, read as `each` takes it (borrowed from the reader's
+/// buffer), with its line named in any error.
+fn scan<T, F: FnMut(EventRef<'_>) -> anyhow::Result<T>>(
+    path: &Path,
+    deadline: Deadline,
+    mut each: F,
+) -> anyhow::Result<impl Iterator<Item = anyhow::Result<T>> + use<T, F>> {
+    let path = path.to_path_buf();
+    let mut r =
+        csv::Reader::from_path(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let columns = r
+        .byte_headers()
+        .map_err(anyhow::Error::from)
+        .and_then(EventColumns::of)
+        .with_context(|| format!("{}: line 1", path.display()))?;
+    let mut record = csv::ByteRecord::new();
+    let mut line = 1u64;
+    Ok(std::iter::from_fn(move || {
+        line += 1;
+        let row = match r.read_byte_record(&mut record) {
+            Ok(false) => return None,
+            Ok(true) => {
+                if let Err(e) = deadline.check(line - 1) {
+                    return Some(Err(e.into()));
                 }
-                Err(e) => Err(e.into()),
-            };
-            Some(row.with_context(|| format!("{}: line {line}", path.display())))
-        }))
-    }
+                columns.event(&record).and_then(&mut each)
+            }
+            Err(e) => Err(e.into()),
+        };
+        Some(row.with_context(|| format!("{}: line {line}", path.display())))
+    }))
 }
 
 /// Everything a finished run left in its folder.
