@@ -1,6 +1,7 @@
 //! Live allocations by address (PyTorch's `allocated_blocks`): an open-addressing table of
-//! `(address, block)` pairs with linear probing and backward-shift deletion, kept at most half
-//! full. A free looks its address up here, so this is on every allocate/free pair; it grows
+//! `(address, block)` pairs with linear probing and backward-shift deletion, kept at most a
+//! quarter full: probe runs stay short, so an insert, a lookup and a deletion's shift each
+//! touch one or two slots. A free looks its address up here, so this is on every allocate/free pair; it grows
 //! only when more blocks are live at once than ever before.
 
 use crate::device::DevPtr;
@@ -61,7 +62,7 @@ impl LiveTable {
     #[inline]
     pub fn insert(&mut self, ptr: DevPtr, block: u32) {
         debug_assert!(ptr != EMPTY && self.get(ptr).is_none());
-        if (self.len + 1) * 2 > self.slots.len() {
+        if (self.len + 1) * 4 > self.slots.len() {
             self.grow();
         }
         let mut at = self.home(ptr);
