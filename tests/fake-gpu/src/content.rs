@@ -6,7 +6,7 @@
 //! real bytes. Partial writes turn a chunk into bytes; a 4 GiB device needs 4 GiB of host
 //! memory only if all of it is written word by word.
 
-use std::collections::HashMap;
+use crate::addr_map::AddrMap;
 
 pub const CHUNK: u64 = 64 << 10;
 
@@ -125,7 +125,7 @@ fn word_at(b: &[u8], o: usize) -> u32 {
 
 #[derive(Debug, Default)]
 pub struct Content {
-    chunks: HashMap<u64, Chunk>,
+    chunks: AddrMap<Chunk>,
 }
 
 /// The chunks `[ptr, ptr + bytes)` touches: (chunk base, start, end) with start..end inside.

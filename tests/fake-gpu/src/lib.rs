@@ -37,6 +37,7 @@
 //! A bad setting makes `cuInit` and `nvmlInit` fail with a message on stderr.
 
 pub mod abi;
+pub mod addr_map;
 pub mod branch;
 pub mod config;
 pub mod content;

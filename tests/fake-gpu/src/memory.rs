@@ -8,7 +8,9 @@
 //! never reused: each allocation gets fresh address space, with an unmapped gap after it, so a
 //! use after free or an overrun is an illegal address.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::addr_map::AddrMap;
 
 /// Where device addresses start (all devices share one address space, as with UVA).
 pub const VA_BASE: u64 = 0x7000_0000_0000;
@@ -70,9 +72,9 @@ pub struct PlainHeap {
     spacing: u64,
     shared: Vec<Option<SharedPage>>,
     /// Small allocation → (page index, first slot, slots).
-    small: HashMap<u64, (usize, usize, usize)>,
+    small: AddrMap<(usize, usize, usize)>,
     /// Large allocation → page-rounded bytes.
-    large: HashMap<u64, u64>,
+    large: AddrMap<u64>,
     large_bytes: u64,
 }
 
@@ -92,8 +94,8 @@ impl PlainHeap {
             small_limit,
             spacing,
             shared: Vec::new(),
-            small: HashMap::new(),
-            large: HashMap::new(),
+            small: AddrMap::default(),
+            large: AddrMap::default(),
             large_bytes: 0,
         }
     }

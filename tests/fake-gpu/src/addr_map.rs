@@ -1,0 +1,59 @@
+//! Hash maps keyed by device addresses, with a hash made for them: std's SipHash costs more
+//! than the rest of a chunk lookup, and addresses need no protection from chosen keys.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A `HashMap` from a device address (or a chunk base) to `V`.
+pub type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// SplitMix64's finalizer over one `u64`: every bit of the key reaches the low bits that pick
+/// the bucket, so 64 KiB-aligned chunk bases (low 16 bits zero) spread like any others.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[inline]
+    fn write_u64(&mut self, k: u64) {
+        self.0 = self.0.rotate_left(5) ^ k;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+
+    #[test]
+    fn aligned_bases_spread_over_the_low_bits() {
+        let build = BuildHasherDefault::<AddrHasher>::default();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1024u64 {
+            seen.insert(build.hash_one(0x7f00_0000_0000 + (i << 16)) & 1023);
+        }
+        // 1024 keys into 1024 buckets by the low 10 bits: a uniform hash fills about 63 %.
+        assert!(seen.len() > 550, "{} buckets used", seen.len());
+        let mut m: AddrMap<u64> = AddrMap::default();
+        for i in 0..10_000u64 {
+            m.insert(i << 16, i);
+        }
+        assert!((0..10_000u64).all(|i| m.get(&(i << 16)) == Some(&i)));
+        assert_eq!(m.remove(&(5 << 16)), Some(5));
+        assert_eq!(m.get(&(5 << 16)), None);
+    }
+}
