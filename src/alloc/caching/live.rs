@@ -1,8 +1,8 @@
 //! Live allocations by address (PyTorch's `allocated_blocks`): an open-addressing table of
 //! `(address, block)` pairs with linear probing and backward-shift deletion, kept at most a
 //! quarter full: probe runs stay short, so an insert, a lookup and a deletion's shift each
-//! touch one or two slots. A free looks its address up here, so this is on every allocate/free pair; it grows
-//! only when more blocks are live at once than ever before.
+//! touch one or two slots. A free looks its address up here, so this is on every
+//! allocate/free pair; it grows only when more blocks are live at once than ever before.
 
 use crate::device::DevPtr;
 
