@@ -1,6 +1,7 @@
 //! Hash maps keyed by device addresses, with a hash made for them: std's SipHash was about a
 //! fifth of the fake driver's time in a GPU check, and addresses need no protection from
-//! chosen keys.
+//! chosen keys. headroom's own `alloc::ptr_map` does the same for the allocator models; the fake
+//! driver depends on nothing of headroom's, so it keeps its own.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
