@@ -106,7 +106,7 @@ impl GraphMem {
 }
 
 /// Transient peak, unfreed allocations and own allocations of a node list.
-fn summarize(nodes: &[Node], gran: u64) -> (u64, Vec<(u64, u64, u64)>, HashSet<u64>) {
+pub fn summarize(nodes: &[Node], gran: u64) -> (u64, Vec<(u64, u64, u64)>, HashSet<u64>) {
     let own: HashMap<u64, u64> = nodes
         .iter()
         .filter_map(|n| match n {
@@ -402,35 +402,5 @@ impl Driver {
         let used = self.graph_usage(device)[0];
         self.dev(device).graph.reserved = used;
         self.publish(device);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transient_peak_and_unfreed() {
-        const MIB: u64 = 1 << 20;
-        let nodes = vec![
-            Node::Alloc {
-                ptr: 1 << 30,
-                bytes: 3 * MIB,
-            },
-            Node::Alloc {
-                ptr: 2 << 30,
-                bytes: MIB,
-            },
-            Node::Free { ptr: 1 << 30 },
-            Node::Alloc {
-                ptr: 3 << 30,
-                bytes: 5 * MIB,
-            },
-            Node::Free { ptr: 3 << 30 },
-        ];
-        let (peak, unfreed, own) = summarize(&nodes, 2 * MIB);
-        assert_eq!(peak, 6 * MIB);
-        assert_eq!(unfreed, vec![(2 << 30, 2 * MIB, MIB)]);
-        assert_eq!(own.len(), 3);
     }
 }

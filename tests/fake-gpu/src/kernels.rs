@@ -203,28 +203,3 @@ pub unsafe fn read_args(params: *mut *mut std::ffi::c_void, entry: &Entry) -> Ve
         })
         .collect()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_need_the_exact_parameter_list() {
-        let m = crate::ptx::parse(
-            include_bytes!("../../../kernels/verify.ptx"),
-            90,
-            crate::ptx::MAX_VERSION,
-        )
-        .unwrap();
-        assert_eq!(Kind::of(&m.entries[0]), Some(Kind::Verify));
-        let mut wrong = m.entries[0].clone();
-        wrong.params.pop();
-        assert_eq!(Kind::of(&wrong), None);
-    }
-
-    #[test]
-    fn the_stack_sum_is_the_frame_total() {
-        // Sum of i ^ 0 over 1024 words.
-        assert_eq!(stack_sum(0, 1024), 1023 * 1024 / 2);
-    }
-}

@@ -21,10 +21,10 @@ pub const DEFAULT: &str = "tiny-4g";
 
 /// headroom's profile folder: a name that is neither built in nor a file is looked up there,
 /// so every profile under `profiles/` serves by name.
-const PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles");
+pub const PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles");
 
 /// The file `name_or_path` names: itself, else `profiles/<name>.toml`.
-fn profile_file(name_or_path: &str) -> std::path::PathBuf {
+pub fn profile_file(name_or_path: &str) -> std::path::PathBuf {
     let direct = std::path::PathBuf::from(name_or_path);
     let named = std::path::Path::new(PROFILES_DIR).join(format!("{name_or_path}.toml"));
     if !direct.exists() && !name_or_path.contains('/') && named.exists() {
@@ -365,42 +365,5 @@ impl Profile {
     pub fn device_name(&self) -> String {
         let base = self.gpu_name.trim_end_matches(" (simulated)");
         format!("{base} (fake driver)")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_like_headroom() {
-        assert_eq!(parse_size("512B"), Ok(512));
-        assert_eq!(parse_size("81089MiB"), Ok(81089 << 20));
-        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
-        assert!(parse_size("1.3B").is_err());
-        assert!(parse_size("12").is_err());
-    }
-
-    #[test]
-    fn builtin_profiles_load() {
-        let tiny = Profile::resolve("tiny-4g").unwrap();
-        assert_eq!(tiny.memory.total_bytes.0, 4 << 30);
-        assert_eq!(tiny.memory.context_overhead_bytes.0, 256 << 20);
-        assert_eq!(tiny.kernels.module_bytes.0, 0);
-        assert_eq!(tiny.capability(), (9, 0));
-        assert_eq!(
-            tiny.latency.mem_get_info.0,
-            std::time::Duration::from_micros(8)
-        );
-        // A name that is no file is looked up under profiles/.
-        assert_eq!(
-            profile_file("h200"),
-            std::path::Path::new(PROFILES_DIR).join("h200.toml")
-        );
-        assert!(profile_file("h200").is_file());
-        let h200 = Profile::resolve("h200").unwrap();
-        assert_eq!(h200.memory.nvml_reserved_bytes.0, 615 << 20);
-        assert!(Profile::resolve("a100").unwrap_err().contains("tiny-4g"));
     }
 }

@@ -11,6 +11,7 @@ mod context;
 mod exports;
 mod faults;
 mod graphs;
+mod internals;
 mod memory;
 mod mig;
 mod modules;
