@@ -1,7 +1,7 @@
 //! The C types and constants of the CUDA driver API (12.4) and NVML that the fake exports.
 //!
 //! Layouts are copied from cudarc 0.19.10's generated bindings (the `cuda-12040` variants) and
-//! nvml-wrapper-sys 0.10. Enumerations cross the boundary as plain `u32`, never as Rust enums:
+//! NVIDIA's nvml.h. Enumerations cross the boundary as plain `u32`, never as Rust enums:
 //! a caller may pass any number, and an unknown one must be an error, not undefined behavior.
 
 #![allow(non_camel_case_types, non_snake_case)]

@@ -4,7 +4,7 @@
 //! with it in place of the real libraries.
 //!
 //! What it keeps from the real driver: the calling conventions (every symbol cudarc and
-//! nvml-wrapper resolve, with their C layouts), asynchrony (one worker thread per stream,
+//! headroom's NVML module resolve, with their C layouts), asynchrony (one worker thread per stream,
 //! kernels take modeled time, host copies stage and return), errors (context rules, sticky
 //! errors, capture rules, out of memory) and the memory model of a headroom profile (pages,
 //! small-allocation packing, context, stack, pools, VMM, graph memory). Kernels are headroom's,

@@ -97,7 +97,7 @@ pub const CUDA: &[(&str, i32)] = &[
     ("cuMemSetAccess", 10020),
 ];
 
-/// NVML entry points (the ones nvml-wrapper 0.13 calls for headroom), with their release.
+/// NVML entry points (those headroom's NVML module and earlier NVML wrappers resolve), with their release.
 pub const NVML: &[(&str, i32)] = &[
     ("nvmlInit_v2", 5050),
     ("nvmlInitWithFlags", 10010),

@@ -133,7 +133,7 @@ fn the_jit_accepts_its_branchs_isa_and_refuses_the_next() {
 const CHILD: &str = "FAKE_GPU_FILTER_CHILD";
 
 /// The child's side: loads `libcuda.so.1` and `libnvidia-ml.so.1` by name, as cudarc and
-/// nvml-wrapper do, and reports which symbols `dlsym` finds and what a kept one answers.
+/// headroom's NVML module do, and reports which symbols `dlsym` finds and what a kept one answers.
 #[test]
 fn child() {
     if std::env::var(CHILD).is_err() {

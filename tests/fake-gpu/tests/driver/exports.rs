@@ -1,4 +1,4 @@
-//! The built shared library exports every symbol cudarc and nvml-wrapper resolve for headroom.
+//! The built shared library exports every symbol cudarc and headroom's NVML module resolve.
 
 use std::ffi::c_int;
 use std::path::PathBuf;
@@ -92,7 +92,7 @@ const REQUIRED_CUDA: &[&str] = &[
     "cuMemSetAccess",
 ];
 
-/// The NVML entry points nvml-wrapper 0.13 calls for headroom.
+/// The NVML entry points the fake exports for headroom's NVML module and earlier NVML wrappers.
 const REQUIRED_NVML: &[&str] = &[
     "nvmlInit_v2",
     "nvmlInitWithFlags",

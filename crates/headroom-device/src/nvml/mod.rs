@@ -6,11 +6,12 @@
 //! whose memory is the instance's. On MIG, NVML refuses the process list to an unprivileged
 //! user (`NVML_ERROR_NO_PERMISSION`): that list is unavailable, with the reason, never an error.
 
-use nvml_wrapper::Nvml;
-use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::error::NvmlError;
+mod library;
 
 use std::time::Instant;
+
+pub use library::{Device, NvmlError};
+use library::{Nvml, VALUE_NOT_AVAILABLE};
 
 use crate::mig::{MigIdentity, profile_from_device_name};
 use crate::reading::{RawReading, Reader};
@@ -29,7 +30,7 @@ impl NvmlDevice {
     }
 
     /// As `open`, with NVML's error when it fails.
-    pub fn try_open(uuid: &str) -> Result<NvmlDevice, nvml_wrapper::error::NvmlError> {
+    pub fn try_open(uuid: &str) -> Result<NvmlDevice, NvmlError> {
         let _watched = crate::watch::call("nvmlInit_v2");
         let nvml = Nvml::init()?;
         nvml.device_by_uuid(uuid)?;
@@ -44,8 +45,8 @@ impl NvmlDevice {
     }
 
     /// The device's handle, for a caller that reads it many times (looked up once).
-    pub fn handle(&self) -> Result<nvml_wrapper::Device<'_>, nvml_wrapper::error::NvmlError> {
-        self.nvml.device_by_uuid(self.uuid.as_str())
+    pub fn handle(&self) -> Result<Device<'_>, NvmlError> {
+        self.nvml.device_by_uuid(&self.uuid)
     }
 
     pub fn memory(&self) -> Option<NvmlMemory> {
@@ -82,7 +83,7 @@ impl NvmlDevice {
 /// One NVML device handle, read many times: memory info at every tick, the process list
 /// (slow: a global driver lock) far less often.
 pub struct NvmlReader<'a> {
-    device: nvml_wrapper::Device<'a>,
+    device: Device<'a>,
     origin: Instant,
 }
 
@@ -128,7 +129,7 @@ impl Reader for NvmlReader<'_> {
 /// `NO_PERMISSION` what it means on MIG.
 pub fn process_list_error(e: &NvmlError) -> String {
     match e {
-        NvmlError::NoPermission => format!(
+        e if e.is_code("NVML_ERROR_NO_PERMISSION") => format!(
             "nvmlDeviceGetComputeRunningProcesses: NVML_ERROR_NO_PERMISSION ({e}); on a MIG \
              instance NVML lists processes to administrators only"
         ),
@@ -137,11 +138,11 @@ pub fn process_list_error(e: &NvmlError) -> String {
 }
 
 /// A MIG handle's instance: its profile (from its name), parent GPU and instance ids.
-pub fn mig_identity(d: &nvml_wrapper::Device<'_>) -> Option<MigIdentity> {
-    if !d.mig_is_mig_device_handle().ok()? {
+pub fn mig_identity(d: &Device<'_>) -> Option<MigIdentity> {
+    if !d.is_mig_device_handle().ok()? {
         return None;
     }
-    let parent = d.mig_parent_device().ok()?;
+    let parent = d.mig_parent().ok()?;
     Some(MigIdentity {
         profile: d.name().ok().and_then(|n| profile_from_device_name(&n)),
         parent_index: parent.index().ok(),
@@ -157,19 +158,12 @@ enum InstanceKind {
     Compute,
 }
 
-/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` (not wrapped by
-/// nvml-wrapper), where the library has them.
-fn instance_id(d: &nvml_wrapper::Device<'_>, kind: InstanceKind) -> Option<u32> {
-    let lib = d.nvml().lib();
-    let sym = match kind {
-        InstanceKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?,
-        InstanceKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?,
-    };
-    let mut id: std::ffi::c_uint = 0;
-    // SAFETY: the handle is a live MIG device handle of this NVML session; one uint is written.
-    let code = unsafe { sym(d.handle(), &mut id) };
-    // NVML_SUCCESS is 0.
-    (code == 0).then_some(id)
+/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId`, where the library has them.
+fn instance_id(d: &Device<'_>, kind: InstanceKind) -> Option<u32> {
+    match kind {
+        InstanceKind::Gpu => d.gpu_instance_id().ok(),
+        InstanceKind::Compute => d.compute_instance_id().ok(),
+    }
 }
 
 /// One MIG instance as NVML lists it on its parent GPU, before any CUDA context.
@@ -210,7 +204,7 @@ pub fn gpus() -> Option<Vec<NvmlGpu>> {
         let Ok(d) = nvml.device_by_index(index) else {
             continue;
         };
-        let mig_enabled = d.mig_mode().is_ok_and(|m| m.current == 1);
+        let mig_enabled = d.mig_mode().is_ok_and(|(current, _)| current == 1);
         let (instances, memory, processes) = if mig_enabled {
             let why = "the GPU is in MIG mode: its instances have the process lists".to_string();
             (instances(&d), None, Err(why))
@@ -233,8 +227,8 @@ pub fn gpus() -> Option<Vec<NvmlGpu>> {
 }
 
 /// The MIG instances of a GPU in MIG mode: every slot below its maximum that holds one.
-fn instances(gpu: &nvml_wrapper::Device<'_>) -> Vec<NvmlInstance> {
-    let max = gpu.mig_device_count().unwrap_or(0);
+fn instances(gpu: &Device<'_>) -> Vec<NvmlInstance> {
+    let max = gpu.max_mig_device_count().unwrap_or(0);
     (0..max)
         .filter_map(|i| gpu.mig_device_by_index(i).ok())
         .filter_map(|m| {
@@ -251,12 +245,10 @@ fn instances(gpu: &nvml_wrapper::Device<'_>) -> Vec<NvmlInstance> {
 }
 
 /// NVML's memory info (v2) of a device handle: one call.
-pub fn read_memory(
-    d: &nvml_wrapper::Device<'_>,
-) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
+pub fn read_memory(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
     let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
-    let m = match d.memory_info() {
-        Err(NvmlError::FailedToLoadSymbol(_)) => return read_memory_v1(d),
+    let m = match d.memory_v2() {
+        Err(NvmlError::MissingSymbol(_)) => return read_memory_v1(d),
         other => other?,
     };
     Ok(NvmlMemory {
@@ -269,17 +261,8 @@ pub fn read_memory(
 
 /// NVML's first memory info, on drivers before R510 (NVML 11.6 added the v2 that splits out
 /// the driver's reserved share): `used` there includes that share, so `reserved_bytes` is 0.
-fn read_memory_v1(
-    d: &nvml_wrapper::Device<'_>,
-) -> Result<NvmlMemory, nvml_wrapper::error::NvmlError> {
-    let sym = nvml_wrapper::error::nvml_sym(d.nvml().lib().nvmlDeviceGetMemoryInfo.as_ref())?;
-    let mut m = nvml_wrapper_sys::bindings::nvmlMemory_t {
-        total: 0,
-        free: 0,
-        used: 0,
-    };
-    // SAFETY: the handle is the device's own, and `m` is the v1 struct the function fills.
-    nvml_wrapper::error::nvml_try(unsafe { sym(d.handle(), &mut m) })?;
+fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
+    let m = d.memory_v1()?;
     Ok(NvmlMemory {
         total_bytes: m.total,
         reserved_bytes: 0,
@@ -289,24 +272,19 @@ fn read_memory_v1(
 }
 
 /// The compute processes NVML lists on a device handle, this process marked.
-pub fn read_processes(
-    d: &nvml_wrapper::Device<'_>,
-) -> Result<Vec<ProcessUsage>, nvml_wrapper::error::NvmlError> {
+pub fn read_processes(d: &Device<'_>) -> Result<Vec<ProcessUsage>, NvmlError> {
     let me = std::process::id();
     let _watched = crate::watch::call("nvmlDeviceGetComputeRunningProcesses");
     // Drivers before R510 have only the v2 of the list (the same record, one function older).
-    let listed = match d.running_compute_processes() {
-        Err(NvmlError::FailedToLoadSymbol(_)) => d.running_compute_processes_v2(),
+    let listed = match d.processes_v3() {
+        Err(NvmlError::MissingSymbol(_)) => d.processes_v2(),
         other => other,
     };
     Ok(listed?
         .into_iter()
         .map(|p| ProcessUsage {
             pid: p.pid,
-            used_bytes: match p.used_gpu_memory {
-                UsedGpuMemory::Used(b) => Some(b),
-                UsedGpuMemory::Unavailable => None,
-            },
+            used_bytes: (p.used_gpu_memory != VALUE_NOT_AVAILABLE).then_some(p.used_gpu_memory),
             is_self: p.pid == me,
         })
         .collect())
@@ -323,9 +301,9 @@ pub fn memory_before_context(uuid: &str) -> Option<NvmlMemory> {
 pub fn init_failure() -> Option<String> {
     let e = Nvml::init().err()?;
     Some(match &e {
-        NvmlError::LibloadingError(l) => format!("libnvidia-ml.so.1 could not be loaded ({l})"),
-        NvmlError::FailedToLoadSymbol(s) => format!("NVML lacks a function headroom calls ({s})"),
-        _ => match error_name(&e) {
+        NvmlError::Load(why) => format!("libnvidia-ml.so.1 could not be loaded ({why})"),
+        NvmlError::MissingSymbol(s) => format!("NVML lacks a function headroom calls ({s})"),
+        _ => match e.name() {
             Some(name) => format!("nvmlInit_v2 failed: {name} ({e})"),
             None => format!("nvmlInit_v2 failed: {e}"),
         },
@@ -334,29 +312,5 @@ pub fn init_failure() -> Option<String> {
 
 /// The name of NVML's return code for `e` (`NVML_ERROR_…`); `None` for an error that is not one.
 pub fn error_name(e: &NvmlError) -> Option<&'static str> {
-    use NvmlError as E;
-    Some(match e {
-        E::Uninitialized => "NVML_ERROR_UNINITIALIZED",
-        E::InvalidArg => "NVML_ERROR_INVALID_ARGUMENT",
-        E::NotSupported => "NVML_ERROR_NOT_SUPPORTED",
-        E::NoPermission => "NVML_ERROR_NO_PERMISSION",
-        E::NotFound => "NVML_ERROR_NOT_FOUND",
-        E::InsufficientSize(_) => "NVML_ERROR_INSUFFICIENT_SIZE",
-        E::InsufficientPower => "NVML_ERROR_INSUFFICIENT_POWER",
-        E::DriverNotLoaded => "NVML_ERROR_DRIVER_NOT_LOADED",
-        E::Timeout => "NVML_ERROR_TIMEOUT",
-        E::IrqIssue => "NVML_ERROR_IRQ_ISSUE",
-        E::LibraryNotFound => "NVML_ERROR_LIBRARY_NOT_FOUND",
-        E::FunctionNotFound => "NVML_ERROR_FUNCTION_NOT_FOUND",
-        E::CorruptedInfoROM => "NVML_ERROR_CORRUPTED_INFOROM",
-        E::GpuLost => "NVML_ERROR_GPU_IS_LOST",
-        E::ResetRequired => "NVML_ERROR_RESET_REQUIRED",
-        E::OperatingSystem => "NVML_ERROR_OPERATING_SYSTEM",
-        E::LibRmVersionMismatch => "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
-        E::InUse => "NVML_ERROR_IN_USE",
-        E::InsufficientMemory => "NVML_ERROR_MEMORY",
-        E::NoData => "NVML_ERROR_NO_DATA",
-        E::Unknown => "NVML_ERROR_UNKNOWN",
-        _ => return None,
-    })
+    e.name()
 }
