@@ -20,9 +20,10 @@ pub fn render(scene: &Scene) -> anyhow::Result<Vec<u8>> {
     let mut pm = Pixmap::new(w, h).context("cannot allocate the picture")?;
     pm.fill(tiny_skia::Color::WHITE);
     let tf = Transform::from_scale(SCALE, SCALE);
+    let mut glyphs = GlyphCache::default();
     for g in &scene.groups {
         for s in &g.shapes {
-            draw(&mut pm, s, tf);
+            draw(&mut pm, s, tf, &mut glyphs);
         }
     }
     encode(&pm, scene)
@@ -44,7 +45,7 @@ fn skia_stroke(s: &Stroke) -> tiny_skia::Stroke {
     }
 }
 
-fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform) {
+fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform, glyphs: &mut GlyphCache) {
     match s {
         // Tooltips are the SVG's.
         Shape::Hover { .. } => {}
@@ -134,17 +135,81 @@ fn draw(pm: &mut Pixmap, s: &Shape, tf: Transform) {
                 Anchor::Middle => x - w / 2.0,
                 Anchor::End => x - w,
             };
-            draw_text(pm, x * SCALE, y * SCALE, text, size * SCALE, *color);
+            draw_text(pm, glyphs, x * SCALE, y * SCALE, text, size * SCALE, *color);
         }
     }
 }
 
+/// Glyph positions are kept to a quarter of a pixel: four phases per axis.
+const SUBPIXEL: f32 = 4.0;
+
+/// A glyph's coverage at one size and sub-pixel phase, placed relative to the whole pixel its
+/// origin falls in.
+struct Coverage {
+    dx: i64,
+    dy: i64,
+    width: usize,
+    /// Row by row, `width` values each, in 0..=1.
+    alpha: Vec<f32>,
+}
+
+/// Glyphs outlined and rasterized once per picture: a plot's tick labels repeat the same few
+/// characters at the same sizes, and outlining a glyph costs far more than blending it.
+#[derive(Default)]
+struct GlyphCache {
+    /// By glyph id, size (f32 bits) and sub-pixel phase in x and y; `None`: nothing to draw.
+    glyphs: std::collections::HashMap<(u16, u32, u8, u8), Option<Coverage>>,
+}
+
+impl GlyphCache {
+    fn coverage(&mut self, id: ab_glyph::GlyphId, size: f32, fx: u8, fy: u8) -> Option<&Coverage> {
+        self.glyphs
+            .entry((id.0, size.to_bits(), fx, fy))
+            .or_insert_with(|| {
+                let f = font();
+                let origin = point(f32::from(fx) / SUBPIXEL, f32::from(fy) / SUBPIXEL);
+                let outlined =
+                    f.outline_glyph(id.with_scale_and_position(px_scale(size), origin))?;
+                let b = outlined.px_bounds();
+                let width = b.width() as usize;
+                let mut alpha = vec![0.0f32; width * b.height() as usize];
+                outlined.draw(|gx, gy, cov| {
+                    if let Some(a) = alpha.get_mut(gy as usize * width + gx as usize) {
+                        *a = cov.clamp(0.0, 1.0);
+                    }
+                });
+                Some(Coverage {
+                    dx: b.min.x as i64,
+                    dy: b.min.y as i64,
+                    width,
+                    alpha,
+                })
+            })
+            .as_ref()
+    }
+}
+
+/// A position as its whole pixel and its quarter-pixel phase.
+fn split_subpixel(v: f32) -> (i64, u8) {
+    let q = (v * SUBPIXEL).round();
+    let whole = (q / SUBPIXEL).floor();
+    (whole as i64, (q - whole * SUBPIXEL) as u8)
+}
+
 /// Blends glyph coverage into the (opaque) picture, glyph by glyph along the baseline.
-fn draw_text(pm: &mut Pixmap, x: f32, baseline: f32, text: &str, size: f32, c: Color) {
-    let f = font();
-    let scaled = f.as_scaled(px_scale(size));
+fn draw_text(
+    pm: &mut Pixmap,
+    glyphs: &mut GlyphCache,
+    x: f32,
+    baseline: f32,
+    text: &str,
+    size: f32,
+    c: Color,
+) {
+    let scaled = font().as_scaled(px_scale(size));
     let (w, h) = (pm.width() as i64, pm.height() as i64);
     let data = pm.data_mut();
+    let (oy, fy) = split_subpixel(baseline);
     let mut caret = x;
     let mut prev = None;
     for ch in text.chars() {
@@ -152,27 +217,36 @@ fn draw_text(pm: &mut Pixmap, x: f32, baseline: f32, text: &str, size: f32, c: C
         if let Some(p) = prev {
             caret += scaled.kern(p, id);
         }
-        let glyph = id.with_scale_and_position(scaled.scale(), point(caret, baseline));
+        let (ox, fx) = split_subpixel(caret);
         caret += scaled.h_advance(id);
         prev = Some(id);
-        let Some(outlined) = f.outline_glyph(glyph) else {
+        let Some(g) = glyphs.coverage(id, size, fx, fy) else {
             continue;
         };
-        let b = outlined.px_bounds();
-        outlined.draw(|gx, gy, cov| {
-            let px = b.min.x as i64 + gx as i64;
-            let py = b.min.y as i64 + gy as i64;
-            if px < 0 || py < 0 || px >= w || py >= h {
-                return;
+        for (row, line) in g.alpha.chunks_exact(g.width.max(1)).enumerate() {
+            let py = oy + g.dy + row as i64;
+            if py < 0 || py >= h {
+                continue;
             }
-            let i = ((py * w + px) * 4) as usize;
-            let a = cov.clamp(0.0, 1.0);
-            for (k, v) in [c.0, c.1, c.2].into_iter().enumerate() {
-                let d = data[i + k] as f32;
-                data[i + k] = (d + (v as f32 - d) * a).round() as u8;
+            for (col, &a) in line.iter().enumerate() {
+                let px = ox + g.dx + col as i64;
+                if a <= 0.0 || px < 0 || px >= w {
+                    continue;
+                }
+                let i = ((py * w + px) * 4) as usize;
+                let d = &mut data[i..i + 3];
+                d[0] = blend(d[0], c.0, a);
+                d[1] = blend(d[1], c.1, a);
+                d[2] = blend(d[2], c.2, a);
             }
-        });
+        }
     }
+}
+
+/// `d` moved towards `v` by coverage `a`.
+fn blend(d: u8, v: u8, a: f32) -> u8 {
+    let d = f32::from(d);
+    (d + (f32::from(v) - d) * a).round() as u8
 }
 
 fn encode(pm: &Pixmap, scene: &Scene) -> anyhow::Result<Vec<u8>> {
