@@ -557,3 +557,24 @@ impl Device<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_and_codes_are_nvml_h_s() {
+        // nvml.h: nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2) on a 40-byte struct.
+        assert_eq!(MEMORY_V2_VERSION, 0x0200_0028);
+        assert_eq!(std::mem::size_of::<MemoryV1>(), 24);
+        assert_eq!(std::mem::size_of::<ProcessInfo>(), 24);
+        let e = NvmlError::Code(9);
+        assert_eq!(e.name(), Some("NVML_ERROR_DRIVER_NOT_LOADED"));
+        assert_eq!(e.to_string(), "NVIDIA driver is not loaded");
+        assert!(NvmlError::Code(4).is_code("NVML_ERROR_NO_PERMISSION"));
+        assert_eq!(NvmlError::Code(999).name(), Some("NVML_ERROR_UNKNOWN"));
+        assert_eq!(NvmlError::Code(77).name(), None);
+        assert_eq!(NvmlError::Code(77).to_string(), "NVML returned 77");
+        assert_eq!(NvmlError::MissingSymbol("nvmlInit_v2").name(), None);
+    }
+}

@@ -133,7 +133,10 @@ pub fn process_list_error(e: &NvmlError) -> String {
             "nvmlDeviceGetComputeRunningProcesses: NVML_ERROR_NO_PERMISSION ({e}); on a MIG \
              instance NVML lists processes to administrators only"
         ),
-        other => format!("nvmlDeviceGetComputeRunningProcesses: {other}"),
+        other => match other.name() {
+            Some(name) => format!("nvmlDeviceGetComputeRunningProcesses: {name} ({other})"),
+            None => format!("nvmlDeviceGetComputeRunningProcesses: {other}"),
+        },
     }
 }
 
