@@ -312,8 +312,3 @@ pub fn init_failure() -> Option<String> {
         },
     })
 }
-
-/// The name of NVML's return code for `e` (`NVML_ERROR_…`); `None` for an error that is not one.
-pub fn error_name(e: &NvmlError) -> Option<&'static str> {
-    e.name()
-}
