@@ -12,6 +12,8 @@ use crate::units::{DurationNs, Size, parse_size};
 use crate::workload::step::Step;
 use crate::workload::{Expect, OomExpectation, Settings};
 
+mod onepass;
+
 /// A bad workload: the file, the place in it (section, phase, step) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadError {
@@ -226,8 +228,33 @@ pub fn check_step_count(text: &str, file: &Path) -> Result<(), WorkloadError> {
     Ok(())
 }
 
-/// Parses the text of a workload file.
+/// Parses the text of a workload file: in one pass where the file has the usual shape
+/// (`parse_one_pass`), else through the `toml` crate (`parse_general`), which also names the
+/// place of every error.
 pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
+    match parse_one_pass(text, file) {
+        Some(w) => Ok(w),
+        None => parse_general(text, file),
+    }
+}
+
+/// The one-pass reader (`onepass.rs`): the workload `parse_general` gives, or `None` where the
+/// file is not of the shape it reads or has an error (`parse_general` then names it).
+pub fn parse_one_pass(text: &str, file: &Path) -> Option<FileWorkload> {
+    let read = onepass::read(text)?;
+    assemble(file, &read.sections, |checked| {
+        let mut phases = Vec::with_capacity(read.phases.len());
+        for (i, p) in read.phases.into_iter().enumerate() {
+            checked(i, &p.name, &phases, p.steps.is_empty())?;
+            phases.push((p.name, p.steps));
+        }
+        Ok(phases)
+    })
+    .ok()
+}
+
+/// `parse` through the `toml` crate's document, for every TOML file.
+pub fn parse_general(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
     let mut table: toml::Table = toml::from_str(text).map_err(|e| {
         let place = e
             .span()
@@ -250,6 +277,53 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         };
         WorkloadError::new(file, place, message)
     })?;
+    // Taken, not copied: the phases hold every written step.
+    let phases_value = table.remove("phase");
+    assemble(file, &table, |checked| {
+        let phases_value = phases_value.ok_or_else(|| {
+            WorkloadError::new(file, "", "no phases: add at least one [[phase]] with steps")
+        })?;
+        let toml::Value::Array(phase_list) = phases_value else {
+            return Err(WorkloadError::new(
+                file,
+                "phase",
+                "must be an array of tables: write [[phase]]",
+            ));
+        };
+        let mut phases = Vec::new();
+        for (i, pv) in phase_list.into_iter().enumerate() {
+            let place = format!("phase {}", i + 1);
+            let p: PhaseSection = pv
+                .try_into()
+                .map_err(|e: toml::de::Error| WorkloadError::new(file, &place, e.message()))?;
+            let place = checked(i, &p.name, &phases, p.steps.is_empty())?;
+            let mut steps = Vec::new();
+            for (j, sv) in p.steps.into_iter().enumerate() {
+                steps.push((
+                    j + 1,
+                    parse_step_owned(file, &format!("{place}, step {}", j + 1), sv)?,
+                ));
+            }
+            phases.push((p.name, steps));
+        }
+        Ok(phases)
+    })
+}
+
+/// The phases as parsed: each name with its steps.
+type Phases = Vec<(String, Vec<(usize, Step)>)>;
+
+/// A phase's checks before its steps: its place in errors, given its 0-based index, its name,
+/// the phases before it and whether it has no steps.
+type PhaseCheck<'a> = dyn Fn(usize, &str, &Phases, bool) -> Result<String, WorkloadError> + 'a;
+
+/// Checks the sections of `table` (every section but `phase`, which `phases` makes, checking
+/// each phase with the function it is given) and puts the workload together.
+fn assemble(
+    file: &Path,
+    table: &toml::Table,
+    phases: impl FnOnce(&PhaseCheck) -> Result<Phases, WorkloadError>,
+) -> Result<FileWorkload, WorkloadError> {
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             return Err(WorkloadError::new(
@@ -262,7 +336,7 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
             ));
         }
     }
-    let head: WorkloadSection = section(file, &table, "workload")?.ok_or_else(|| {
+    let head: WorkloadSection = section(file, table, "workload")?.ok_or_else(|| {
         WorkloadError::new(
             file,
             "[workload]",
@@ -270,7 +344,7 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         )
     })?;
     check_printable_name(file, "[workload] name", &head.name)?;
-    let settings = match section::<SettingsSection>(file, &table, "settings")? {
+    let settings = match section::<SettingsSection>(file, table, "settings")? {
         None => Settings::default(),
         Some(s) => Settings {
             sample_interval_ns: s
@@ -281,53 +355,30 @@ pub fn parse(text: &str, file: &Path) -> Result<FileWorkload, WorkloadError> {
         },
     };
     let allocator = parse_allocator(file, table.get("allocator"))?;
-    let expect = match section::<ExpectSection>(file, &table, "expect")? {
+    let expect = match section::<ExpectSection>(file, table, "expect")? {
         None => Expect::default(),
         Some(e) => parse_expect(file, e)?,
     };
-    // Taken, not copied: the phases hold every written step.
-    let phases_value = table.remove("phase").ok_or_else(|| {
-        WorkloadError::new(file, "", "no phases: add at least one [[phase]] with steps")
-    })?;
-    let toml::Value::Array(phase_list) = phases_value else {
-        return Err(WorkloadError::new(
-            file,
-            "phase",
-            "must be an array of tables: write [[phase]]",
-        ));
-    };
-    if phase_list.is_empty() {
-        return Err(WorkloadError::new(file, "phase", "the phase list is empty"));
-    }
-    let mut phases = Vec::new();
-    for (i, pv) in phase_list.into_iter().enumerate() {
-        let place = format!("phase {}", i + 1);
-        let p: PhaseSection = pv
-            .try_into()
-            .map_err(|e: toml::de::Error| WorkloadError::new(file, &place, e.message()))?;
-        check_printable_name(file, &format!("phase {} name", i + 1), &p.name)?;
-        let place = format!("phase {} ({:?})", i + 1, p.name);
-        if p.name.trim().is_empty() {
+    let phases = phases(&|i, name, earlier, no_steps| {
+        check_printable_name(file, &format!("phase {} name", i + 1), name)?;
+        let place = format!("phase {} ({:?})", i + 1, name);
+        if name.trim().is_empty() {
             return Err(WorkloadError::new(file, &place, "the phase name is empty"));
         }
-        if phases.iter().any(|(n, _): &(String, _)| *n == p.name) {
+        if earlier.iter().any(|(n, _)| n == name) {
             return Err(WorkloadError::new(
                 file,
                 &place,
                 "another phase has the same name",
             ));
         }
-        if p.steps.is_empty() {
+        if no_steps {
             return Err(WorkloadError::new(file, &place, "the phase has no steps"));
         }
-        let mut steps = Vec::new();
-        for (j, sv) in p.steps.into_iter().enumerate() {
-            steps.push((
-                j + 1,
-                parse_step_owned(file, &format!("{place}, step {}", j + 1), sv)?,
-            ));
-        }
-        phases.push((p.name, steps));
+        Ok(place)
+    })?;
+    if phases.is_empty() {
+        return Err(WorkloadError::new(file, "phase", "the phase list is empty"));
     }
     if head.min_total_bytes.is_some_and(|m| m.0 == 0) {
         return Err(WorkloadError::new(
@@ -364,10 +415,33 @@ pub fn parse_step_owned(
         .and_then(|o| o.as_str())
         .unwrap_or("?")
         .to_string();
-    value.try_into().map_err(|e: toml::de::Error| {
+    step_from_value(value).map_err(|e: toml::de::Error| {
         let msg = e.message().replace("\nin `op`", " (in `op`)");
         WorkloadError::new(file, format!("{place} ({op})"), msg)
     })
+}
+
+/// A step from its table. A `repeat` or `capture` keeps its inner steps as written
+/// (`Vec<toml::Value>`): they are moved into the step, not passed through serde's buffer for
+/// tagged enums, which would copy every inner table twice (a capture can hold a million).
+/// The step and every error are what `value.try_into()` gives.
+pub(crate) fn step_from_value(value: toml::Value) -> Result<Step, toml::de::Error> {
+    let toml::Value::Table(mut table) = value else {
+        return value.try_into();
+    };
+    let nests = matches!(
+        table.get("op").and_then(|o| o.as_str()),
+        Some("repeat" | "capture")
+    );
+    let inner = match table.get_mut("steps") {
+        Some(toml::Value::Array(inner)) if nests => std::mem::take(inner),
+        _ => return toml::Value::Table(table).try_into(),
+    };
+    let mut step: Step = toml::Value::Table(table).try_into()?;
+    if let Step::Repeat { steps, .. } | Step::Capture { steps, .. } = &mut step {
+        *steps = inner;
+    }
+    Ok(step)
 }
 
 fn parse_allocator(

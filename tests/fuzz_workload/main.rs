@@ -109,6 +109,8 @@ fn env_number<T: std::str::FromStr>(key: &str) -> Option<T> {
 struct Tally {
     cases: u64,
     accepted: u64,
+    /// Loaded workloads that the one-pass reader read.
+    one_pass: u64,
     /// Refused while parsing, by the check, for the device.
     refused: [u64; 3],
     actions: u64,
@@ -134,6 +136,7 @@ impl Tally {
         }
         if let Some(n) = o.actions {
             self.accepted += 1;
+            self.one_pass += u64::from(o.one_pass);
             self.actions += n as u64;
         }
         self.slowest = self.slowest.max(o.cpu);
@@ -217,7 +220,7 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let t = tally.into_inner();
     let peak_rss = meter::peak_rss_bytes();
     println!(
-        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions), refused {} parsing, {} checking, {} for the device; \
+        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions; {} read in one pass), refused {} parsing, {} checking, {} for the device; \
          slowest case {:.0} ms of CPU ({:.0} ms the longest in wall time), most heap in one case {} MiB, peak RSS {} MiB; CPU time in loads {:.1} s, explains {:.1} s, runs {:.1} s",
         t.cases,
         start.elapsed().as_secs_f64(),
@@ -225,6 +228,7 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
         t.runs,
         t.accepted,
         t.actions,
+        t.one_pass,
         t.refused[0],
         t.refused[1],
         t.refused[2],
@@ -239,6 +243,11 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     if let Err(e) = result {
         panic!("{e}");
     }
+    assert!(
+        t.one_pass > 0 || t.accepted == 0,
+        "none of the {} loaded workloads was read in one pass",
+        t.accepted
+    );
     assert!(
         peak_rss <= watchdog::RSS_CAP_BYTES,
         "peak RSS {} MiB is over the {} MiB bound",

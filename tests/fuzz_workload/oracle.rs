@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use headroom::workload::expand::MAX_ACTIONS;
-use headroom::workload::parse::WorkloadError;
+use headroom::workload::parse::{self, WorkloadError};
 use headroom::workload::{Rank, WorkloadFile};
 
 /// The path every case is "read" from; errors must name it.
@@ -40,6 +40,8 @@ pub struct Outcome {
     pub stage: Stage,
     /// The refusal, as shown.
     pub error: Option<String>,
+    /// Whether the one-pass reader read it (the `toml` crate's reader agreeing).
+    pub one_pass: bool,
     pub elapsed: Duration,
     /// The CPU time it took (what `watchdog::CASE_LIMIT` bounds).
     pub cpu: Duration,
@@ -133,8 +135,10 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
     };
     within_limits(elapsed, cpu)?;
     let mut error = None;
+    let mut one_pass = false;
     let (stage, actions) = match loaded {
-        Ok(n) => {
+        Ok((n, read_in_one_pass)) => {
+            one_pass = read_in_one_pass;
             if n as u64 > MAX_ACTIONS {
                 return Err(format!("expanded to {n} actions, more than {MAX_ACTIONS}"));
             }
@@ -150,6 +154,7 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
         actions,
         stage,
         error,
+        one_pass,
         elapsed,
         cpu,
         heap_bytes,
@@ -172,9 +177,10 @@ pub fn run(case: &Case) -> Result<Outcome, String> {
 /// and reuses its walk for a device when the total changes nothing).
 const WALKED_AGAIN: usize = 10_000;
 
-fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
+fn load(case: &Case) -> Result<(usize, bool), (Stage, WorkloadError)> {
     let file = WorkloadFile::from_text(&case.text, Path::new(CASE_PATH), case.rank)
         .map_err(|e| (Stage::Parse, e))?;
+    let one_pass = read_alike(case);
     file.check().map_err(|e| (Stage::Check, e))?;
     let w = file
         .expand(case.total_bytes)
@@ -198,7 +204,24 @@ fn load(case: &Case) -> Result<usize, (Stage, WorkloadError)> {
             "the check and a walk of every action differ"
         );
     }
-    Ok(n)
+    Ok((n, one_pass))
+}
+
+/// Whether the one-pass workload reader read the case; where it did, the `toml` crate's
+/// reader must have read the same workload from it.
+fn read_alike(case: &Case) -> bool {
+    let text = case.rank.substitute(&case.text);
+    let path = Path::new(CASE_PATH);
+    let Some(one_pass) = parse::parse_one_pass(&text, path) else {
+        return false;
+    };
+    let general = parse::parse_general(&text, path).map(|w| format!("{w:?}"));
+    assert_eq!(
+        general.map_err(|e| e.to_string()),
+        Ok(format!("{one_pass:?}")),
+        "the one-pass reader and the toml crate's read the workload differently"
+    );
+    true
 }
 
 /// A refusal names the file (first, as every message of headroom's does) and says something.
