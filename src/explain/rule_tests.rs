@@ -176,3 +176,128 @@ fn a_context_creation_oom_blames_whoever_holds_the_device() {
         assert_eq!(e.cause, Some(cause::OTHER_PROCESS), "{}", e.summary);
     }
 }
+
+/// PyTorch printed its 8-bit device index as a character: on GPU 0 that is NUL, which ends the
+/// text, so the message stops at "GPU " (the caching allocator, pytorch/pytorch#123984) or at
+/// "Allocation on device " (cudaMallocAsync, pytorch/pytorch#168369). Such a message is GPU 0's,
+/// its figures lost: read as itself, with the checks that recover them. The texts are the
+/// messages as PyTorch leaves them, in the places ComfyUI (which turns cudaMallocAsync on)
+/// prints them: its log line, its error report, the exception itself.
+#[test]
+fn a_message_cut_at_device_zero_is_read_as_gpu_0_with_its_figures_lost() {
+    use crate::oom_message::Detail;
+    for text in [
+        "Traceback (most recent call last):\n  File \"execution.py\", line 328, in execute\ntorch.OutOfMemoryError: Allocation on device \n\nGot an OOM, unloading all loaded models.\n",
+        "2024-12-16 17:10:56,767 - root - ERROR - !!! Exception during processing !!! Allocation on device \n2024-12-16 17:10:56,770 - root - ERROR - Traceback (most recent call last):\n",
+        "## Error Details\n- **Node Type:** KSampler\n- **Exception Type:** torch.OutOfMemoryError\n- **Exception Message:** Allocation on device \n## Stack Trace\n",
+        "torch.OutOfMemoryError: Allocation on device ",
+    ] {
+        let e = one(text);
+        assert!(
+            matches!(
+                e.message.detail,
+                Detail::PytorchCudaMallocAsync {
+                    device_index: 0,
+                    cut_at_device: true,
+                    requested: None,
+                    ..
+                }
+            ),
+            "{:?}",
+            e.message.detail
+        );
+        assert_eq!(e.cause, None);
+        assert!(
+            said(&e.findings, "on GPU 0 that character is NUL"),
+            "{:?}",
+            e.findings
+        );
+        let checks: Vec<String> = e.next_checks.iter().map(|c| c.command.clone()).collect();
+        for c in [
+            "python main.py --disable-cuda-malloc",
+            "PYTORCH_CUDA_ALLOC_CONF=backend:native python train.py",
+            "print(torch.cuda.mem_get_info(0), torch.cuda.memory_allocated(0))",
+        ] {
+            assert!(checks.iter().any(|k| k == c), "{c} not in {checks:?}");
+        }
+    }
+    let e =
+        one("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU \n");
+    assert!(
+        matches!(
+            e.message.detail,
+            Detail::PytorchCaching {
+                device_index: Some(0),
+                cut_at_device: true,
+                ..
+            }
+        ),
+        "{:?}",
+        e.message.detail
+    );
+    assert!(
+        e.message.text.ends_with("20.00 MiB. GPU"),
+        "{}",
+        e.message.text
+    );
+    assert!(
+        said(&e.findings, "on GPU 0 that character is NUL"),
+        "{:?}",
+        e.findings
+    );
+    // Prose that is not an exception's message, and a message cut elsewhere, are not this.
+    assert!(
+        explain_text("Allocation on device memory failed for the buffer\n")
+            .explanations
+            .is_empty()
+    );
+    let e = one("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GP");
+    assert!(!said(&e.findings, "NUL"), "{:?}", e.findings);
+}
+
+/// On other GPUs the character is a control character and the message goes on: the device is
+/// its code, and the figures are read as usual. A whole message is one message, not also a cut
+/// one.
+#[test]
+fn a_device_printed_as_a_control_character_is_its_code() {
+    use crate::oom_message::Detail;
+    let e = one(
+        "torch.OutOfMemoryError: Allocation on device \u{1} would exceed allowed memory. (out of memory)\nCurrently allocated     : 15.16 GiB\nRequested               : 512.00 KiB\nDevice limit            : 15.99 GiB\nFree (according to CUDA): 0 bytes\nPyTorch limit (set by user-supplied memory fraction)\n                        : 17179869184.00 GiB\n",
+    );
+    let Detail::PytorchCudaMallocAsync {
+        device_index,
+        requested: Some(requested),
+        cut_at_device,
+        ..
+    } = &e.message.detail
+    else {
+        panic!("{:?}", e.message.detail);
+    };
+    assert_eq!((*device_index, *cut_at_device), (1, false));
+    assert_eq!(requested.printed, "512.00 KiB");
+    let e = one(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU \u{2} has a total capacity of 23.64 GiB of which 10.81 MiB is free. Of the allocated memory 22.10 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated.\n",
+    );
+    let Detail::PytorchCaching {
+        device_index,
+        device_free: Some(free),
+        truncated,
+        ..
+    } = &e.message.detail
+    else {
+        panic!("{:?}", e.message.detail);
+    };
+    assert_eq!((*device_index, *truncated), (Some(2), false));
+    assert_eq!(free.printed, "10.81 MiB");
+    let e = one(
+        "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 15.16 GiB\nRequested               : 512.00 KiB\nDevice limit            : 15.99 GiB\nFree (according to CUDA): 0 bytes\n",
+    );
+    assert!(matches!(
+        e.message.detail,
+        Detail::PytorchCudaMallocAsync {
+            device_index: 0,
+            cut_at_device: false,
+            ..
+        }
+    ));
+}

@@ -68,6 +68,13 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             if findings::impossible_request(d, requested) {
                 return;
             }
+            if let Detail::PytorchCaching {
+                cut_at_device: true,
+                ..
+            } = detail
+            {
+                d.findings.push(format!("{NUL_CUT} (the caching allocator's message: pytorch/pytorch#123984, fixed in PyTorch 2.4)."));
+            }
             cut_short(d, requested);
         }
         Detail::PytorchCachingLegacy {
@@ -139,12 +146,50 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             free,
             limit.as_ref(),
         ),
+        Detail::PytorchCudaMallocAsync {
+            cut_at_device: true,
+            ..
+        } => {
+            d.summary = "The cudaMallocAsync backend refused a request on GPU 0; the message was cut where PyTorch printed the device, so its table (allocated, requested, device limit, free) never reached the log.".into();
+            d.findings.push(format!(
+                "{NUL_CUT} (cudaMallocAsync's message: pytorch/pytorch#168369)."
+            ));
+            d.undecided(
+                "Why was the request refused?".into(),
+                vec![cause::CAPACITY, cause::OTHER_PROCESS, cause::PENDING_FREE],
+                "nothing but the allocator and the device survives in the text".into(),
+            );
+            d.check_python(
+                "print(torch.cuda.mem_get_info(0), torch.cuda.memory_allocated(0))",
+                "in an `except torch.OutOfMemoryError` handler: the device's free and total bytes and PyTorch's live bytes at the failure, the figures the cut message lost",
+            );
+            d.check(
+                "python main.py --disable-cuda-malloc",
+                "for ComfyUI, which turns cudaMallocAsync on by itself: keeps PyTorch's own caching allocator, whose out-of-memory message names free, reserved and per-process memory",
+            );
+            native_backend_check(d);
+            snapshot_checks(d);
+            nvidia_smi_check(d);
+        }
         _ => {
             d.summary = "The cudaMallocAsync backend refused a request; the message lacks the figures that decide why.".into();
+            native_backend_check(d);
             snapshot_checks(d);
             nvidia_smi_check(d);
         }
     }
+}
+
+/// Why a PyTorch message stops at its device number.
+const NUL_CUT: &str = "The message stops where PyTorch printed the device number: it printed the device index, an 8-bit integer, as a character, and on GPU 0 that character is NUL, which ends the text; so this is GPU 0, and what PyTorch wrote after it was lost before the log";
+
+/// PyTorch's memory snapshot needs its own caching allocator: `cudaMallocAsync` refuses
+/// `_record_memory_history` ("does not yet support recordHistory").
+pub(super) fn native_backend_check(d: &mut Diagnosis) {
+    d.check(
+        "PYTORCH_CUDA_ALLOC_CONF=backend:native python train.py",
+        "reruns on PyTorch's own caching allocator: cudaMallocAsync records no memory snapshot (`_record_memory_history` refuses it), and the caching allocator's message names reserved, free and per-process memory; its peak may differ from cudaMallocAsync's",
+    );
 }
 
 enum LegacyReserve<'a> {

@@ -132,6 +132,31 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    /// A device index as PyTorch prints it: digits, or one control character where it printed
+    /// its 8-bit `DeviceIndex` as a character (device 1 is `\x01`; devices 9 to 13 are
+    /// whitespace, which cannot be told from the space around it, and 0 is the NUL that ends
+    /// the text).
+    pub fn device_index(&mut self) -> Option<u32> {
+        if let Some(n) = self.uint() {
+            return u32::try_from(n).ok();
+        }
+        let b = *self
+            .text
+            .as_bytes()
+            .get(self.pos)
+            .filter(|_| self.pos < self.end)?;
+        if b.is_ascii_control() && !b.is_ascii_whitespace() && b != 0 && b != 0x7f {
+            self.pos += 1;
+            return Some(u32::from(b));
+        }
+        None
+    }
+
+    /// Whether the window ends here or a digit does not follow.
+    pub fn at_end_or_not_digit(&self) -> bool {
+        self.pos >= self.end || !self.text.as_bytes()[self.pos].is_ascii_digit()
+    }
+
     /// A signed integer, as NCCL and `%d` print error codes.
     pub fn int(&mut self) -> Option<i64> {
         self.attempt(|c| {

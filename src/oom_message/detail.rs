@@ -92,6 +92,10 @@ pub enum Detail {
         hint: Option<TorchHint>,
         /// The message stops before its last sentence (a quote cut short).
         truncated: bool,
+        /// The message ends at ". GPU ": PyTorch printed the device index, an 8-bit integer,
+        /// as a character, and index 0 is the NUL byte that ends the text (pytorch/pytorch#123984).
+        /// `device_index` is then 0.
+        cut_at_device: bool,
     },
     /// PyTorch before 2.1 (and torch_npu): "(GPU 0; X total capacity; Y already allocated; …)".
     PytorchCachingLegacy {
@@ -114,6 +118,7 @@ pub enum Detail {
     },
     /// PyTorch's `cudaMallocAsync` backend.
     PytorchCudaMallocAsync {
+        /// The device; a message cut at the device (`cut_at_device`) was on device 0.
         device_index: u32,
         allocated: Option<Quantity>,
         requested: Option<Quantity>,
@@ -121,6 +126,10 @@ pub enum Detail {
         device_free: Option<Quantity>,
         /// "PyTorch limit (set by user-supplied memory fraction)"; 2^64 bytes when none is set.
         limit: Option<Quantity>,
+        /// The message is "Allocation on device " and nothing more: PyTorch printed the device
+        /// index, an 8-bit integer, as a character, and index 0 is the NUL byte that ends the
+        /// text, so the table never reached the log (pytorch/pytorch#168369).
+        cut_at_device: bool,
     },
     /// PyTorch on Apple silicon: "MPS backend out of memory (MPS allocated: X, other
     /// allocations: X, max allowed: X). Tried to allocate X on private pool."

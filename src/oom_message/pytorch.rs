@@ -32,6 +32,7 @@ const WINDOW: usize = 8192;
 pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("Tried to allocate ", read_caching),
     ("would exceed allowed memory. (out of memory)", read_async),
+    ("Allocation on device", read_async_cut),
 ];
 
 /// The lead-in before "Tried to allocate": "CUDA out of memory. " (or `HIP`, `NPU`…, or
@@ -82,7 +83,7 @@ fn read_caching(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     }
     let mut detail = Sentences::new(requested);
     let complete = detail.read(&mut c);
-    if !complete {
+    if !complete && !detail.cut_at_device {
         // A cut-off quote still ends at its last full sentence.
         c.lit_loose(".");
     }
@@ -115,6 +116,7 @@ struct Sentences {
     private_pools: Option<Quantity>,
     reserved_unallocated: Option<Quantity>,
     hint: Option<TorchHint>,
+    cut_at_device: bool,
 }
 
 impl Sentences {
@@ -131,6 +133,7 @@ impl Sentences {
             private_pools: None,
             reserved_unallocated: None,
             hint: None,
+            cut_at_device: false,
         }
     }
 
@@ -138,14 +141,29 @@ impl Sentences {
     fn read(&mut self, c: &mut Cursor) -> bool {
         let Some((index, total, free)) = c.attempt(|c| {
             c.lit(". GPU ").then_some(())?;
-            let index = u32::try_from(c.uint()?).ok()?;
-            (c.lit(" has a total capacity of ") || c.lit(" has a total capacty of "))
-                .then_some(())?;
+            let index = c.device_index()?;
+            c.skip_ws();
+            (c.lit("has a total capacity of ") || c.lit("has a total capacty of ")).then_some(())?;
             let total = c.torch_size()?;
             c.lit(" of which ").then_some(())?;
             let free = c.torch_size()?;
             c.lit(" is free.").then_some((index, total, free))
         }) else {
+            // "… GPU " and then no number: PyTorch printed GPU 0's index as the NUL character,
+            // which ended the text there.
+            if c.attempt(|c| {
+                c.lit(". GPU").then_some(())?;
+                let after = c.pos;
+                c.skip_ws();
+                let cut = c.at_end_or_not_digit();
+                c.pos = after;
+                cut.then_some(())
+            })
+            .is_some()
+            {
+                self.cut_at_device = true;
+                self.device_index = Some(0);
+            }
             return false;
         };
         self.device_index = Some(index);
@@ -221,6 +239,7 @@ impl Sentences {
             reserved_unallocated: self.reserved_unallocated,
             hint: self.hint,
             truncated,
+            cut_at_device: self.cut_at_device,
         }
     }
 }
@@ -265,7 +284,9 @@ fn read_async(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let line_before = &text[back_from(text, at)..at];
     let lead_at = line_before.rfind(LEAD)?;
     let index_text = line_before[lead_at + LEAD.len()..].trim_end();
-    let device_index: u32 = index_text.parse().ok()?;
+    let device_index = Cursor::new(index_text, 0, index_text.len())
+        .device_index()
+        .filter(|_| index_text.len() <= 20)?;
     let start = at - line_before.len() + lead_at;
     let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
     let row = |c: &mut Cursor, label: &str| {
@@ -294,6 +315,50 @@ fn read_async(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
             device_total,
             device_free,
             limit,
+            cut_at_device: false,
         },
     ))
+}
+
+/// "Allocation on device " and nothing after it: the `cudaMallocAsync` message cut where
+/// PyTorch printed device 0's index as the NUL character (pytorch/pytorch#168369), as
+/// ComfyUI, which turns that backend on, reports it. Taken only where the text says it is an
+/// exception's message: after `…OutOfMemoryError:`, ComfyUI's `!!! Exception during
+/// processing !!!` or its error report's `Exception Message:`.
+fn read_async_cut(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let mut c = Cursor::new(text, anchor_end, anchor_end + 64);
+    c.skip_ws();
+    let mut ahead = c.clone();
+    ahead.device_index();
+    ahead.skip_ws();
+    if ahead.lit("would exceed") {
+        // The whole message: `read_async` reads it.
+        return None;
+    }
+    let before = text[back_from(text, at)..at].trim_end();
+    let raised = raised_as(text, at);
+    let is_message = raised
+        .as_deref()
+        .is_some_and(|r| r.ends_with("OutOfMemoryError"))
+        || before.ends_with("!!! Exception during processing !!!")
+        || before.ends_with("!!! Exception during processing!!!")
+        || before.ends_with("Exception Message:**")
+        || before.ends_with("Exception Message:");
+    if !is_message {
+        return None;
+    }
+    Some(Found {
+        start: at,
+        end: anchor_end,
+        raised_as: raised,
+        detail: Detail::PytorchCudaMallocAsync {
+            device_index: 0,
+            allocated: None,
+            requested: None,
+            device_total: None,
+            device_free: None,
+            limit: None,
+            cut_at_device: true,
+        },
+    })
 }

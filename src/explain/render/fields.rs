@@ -116,6 +116,7 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             device_total,
             device_free,
             limit,
+            ..
         } => {
             text(&mut f, "device_index", Some(device_index));
             size(&mut f, "allocated", allocated.as_ref());

@@ -90,5 +90,6 @@ pub(super) fn diagnose(
             }
         }
     }
+    super::native_backend_check(d);
     snapshot_checks(d);
 }
