@@ -188,7 +188,7 @@ fn a_message_cut_at_device_zero_is_read_as_gpu_0_with_its_figures_lost() {
     use crate::oom_message::Detail;
     for text in [
         "Traceback (most recent call last):\n  File \"execution.py\", line 328, in execute\ntorch.OutOfMemoryError: Allocation on device \n\nGot an OOM, unloading all loaded models.\n",
-        "2024-12-16 17:10:56,767 - root - ERROR - !!! Exception during processing !!! Allocation on device \n2024-12-16 17:10:56,770 - root - ERROR - Traceback (most recent call last):\n",
+        "2025-03-02 09:14:05,120 - root - ERROR - !!! Exception during processing !!! Allocation on device \n2025-03-02 09:14:05,121 - root - ERROR - Traceback (most recent call last):\n",
         "## Error Details\n- **Node Type:** KSampler\n- **Exception Type:** torch.OutOfMemoryError\n- **Exception Message:** Allocation on device \n## Stack Trace\n",
         "torch.OutOfMemoryError: Allocation on device ",
     ] {
