@@ -410,14 +410,25 @@ pub fn parse_step_owned(
     place: &str,
     value: toml::Value,
 ) -> Result<Step, WorkloadError> {
-    let op = value
-        .get("op")
-        .and_then(|o| o.as_str())
-        .unwrap_or("?")
-        .to_string();
+    parse_step_at(file, || place.to_string(), value)
+}
+
+/// `parse_step_owned` with its place made only for an error.
+pub fn parse_step_at(
+    file: &Path,
+    place: impl FnOnce() -> String,
+    value: toml::Value,
+) -> Result<Step, WorkloadError> {
+    let op: std::borrow::Cow<'static, str> = match value.get("op").and_then(|o| o.as_str()) {
+        None => "?".into(),
+        Some(o) => match crate::workload::step::OPS.iter().find(|n| **n == o) {
+            Some(&known) => known.into(),
+            None => o.to_string().into(),
+        },
+    };
     step_from_value(value).map_err(|e: toml::de::Error| {
         let msg = e.message().replace("\nin `op`", " (in `op`)");
-        WorkloadError::new(file, format!("{place} ({op})"), msg)
+        WorkloadError::new(file, format!("{} ({op})", place()), msg)
     })
 }
 

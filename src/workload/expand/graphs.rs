@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Action, Emitter, LiveName, check_name};
 use crate::units::SizeSpec;
 use crate::workload::action::GraphTag;
-use crate::workload::parse::{WorkloadError, parse_step_owned};
+use crate::workload::parse::{WorkloadError, parse_step_at};
 use crate::workload::step::{Step, ViaSpec};
 
 /// Stream names that would mean the legacy default stream, which cannot be captured.
@@ -161,17 +161,12 @@ fn patch_stream(v: &mut toml::Value, stream: &str) {
     let Some(t) = v.as_table_mut() else {
         return;
     };
-    let op = t
-        .get("op")
-        .and_then(|o| o.as_str())
-        .unwrap_or("")
-        .to_string();
-    if STREAM_OPS.contains(&op.as_str()) && !t.contains_key("stream") {
+    let op = t.get("op").and_then(|o| o.as_str()).unwrap_or("");
+    let repeat = op == "repeat";
+    if STREAM_OPS.contains(&op) && !t.contains_key("stream") {
         t.insert("stream".into(), toml::Value::String(stream.into()));
     }
-    if op == "repeat"
-        && let Some(toml::Value::Array(inner)) = t.get_mut("steps")
-    {
+    if repeat && let Some(toml::Value::Array(inner)) = t.get_mut("steps") {
         for s in inner {
             patch_stream(s, stream);
         }
@@ -350,15 +345,16 @@ impl Emitter<'_, '_, '_> {
         steps: &[toml::Value],
     ) -> Result<(), WorkloadError> {
         let outer = self.place.clone();
-        let mut parsed = Vec::new();
+        let mut parsed = Vec::with_capacity(steps.len());
         for (k, v) in steps.iter().enumerate() {
             let mut v = v.clone();
             patch_stream(&mut v, stream);
-            let place = format!("{outer}, inner step {}", k + 1);
-            let s = parse_step_owned(self.names.file, &place, v)?;
-            parsed.push((format!("{place} ({})", s.op()), s));
+            let place = || format!("{outer}, inner step {}", k + 1);
+            parsed.push(parse_step_at(self.names.file, place, v)?);
         }
-        self.capture(graph, stream, None, parsed)
+        self.capture(graph, stream, None, parsed, &|k, s| {
+            format!("{outer}, inner step {} ({})", k + 1, s.op())
+        })
     }
 
     pub(super) fn capture(
@@ -366,7 +362,8 @@ impl Emitter<'_, '_, '_> {
         graph: &str,
         stream: &str,
         tag: Option<GraphTag>,
-        steps: Vec<(String, Step)>,
+        steps: Vec<Step>,
+        place_of: &dyn Fn(usize, &Step) -> String,
     ) -> Result<(), WorkloadError> {
         check_name(self.names, &self.place, graph)?;
         if LEGACY_STREAMS.contains(&stream) {
@@ -400,9 +397,9 @@ impl Emitter<'_, '_, '_> {
             frees: Vec::new(),
         });
         let outer = self.place.clone();
-        for (place, s) in steps {
-            self.place = place;
-            let r = self.step(&s);
+        for (k, s) in steps.iter().enumerate() {
+            self.place = place_of(k, s);
+            let r = self.step(s);
             if r.is_err() {
                 self.book().capture = None;
                 return r;

@@ -160,13 +160,12 @@ impl Emitter<'_, '_, '_> {
             body.push(touch(o));
         }
         let place = self.place.clone();
-        let body = body.into_iter().map(|st| (place.clone(), st)).collect();
         let tag = GraphTag {
             pattern: spec.name.clone(),
             batch_size: b,
             sample,
         };
-        self.capture(&graph, &s, Some(tag), body)?;
+        self.capture(&graph, &s, Some(tag), body, &|_, _| place.clone())?;
         self.instantiate(&graph, spec.auto_free)?;
         self.replay(&graph, spec.replays, None)?;
         self.push(Action::Synchronize {
