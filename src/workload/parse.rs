@@ -140,9 +140,8 @@ pub const MAX_FILE_BYTES: u64 = 128 << 20;
 /// Steps written in a file (its `op` keys) past which it is refused before it is parsed: the
 /// parsed file holds every written step at once, unlike the actions a run makes from them
 /// (about 230 bytes a step with the text, read in one pass; 2.3 KB through the `toml` crate's
-/// document, which a
-/// file outside the one-pass reader's shape takes: `cargo bench --bench parse`). A long
-/// sequence is a `repeat`, which is parsed once.
+/// document, which a file outside the one-pass reader's shape takes: `cargo bench --bench
+/// parse`). A long sequence is a `repeat`, which is parsed once.
 pub const MAX_WRITTEN_STEPS: u64 = 2_000_000;
 
 /// Reads a workload file: refused above `MAX_FILE_BYTES` before it is read, and when it is not
