@@ -13,6 +13,10 @@ use crate::workload::step::Step;
 use crate::workload::{Expect, OomExpectation, Settings};
 
 mod onepass;
+mod steps;
+
+pub(crate) use steps::step_from_value;
+pub use steps::{parse_step, parse_step_at, parse_step_owned};
 
 /// A bad workload: the file, the place in it (section, phase, step) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,63 +402,6 @@ fn assemble(
         expect,
         phases,
     })
-}
-
-/// Parses one step table; `place` names it in errors.
-pub fn parse_step(file: &Path, place: &str, value: &toml::Value) -> Result<Step, WorkloadError> {
-    parse_step_owned(file, place, value.clone())
-}
-
-/// `parse_step` of a table the caller owns, which is not copied (a `capture` or `repeat` of
-/// many steps holds them all).
-pub fn parse_step_owned(
-    file: &Path,
-    place: &str,
-    value: toml::Value,
-) -> Result<Step, WorkloadError> {
-    parse_step_at(file, || place.to_string(), value)
-}
-
-/// `parse_step_owned` with its place made only for an error.
-pub fn parse_step_at(
-    file: &Path,
-    place: impl FnOnce() -> String,
-    value: toml::Value,
-) -> Result<Step, WorkloadError> {
-    let op: std::borrow::Cow<'static, str> = match value.get("op").and_then(|o| o.as_str()) {
-        None => "?".into(),
-        Some(o) => match crate::workload::step::OPS.iter().find(|n| **n == o) {
-            Some(&known) => known.into(),
-            None => o.to_string().into(),
-        },
-    };
-    step_from_value(value).map_err(|e: toml::de::Error| {
-        let msg = e.message().replace("\nin `op`", " (in `op`)");
-        WorkloadError::new(file, format!("{} ({op})", place()), msg)
-    })
-}
-
-/// A step from its table. A `repeat` or `capture` keeps its inner steps as written
-/// (`Vec<toml::Value>`): they are moved into the step, not passed through serde's buffer for
-/// tagged enums, which would copy every inner table twice (a capture can hold a million).
-/// The step and every error are what `value.try_into()` gives.
-pub(crate) fn step_from_value(value: toml::Value) -> Result<Step, toml::de::Error> {
-    let toml::Value::Table(mut table) = value else {
-        return value.try_into();
-    };
-    let nests = matches!(
-        table.get("op").and_then(|o| o.as_str()),
-        Some("repeat" | "capture")
-    );
-    let inner = match table.get_mut("steps") {
-        Some(toml::Value::Array(inner)) if nests => std::mem::take(inner),
-        _ => return toml::Value::Table(table).try_into(),
-    };
-    let mut step: Step = toml::Value::Table(table).try_into()?;
-    if let Step::Repeat { steps, .. } | Step::Capture { steps, .. } = &mut step {
-        *steps = inner;
-    }
-    Ok(step)
 }
 
 fn parse_allocator(

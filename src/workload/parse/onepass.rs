@@ -79,9 +79,9 @@ struct Reader<'i> {
     lexer: Lexer<'i>,
     /// Tokens looked at but not taken (at most two).
     ahead: [Option<Token>; 2],
+    /// The sections, each opened by a header (no key-value pair is read before one), so
+    /// `[a.b]` may extend any of them.
     sections: toml::Table,
-    /// Sections opened by a header of their own (`[a]`), which `[a.b]` may extend.
-    headed: Vec<String>,
     phases: Vec<PhaseDraft>,
 }
 
@@ -93,7 +93,6 @@ impl<'i> Reader<'i> {
             lexer: source.lex(),
             ahead: [None, None],
             sections: toml::Table::new(),
-            headed: Vec::new(),
             phases: Vec::new(),
         }
     }
@@ -238,10 +237,9 @@ impl<'i> Reader<'i> {
             (false, None) if first != "phase" && !self.sections.contains_key(&first) => {
                 self.sections
                     .insert(first.clone(), toml::Value::Table(toml::Table::new()));
-                self.headed.push(first.clone());
                 Ok(Target::Table(first))
             }
-            (false, Some(second)) if self.headed.contains(&first) => {
+            (false, Some(second)) => {
                 let Some(toml::Value::Table(t)) = self.sections.get_mut(&first) else {
                     return Err(GiveUp);
                 };
