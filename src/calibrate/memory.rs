@@ -8,6 +8,21 @@ use crate::device::{Device, NvmlMemory, PoolConfig, StreamId};
 use crate::kernels;
 use crate::units::{MIB, Size};
 
+/// How many 1 MiB + 4 KiB allocations may be asked for a page size.
+const PAGE_TRIES: usize = 3;
+/// The page sizes a GPU's allocator could have: 64 KiB (small pages) to 1 GiB.
+const PAGE_RANGE: (u64, u64) = (64 << 10, 1 << 30);
+
+/// The page size a drop in free memory for one 1 MiB + 4 KiB allocation shows (rounded up to a
+/// power of two), or `None` when it is no page size (nothing dropped, or another process took
+/// or gave back memory meanwhile).
+fn sane_page_bytes(drop: i64) -> Option<u64> {
+    let bytes = u64::try_from(drop).ok()?.checked_next_power_of_two()?;
+    (PAGE_RANGE.0..=PAGE_RANGE.1)
+        .contains(&bytes)
+        .then_some(bytes)
+}
+
 pub(super) fn measure(
     dev: &mut dyn Device,
     before_context: Option<NvmlMemory>,
@@ -33,13 +48,22 @@ pub(super) fn measure(
             fallback.memory.context_overhead_bytes.0
         }
     };
-    let nvml_reserved = match nvml {
-        Some(n) => {
+    let nvml_reserved = match nvml.map(|n| n.reserved_bytes) {
+        Some(Some(reserved)) => {
             notes.insert(
                 "memory.nvml_reserved_bytes",
                 "NVML memory info v2 `reserved`".into(),
             );
-            n.reserved_bytes
+            reserved
+        }
+        Some(None) => {
+            notes.insert(
+                "memory.nvml_reserved_bytes",
+                "NOT MEASURED (only NVML memory info v1 answered, which counts the driver's \
+                 reserve in used without saying how much it is): the h200 profile's figure"
+                    .into(),
+            );
+            fallback.memory.nvml_reserved_bytes.0
         }
         None => {
             notes.insert(
@@ -51,14 +75,45 @@ pub(super) fn measure(
     };
     notes.insert("memory.total_bytes", "cuMemGetInfo total".into());
 
-    // Page granularity: the drop a 1 MiB + 4 KiB allocation causes.
-    let (page_drop, p) = drop_of(dev, |d| Ok(d.malloc(MIB + 4096)?))?;
-    dev.free(p)?;
-    let page_bytes = (page_drop.max(1) as u64).next_power_of_two();
-    notes.insert(
-        "memory.page_bytes",
-        format!("free memory dropped {page_drop} bytes for a 1 MiB + 4 KiB cuMemAlloc"),
-    );
+    // Page granularity: the drop a 1 MiB + 4 KiB allocation causes. One that opens no new page
+    // (room left in a page the driver already had) drops nothing: the next one, the first
+    // kept, is asked, up to `PAGE_TRIES` in all.
+    let mut held = Vec::new();
+    let mut drops = Vec::new();
+    let mut page = None;
+    for _ in 0..PAGE_TRIES {
+        let (drop, p) = drop_of(dev, |d| Ok(d.malloc(MIB + 4096)?))?;
+        held.push(p);
+        drops.push(drop);
+        page = sane_page_bytes(drop);
+        if page.is_some() {
+            break;
+        }
+    }
+    for p in held {
+        dev.free(p)?;
+    }
+    let page_bytes = match page {
+        Some(bytes) => {
+            let drop = drops.last().copied().unwrap_or(0);
+            notes.insert(
+                "memory.page_bytes",
+                format!("free memory dropped {drop} bytes for a 1 MiB + 4 KiB cuMemAlloc"),
+            );
+            bytes
+        }
+        None => {
+            notes.insert(
+                "memory.page_bytes",
+                format!(
+                    "NOT MEASURED: free memory dropped {drops:?} bytes for {PAGE_TRIES} 1 MiB + \
+                     4 KiB cuMemAllocs, none within {}–{} bytes: the h200 profile's figure",
+                    PAGE_RANGE.0, PAGE_RANGE.1
+                ),
+            );
+            fallback.memory.page_bytes.0
+        }
+    };
 
     // Small-allocation packing: the distance between two small allocations in one page.
     let (first_drop, a) = drop_of(dev, |d| Ok(d.malloc(100)?))?;
@@ -142,4 +197,21 @@ pub(super) fn kernel_modules(
     );
 
     Ok(module_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_size_is_taken_only_within_its_sane_range() {
+        assert_eq!(sane_page_bytes(2 << 20), Some(2 << 20));
+        // 1 MiB + 4 KiB rounded up.
+        assert_eq!(sane_page_bytes((1 << 20) + 4096), Some(2 << 20));
+        // An allocation that opened no page, or a tenant that gave memory back meanwhile.
+        assert_eq!(sane_page_bytes(0), None);
+        assert_eq!(sane_page_bytes(-(4 << 20)), None);
+        assert_eq!(sane_page_bytes(512), None);
+        assert_eq!(sane_page_bytes(3 << 30), None);
+    }
 }

@@ -132,10 +132,13 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
             g.driver_version.as_deref().unwrap_or("unknown")
         )?;
         if let Some(n) = &g.nvml {
+            let reserved = n.reserved_bytes.map_or_else(
+                || "reserve not reported (memory info v1 counts it in used)".into(),
+                |r| format!("{} reserved by driver/firmware", Bytes(r)),
+            );
             crate::outln!(
-                "  NVML: {} total, {} reserved by driver/firmware, {} used, {} free",
+                "  NVML: {} total, {reserved}, {} used, {} free",
                 Bytes(n.total_bytes),
-                Bytes(n.reserved_bytes),
                 Bytes(n.used_bytes),
                 Bytes(n.free_bytes)
             )?;

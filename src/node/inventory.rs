@@ -162,9 +162,11 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
         let nvml_mem = nvml.as_ref().and_then(|n| n.memory());
         let free_bytes = match nvml_mem {
             // NVML's v2 used leaves out the driver's reserved share, as the CUDA-visible total
-            // does; the v1 of drivers before R510 (reserved 0) counts it in used, but its free
-            // is what CUDA can use either way.
-            Some(m) if m.reserved_bytes == 0 => Some(m.free_bytes.min(f.total_bytes)),
+            // does; v1 (before R510, or where v2 fails) counts it in used without saying how
+            // much it is, but its free is what CUDA can use either way.
+            Some(m) if m.reserved_bytes.is_none_or(|r| r == 0) => {
+                Some(m.free_bytes.min(f.total_bytes))
+            }
             Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
             None if open_for_free => select::free_through_context(index),
             None => None,

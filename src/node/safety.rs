@@ -83,7 +83,7 @@ mod tests {
             driver_version: None,
             nvml: Some(NvmlMemory {
                 total_bytes: 81 << 30,
-                reserved_bytes: 1 << 30,
+                reserved_bytes: Some(1 << 30),
                 used_bytes: used,
                 free_bytes: (80 << 30) - used,
             }),

@@ -169,7 +169,7 @@ impl Reader for SimJob {
             total_bytes: total,
             nvml: Some(NvmlMemory {
                 total_bytes: total,
-                reserved_bytes: 0,
+                reserved_bytes: Some(0),
                 used_bytes: used.min(total),
                 free_bytes,
             }),

@@ -176,6 +176,15 @@ pub fn open(
         capabilities: select::device_capabilities(index)
             .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
     };
+    // On an exclusive-process GPU (usual on Slurm and HPC nodes) the driver allows one process
+    // a context at a time: headroom's would be first and the job's own would fail.
+    if cuda_info && facts.compute_mode == "exclusive_process" {
+        bail!(
+            "--cuda-info opens a CUDA context of headroom's own, but GPU {index} is in \
+             exclusive-process compute mode: the job could then not create its own context. \
+             Watch without --cuda-info (NVML needs no context)"
+        );
+    }
     let cuda = if cuda_info {
         let before = nvml
             .memory()

@@ -15,6 +15,7 @@ mod calibrate_crosscheck;
 mod ci_examples;
 mod docs;
 mod driver_floor;
+mod driver_history;
 mod explain;
 mod explain_inputs;
 mod fake_gpu;

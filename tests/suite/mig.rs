@@ -257,14 +257,26 @@ fn run_on_one_instance_records_its_own_total_and_no_process_list() {
 
 #[test]
 fn watch_on_one_instance_exits_0_with_its_total_and_the_process_list_unavailable() {
+    // cuDeviceGetUuid (v1) giving the parent's UUID (as assumed) or the instance's own (as v2
+    // does): NVML decides which device the bytes are, so both watch the instance.
+    for v1 in ["parent", "instance"] {
+        watch_on_one_instance(v1);
+    }
+}
+
+fn watch_on_one_instance(v1: &str) {
     let dir = tempfile::tempdir().unwrap();
     let gpus = instances(dir.path(), &[]);
     let first = gpus[0]["uuid"].as_str().unwrap();
+    let parent = gpus[0]["mig"]["parent_uuid"].as_str().unwrap();
     let (total, _) = mig_table("h200", "1g.18gb");
     let out = dir.path().join("watch");
     let o = fake(
         dir.path(),
-        &[("CUDA_VISIBLE_DEVICES", first)],
+        &[
+            ("CUDA_VISIBLE_DEVICES", first),
+            ("HEADROOM_FAKE_MIG_UUID_V1", v1),
+        ],
         &[
             "watch",
             "--backend",
@@ -282,9 +294,11 @@ fn watch_on_one_instance_exits_0_with_its_total_and_the_process_list_unavailable
             "cuda",
         ],
     );
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.code, 0, "v1 {v1}: {}", o.stderr);
     let s = summary(&out);
     assert_eq!(s["device"]["uuid"], first);
+    assert_eq!(s["device"]["mig"]["parent_uuid"], parent, "v1 {v1}");
+    assert_eq!(s["device"]["mig"]["profile"], "1g.18gb", "v1 {v1}");
     assert_eq!(u(&s["device"]["total_bytes"]), total);
     assert_eq!(u(&s["idle"]["after_context"]["device_total_bytes"]), total);
     assert!(

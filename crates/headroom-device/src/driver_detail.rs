@@ -15,7 +15,9 @@ pub fn with_driver_detail(reason: &str) -> String {
         if let Some(v) = cuda::driver_cuda_version() {
             // Below the floor the reason is the version's own message.
             if floor::below_floor(v).is_none() {
-                let branch = floor::branch_of(v).map_or_else(String::new, |b| format!(", R{b}"));
+                let branch = floor::branch_of(v)
+                    .or_else(|| nvml::driver_version().and_then(|d| floor::branch_of_driver(&d)))
+                    .map_or_else(String::new, |b| format!(", R{b}"));
                 out.push_str(&format!(
                     "; the driver library reports CUDA {}{branch} (cuDriverGetVersion {v})",
                     floor::cuda_version_text(v)
@@ -23,7 +25,7 @@ pub fn with_driver_detail(reason: &str) -> String {
             }
         }
     }
-    if let Some(why) = nvml::init_failure() {
+    if let Some(why) = nvml::init_failure().filter(|w| !out.contains(w.as_str())) {
         out.push_str("; NVML: ");
         out.push_str(&why);
     }

@@ -45,13 +45,43 @@ pub fn cuda_version_text(version: i32) -> String {
 }
 
 /// The driver branch that first reports `version` (the newest branch at or below it), e.g.
-/// `R535` for 12020; `None` below the table.
+/// `R535` for 12020; `None` below the table, and past its newest CUDA version (a later driver
+/// is a later branch the table cannot name: `branch_of_driver` reads it from the driver's own
+/// version).
 pub fn branch_of(version: i32) -> Option<u32> {
+    let newest = BRANCHES.last().map_or(0, |b| b.1);
+    if version > newest {
+        return None;
+    }
     BRANCHES
         .iter()
         .rev()
         .find(|(_, v, _)| *v <= version)
         .map(|(b, _, _)| *b)
+}
+
+/// The branch of a driver version as NVML and `nvidia-smi` write it (`590.44.01` → 590).
+pub fn branch_of_driver(driver_version: &str) -> Option<u32> {
+    let major = driver_version.trim().split('.').next()?;
+    major.parse().ok().filter(|b| *b >= 100)
+}
+
+/// The compute capability headroom's kernels need: they are PTX for `.target sm_70`, which a
+/// driver's JIT refuses on an older GPU (Pascal and before), whatever the driver branch.
+pub const MIN_COMPUTE_CAPABILITY: (u32, u32) = (7, 0);
+
+/// Why a GPU of compute capability `cc` (`6.0`) cannot run headroom, naming the GPU; `None`
+/// from Volta (7.0) on, or where the capability cannot be read.
+pub fn below_volta(name: &str, cc: &str) -> Option<String> {
+    let (major, minor) = cc.split_once('.')?;
+    let cc_num: (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    (cc_num < MIN_COMPUTE_CAPABILITY).then(|| {
+        format!(
+            "{name} is compute capability {cc}; headroom's kernels are built for sm_70 (Volta) \
+             and newer, which the driver's JIT does not compile for an older GPU: use a GPU of \
+             compute capability 7.0 or newer, or --backend sim"
+        )
+    })
 }
 
 /// The floor's branch number (470).
@@ -79,7 +109,8 @@ pub fn below_floor(version: i32) -> Option<String> {
 pub fn ptx_hint() -> String {
     let (major, minor) = KERNELS_PTX_ISA;
     format!(
-        "the kernels are PTX ISA {major}.{minor}, which every driver from R{} (CUDA {}) on accepts",
+        "the kernels are PTX ISA {major}.{minor} for sm_70, which every driver from R{} (CUDA {}) \
+         on accepts on a GPU of compute capability 7.0 or newer",
         floor_branch(),
         cuda_version_text(FLOOR_CUDA_VERSION)
     )
@@ -104,6 +135,19 @@ mod tests {
     }
 
     #[test]
+    fn gpus_before_volta_are_refused_by_name() {
+        let why = below_volta("Tesla P100-PCIE-16GB", "6.0").unwrap();
+        assert!(
+            why.starts_with("Tesla P100-PCIE-16GB is compute capability 6.0"),
+            "{why}"
+        );
+        assert!(why.contains("sm_70"), "{why}");
+        assert_eq!(below_volta("Tesla V100-SXM2-16GB", "7.0"), None);
+        assert_eq!(below_volta("NVIDIA H100", "9.0"), None);
+        assert!(ptx_hint().contains("compute capability 7.0 or newer"));
+    }
+
+    #[test]
     fn the_table_rises_in_branch_version_and_isa() {
         for w in BRANCHES.windows(2) {
             assert!(
@@ -118,7 +162,12 @@ mod tests {
         assert_eq!(branch_of(12020), Some(535));
         assert_eq!(branch_of(12040), Some(550));
         assert_eq!(branch_of(11040), Some(470));
-        assert_eq!(branch_of(13010), Some(580));
+        // CUDA 13.1 came with R590: past the table, the branch is not guessed from CUDA.
+        assert_eq!(branch_of(13000), Some(580));
+        assert_eq!(branch_of(13010), None);
+        assert_eq!(branch_of_driver("590.44.01"), Some(590));
+        assert_eq!(branch_of_driver("580.95.05"), Some(580));
+        assert_eq!(branch_of_driver("unknown"), None);
         assert_eq!(branch_of(10020), None);
         assert_eq!(cuda_version_text(12020), "12.2");
         assert_eq!(below_floor(11040), None);

@@ -81,6 +81,36 @@ pub fn profile_from_device_name(name: &str) -> Option<String> {
     is_profile_name(token).then(|| token.to_string())
 }
 
+/// What NVML says a device's UUID bytes are: a whole GPU (`GPU-…` found), or a MIG instance
+/// (`MIG-…` found) with its parent GPU's UUID where NVML gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UuidKind {
+    Gpu,
+    Mig { parent_uuid: Option<String> },
+}
+
+/// A device's UUID string and its parent GPU's, decided by NVML where it knows the device:
+/// `cuDeviceGetUuid_v2`'s bytes are looked up as `GPU-…`, then as `MIG-…`. Without an answer
+/// from NVML, `cuDeviceGetUuid` (v1, where the library still has it) differing from v2 marks a
+/// MIG instance with v1 as its parent (the documented v2 behaviour, v1's assumed), and a
+/// device name with a MIG profile marks one whose parent is unknown.
+pub fn identify(
+    v2: &[u8; 16],
+    v1: Option<&[u8; 16]>,
+    name: &str,
+    nvml: impl FnOnce(&str, &str) -> Option<UuidKind>,
+) -> (String, Option<String>) {
+    let (gpu, mig) = (format_uuid("GPU", v2), format_uuid("MIG", v2));
+    let v1_parent = v1.filter(|v1| *v1 != v2).map(|v1| format_uuid("GPU", v1));
+    match nvml(&gpu, &mig) {
+        Some(UuidKind::Gpu) => (gpu, None),
+        Some(UuidKind::Mig { parent_uuid }) => (mig, parent_uuid.or(v1_parent)),
+        None if v1_parent.is_some() => (mig, v1_parent),
+        None if profile_from_device_name(name).is_some() => (mig, None),
+        None => (gpu, None),
+    }
+}
+
 /// The UUID string of a device from the 16 bytes `cuDeviceGetUuid_v2` returns, and the parent's
 /// from `cuDeviceGetUuid` (v1): `MIG-…` (with the parent's `GPU-…`) when they differ, as
 /// they do only on a MIG instance; `GPU-…` (and no parent) otherwise.
@@ -214,6 +244,42 @@ mod tests {
             Some("GPU-1a2b3c4d-0001-4002-8003-040506070809")
         );
         assert!(is_mig_uuid(&u) && !is_mig_uuid(parent.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn nvml_decides_mig_whatever_v1_returns() {
+        let gpu: [u8; 16] = *b"\x1a\x2b\x3c\x4d\x00\x01\x40\x02\x80\x03\x04\x05\x06\x07\x08\x09";
+        let mut inst = gpu;
+        inst[0] = 0xb0;
+        let parent = "GPU-1a2b3c4d-0001-4002-8003-040506070809".to_string();
+        let mig = "MIG-b02b3c4d-0001-4002-8003-040506070809";
+        let name = "NVIDIA H200 MIG 1g.18gb";
+        let nvml_mig = |_: &str, m: &str| {
+            (m == mig).then(|| UuidKind::Mig {
+                parent_uuid: Some(parent.clone()),
+            })
+        };
+        // v1 equal to v2 (the instance's own bytes), different, or absent: NVML says MIG.
+        for v1 in [Some(&inst), Some(&gpu), None] {
+            let (u, p) = identify(&inst, v1, name, nvml_mig);
+            assert_eq!((u.as_str(), p.as_deref()), (mig, Some(parent.as_str())));
+        }
+        // NVML knows the bytes as a whole GPU.
+        let (u, p) = identify(&gpu, Some(&gpu), "NVIDIA H200", |g: &str, _: &str| {
+            (g == parent).then_some(UuidKind::Gpu)
+        });
+        assert_eq!((u, p), (parent.clone(), None));
+        // Without NVML: v1 differing, then the name.
+        let none = |_: &str, _: &str| None;
+        assert_eq!(
+            identify(&inst, Some(&gpu), name, none).1,
+            Some(parent.clone())
+        );
+        assert_eq!(identify(&inst, Some(&inst), name, none).0, mig);
+        assert_eq!(
+            identify(&inst, None, "NVIDIA H200", none).0,
+            parent.replace("1a2b", "b02b")
+        );
     }
 
     #[test]

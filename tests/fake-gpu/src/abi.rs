@@ -92,6 +92,8 @@ pub struct nvmlMemory_v2_t {
 /// `NVML_STRUCT_VERSION(Memory, 2)`.
 pub const NVML_MEMORY_V2: u32 = (std::mem::size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);
 
+/// `nvmlProcessInfo_v2_t` (24 bytes); 535.43.02–535.86's `_v3` wrote a 32-byte record, the
+/// same fields and `usedGpuCcProtectedMemory` (nvml.h of those releases).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct nvmlProcessInfo_t {
@@ -99,6 +101,17 @@ pub struct nvmlProcessInfo_t {
     pub usedGpuMemory: u64,
     pub gpuInstanceId: u32,
     pub computeInstanceId: u32,
+}
+
+/// The 32-byte record of 535.43.02–535.86's `_v3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlProcessInfoCc_t {
+    pub pid: u32,
+    pub usedGpuMemory: u64,
+    pub gpuInstanceId: u32,
+    pub computeInstanceId: u32,
+    pub usedGpuCcProtectedMemory: u64,
 }
 
 // CUdevice_attribute (the values the fake answers specially).

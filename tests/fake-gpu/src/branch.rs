@@ -119,6 +119,24 @@ impl Release {
         !self.chosen || crate::symbols::present(symbol, self.cuda_version)
     }
 
+    /// The size of the records `nvmlDeviceGetComputeRunningProcesses_v3` writes. nvml.h of
+    /// 535.43.02 gave `_v3` a 32-byte `nvmlProcessInfo_v3_t` (`usedGpuCcProtectedMemory` after
+    /// the instance ids) under the same name; 535.98's header dropped it and 535.104.05's
+    /// brought `_v3` back on the 24-byte `nvmlProcessInfo_v2_t`, which R510–R530 and R545 on
+    /// also use. `_v2` writes 24 bytes on every branch.
+    pub fn process_record_v3_bytes(&self) -> usize {
+        let parts: Vec<u32> = self
+            .nvml_version
+            .split('.')
+            .map(|p| p.parse().unwrap_or(0))
+            .collect();
+        let (minor, patch) = (parts.get(1).copied(), parts.get(2).copied().unwrap_or(0));
+        match (self.branch, minor) {
+            (535, Some(m)) if (43, 2) <= (m, patch) && m < 98 => 32,
+            _ => 24,
+        }
+    }
+
     /// `"12.4"`.
     pub fn cuda_text(&self) -> String {
         format!(
@@ -126,5 +144,30 @@ impl Release {
             self.cuda_version / 1000,
             self.cuda_version % 1000 / 10
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_535_43_to_535_86_write_32_byte_records_through_v3() {
+        let bytes = |v: &str| Release::parse(v).unwrap().process_record_v3_bytes();
+        for v in ["535.43.02", "535.54.03", "535.86.10"] {
+            assert_eq!(bytes(v), 32, "{v}");
+        }
+        for v in [
+            "535",
+            "535.104.05",
+            "535.261.03",
+            "530.41.03",
+            "550",
+            "550.54.15",
+            "470",
+        ] {
+            assert_eq!(bytes(v), 24, "{v}");
+        }
+        assert_eq!(Release::default().process_record_v3_bytes(), 24);
     }
 }

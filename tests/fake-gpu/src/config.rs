@@ -32,6 +32,19 @@ pub struct Config {
     pub mig: Option<Vec<MigProfile>>,
     /// `HEADROOM_FAKE_PRIVILEGED=1`: NVML lists processes in MIG mode.
     pub privileged: bool,
+    /// `HEADROOM_FAKE_WSL2=1`: NVML as under WSL2, memory info v2 and the process lists
+    /// failing at run time with `NVML_ERROR_NOT_SUPPORTED`.
+    pub wsl2: bool,
+    /// `HEADROOM_FAKE_MIG_UUID_V1=instance`: `cuDeviceGetUuid` (v1) gives a MIG instance's own
+    /// UUID, as v2 does; `parent` (the default) gives its GPU's.
+    pub mig_uuid_v1_instance: bool,
+    /// `HEADROOM_FAKE_STUB=1`: the CUDA toolkit's stub `libcuda.so` (every CUDA call returns
+    /// `CUDA_ERROR_STUB_LIBRARY`), served from a folder named `stubs` as the toolkit's is.
+    pub stub: bool,
+    /// `HEADROOM_FAKE_KERNEL_EXEC_TIMEOUT=2s`: the driver's watchdog (a display GPU, WSL2):
+    /// `CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT` reads 1 and a kernel modeled to run longer
+    /// faults with `CUDA_ERROR_LAUNCH_TIMEOUT`.
+    pub kernel_exec_timeout: Option<Duration>,
     /// Capabilities turned off (`HEADROOM_FAKE_DISABLE`).
     pub disabled: Disabled,
     /// What CUDA enumerates, by ordinal (`CUDA_VISIBLE_DEVICES` and MIG applied).
@@ -280,6 +293,33 @@ impl Config {
                 return Err(format!("HEADROOM_FAKE_PRIVILEGED={other:?}: use 0 or 1"));
             }
         };
+        let wsl2 = match var("HEADROOM_FAKE_WSL2").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => return Err(format!("HEADROOM_FAKE_WSL2={other:?}: use 0 or 1")),
+        };
+        let mig_uuid_v1_instance = match var("HEADROOM_FAKE_MIG_UUID_V1").as_deref().map(str::trim)
+        {
+            None | Some("parent") => false,
+            Some("instance") => true,
+            Some(other) => {
+                return Err(format!(
+                    "HEADROOM_FAKE_MIG_UUID_V1={other:?}: use parent or instance"
+                ));
+            }
+        };
+        let stub = match var("HEADROOM_FAKE_STUB").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => return Err(format!("HEADROOM_FAKE_STUB={other:?}: use 0 or 1")),
+        };
+        let kernel_exec_timeout = match var("HEADROOM_FAKE_KERNEL_EXEC_TIMEOUT") {
+            None => None,
+            Some(v) => Some(
+                parse_duration(&v)
+                    .map_err(|e| format!("HEADROOM_FAKE_KERNEL_EXEC_TIMEOUT: {e}"))?,
+            ),
+        };
         let disabled = match var("HEADROOM_FAKE_DISABLE") {
             None => Disabled::default(),
             Some(v) => Disabled::parse(&v)?,
@@ -309,6 +349,10 @@ impl Config {
             release,
             mig,
             privileged,
+            wsl2,
+            mig_uuid_v1_instance,
+            stub,
+            kernel_exec_timeout,
             disabled,
             cuda,
         })

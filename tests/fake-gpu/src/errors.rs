@@ -162,7 +162,8 @@ codes! { NVML_ERRORS: nvmlReturn_t {
 
 /// Errors that leave a context unusable on a real GPU: once one happens, every later call in
 /// that context returns it.
-pub const STICKY: [CUresult; 7] = [
+pub const STICKY: [CUresult; 8] = [
+    CUDA_ERROR_LAUNCH_TIMEOUT,
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_ECC_UNCORRECTABLE,
     CUDA_ERROR_LAUNCH_FAILED,

@@ -8,8 +8,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::abi::{CUresult, nvmlReturn_t};
 use crate::config;
 use crate::errors::{
-    self, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN,
-    NVML_ERROR_UNKNOWN,
+    self, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_STUB_LIBRARY,
+    CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN,
 };
 use crate::faults;
 
@@ -39,6 +39,13 @@ fn disabled(api: &str) -> bool {
         .is_ok_and(|c| c.disabled.refuses(api))
 }
 
+/// `HEADROOM_FAKE_STUB=1`: the library is the CUDA toolkit's link-time stub, whose every
+/// driver call returns `CUDA_ERROR_STUB_LIBRARY`.
+fn stub() -> bool {
+    let loaded = config::loaded();
+    loaded.config.as_ref().is_ok_and(|c| c.stub)
+}
+
 fn guarded<T>(api: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         eprintln!("headroom-fake-gpu: internal error in {api} (a panic); returning an error");
@@ -49,6 +56,9 @@ fn guarded<T>(api: &str, fallback: T, f: impl FnOnce() -> T) -> T {
 /// Runs a CUDA entry point.
 pub fn cuda(api: &'static str, f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     guarded(api, CUDA_ERROR_UNKNOWN, || {
+        if stub() {
+            return CUDA_ERROR_STUB_LIBRARY;
+        }
         if let Some(code) = injected(api) {
             if !errors::is_sticky(code) {
                 return code;

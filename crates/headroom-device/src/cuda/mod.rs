@@ -104,6 +104,27 @@ pub struct CudaDevice {
     events: events::CudaEvents,
     vmm: vmm::CudaVmm,
     graphs: graphs::CudaGraphs,
+    /// `CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT`: the driver ends a kernel that runs too long
+    /// (a display GPU, WSL2: about 2 s), so a long spin goes as launches of `SPIN_SLICE_NS`.
+    kernel_exec_timeout: bool,
+    /// Whether the split of a long spin has been said (once per device).
+    spin_split_said: bool,
+}
+
+/// The longest spin one launch takes where the driver has a kernel-exec timeout: well under
+/// the ~2 s of a Windows/WSL2 watchdog and the X server's.
+pub const SPIN_SLICE_NS: u64 = 500_000_000;
+
+/// The launches a spin of `duration_ns` takes: one, or slices of at most `SPIN_SLICE_NS` where
+/// the driver has a kernel-exec timeout.
+pub fn spin_slices(duration_ns: u64, timeout: bool) -> Vec<u64> {
+    if !timeout || duration_ns <= SPIN_SLICE_NS {
+        return vec![duration_ns];
+    }
+    let n = duration_ns.div_ceil(SPIN_SLICE_NS);
+    (0..n)
+        .map(|i| (duration_ns - i * SPIN_SLICE_NS).min(SPIN_SLICE_NS))
+        .collect()
 }
 
 impl CudaDevice {
@@ -111,6 +132,9 @@ impl CudaDevice {
     /// Returns the device and NVML's reading from before the context existed.
     pub fn open(index: u32) -> DevResult<(CudaDevice, Option<NvmlMemory>, u64)> {
         let facts = device_facts(index)?;
+        if let Some(why) = crate::floor::below_volta(&facts.name, &facts.compute_capability) {
+            return Err(DeviceError::Invalid(why));
+        }
         let nvml = NvmlDevice::open(&facts.uuid);
         let mig = facts.mig(nvml.as_ref());
         let before_context = nvml.as_ref().and_then(|n| n.memory());
@@ -161,6 +185,8 @@ impl CudaDevice {
             events: events::CudaEvents::default(),
             vmm: vmm::CudaVmm::default(),
             graphs: graphs::CudaGraphs::default(),
+            kernel_exec_timeout: kernel_exec_timeout(index),
+            spin_split_said: false,
         };
         Ok((dev, before_context, context_create_ns))
     }
@@ -387,6 +413,17 @@ impl Streams for CudaDevice {
     }
 }
 
+/// Whether the driver has a kernel-exec timeout on device `index` (0 where it cannot say).
+fn kernel_exec_timeout(index: u32) -> bool {
+    let Ok(dev) = result::device::get(index as i32) else {
+        return false;
+    };
+    use sys::CUdevice_attribute as A;
+    // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+    unsafe { result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT) }
+        .is_ok_and(|v| v != 0)
+}
+
 impl Kernels for CudaDevice {
     fn launch(&mut self, kernel: Kernel, stream: StreamId) -> DevResult<KernelOutcome> {
         let s = self.stream(stream)?;
@@ -403,6 +440,24 @@ impl Kernels for CudaDevice {
             // Driver operations need no module: a `hold` child or a memset never JIT-compiles.
             Kernel::Memset { .. } | Kernel::DriverCopy { .. } => {
                 launch::driver_operation(kernel, s)?;
+                KernelOutcome::default()
+            }
+            Kernel::Spin { duration_ns } if self.kernel_exec_timeout && !capturing => {
+                let slices = spin_slices(duration_ns, true);
+                if slices.len() > 1 && !self.spin_split_said {
+                    self.spin_split_said = true;
+                    crate::notice::say(crate::notice::Notice::Note(&format!(
+                        "the driver ends kernels that run too long on this GPU \
+                         (CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT): a spin of {duration_ns} ns \
+                         runs as {} launches of at most {SPIN_SLICE_NS} ns, back to back on its \
+                         stream",
+                        slices.len()
+                    )));
+                }
+                let set = self.kernels()?;
+                for slice in slices {
+                    set.launch(Kernel::Spin { duration_ns: slice }, s)?;
+                }
                 KernelOutcome::default()
             }
             _ => self.kernels()?.launch(kernel, s)?,

@@ -87,7 +87,19 @@ fn probe_driver() -> Result<u32, NoGpu> {
             "the NVIDIA driver did not initialize: {}",
             driver_err("cuInit", 0, e)
         );
-        classify(why, e)
+        if e.0 == sys::CUresult::CUDA_ERROR_STUB_LIBRARY {
+            return NoGpu::Broken(format!("{why}; {}", stub_library_hint()));
+        }
+        // No device, and NVML says the driver is not loaded: the libraries are installed but
+        // the kernel module is not (a GPU runner whose driver failed to load), never a
+        // machine without a GPU.
+        match (classify(why, e), crate::nvml::driver_not_loaded()) {
+            (NoGpu::Absent(why), Some(nvml)) => NoGpu::Broken(format!(
+                "{why}, and {nvml}: the driver libraries are present but the kernel module is \
+                 not loaded (check `lsmod | grep nvidia` and dmesg)"
+            )),
+            (other, _) => other,
+        }
     })?;
     let n = result::device::get_count().map_err(|e| {
         let why = format!(
@@ -104,6 +116,41 @@ fn probe_driver() -> Result<u32, NoGpu> {
     Ok(n as u32)
 }
 
+/// Which `libcuda.so` the process loaded (from `/proc/self/maps`), and the folder to take off the
+/// library path: the CUDA toolkit's stub (`…/lib64/stubs/libcuda.so`) is for linking only.
+fn stub_library_hint() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let loaded = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            let file = p.rsplit('/').next().unwrap_or(p);
+            file == "libcuda.so" || file.starts_with("libcuda.so.")
+        });
+    let path_var = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    match loaded {
+        Some(path) => {
+            let dir = std::path::Path::new(path)
+                .parent()
+                .map_or_else(|| ".".into(), |d| d.display().to_string());
+            let on_path = path_var.split(':').any(|p| p.trim_end_matches('/') == dir);
+            let how = if on_path {
+                format!("remove {dir} from LD_LIBRARY_PATH")
+            } else {
+                format!("take {dir} off the library search path")
+            };
+            format!(
+                "the libcuda.so loaded is {path}, the CUDA toolkit's stub for linking, not the \
+                 driver: {how} so that the driver's own libcuda.so.1 loads"
+            )
+        }
+        None => format!(
+            "a stub libcuda.so (the CUDA toolkit's lib64/stubs, for linking only) was loaded \
+             instead of the driver's; LD_LIBRARY_PATH={path_var:?}"
+        ),
+    }
+}
+
 /// Every driver function headroom calls through cudarc, by the symbol name cudarc loads.
 pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuInit",
@@ -113,7 +160,6 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceGetCount",
     "cuDeviceGet",
     "cuDeviceGetName",
-    "cuDeviceGetUuid",
     "cuDeviceGetUuid_v2",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
@@ -173,23 +219,38 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemSetAccess",
 ];
 
-/// The names in `REQUIRED_SYMBOLS` that the library cudarc loads does not export.
-fn missing_symbols() -> Vec<&'static str> {
-    // The same search cudarc's loader makes: the first candidate name that loads is the driver.
-    let lib = ["cuda", "nvcuda"]
+/// The driver library as cudarc's loader finds it: the first candidate name that loads.
+fn driver_library() -> Option<libloading::Library> {
+    ["cuda", "nvcuda"]
         .iter()
         .flat_map(|n| cudarc::get_lib_name_candidates(n))
         // SAFETY: loading the driver library runs its initializers, as cudarc's own loader does.
-        .find_map(|name| unsafe { libloading::Library::new(name) }.ok());
-    let Some(lib) = lib else {
+        .find_map(|name| unsafe { libloading::Library::new(name) }.ok())
+}
+
+/// The names of `names` that the library cudarc loads does not export.
+fn absent_symbols(names: &[&'static str]) -> Vec<&'static str> {
+    let Some(lib) = driver_library() else {
         return Vec::new();
     };
-    REQUIRED_SYMBOLS
+    names
         .iter()
         .copied()
         // SAFETY: the symbol is only looked up, never called through this pointer.
         .filter(|name| unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_err())
         .collect()
+}
+
+/// The names in `REQUIRED_SYMBOLS` that the library cudarc loads does not export.
+fn missing_symbols() -> Vec<&'static str> {
+    absent_symbols(REQUIRED_SYMBOLS)
+}
+
+/// Whether the driver still has `cuDeviceGetUuid` (v1): CUDA 13's header dropped it, and it
+/// is only a fallback for naming a MIG instance's parent where NVML cannot.
+fn has_uuid_v1() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| absent_symbols(&["cuDeviceGetUuid"]).is_empty())
 }
 
 /// `cuDriverGetVersion` (e.g. 12040), `None` when the call fails. Needs only the library.
@@ -206,9 +267,14 @@ pub fn cuda_driver_version() -> String {
 }
 
 /// The device's UUID and, on a MIG instance, its parent GPU's: `cuDeviceGetUuid_v2` names the
-/// MIG instance a process sees, `cuDeviceGetUuid` (v1) the GPU that holds it (`mig.rs`).
-fn device_uuids(dev: sys::CUdevice) -> DevResult<(String, Option<String>)> {
-    let v1 = result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?;
+/// MIG instance a process sees, and NVML says whether those bytes are a GPU's or an instance's
+/// (`mig::identify`); `cuDeviceGetUuid` (v1) is asked only where the library has it.
+fn device_uuids(dev: sys::CUdevice, name: &str) -> DevResult<(String, Option<String>)> {
+    let v1 = if has_uuid_v1() {
+        Some(result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", 0, e))?)
+    } else {
+        None
+    };
     let mut v2 = std::mem::MaybeUninit::<sys::CUuuid>::uninit();
     // SAFETY: writes one CUuuid through a valid pointer; `dev` is a handle from cuDeviceGet.
     unsafe { sys::cuDeviceGetUuid_v2(v2.as_mut_ptr(), dev) }
@@ -217,7 +283,13 @@ fn device_uuids(dev: sys::CUdevice) -> DevResult<(String, Option<String>)> {
     // SAFETY: initialized by the successful call above.
     let v2 = unsafe { v2.assume_init() };
     let bytes = |u: &sys::CUuuid| -> [u8; 16] { std::array::from_fn(|i| u.bytes[i] as u8) };
-    Ok(mig::uuid_strings(&bytes(&v2), &bytes(&v1)))
+    let v1 = v1.as_ref().map(bytes);
+    Ok(mig::identify(
+        &bytes(&v2),
+        v1.as_ref(),
+        name,
+        crate::nvml::uuid_kind,
+    ))
 }
 
 /// Static facts about a device, read without creating a context.
@@ -256,7 +328,7 @@ impl DeviceFacts {
 pub fn device_facts(index: u32) -> DevResult<DeviceFacts> {
     let dev = result::device::get(index as i32).map_err(|e| driver_err("cuDeviceGet", 0, e))?;
     let name = result::device::get_name(dev).map_err(|e| driver_err("cuDeviceGetName", 0, e))?;
-    let (uuid, parent_uuid) = device_uuids(dev)?;
+    let (uuid, parent_uuid) = device_uuids(dev, &name)?;
     use sys::CUdevice_attribute as A;
     let attr = |a: A| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet.

@@ -44,15 +44,62 @@ pub struct MemoryV2 {
 /// `nvmlMemory_v2`: `NVML_STRUCT_VERSION(Memory, 2)`, the struct's size with 2 in the top byte.
 const MEMORY_V2_VERSION: c_uint = (std::mem::size_of::<MemoryV2>() as c_uint) | (2 << 24);
 
-/// `nvmlProcessInfo_t` (the same record as `nvmlProcessInfo_v2_t`), listed by
-/// `nvmlDeviceGetComputeRunningProcesses_v3` and `_v2`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
+/// One running compute process as NVML listed it, whatever the record's layout in memory.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessInfo {
-    pub pid: c_uint,
-    pub used_gpu_memory: c_ulonglong,
-    pub gpu_instance_id: c_uint,
-    pub compute_instance_id: c_uint,
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+    /// `NVML_VALUE_NOT_AVAILABLE` as `u32::MAX` outside MIG; absent from a 16-byte record.
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+}
+
+/// The record layouts NVML's process lists have written, by size (nvml.h of each release):
+/// `nvmlProcessInfo_v1_t` (pid, usedGpuMemory: 16 bytes), `nvmlProcessInfo_v2_t` (+ GPU and
+/// compute instance ids: 24 bytes; `_v2` of the call on every branch, `_v3` from R510 on), and
+/// the record `_v3` wrote on 535.43.02 through 535.86 (+ `usedGpuCcProtectedMemory`: 32
+/// bytes) without a new name. The size is read from what the driver wrote, never from the
+/// symbol's name.
+pub const RECORD_BYTES: [usize; 3] = [24, 32, 16];
+/// The largest record: a list buffer has room for this many bytes per process.
+const MAX_RECORD_BYTES: usize = 32;
+/// What an unwritten byte of a list buffer holds. No field's top byte can be it: a pid is below
+/// 2^31, a byte count below 2^56, the instance ids are small or `0xffff_ffff`.
+const SENTINEL: u8 = 0xa5;
+
+/// The record size NVML used for `count` records in `buf` (filled with `SENTINEL` before the
+/// call): the one whose `count` records end exactly where the written bytes end. `None` when
+/// no known layout fits.
+pub fn record_bytes(buf: &[u8], count: usize) -> Option<usize> {
+    let written = buf
+        .iter()
+        .rposition(|b| *b != SENTINEL)
+        .map_or(0, |p| p + 1);
+    RECORD_BYTES
+        .into_iter()
+        .find(|size| count * size == written && count * size <= buf.len())
+}
+
+/// The `count` records of `size` bytes at the start of `buf`.
+pub fn decode_records(buf: &[u8], count: usize, size: usize) -> Vec<ProcessInfo> {
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    (0..count)
+        .map(|i| {
+            let r = i * size;
+            let (gi, ci) = if size >= 24 {
+                (u32_at(r + 16), u32_at(r + 20))
+            } else {
+                (u32::MAX, u32::MAX)
+            };
+            ProcessInfo {
+                pid: u32_at(r),
+                used_gpu_memory: u64_at(r + 8),
+                gpu_instance_id: gi,
+                compute_instance_id: ci,
+            }
+        })
+        .collect()
 }
 
 /// Why an NVML call gave no answer.
@@ -66,6 +113,10 @@ pub enum NvmlError {
     Code(u32),
     /// NVML wrote a string that is not UTF-8.
     NotUtf8,
+    /// Memory info v2 failed, then v1: both errors.
+    Both(Box<NvmlError>, Box<NvmlError>),
+    /// NVML wrote process records of no layout nvml.h ever gave them: the bytes it wrote.
+    UnknownLayout { count: u32, written_bytes: usize },
 }
 
 /// NVML's return codes (nvml.h): name and meaning.
@@ -230,11 +281,33 @@ impl std::fmt::Display for NvmlError {
                 None => write!(f, "NVML returned {c}"),
             },
             NvmlError::NotUtf8 => write!(f, "NVML returned a string that is not UTF-8"),
+            NvmlError::Both(v2, v1) => write!(
+                f,
+                "nvmlDeviceGetMemoryInfo_v2: {}; nvmlDeviceGetMemoryInfo: {}",
+                named(v2),
+                named(v1)
+            ),
+            NvmlError::UnknownLayout {
+                count,
+                written_bytes,
+            } => write!(
+                f,
+                "NVML wrote {written_bytes} bytes for {count} process records, a layout of none \
+                 of {RECORD_BYTES:?} bytes; the list is not read"
+            ),
         }
     }
 }
 
 impl std::error::Error for NvmlError {}
+
+/// `NVML_ERROR_X (text)`, or the text where NVML gave no code.
+fn named(e: &NvmlError) -> String {
+    match e.name() {
+        Some(n) => format!("{n} ({e})"),
+        None => e.to_string(),
+    }
+}
 
 fn check(code: Return) -> Result<(), NvmlError> {
     if code == NVML_SUCCESS {
@@ -243,6 +316,10 @@ fn check(code: Return) -> Result<(), NvmlError> {
         Err(NvmlError::Code(code))
     }
 }
+
+/// `nvmlDeviceGetComputeRunningProcesses_v*`: the records are written into a byte buffer,
+/// their size found afterwards (`record_bytes`).
+type ProcessListFn = unsafe extern "C" fn(Handle, *mut c_uint, *mut c_void) -> Return;
 
 /// The functions this module calls, looked up once when the session opens.
 struct Fns {
@@ -256,8 +333,8 @@ struct Fns {
     index: Option<unsafe extern "C" fn(Handle, *mut c_uint) -> Return>,
     memory_v1: Option<unsafe extern "C" fn(Handle, *mut MemoryV1) -> Return>,
     memory_v2: Option<unsafe extern "C" fn(Handle, *mut MemoryV2) -> Return>,
-    processes_v3: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> Return>,
-    processes_v2: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> Return>,
+    processes_v3: Option<ProcessListFn>,
+    processes_v2: Option<ProcessListFn>,
     mig_mode: Option<unsafe extern "C" fn(Handle, *mut c_uint, *mut c_uint) -> Return>,
     max_mig_devices: Option<unsafe extern "C" fn(Handle, *mut c_uint) -> Return>,
     mig_by_index: Option<unsafe extern "C" fn(Handle, c_uint, *mut Handle) -> Return>,
@@ -281,6 +358,8 @@ unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Option<T> {
 /// An initialized NVML: `nvmlInit_v2` has succeeded, and `nvmlShutdown` runs on drop.
 pub struct Nvml {
     fns: Fns,
+    /// Cleared when `nvmlDeviceGetMemoryInfo_v2` fails at run time: v1 is asked from then on.
+    memory_v2_usable: std::sync::atomic::AtomicBool,
     /// Kept loaded while the function pointers in `fns` are in use.
     _lib: libloading::Library,
 }
@@ -331,7 +410,11 @@ impl Nvml {
             unsafe { sym(&lib, "nvmlInit_v2") }.ok_or(NvmlError::MissingSymbol("nvmlInit_v2"))?;
         // SAFETY: the library is loaded; `nvmlInit_v2` may be called at any time.
         check(unsafe { init() })?;
-        Ok(Nvml { fns, _lib: lib })
+        Ok(Nvml {
+            fns,
+            memory_v2_usable: std::sync::atomic::AtomicBool::new(true),
+            _lib: lib,
+        })
     }
 
     pub fn sys_driver_version(&self) -> Result<String, NvmlError> {
@@ -452,6 +535,21 @@ impl Device<'_> {
         Ok(self.nvml.device(h))
     }
 
+    /// Whether v2 of memory info is worth asking: the library has it and it has not failed.
+    pub fn memory_v2_usable(&self) -> bool {
+        self.fns().memory_v2.is_some()
+            && self
+                .nvml
+                .memory_v2_usable
+                .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After a failure of v2 at run time: ask v1 from now on.
+    pub fn forget_memory_v2(&self) {
+        let usable = &self.nvml.memory_v2_usable;
+        usable.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// `nvmlDeviceGetMemoryInfo_v2`.
     pub fn memory_v2(&self) -> Result<MemoryV2, NvmlError> {
         let f = need(self.fns().memory_v2, "nvmlDeviceGetMemoryInfo_v2")?;
@@ -482,7 +580,8 @@ impl Device<'_> {
         self.process_list(f)
     }
 
-    /// `nvmlDeviceGetComputeRunningProcesses_v2`, the drivers before R510 have.
+    /// `nvmlDeviceGetComputeRunningProcesses_v2`: every branch from R450 on has it, with the
+    /// 24-byte `nvmlProcessInfo_v2_t` in every nvml.h since.
     pub fn processes_v2(&self) -> Result<Vec<ProcessInfo>, NvmlError> {
         let f = need(
             self.fns().processes_v2,
@@ -491,11 +590,9 @@ impl Device<'_> {
         self.process_list(f)
     }
 
-    /// Asks for the count, then for the list with room for a few processes started between.
-    fn process_list(
-        &self,
-        f: unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> Return,
-    ) -> Result<Vec<ProcessInfo>, NvmlError> {
+    /// Asks for the count, then for the list with room for a few processes started between,
+    /// each with room for the largest record; the record size is read from what was written.
+    fn process_list(&self, f: ProcessListFn) -> Result<Vec<ProcessInfo>, NvmlError> {
         let mut count: c_uint = 0;
         // SAFETY: a null list with a count of 0 asks for the count only.
         match unsafe { f(self.handle, &mut count, std::ptr::null_mut()) } {
@@ -504,11 +601,23 @@ impl Device<'_> {
             other => return Err(NvmlError::Code(other)),
         }
         count += 5;
-        let mut list = vec![ProcessInfo::default(); count as usize];
-        // SAFETY: `list` has room for `count` records, and NVML writes at most that many.
-        check(unsafe { f(self.handle, &mut count, list.as_mut_ptr()) })?;
-        list.truncate(count as usize);
-        Ok(list)
+        // u64 words: the buffer is aligned for the records' 8-byte fields.
+        let words = count as usize * MAX_RECORD_BYTES / 8;
+        let mut buf = vec![u64::from_ne_bytes([SENTINEL; 8]); words];
+        // SAFETY: `buf` has room for `count` records of the largest layout NVML ever wrote, and
+        // NVML writes at most `count` records.
+        check(unsafe { f(self.handle, &mut count, buf.as_mut_ptr().cast()) })?;
+        // SAFETY: `buf` is `words` initialized u64s, seen as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), words * 8) };
+        let n = count as usize;
+        let size = record_bytes(bytes, n).ok_or_else(|| NvmlError::UnknownLayout {
+            count,
+            written_bytes: bytes
+                .iter()
+                .rposition(|b| *b != SENTINEL)
+                .map_or(0, |p| p + 1),
+        })?;
+        Ok(decode_records(bytes, n, size))
     }
 
     /// MIG mode: (current, pending), 1 for enabled.
@@ -567,7 +676,6 @@ mod tests {
         // nvml.h: nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2) on a 40-byte struct.
         assert_eq!(MEMORY_V2_VERSION, 0x0200_0028);
         assert_eq!(std::mem::size_of::<MemoryV1>(), 24);
-        assert_eq!(std::mem::size_of::<ProcessInfo>(), 24);
         let e = NvmlError::Code(9);
         assert_eq!(e.name(), Some("NVML_ERROR_DRIVER_NOT_LOADED"));
         assert_eq!(e.to_string(), "NVIDIA driver is not loaded");
@@ -576,5 +684,54 @@ mod tests {
         assert_eq!(NvmlError::Code(77).name(), None);
         assert_eq!(NvmlError::Code(77).to_string(), "NVML returned 77");
         assert_eq!(NvmlError::MissingSymbol("nvmlInit_v2").name(), None);
+    }
+
+    /// `count` records of `size` bytes as a driver writes them into a sentinel-filled buffer
+    /// with room for `capacity` records of 32 bytes.
+    fn written(records: &[(u32, u64, u32, u32, u64)], size: usize, capacity: usize) -> Vec<u8> {
+        let mut buf = vec![SENTINEL; capacity * MAX_RECORD_BYTES];
+        for (i, &(pid, used, gi, ci, cc)) in records.iter().enumerate() {
+            let r = &mut buf[i * size..(i + 1) * size];
+            r[..4].copy_from_slice(&pid.to_ne_bytes());
+            // The padding after the pid is written too, as a C struct copy does.
+            r[4..8].copy_from_slice(&[0; 4]);
+            r[8..16].copy_from_slice(&used.to_ne_bytes());
+            if size >= 24 {
+                r[16..20].copy_from_slice(&gi.to_ne_bytes());
+                r[20..24].copy_from_slice(&ci.to_ne_bytes());
+            }
+            if size == 32 {
+                r[24..32].copy_from_slice(&cc.to_ne_bytes());
+            }
+        }
+        buf
+    }
+
+    #[test]
+    fn every_record_layout_is_read_at_its_own_size() {
+        let ps: Vec<(u32, u64, u32, u32, u64)> = (0..20u32)
+            .map(|i| (4000 + i, (i as u64 + 1) << 20, u32::MAX, u32::MAX, 0))
+            .collect();
+        for size in [16, 24, 32] {
+            let buf = written(&ps, size, 25);
+            assert_eq!(record_bytes(&buf, 20), Some(size), "{size}");
+            let read = decode_records(&buf, 20, size);
+            let got: Vec<(u32, u64)> = read.iter().map(|p| (p.pid, p.used_gpu_memory)).collect();
+            let want: Vec<(u32, u64)> = ps.iter().map(|p| (p.0, p.1)).collect();
+            assert_eq!(got, want, "{size}");
+        }
+        // MIG ids of 0 and a byte count NVML could not read are still records' ends.
+        let mig = [(7, u64::MAX, 1, 0, 0), (8, 4096, 2, 0, 0)];
+        let buf = written(&mig, 24, 7);
+        assert_eq!(record_bytes(&buf, 2), Some(24));
+        assert_eq!(decode_records(&buf, 2, 24)[1].gpu_instance_id, 2);
+        // Read as 24-byte records, the 32-byte ones of 535.54.03 give the second process the
+        // first one's protected-memory count as its pid: the defect this guards against.
+        let buf = written(&ps, 32, 25);
+        assert_ne!(decode_records(&buf, 20, 24)[1].pid, 4001);
+        // Bytes that end inside a record are no layout at all.
+        let mut odd = written(&ps[..1], 24, 5);
+        odd[40] = 0;
+        assert_eq!(record_bytes(&odd, 1), None);
     }
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 pub use library::{Device, NvmlError};
 use library::{Nvml, VALUE_NOT_AVAILABLE};
 
-use crate::mig::{MigIdentity, profile_from_device_name};
+use crate::mig::{MigIdentity, UuidKind, profile_from_device_name};
 use crate::reading::{RawReading, Reader};
 use crate::{NvmlMemory, ProcessUsage};
 
@@ -90,7 +90,7 @@ pub struct NvmlReader<'a> {
 impl NvmlReader<'_> {
     /// NVML's memory info, or the call and its error.
     pub fn memory(&self) -> Result<NvmlMemory, String> {
-        read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo_v2: {e}"))
+        read_memory(&self.device).map_err(|e| format!("nvmlDeviceGetMemoryInfo: {e}"))
     }
 
     /// The compute processes on the device, or why NVML gave no list.
@@ -247,28 +247,51 @@ fn instances(gpu: &Device<'_>) -> Vec<NvmlInstance> {
         .collect()
 }
 
-/// NVML's memory info (v2) of a device handle: one call.
+/// NVML's memory info of a device handle: v2 (one call), or v1 where the library lacks v2 or
+/// its v2 fails (reported on WSL2 and on unified-memory parts); after a v2 failure the session
+/// asks v1 directly.
 pub fn read_memory(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
-    let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
-    let m = match d.memory_v2() {
-        Err(NvmlError::MissingSymbol(_)) => return read_memory_v1(d),
-        other => other?,
-    };
-    Ok(NvmlMemory {
-        total_bytes: m.total,
-        reserved_bytes: m.reserved,
-        used_bytes: m.used,
-        free_bytes: m.free,
-    })
+    if d.memory_v2_usable() {
+        let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
+        match d.memory_v2() {
+            Ok(m) => {
+                return Ok(NvmlMemory {
+                    total_bytes: m.total,
+                    reserved_bytes: Some(m.reserved),
+                    used_bytes: m.used,
+                    free_bytes: m.free,
+                });
+            }
+            // A device NVML no longer has is no reason to try another call.
+            Err(e) if e.is_code("NVML_ERROR_GPU_IS_LOST") => return Err(e),
+            Err(e) => {
+                d.forget_memory_v2();
+                // Said once per process, whatever the sessions.
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    crate::notice::say(crate::notice::Notice::Note(&format!(
+                    "nvmlDeviceGetMemoryInfo_v2 failed: {} ({e}); reading NVML's memory info v1 \
+                     instead, which counts the driver's reserve as used without saying how much \
+                     it is",
+                    e.name().unwrap_or("an error")
+                    )))
+                });
+                return read_memory_v1(d).map_err(|v1| NvmlError::Both(Box::new(e), Box::new(v1)));
+            }
+        }
+    }
+    read_memory_v1(d)
 }
 
 /// NVML's first memory info, on drivers before R510 (NVML 11.6 added the v2 that splits out
-/// the driver's reserved share): `used` there includes that share, so `reserved_bytes` is 0.
+/// the driver's reserved share): `used` there includes that share, whose size it does not
+/// give, so `reserved_bytes` is `None`.
 fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
+    let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo");
     let m = d.memory_v1()?;
     Ok(NvmlMemory {
         total_bytes: m.total,
-        reserved_bytes: 0,
+        reserved_bytes: None,
         used_bytes: m.used,
         free_bytes: m.free,
     })
@@ -278,9 +301,12 @@ fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
 pub fn read_processes(d: &Device<'_>) -> Result<Vec<ProcessUsage>, NvmlError> {
     let me = std::process::id();
     let _watched = crate::watch::call("nvmlDeviceGetComputeRunningProcesses");
-    // Drivers before R510 have only the v2 of the list (the same record, one function older).
-    let listed = match d.processes_v3() {
-        Err(NvmlError::MissingSymbol(_)) => d.processes_v2(),
+    // `_v2` first: every branch from R450 on exports it, with the same 24-byte record in every
+    // nvml.h; `_v3` only where `_v2` is gone. Either way the record size is read from what the
+    // driver wrote (535.43.02–535.86 wrote 32-byte records through `_v3`).
+    let listed = match d.processes_v2() {
+        Err(NvmlError::MissingSymbol(_)) => d.processes_v3(),
+        Err(e) if e.is_code("NVML_ERROR_FUNCTION_NOT_FOUND") => d.processes_v3(),
         other => other,
     };
     Ok(listed?
@@ -293,9 +319,37 @@ pub fn read_processes(d: &Device<'_>) -> Result<Vec<ProcessUsage>, NvmlError> {
         .collect())
 }
 
+/// Whether NVML knows `gpu_uuid` as a whole GPU or `mig_uuid` as a MIG instance (with its
+/// parent's UUID); `None` without NVML or where it knows neither.
+pub fn uuid_kind(gpu_uuid: &str, mig_uuid: &str) -> Option<UuidKind> {
+    let nvml = Nvml::init().ok()?;
+    if nvml.device_by_uuid(gpu_uuid).is_ok() {
+        return Some(UuidKind::Gpu);
+    }
+    let d = nvml.device_by_uuid(mig_uuid).ok()?;
+    let parent_uuid = d.mig_parent().ok().and_then(|p| p.uuid().ok());
+    Some(UuidKind::Mig { parent_uuid })
+}
+
 /// NVML's memory reading of a device by UUID before any CUDA context exists.
 pub fn memory_before_context(uuid: &str) -> Option<NvmlMemory> {
     NvmlDevice::open(uuid)?.memory()
+}
+
+/// The driver's version as NVML reports it (`550.54.15`), without a device.
+pub fn driver_version() -> Option<String> {
+    Nvml::init().ok()?.sys_driver_version().ok()
+}
+
+/// `nvmlInit_v2 failed: NVML_ERROR_DRIVER_NOT_LOADED (…)` where NVML's library loads but says
+/// the driver's kernel module is not loaded; `None` otherwise.
+pub fn driver_not_loaded() -> Option<String> {
+    match Nvml::init() {
+        Err(e) if e.is_code("NVML_ERROR_DRIVER_NOT_LOADED") => Some(format!(
+            "nvmlInit_v2 failed: NVML_ERROR_DRIVER_NOT_LOADED ({e})"
+        )),
+        _ => None,
+    }
 }
 
 /// Why NVML cannot start, in one line naming its error as the driver does

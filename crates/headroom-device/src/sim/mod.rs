@@ -148,7 +148,7 @@ impl SimDevice {
             ),
             before_context: NvmlMemory {
                 total_bytes: 0,
-                reserved_bytes: 0,
+                reserved_bytes: Some(0),
                 used_bytes: 0,
                 free_bytes: 0,
             },
@@ -215,7 +215,7 @@ impl SimDevice {
         let used = self.used_at(t).min(total_cuda);
         NvmlMemory {
             total_bytes: total_cuda + reserved,
-            reserved_bytes: reserved,
+            reserved_bytes: Some(reserved),
             used_bytes: used,
             free_bytes: total_cuda - used,
         }

@@ -112,11 +112,15 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     })
 }
 
-/// Device `dev`'s UUID: a MIG instance's own (`v2`), or its GPU's (`cuDeviceGetUuid`).
+/// Device `dev`'s UUID: a MIG instance's own (`v2`), or its GPU's (`cuDeviceGetUuid`, unless
+/// `HEADROOM_FAKE_MIG_UUID_V1=instance` makes v1 answer as v2).
 fn get_uuid(uuid: *mut CUuuid, dev: CUdevice, v2: bool) -> Result<(), CUresult> {
-    let cd = cu(|d| d.device(dev).map(|i| d.cfg.cuda_device(i)))?;
+    let (cd, v1_instance) = cu(|d| {
+        d.device(dev)
+            .map(|i| (d.cfg.cuda_device(i), d.cfg.mig_uuid_v1_instance))
+    })?;
     let raw = match cd.instance {
-        Some(k) if v2 => mig_uuid_bytes(cd.physical, k),
+        Some(k) if v2 || v1_instance => mig_uuid_bytes(cd.physical, k),
         _ => gpu_uuid_bytes(cd.physical),
     };
     let bytes = raw.map(|b| b as c_char);
@@ -165,9 +169,10 @@ fn attribute(d: &crate::state::Driver, attr: u32, index: u32) -> Result<c_int, C
             CU_COMPUTEMODE_EXCLUSIVE_PROCESS as c_int
         }
         CU_DEVICE_ATTRIBUTE_COMPUTE_MODE => CU_COMPUTEMODE_DEFAULT as c_int,
-        36 => 2_619_000, // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,      // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,  // L2_CACHE_SIZE
+        17 => d.cfg.kernel_exec_timeout.is_some() as c_int, // KERNEL_EXEC_TIMEOUT
+        36 => 2_619_000,                                    // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                                         // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,                                     // L2_CACHE_SIZE
         CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => {
             p.stack.threads_per_multiprocessor as c_int
         }

@@ -349,6 +349,13 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 fault,
             };
             let duration = launch.duration(&d.cfg);
+            let mut launch = launch;
+            // The driver's watchdog ends a kernel that runs past its limit.
+            if let Some(limit) = d.cfg.kernel_exec_timeout {
+                if duration > d.cfg.scaled(limit.as_secs_f64()) {
+                    launch.fault = Some(CUDA_ERROR_LAUNCH_TIMEOUT);
+                }
+            }
             d.submit(sid, Work::Kernel(launch), duration).map(|_| ())
         })
     })

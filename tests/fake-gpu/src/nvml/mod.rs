@@ -338,6 +338,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         session(|d| {
+            if d.cfg.wsl2 {
+                return Err(NVML_ERROR_NOT_SUPPORTED);
+            }
             let (total, reserved, used, free) = memory(d, target_of(d, device)?);
             let v = nvmlMemory_v2_t {
                 version,
@@ -352,21 +355,26 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     })
 }
 
-/// The running compute processes; `_v2` (R450) and `_v3` (R510) fill the same 24-byte record.
+/// The running compute processes, in records of `record_bytes` (24, or 32 for `_v3` on
+/// 535.43.02–535.86: `Release::process_record_v3_bytes`).
 ///
 /// # Safety
 /// `count` must be null or valid for reads and writes, `infos` null or valid for `*count`
-/// records.
+/// records of `record_bytes`.
 unsafe fn running_processes(
     device: nvmlDevice_t,
     count: *mut c_uint,
-    infos: *mut nvmlProcessInfo_t,
+    infos: *mut u8,
+    record_bytes: impl FnOnce(&Driver) -> usize,
 ) -> Result<(), nvmlReturn_t> {
     if count.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
-    let list = session(|d| {
+    let (list, size) = session(|d| {
         let t = target_of(d, device)?;
+        if d.cfg.wsl2 {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        }
         if d.cfg.mig.is_some() && !d.cfg.privileged {
             return Err(NVML_ERROR_NO_PERMISSION);
         }
@@ -382,7 +390,7 @@ unsafe fn running_processes(
                     .map(|e| (e, gi, ci)),
             );
         }
-        Ok(list)
+        Ok((list, record_bytes(d)))
     })?;
     // SAFETY: checked non-null; the caller passes the capacity of `infos`.
     let capacity = unsafe { *count } as usize;
@@ -395,14 +403,18 @@ unsafe fn running_processes(
         return Err(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     for (i, (e, gi, ci)) in list.iter().enumerate() {
-        let info = nvmlProcessInfo_t {
+        let info = nvmlProcessInfoCc_t {
             pid: e.pid,
             usedGpuMemory: e.used,
             gpuInstanceId: *gi,
             computeInstanceId: *ci,
+            usedGpuCcProtectedMemory: 0,
         };
-        // SAFETY: `i` < capacity, the caller's array length.
-        unsafe { infos.add(i).write_unaligned(info) };
+        // SAFETY: `i` < capacity, the caller's array length in records of `size` bytes; the
+        // first `size` bytes of the 32-byte record are the smaller layout's.
+        unsafe {
+            std::ptr::copy_nonoverlapping((&raw const info).cast::<u8>(), infos.add(i * size), size)
+        };
     }
     Ok(())
 }
@@ -415,7 +427,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
 ) -> nvmlReturn_t {
     // SAFETY: the caller's pointers, as NVML documents them.
     nvml("nvmlDeviceGetComputeRunningProcesses_v2", || unsafe {
-        running_processes(device, count, infos)
+        running_processes(device, count, infos.cast(), |_| 24)
     })
 }
 
@@ -425,9 +437,11 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     count: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    // SAFETY: the caller's pointers, as NVML documents them.
+    // SAFETY: the caller's pointers, as NVML documents them for the release's record.
     nvml("nvmlDeviceGetComputeRunningProcesses_v3", || unsafe {
-        running_processes(device, count, infos)
+        running_processes(device, count, infos.cast(), |d| {
+            d.cfg.release.process_record_v3_bytes()
+        })
     })
 }
 
