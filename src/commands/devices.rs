@@ -55,7 +55,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         Choice::Sim { .. } if args.profile.is_some() => Listing {
             backend: "sim",
             reason: None,
-            gpus: inventory(args.request(), true)?.gpus,
+            gpus: inventory(args.request())?.gpus,
             profiles: vec![],
         },
         // No GPU here (or --backend sim): the profiles the simulator offers instead.
@@ -68,7 +68,7 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
         Choice::Cuda { .. } => Listing {
             backend: "cuda",
             reason: None,
-            gpus: inventory(args.request(), true)?.gpus,
+            gpus: inventory(args.request())?.gpus,
             profiles: vec![],
         },
     };

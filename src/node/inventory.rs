@@ -81,9 +81,10 @@ pub struct Inventory {
     pub notice: Option<String>,
 }
 
-/// Reads every GPU as `select::open` would choose the backend. `open_for_free`: where NVML
-/// cannot tell free memory, open a context to read it (`devices` does; a node never does).
-pub fn inventory(req: Request<'_>, open_for_free: bool) -> anyhow::Result<Inventory> {
+/// Reads every GPU as `select::open` would choose the backend, without a context: where NVML
+/// cannot tell free memory, it is unknown (a listing's context would take memory, and on an
+/// exclusive-process GPU keep the job it lists for from creating its own).
+pub fn inventory(req: Request<'_>) -> anyhow::Result<Inventory> {
     match select::choose(req)? {
         Choice::Sim { notice } => {
             let node = NodeProfile::resolve(req.profile.unwrap_or(DEFAULT_PROFILE))?;
@@ -97,7 +98,7 @@ pub fn inventory(req: Request<'_>, open_for_free: bool) -> anyhow::Result<Invent
         Choice::Cuda { count } => Ok(Inventory {
             backend: BackendKind::Cuda,
             profile: None,
-            gpus: cuda_gpus(count, open_for_free)?,
+            gpus: cuda_gpus(count)?,
             notice: None,
         }),
     }
@@ -145,12 +146,10 @@ pub fn sim_gpus(node: &NodeProfile) -> Vec<GpuIdentity> {
 
 /// The GPUs on the driver: by CUDA ordinal, or, when a GPU is in MIG mode, every MIG
 /// instance (and whole GPU) NVML lists, each to be opened through `CUDA_VISIBLE_DEVICES`.
-fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>> {
+fn cuda_gpus(count: u32) -> anyhow::Result<Vec<GpuIdentity>> {
     if let Some(rows) = instances::mig_node(count)? {
         return Ok(rows);
     }
-    // A probe child reads facts only: no context on a device another process is listing.
-    let open_for_free = open_for_free && !instances::is_probe();
     let mut rows = Vec::new();
     for index in 0..count {
         let f = select::device_facts(index)?;
@@ -168,7 +167,6 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
                 Some(m.free_bytes.min(f.total_bytes))
             }
             Some(m) => Some(f.total_bytes.saturating_sub(m.used_bytes)),
-            None if open_for_free => select::free_through_context(index),
             None => None,
         };
         let mig = f.mig(nvml.as_ref());
@@ -179,7 +177,11 @@ fn cuda_gpus(count: u32, open_for_free: bool) -> anyhow::Result<Vec<GpuIdentity>
             compute_mode: f.compute_mode,
             total_bytes: f.total_bytes,
             free_bytes,
-            driver_version: nvml.as_ref().and_then(|n| n.driver_version()),
+            // Without NVML the CUDA library still says which CUDA version it implements.
+            driver_version: nvml
+                .as_ref()
+                .and_then(|n| n.driver_version())
+                .or_else(|| Some(format!("CUDA {}", select::cuda_driver_version()))),
             nvml: nvml_mem,
             processes,
             processes_unavailable,
@@ -209,7 +211,7 @@ mod tests {
 
     #[test]
     fn the_simulated_node_shows_its_busy_card_and_distinct_folders() {
-        let inv = inventory(Request::new(Backend::Sim, Some("8xh100-80g")), false).unwrap();
+        let inv = inventory(Request::new(Backend::Sim, Some("8xh100-80g"))).unwrap();
         assert_eq!(inv.gpus.len(), 8);
         assert_eq!(inv.profile.as_deref(), Some("8xh100-80g"));
         let busy = &inv.gpus[5];

@@ -49,7 +49,7 @@ pub fn run_node(
     job: &NodeJob,
     interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<i32> {
-    let inv = inventory(dev.request(), false)?;
+    let inv = inventory(dev.request())?;
     if let Some(n) = &inv.notice {
         crate::errln!(
             "note: {n}; using the simulated node (profile {})",

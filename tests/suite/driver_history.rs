@@ -214,7 +214,7 @@ fn under_wsl2_watch_reads_memory_info_v1_and_says_what_it_could_not_read() {
     );
     assert!(
         o.stderr
-            .contains("nvmlDeviceGetMemoryInfo_v2 failed: NVML_ERROR_NOT_SUPPORTED")
+            .contains("nvmlDeviceGetMemoryInfo_v2 failed: NVML_ERROR_UNKNOWN")
             && o.stderr.contains("memory info v1"),
         "{}",
         o.stderr
@@ -451,4 +451,50 @@ fn r470_reports_no_reserved_share_and_calibration_says_not_measured() {
         line.contains("NOT MEASURED (only NVML memory info v1 answered"),
         "{line}"
     );
+}
+
+#[test]
+fn a_run_looks_its_nvml_device_up_once_however_many_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every lookup by UUID after the ones opening the device fails: a run that looked the
+    // device up again at each reading would lose NVML's view.
+    let env = [
+        (
+            "HEADROOM_FAKE_FAULTS",
+            "nvmlDeviceGetHandleByUUID@3+=NVML_ERROR_UNKNOWN",
+        ),
+        ("HEADROOM_FAKE_PROFILE", "tiny-4g"),
+    ];
+    let o = quickstart(dir.path(), &env, &["-q", "--backend", "cuda"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s = json(&std::fs::read_to_string(dir.path().join("out/summary.json")).unwrap());
+    let idle = &s["idle"];
+    assert!(!idle["before_context"].is_null(), "{idle}");
+    assert!(!idle["after_context"]["nvml"].is_null(), "{idle}");
+    let ps = idle["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{idle}"));
+    assert_eq!(ps.len(), 1, "{idle}");
+    assert_eq!(u(&idle["context_overhead_bytes"]), CTX, "{idle}");
+}
+
+#[test]
+fn devices_without_nvml_opens_no_context_and_still_names_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = fake(
+        dir.path(),
+        &[
+            (
+                "HEADROOM_FAKE_FAULTS",
+                "nvmlInit_v2@*=NVML_ERROR_LIBRARY_NOT_FOUND",
+            ),
+            ("HEADROOM_FAKE_PROFILE", "tiny-4g"),
+            ("HEADROOM_FAKE_COMPUTE_MODE", "exclusive_process"),
+        ],
+        &[HR, "devices", "--json"],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let g = &json(&o.stdout)["gpus"][0];
+    assert!(g["free_bytes"].is_null(), "{g}");
+    assert_eq!(g["driver_version"], "CUDA 12.4", "{g}");
 }

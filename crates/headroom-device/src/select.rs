@@ -116,13 +116,6 @@ pub fn cuda_driver_version() -> String {
     cuda::cuda_driver_version()
 }
 
-/// CUDA device `index`'s free memory through a context of its own (`cuMemGetInfo`), for a
-/// listing where NVML cannot say; `None` when it cannot be opened.
-pub fn free_through_context(index: u32) -> Option<u64> {
-    let (mut d, _, _) = CudaDevice::open(index).ok()?;
-    d.mem_info().ok().map(|m| m.free_bytes)
-}
-
 /// An opened device and what was learned on the way.
 pub struct Opened {
     pub device: Box<dyn Device>,

@@ -32,8 +32,8 @@ pub struct Config {
     pub mig: Option<Vec<MigProfile>>,
     /// `HEADROOM_FAKE_PRIVILEGED=1`: NVML lists processes in MIG mode.
     pub privileged: bool,
-    /// `HEADROOM_FAKE_WSL2=1`: NVML as under WSL2, memory info v2 and the process lists
-    /// failing at run time with `NVML_ERROR_NOT_SUPPORTED`.
+    /// `HEADROOM_FAKE_WSL2=1`: NVML as under WSL2: memory info v2 fails at run time
+    /// (`NVML_ERROR_UNKNOWN`), the process lists with `NVML_ERROR_NOT_SUPPORTED`.
     pub wsl2: bool,
     /// `HEADROOM_FAKE_MIG_UUID_V1=instance`: `cuDeviceGetUuid` (v1) gives a MIG instance's own
     /// UUID, as v2 does; `parent` (the default) gives its GPU's.

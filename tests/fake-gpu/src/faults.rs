@@ -1,7 +1,8 @@
 //! Fault injection (`HEADROOM_FAKE_FAULTS`): make the Nth call of an entry point (or every
 //! call) fail with a chosen error, or block for a while and then proceed.
 //!
-//! Syntax: comma-separated `API@N=ERROR`, `API@*=ERROR`, `API@N=hang:DURATION` or
+//! Syntax: comma-separated `API@N=ERROR`, `API@N+=ERROR` (the Nth call and every later one),
+//! `API@*=ERROR`, `API@N=hang:DURATION` or
 //! `API@N=hang:forever` (the call never returns, as on a wedged GPU), where API is an exported
 //! symbol, N counts that symbol's calls in this process from 1, and ERROR is a `CUresult` name
 //! for a `cu*` symbol or an `nvmlReturn_t` name for an `nvml*` one.
@@ -17,6 +18,8 @@ use crate::symbols;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
     Nth(u64),
+    /// The Nth call and every one after it.
+    From(u64),
     Every,
 }
 
@@ -54,6 +57,11 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
     }
     let when = if n == "*" {
         When::Every
+    } else if let Some(k) = n.strip_suffix('+') {
+        match k.parse::<u64>() {
+            Ok(k) if k >= 1 => When::From(k),
+            _ => return Err(bad("N+ must be a call number from 1, then +")),
+        }
     } else {
         match n.parse::<u64>() {
             Ok(k) if k >= 1 => When::Nth(k),
@@ -118,6 +126,7 @@ pub fn on_call(rules: &[Rule], counters: &Counters, api: &'static str) -> Option
         let hit = match r.when {
             When::Every => true,
             When::Nth(k) => k == n,
+            When::From(k) => n >= k,
         };
         if !hit {
             continue;

@@ -75,18 +75,24 @@ pub(crate) fn driver_err(call: &'static str, bytes: u64, e: DriverError) -> Devi
             requested_bytes: bytes,
         };
     }
+    // A library that cannot name its own errors (a stub's cuGetErrorName fails too) still has
+    // the code's name in cudarc's table.
     let name = e
         .error_name()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("{:?}", e.0));
     let text = e
         .error_string()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    DeviceError::Driver {
-        call,
-        detail: format!("{name} ({text})"),
-    }
+    let detail = if text.is_empty() {
+        name
+    } else {
+        format!("{name} ({text})")
+    };
+    DeviceError::Driver { call, detail }
 }
 
 pub struct CudaDevice {

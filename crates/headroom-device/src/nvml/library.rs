@@ -451,6 +451,11 @@ impl Nvml {
     fn device(&self, handle: Handle) -> Device<'_> {
         Device { nvml: self, handle }
     }
+
+    /// A device of this session from a handle it gave before (`Device::raw`).
+    pub fn device_from(&self, raw: RawHandle) -> Device<'_> {
+        self.device(raw.0)
+    }
 }
 
 impl Drop for Nvml {
@@ -482,6 +487,15 @@ fn read_string(
         .map_err(|_| NvmlError::NotUtf8)
 }
 
+/// A device handle kept beside its session, to be looked up once and read many times.
+#[derive(Debug, Clone, Copy)]
+pub struct RawHandle(Handle);
+
+// SAFETY: an opaque token NVML accepts from any thread; never dereferenced here.
+unsafe impl Send for RawHandle {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for RawHandle {}
+
 /// One device (a GPU or a MIG instance) of an NVML session.
 #[derive(Clone, Copy)]
 pub struct Device<'a> {
@@ -497,6 +511,11 @@ unsafe impl Sync for Device<'_> {}
 impl Device<'_> {
     fn fns(&self) -> &Fns {
         &self.nvml.fns
+    }
+
+    /// The handle, to keep beside the session (`Nvml::device_from`).
+    pub fn raw(&self) -> RawHandle {
+        RawHandle(self.handle)
     }
 
     pub fn name(&self) -> Result<String, NvmlError> {

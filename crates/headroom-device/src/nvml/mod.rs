@@ -11,16 +11,17 @@ mod library;
 use std::time::Instant;
 
 pub use library::{Device, NvmlError};
-use library::{Nvml, VALUE_NOT_AVAILABLE};
+use library::{Nvml, RawHandle, VALUE_NOT_AVAILABLE};
 
 use crate::mig::{MigIdentity, UuidKind, profile_from_device_name};
 use crate::reading::{RawReading, Reader};
 use crate::{NvmlMemory, ProcessUsage};
 
-/// An NVML session bound to one device by UUID (a GPU's `GPU-…` or a MIG instance's `MIG-…`).
+/// An NVML session bound to one device by UUID (a GPU's `GPU-…` or a MIG instance's `MIG-…`),
+/// looked up once: every later read uses that handle.
 pub struct NvmlDevice {
     nvml: Nvml,
-    uuid: String,
+    handle: RawHandle,
 }
 
 impl NvmlDevice {
@@ -33,20 +34,17 @@ impl NvmlDevice {
     pub fn try_open(uuid: &str) -> Result<NvmlDevice, NvmlError> {
         let _watched = crate::watch::call("nvmlInit_v2");
         let nvml = Nvml::init()?;
-        nvml.device_by_uuid(uuid)?;
-        Ok(NvmlDevice {
-            nvml,
-            uuid: uuid.to_string(),
-        })
+        let handle = nvml.device_by_uuid(uuid)?.raw();
+        Ok(NvmlDevice { nvml, handle })
     }
 
     pub fn driver_version(&self) -> Option<String> {
         self.nvml.sys_driver_version().ok()
     }
 
-    /// The device's handle, for a caller that reads it many times (looked up once).
+    /// The device's handle, looked up when the session opened.
     pub fn handle(&self) -> Result<Device<'_>, NvmlError> {
-        self.nvml.device_by_uuid(&self.uuid)
+        Ok(self.nvml.device_from(self.handle))
     }
 
     pub fn memory(&self) -> Option<NvmlMemory> {

@@ -338,8 +338,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         session(|d| {
+            // As reported under WSL2 (516.59): the symbol is there, the call fails.
             if d.cfg.wsl2 {
-                return Err(NVML_ERROR_NOT_SUPPORTED);
+                return Err(NVML_ERROR_UNKNOWN);
             }
             let (total, reserved, used, free) = memory(d, target_of(d, device)?);
             let v = nvmlMemory_v2_t {
