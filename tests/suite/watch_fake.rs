@@ -389,7 +389,7 @@ fn a_driver_without_a_process_list_still_gives_the_device_view() {
         ])
         .env(
             "HEADROOM_FAKE_FAULTS",
-            "nvmlDeviceGetComputeRunningProcesses_v3@*=NVML_ERROR_NOT_SUPPORTED",
+            "nvmlDeviceGetComputeRunningProcesses_v2@*=NVML_ERROR_NOT_SUPPORTED",
         )
         .output()
         .unwrap(),

@@ -85,7 +85,7 @@ impl MemInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvmlMemory {
     pub total_bytes: u64,
-    /// `None` where only memory info v1 answered (before R510, or a v2 that fails): v1 counts
+    /// Null where only memory info v1 answered (before R510, or a v2 that fails): v1 counts
     /// the driver's reserve in `used` and does not say how much it is.
     pub reserved_bytes: Option<u64>,
     pub used_bytes: u64,
