@@ -4,10 +4,9 @@
 //! `CUDA_ERROR_NO_DEVICE` and `nvmlInit` with `NVML_ERROR_DRIVER_NOT_LOADED`: `--backend auto`
 //! runs on the simulator with a note naming the cause, `--backend cuda` and `--require-gpu` are
 //! exit 2 naming it, and NVML's error is named where NVML is reported. Where the archive cannot
-//! be reached the test says so on the terminal and skips (`HEADROOM_REAL_DRIVER_REQUIRED=1`
-//! makes that a failure).
+//! be reached the test says so on the terminal and skips; under CI (`CI=true`, as `.ci/run`
+//! sets it) that is a failure naming the archive.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -28,13 +27,10 @@ fn libs(branch: &str) -> Option<PathBuf> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())),
-        Some(3) if std::env::var_os("HEADROOM_REAL_DRIVER_REQUIRED").is_none() => {
-            // Straight to the terminal: the test harness keeps a passing test's output to
-            // itself, and a skip must be seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "real_driver: R{branch} NOT TESTED: {}",
-                stderr.trim()
+        Some(3) => {
+            crate::common::skip::missing(
+                &format!("real_driver: NVIDIA's R{branch} libraries"),
+                stderr.trim(),
             );
             None
         }
