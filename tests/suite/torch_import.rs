@@ -241,6 +241,36 @@ fn the_json_form_gives_the_pickles_numbers() {
     assert_eq!(a[0].1["import"]["fidelity"], b[0].1["import"]["fidelity"]);
     assert_eq!(b[0].1["import"]["encoding"], "JSON");
     assert_eq!(a[0].1["import"]["encoding"], "pickle (protocol 5)");
+    // Each reader gives the numbers the generator computed for its file: the trace's entries
+    // and actions, PyTorch's reserved peak reproduced, and every segment decision made again.
+    for (name, (_, s)) in [
+        ("built-two-streams.pickle", &a[0]),
+        ("built-two-streams.json", &b[0]),
+    ] {
+        let f = facts(name, 0);
+        let i = &s["import"];
+        assert_eq!(i["trace_entries"], f["entries"], "{name}");
+        assert_eq!(i["actions"], f["actions"], "{name}");
+        assert_eq!(
+            u(&i["pytorch_reserved_peak_bytes"]),
+            u(&f["reserved_peak_bytes"]),
+            "{name}"
+        );
+        assert_eq!(
+            peak(s, "alloc_reserved_bytes"),
+            u(&f["reserved_peak_bytes"]),
+            "{name}"
+        );
+        assert_eq!(
+            i["fidelity"]["reproduced_decisions"], f["segment_decisions"],
+            "{name}"
+        );
+        assert_eq!(
+            i["fidelity"]["recorded_decisions"], f["segment_decisions"],
+            "{name}"
+        );
+        assert_eq!(i["fidelity"]["divergent_requests"], 0, "{name}");
+    }
 }
 
 #[test]
