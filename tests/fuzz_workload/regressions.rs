@@ -74,7 +74,12 @@ fn graphs_sizes_past_2_to_the_64_are_refused() {
         r#"{ op = "graphs", name = "g", stream = "s", batch_sizes = [1, 2], workspace_per_batch = "18446744073709551615B" }"#,
         Duration::from_secs(2),
     );
-    assert!(err.is_some());
+    // 2 × (2^64 − 1) overflows at the second batch size, and the error says where and why.
+    let err = err.expect("refused");
+    assert!(
+        err.contains("step 1 (graphs), sample batch size 2: workspace_per_batch × batch size 2 is more than 2^64 bytes"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -43,6 +43,7 @@ mod plot;
 mod real_driver;
 mod replay;
 mod reports;
+mod rules;
 mod run_records;
 mod run_sim;
 mod schema;

@@ -24,8 +24,11 @@ fn root() -> PathBuf {
 fn long_snapshot(entries: u64) -> Option<PathBuf> {
     static GENERATE: Mutex<()> = Mutex::new(());
     let _one_at_a_time = GENERATE.lock().unwrap_or_else(|p| p.into_inner());
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: python3 is not installed (scripts/torch_snapshot_long.py needs it)");
+    if let Err(e) = Command::new("python3").arg("--version").output() {
+        crate::common::skip::missing(
+            "snapshot_fidelity: python3 (scripts/torch_snapshot_long.py)",
+            &e.to_string(),
+        );
         return None;
     }
     // Named by the generator's sources, so a changed generator makes new files.
@@ -291,8 +294,8 @@ with open(out, "wb") as f:
 #[test]
 fn the_benchmarks_pickler_writes_the_bytes_pythons_pickle_dump_writes() {
     use super::snapshot_pickler::{PyEntry, PyPickler};
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if let Err(e) = Command::new("python3").arg("--version").output() {
+        crate::common::skip::missing("snapshot_fidelity: python3 (pickle.dump)", &e.to_string());
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -385,13 +385,19 @@ fn emulated_fill_then_verify_finds_exactly_the_planted_corruptions() {
 
 #[test]
 fn fill_pattern_depends_on_address_and_seed() {
-    // Known values of the murmur3 finalizer path, so a change to fill_pattern is noticed
-    // here as well as in the CUDA sources.
-    assert_eq!(fill_pattern(0, 0), 0);
-    assert_eq!(fill_pattern(4, 0), pattern_mix(1));
-    assert_ne!(fill_pattern(0x1000, 1), fill_pattern(0x1004, 1));
-    assert_ne!(fill_pattern(0x1000, 1), fill_pattern(0x1000, 2));
-    assert_ne!(fill_pattern(0x1000, 1), fill_pattern(0x1000 + (1 << 34), 1));
+    // Values computed apart from this crate, from kernels/fill.cu's pattern_key and
+    // pattern_mix (32-bit arithmetic in Python); 0x514E28B7 is MurmurHash3's fmix32(1).
+    for (addr, seed, want) in [
+        (0u64, 0u32, 0u32),
+        (4, 0, 0x514E_28B7),
+        (0x1000, 1, 0x8E38_13F8),
+        (0x1004, 1, 0x66CC_183D),
+        (0x1000, 2, 0xD8D1_F55D),
+        (0x1000 + (1 << 34), 1, 0x9FC8_A65D),
+        (0x7F12_3456_7890, 0xDEAD_BEEF, 0x9FE2_38F5),
+    ] {
+        assert_eq!(fill_pattern(addr, seed), want, "{addr:#x} seed {seed:#x}");
+    }
 }
 
 // ---- geometry ----
