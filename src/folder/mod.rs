@@ -9,6 +9,9 @@
 
 pub mod records;
 pub mod reports;
+mod run_folder;
+
+pub use run_folder::{LateEnd, LateWrite, Record, RunFolder};
 
 use std::path::Path;
 

@@ -3,13 +3,12 @@
 //! recorded with the evidence of that instant. Between steps it listens for Ctrl-C and for
 //! device errors the sampler saw; after each phase it puts everything on disk.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use anyhow::bail;
 
 use crate::record::NO_PHASE;
-use crate::report::summary::{MismatchRecord, PhaseStatus, Summary};
+use crate::report::summary::{MismatchRecord, PhaseStatus};
 use crate::run::actions::{self, Done, Failure, Target};
 use crate::run::recording::RowKey;
 use crate::run::{Runner, Stop, watchdog};
@@ -35,36 +34,34 @@ enum Refusal {
 impl Runner<'_, '_> {
     /// Runs every phase, expanding its actions as it goes (only the one running is held);
     /// returns what stopped it early, if anything.
-    pub(super) fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
+    pub(super) fn run_phases(&mut self) -> Option<Stop> {
         let wl = self.wl;
         let mut expander = wl.expander();
         for (pi, phase) in wl.phases.iter().enumerate() {
             self.phase = pi as u32;
             self.rec.live.set_phase(self.phase);
-            summary.phases[pi].status = PhaseStatus::Running;
-            summary.phases[pi].start_ns = Some(self.dev.now_ns());
+            let t_ns = self.dev.now_ns();
+            self.rec.folder.phase_started(pi, t_ns);
             let mut stop = None;
             let expanded = expander.phase(&mut |planned| {
-                stop = self.run_action(summary, pi, &phase.name, &planned);
+                stop = self.run_action(pi, &phase.name, &planned);
                 stop.is_none()
             });
             if let Err(e) = expanded {
                 // Checked before the run: a file that expanded once expands again.
                 stop = Some(Stop::Failed(format!("phase {:?}: {e}", phase.name)));
             }
-            let ps = &mut summary.phases[pi];
-            ps.end_ns = Some(self.dev.now_ns());
-            ps.status = match &stop {
+            let status = match &stop {
                 None => PhaseStatus::Completed,
                 Some(Stop::Oom) => PhaseStatus::Oom,
                 Some(_) => PhaseStatus::Stopped,
             };
-            self.fill_summary(summary);
-            self.rec.checkpoint(&*self.dev, summary, dir);
+            let t_ns = self.dev.now_ns();
+            self.rec.folder.phase_ended(pi, t_ns, status);
+            self.fill_summary();
+            self.rec.checkpoint(&*self.dev);
             if stop.is_some() {
-                for later in &mut summary.phases[pi + 1..] {
-                    later.status = PhaseStatus::Skipped;
-                }
+                self.rec.folder.phases_from(pi + 1, PhaseStatus::Skipped);
                 return stop;
             }
         }
@@ -72,15 +69,9 @@ impl Runner<'_, '_> {
     }
 
     /// Runs one action of phase `pi` and counts it; returns what ends the run, if anything.
-    fn run_action(
-        &mut self,
-        summary: &mut Summary,
-        pi: usize,
-        phase: &str,
-        planned: &Planned,
-    ) -> Option<Stop> {
-        let done = summary.phases.iter().map(|p| p.actions_run).sum();
-        let phases = summary.phases.len();
+    fn run_action(&mut self, pi: usize, phase: &str, planned: &Planned) -> Option<Stop> {
+        let done = self.rec.folder.actions_run();
+        let phases = self.wl.phases.len();
         self.rec
             .progress
             .step(pi, phases, phase, &planned.label, done);
@@ -95,16 +86,16 @@ impl Runner<'_, '_> {
         self.limits.watchdog.disarm();
         match outcome {
             Ok(None) => {
-                summary.phases[pi].actions_run += 1;
+                self.rec.folder.action_ran(pi);
                 None
             }
             Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
-                summary.phases[pi].actions_run += 1;
+                self.rec.folder.action_ran(pi);
                 None
             }
             Ok(Some(s)) => {
                 if s == Stop::Oom {
-                    summary.phases[pi].actions_run += 1;
+                    self.rec.folder.action_ran(pi);
                 }
                 Some(s)
             }

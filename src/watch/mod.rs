@@ -258,10 +258,9 @@ fn run(
         Job::Child { .. } => Some(0),
     };
 
-    let mut recorder = crate::folder::records::timeline(&dir, Vec::new(), total_bytes, start_ns)?;
-    let mut events = crate::folder::records::events(&dir)?;
-    events.set_flush_each_row(true);
-    recorder.push(Reading {
+    let mut record = crate::folder::Record::create(&dir, Vec::new(), total_bytes, start_ns)?;
+    record.set_flush_each_row(true);
+    record.reading(Reading {
         t_ns: idle_t,
         phase: NO_PHASE,
         source: Source::Idle,
@@ -295,16 +294,16 @@ fn run(
         &lp,
         fifo.as_ref().map(|f| f.path().display().to_string()),
     );
-    crate::folder::write_watch_summary(&dir, &summary, &watch)
+    let mut folder = record.with_summary(summary);
+    folder.set_watch(watch.clone());
+    folder
+        .write_summary()
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     let idle_pids: HashSet<u32> = idle_processes.iter().flatten().map(|p| p.pid).collect();
     let mut session = session::Session::new(session::Start {
         origin,
         origin_wall,
-        dir,
-        recorder,
-        events,
-        summary,
+        folder,
         watch,
         idle_pids,
         start_ns,
@@ -323,7 +322,7 @@ fn run(
         Job::Child { .. } => format!("started as pid {pid}"),
         Job::Attached { .. } => format!("attached to pid {pid}"),
     };
-    let name = session.summary.workload.file.clone();
+    let name = session.folder.summary().workload.file.clone();
     session.job_event(start_ns, "start", &name, "ok", &detail);
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,
