@@ -89,6 +89,12 @@ impl Record {
         self.events.set_flush_each_row(on);
     }
 
+    /// From now on the device's free memory (and so device used) is written as not known (an
+    /// import whose evidence does not record the device).
+    pub fn free_not_recorded(&mut self) {
+        self.timeline.free_not_recorded();
+    }
+
     /// A phase named as it begins (a watch's marks); its index.
     pub fn add_phase(&mut self, name: &str) -> u32 {
         self.timeline.add_phase(name)
@@ -323,7 +329,8 @@ impl RunFolder {
             .timeline
             .run
             .get(View::DeviceUsed)
-            .map(|p| s.device.total_bytes.saturating_sub(p.bytes));
+            .zip(s.device_total())
+            .map(|(p, total)| total.saturating_sub(p.bytes));
         for (ps, set) in s.phases.iter_mut().zip(&self.record.timeline.phases) {
             ps.peaks = set.to_map();
         }

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::record::timeline::{EventLog, EventRow};
+use crate::folder::Record;
+use crate::record::timeline::EventRow;
 
 use super::super::frames::{short, user_frame};
 use super::super::model::{Action, DeviceTrace, Snapshot};
@@ -15,7 +16,7 @@ pub const EVENTS_MAX: usize = 200_000;
 
 /// Writes the rows; returns how many.
 pub(super) fn write(
-    log: &mut EventLog,
+    log: &mut Record,
     snap: &Snapshot,
     trace: DeviceTrace,
 ) -> std::io::Result<u64> {
@@ -65,7 +66,7 @@ pub(super) fn write(
         } else {
             format!("addr {:#x}", x.addr)
         };
-        log.write(&EventRow {
+        log.event(&EventRow {
             t_ns: TRACE_T0_NS + t_ns,
             phase: "trace",
             step: &step,
