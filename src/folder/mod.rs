@@ -48,6 +48,6 @@ pub fn write_watch_summary(
     watch: &WatchSection,
 ) -> std::io::Result<()> {
     let mut s = summary.clone();
-    s.watch = Some(watch.clone());
+    s.set_watch(Some(watch.clone()));
     write_summary(dir, &s)
 }

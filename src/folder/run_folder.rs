@@ -19,8 +19,7 @@ use crate::record::peaks::{PeakSet, Poller};
 use crate::record::timeline::{EventLog, EventRow, POLLERS, Recorder};
 use crate::record::Reading;
 use crate::report::summary::{
-    ExpectationResult, MismatchRecord, PhaseStatus, PhaseSummary, PolledPeaks, Release,
-    RunStatus, Summary,
+    ExpectationResult, MismatchRecord, PhaseStatus, PolledPeaks, Release, RunStatus, Summary,
 };
 use crate::report::watch::WatchSection;
 
@@ -189,7 +188,7 @@ impl RunFolder {
         phases: Vec<String>,
         clock_start_ns: u64,
     ) -> anyhow::Result<RunFolder> {
-        let total = summary.device.total_bytes;
+        let total = summary.device().total_bytes;
         Ok(Record::create(dir, phases, total, clock_start_ns)?.with_summary(summary))
     }
 
@@ -224,7 +223,7 @@ impl RunFolder {
         let on_disk = match &self.watch {
             Some(w) => {
                 let mut s = self.summary.clone();
-                s.watch = Some(w.clone());
+                s.set_watch(Some(w.clone()));
                 whole = s;
                 &whole
             }
@@ -267,31 +266,31 @@ impl RunFolder {
 
     /// Phase `pi` starts at `t_ns`.
     pub fn phase_started(&mut self, pi: usize, t_ns: u64) {
-        let p = &mut self.summary.phases[pi];
+        let p = self.summary.phase_mut(pi);
         p.status = PhaseStatus::Running;
         p.start_ns = Some(t_ns);
     }
 
     /// One more action of phase `pi` ran.
     pub fn action_ran(&mut self, pi: usize) {
-        self.summary.phases[pi].actions_run += 1;
+        self.summary.phase_mut(pi).actions_run += 1;
     }
 
     /// Actions run so far, over every phase.
     pub fn actions_run(&self) -> u64 {
-        self.summary.phases.iter().map(|p| p.actions_run).sum()
+        self.summary.phases().iter().map(|p| p.actions_run).sum()
     }
 
     /// Phase `pi` ends at `t_ns` with `status` (a watch's phase still `running` completes).
     pub fn phase_ended(&mut self, pi: usize, t_ns: u64, status: PhaseStatus) {
-        let p = &mut self.summary.phases[pi];
+        let p = self.summary.phase_mut(pi);
         p.end_ns = Some(t_ns);
         p.status = status;
     }
 
     /// Every phase from `pi` on is marked `status` (`skipped`: not run).
     pub fn phases_from(&mut self, pi: usize, status: PhaseStatus) {
-        for p in &mut self.summary.phases[pi..] {
+        for p in &mut self.summary.phases_mut()[pi..] {
             p.status = status;
         }
     }
@@ -300,21 +299,13 @@ impl RunFolder {
     /// the summary; its index.
     pub fn phase_begun(&mut self, name: &str, t_ns: u64) -> u32 {
         let index = self.record.add_phase(name);
-        self.summary.phases.push(PhaseSummary {
-            name: name.to_string(),
-            status: PhaseStatus::Running,
-            start_ns: Some(t_ns),
-            end_ns: None,
-            actions_run: 0,
-            actions_planned: 0,
-            peaks: std::collections::BTreeMap::new(),
-        });
+        self.summary.push_phase(name, t_ns);
         index
     }
 
     /// The phase named `name` saw an OOM.
     pub fn phase_oom(&mut self, name: &str) {
-        if let Some(p) = self.summary.phases.iter_mut().find(|p| p.name == name) {
+        if let Some(p) = self.summary.phases_mut().iter_mut().find(|p| p.name == name) {
             p.status = PhaseStatus::Oom;
         }
     }
@@ -323,15 +314,17 @@ impl RunFolder {
     /// far into the summary (headroom at the device-used peak where the total is known).
     pub fn fill_peaks(&mut self) {
         let s = &mut self.summary;
-        s.peaks.run = self.record.timeline.run.to_map();
-        s.peaks.headroom_at_peak_bytes = self
+        let headroom = self
             .record
             .timeline
             .run
             .get(View::DeviceUsed)
             .zip(s.device_total())
             .map(|(p, total)| total.saturating_sub(p.bytes));
-        for (ps, set) in s.phases.iter_mut().zip(&self.record.timeline.phases) {
+        let peaks = s.peaks_mut();
+        peaks.run = self.record.timeline.run.to_map();
+        peaks.headroom_at_peak_bytes = headroom;
+        for (ps, set) in s.phases_mut().iter_mut().zip(&self.record.timeline.phases) {
             ps.peaks = set.to_map();
         }
         self.fill_rows();
@@ -339,44 +332,42 @@ impl RunFolder {
 
     /// The row counts of both CSVs so far, into the summary.
     pub fn fill_rows(&mut self) {
-        self.summary.timeline_rows = self.record.timeline.rows_written;
-        self.summary.event_rows = self.record.events.rows_written;
+        self.summary.set_rows(
+            self.record.timeline.rows_written,
+            self.record.events.rows_written,
+        );
     }
 
     /// The pollers see the record up to `end_ns`: their peaks into the summary.
     pub fn close_pollers(&mut self, end_ns: u64) {
         let polled = self.record.polled_peaks(end_ns);
-        self.summary.peaks.polled.extend(polled);
+        self.summary.add_polled(polled);
     }
 
     /// `close_pollers` for a watch: `job_used_bytes` from the process list's own pollers.
     pub fn close_pollers_with_job(&mut self, job_pollers: &mut [Poller], end_ns: u64) {
         let polled = self.record.polled_peaks_with_job(job_pollers, end_ns);
-        self.summary.peaks.polled.extend(polled);
+        self.summary.add_polled(polled);
     }
 
     /// How the run ended so far, and why.
     pub fn set_status(&mut self, status: RunStatus, detail: Option<String>) {
-        self.summary.status = status;
-        self.summary.status_detail = detail;
+        self.summary.set_status(status, detail);
     }
 
     /// `what` added to the status detail (after what it says already).
     pub fn add_detail(&mut self, what: String) {
-        self.summary.status_detail = Some(match self.summary.status_detail.take() {
-            Some(d) => format!("{d}; {what}"),
-            None => what,
-        });
+        self.summary.add_detail(what);
     }
 
     /// The device time at the end.
     pub fn set_end_ns(&mut self, end_ns: u64) {
-        self.summary.end_ns = Some(end_ns);
+        self.summary.set_end_ns(end_ns);
     }
 
     /// What the sampler read and how.
     pub fn set_sampler(&mut self, stats: crate::sampler::SamplerStats) {
-        self.summary.sampler = stats;
+        self.summary.set_sampler(stats);
     }
 
     /// The latency of the producer's own calls, by call.
@@ -384,47 +375,47 @@ impl RunFolder {
         &mut self,
         latency: std::collections::BTreeMap<String, crate::sampler::Percentiles>,
     ) {
-        self.summary.latency = latency;
+        self.summary.set_latency(latency);
     }
 
     /// The driver's high-water marks of the stream-ordered pool.
     pub fn set_pool_high_water(&mut self, usage: Option<crate::device::PoolUsage>) {
-        self.summary.peaks.pool_high_water = usage;
+        self.summary.set_pool_high_water(usage);
     }
 
     /// The allocator's counters at the end.
     pub fn set_allocator_stats(&mut self, stats: crate::alloc::AllocStats) {
-        self.summary.allocator_stats = Some(stats);
+        self.summary.set_allocator_stats(stats);
     }
 
     /// The graphs' section, where the run has one.
     pub fn set_graphs(&mut self, graphs: Option<crate::report::graphs::GraphsSummary>) {
-        self.summary.graphs = graphs;
+        self.summary.set_graphs(graphs);
     }
 
     /// The OOMs so far, each with its evidence.
     pub fn set_ooms(&mut self, ooms: Vec<OomRecord>) {
-        self.summary.ooms = ooms;
+        self.summary.set_ooms(ooms);
     }
 
     /// The `verify` mismatches so far.
     pub fn set_mismatches(&mut self, mismatches: Vec<MismatchRecord>) {
-        self.summary.mismatches = mismatches;
+        self.summary.set_mismatches(mismatches);
     }
 
     /// The release check.
     pub fn set_release(&mut self, release: Release) {
-        self.summary.release = Some(release);
+        self.summary.set_release(release);
     }
 
     /// The expectations and whether each held.
     pub fn set_expectations(&mut self, expectations: Vec<ExpectationResult>) {
-        self.summary.expectations = expectations;
+        self.summary.set_expectations(expectations);
     }
 
     /// The exit code the producer asks for.
     pub fn set_exit_code(&mut self, code: i32) {
-        self.summary.exit_code = Some(code);
+        self.summary.set_exit_code(code);
     }
 
     /// A watch's section.
@@ -434,9 +425,17 @@ impl RunFolder {
 
     /// The wall-clock time it finished: now.
     pub fn stamp_finished(&mut self) {
-        self.summary.finished_utc = Some(crate::units::utc_timestamp(
-            std::time::SystemTime::now(),
-        ));
+        self.set_finished_utc(crate::units::utc_timestamp(std::time::SystemTime::now()));
+    }
+
+    /// The wall-clock time it finished, as its evidence records it (an import's trace).
+    pub fn set_finished_utc(&mut self, utc: String) {
+        self.summary.set_finished_utc(utc);
+    }
+
+    /// What an import recorded and could not record.
+    pub fn set_import(&mut self, import: crate::report::imported::ImportInfo) {
+        self.summary.set_import(import);
     }
 
     /// The derived reports (`report.md`, the plots, `trace.json`, `junit.xml`) from the
@@ -498,10 +497,9 @@ impl LateWrite {
                 return;
             }
         };
-        s.status = end.status;
-        s.status_detail = Some(end.detail.to_string());
-        s.exit_code = Some(end.exit_code);
-        s.finished_utc = Some(crate::units::utc_timestamp(std::time::SystemTime::now()));
+        s.set_status(end.status, Some(end.detail.to_string()));
+        s.set_exit_code(end.exit_code);
+        s.set_finished_utc(crate::units::utc_timestamp(std::time::SystemTime::now()));
         match crate::report::progress::events_progress(&events) {
             Ok(p) => crate::report::progress::apply_events(&mut s, &p),
             Err(e) => crate::errln!("warning: reading events.csv back: {e:#}"),

@@ -60,7 +60,7 @@ impl Runner<'_, '_> {
         self.fail_on_late_fault(&released.errors);
         // A signal while the run released was announced as an interrupt: it is one (exit
         // 130), though every step ran.
-        let status = self.rec.folder.summary().status;
+        let status = self.rec.folder.summary().status();
         if matches!(status, RunStatus::Completed | RunStatus::Oom)
             && self
                 .limits
@@ -72,7 +72,7 @@ impl Runner<'_, '_> {
                 Some("interrupted by a signal after the last step had run".into()),
             );
         }
-        let interrupted = self.rec.folder.summary().status == RunStatus::Interrupted;
+        let interrupted = self.rec.folder.summary().status() == RunStatus::Interrupted;
         if interrupted {
             crate::errln!("interrupted: writing summary.json, timeline.csv, events.csv");
         }
@@ -258,7 +258,7 @@ impl Runner<'_, '_> {
             .rec
             .folder
             .summary()
-            .sampler
+            .sampler()
             .first_error
             .as_ref()
             .map(|e| {
@@ -273,7 +273,7 @@ impl Runner<'_, '_> {
             return;
         };
         if !matches!(
-            self.rec.folder.summary().status,
+            self.rec.folder.summary().status(),
             RunStatus::Completed | RunStatus::Oom
         ) {
             return;

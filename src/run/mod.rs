@@ -302,7 +302,7 @@ pub fn run_on(
     runner.finish(opts)?;
     drop(record_on_fire);
     let summary = runner.rec.folder.into_summary();
-    let exit_code = summary.exit_code.unwrap_or(2);
+    let exit_code = summary.exit_code().unwrap_or(2);
     Ok(RunReport {
         dir,
         summary,
@@ -402,7 +402,7 @@ impl Runner<'_, '_> {
             .rec
             .folder
             .summary()
-            .graphs
+            .graphs()
             .as_ref()
             .and_then(|g| g.driver_usage);
         let graphs = self.held.graphs.summary(driver_usage);
@@ -414,12 +414,12 @@ impl Runner<'_, '_> {
 /// an expectation failed (an unexpected OOM is one); 2: could not run (stopped at the floor, a
 /// device error); 130: interrupted.
 fn exit_code(s: &Summary) -> i32 {
-    match s.status {
+    match s.status() {
         RunStatus::Interrupted => 130,
         RunStatus::Failed | RunStatus::StoppedAtFloor | RunStatus::Running => 2,
         RunStatus::Skipped => 0,
         RunStatus::Completed | RunStatus::Oom => {
-            if s.expectations.iter().all(|e| e.held) {
+            if s.expectations().iter().all(|e| e.held) {
                 0
             } else {
                 1

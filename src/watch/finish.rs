@@ -144,7 +144,7 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
     }
     if s.folder
         .summary()
-        .idle
+        .idle()
         .as_ref()
         .is_some_and(|i| i.context_overhead_bytes.is_some())
     {
@@ -199,7 +199,7 @@ fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
     pl.stats = end.process_stats.clone();
     pl.changes = s.job_changes;
     pl.shortest_change_interval_ns = s.shortest_change_ns;
-    let watched_ns = end.t_ns.saturating_sub(s.folder.summary().start_ns).max(1);
+    let watched_ns = end.t_ns.saturating_sub(s.folder.summary().start_ns()).max(1);
     let lock_share = end.process_stats.query_latency.mean_ns
         * end.process_stats.query_latency.count as f64
         / watched_ns as f64;
@@ -229,14 +229,14 @@ fn doubt(s: &Session) -> Option<String> {
     let job_peak = s
         .folder
         .summary()
-        .peaks
+        .peaks()
         .run
         .get(View::JobUsed.key())
         .map_or(0, |p| p.bytes);
     let used_peak = s
         .folder
         .summary()
-        .peaks
+        .peaks()
         .run
         .get(View::DeviceUsed.key())
         .map_or(0, |p| p.bytes);

@@ -322,7 +322,7 @@ fn run(
         Job::Child { .. } => format!("started as pid {pid}"),
         Job::Attached { .. } => format!("attached to pid {pid}"),
     };
-    let name = session.folder.summary().workload.file.clone();
+    let name = session.folder.summary().workload().file.clone();
     session.job_event(start_ns, "start", &name, "ok", &detail);
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,

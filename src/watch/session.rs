@@ -215,7 +215,7 @@ impl Session {
     fn event(&mut self, t_ns: u64, op: &str, name: &str, result: &str, detail: &str) {
         let phase = self
             .current_phase
-            .map(|i| self.folder.summary().phases[i].name.clone())
+            .map(|i| self.folder.summary().phases()[i].name.clone())
             .unwrap_or_default();
         let free = self.recent.back().map(|r| r.1);
         let row = EventRow {
@@ -244,7 +244,7 @@ impl Session {
 
     fn close_phase(&mut self, t_ns: u64) {
         if let Some(i) = self.current_phase.take() {
-            let status = match self.folder.summary().phases[i].status {
+            let status = match self.folder.summary().phases()[i].status {
                 PhaseStatus::Running => PhaseStatus::Completed,
                 s => s,
             };
@@ -311,7 +311,7 @@ impl Session {
             return;
         }
         let t_ns = o.t_ns;
-        let phases = &self.folder.summary().phases;
+        let phases = &self.folder.summary().phases();
         let phase_index = phases
             .iter()
             .rposition(|p| p.start_ns.is_some_and(|s| s <= t_ns));
@@ -322,7 +322,7 @@ impl Session {
             utc: self.utc_at(t_ns),
             phase: phase.clone(),
             at: self.views_at(t_ns),
-            device_total_bytes: self.folder.summary().device.total_bytes,
+            device_total_bytes: self.folder.summary().device().total_bytes,
             earlier: &self.explanations,
         };
         let (record, explanation) = crate::watch::evidence::record(o, cx);

@@ -26,10 +26,9 @@ use crate::device::prelude::*;
 use crate::device::sim::SimDevice;
 use crate::folder::{Record, records};
 use crate::outdir;
-use crate::record::timeline::FORMAT_VERSION;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
-use crate::report::summary::{Peaks, PhaseStatus, PhaseSummary, RunStatus, Summary, WorkloadInfo};
+use crate::report::summary::{PhaseStatus, PhaseSummary, RunStatus, Summary, SummaryStart, WorkloadInfo};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};
@@ -265,12 +264,7 @@ pub(super) fn finish(
             context_bytes: f.rdev.profile.memory.context_overhead_bytes.0,
         },
     );
-    let summary = Summary {
-        format_version: FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: f.status,
-        status_detail: None,
-        exit_code: Some(0),
+    let summary = Summary::begin(SummaryStart {
         workload: WorkloadInfo {
             name: format!(
                 "torch snapshot {} device {}",
@@ -299,9 +293,7 @@ pub(super) fn finish(
             ..info.clone()
         },
         started_utc: utc_of(times.0).unwrap_or_else(|| now.clone()),
-        finished_utc: Some(utc_of(times.1).unwrap_or(now)),
         start_ns: 0,
-        end_ns: Some(f.end_ns),
         idle: idle.idle,
         idle_basis: Some(idle.basis),
         phases: vec![PhaseSummary {
@@ -317,28 +309,17 @@ pub(super) fn finish(
             actions_planned: f.requests,
             peaks: Default::default(),
         }],
-        peaks: Peaks {
-            headroom_at_peak_bytes: None,
-            run: Default::default(),
-            polled: Default::default(),
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
         sampler_perturbation: None,
-        latency: Default::default(),
-        ooms,
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: Some(allocator_stats),
         plan: None,
-        graphs: None,
-        import: Some(import),
-        timeline_rows: 0,
-        event_rows: 0,
-        watch: None,
-    };
+    });
     let mut folder = record.with_summary(summary);
+    folder.set_status(f.status, None);
+    folder.set_exit_code(0);
+    folder.set_finished_utc(utc_of(times.1).unwrap_or(now));
+    folder.set_end_ns(f.end_ns);
+    folder.set_ooms(ooms);
+    folder.set_allocator_stats(allocator_stats);
+    folder.set_import(import);
     folder.close_pollers(f.end_ns);
     folder.fill_peaks();
     folder.write_summary().context("writing summary.json")?;
