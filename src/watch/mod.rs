@@ -32,7 +32,7 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, bail};
 
-use crate::cli::DeviceArgs;
+use crate::device_args::DeviceArgs;
 use crate::device::reading::Reader;
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
 use crate::report::summary::Summary;

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::cli::DeviceArgs;
+use crate::device_args::DeviceArgs;
 use crate::device::driver_detail::with_driver_detail;
 use crate::device::nvml::{NvmlDevice, NvmlReader};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};

@@ -146,7 +146,8 @@ pub fn watch_signal(flag: Arc<AtomicBool>) {
     lock().flag = Some(flag);
 }
 
-/// Async-signal-safe: a handler other than the command's flag saw a signal.
+/// Async-signal-safe: a handler other than the command's flag saw a signal (also what
+/// `signals::note_signal`, which `watch`'s handler calls, tells the watchdog).
 pub fn note_signal() {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
@@ -316,7 +317,9 @@ impl Drop for CallGuard {
 }
 
 fn signalled(st: &State) -> bool {
-    SIGNALLED.load(Ordering::SeqCst) || st.flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    SIGNALLED.load(Ordering::SeqCst)
+        || crate::signals::signal_noted()
+        || st.flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
 }
 
 fn watch(shared: &'static Shared) {
