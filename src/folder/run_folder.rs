@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use crate::oom::OomRecord;
+use crate::record::Reading;
 use crate::record::View;
 use crate::record::peaks::{PeakSet, Poller};
 use crate::record::timeline::{EventLog, EventRow, POLLERS, Recorder};
-use crate::record::Reading;
 use crate::report::summary::{
     ExpectationResult, MismatchRecord, PhaseStatus, PolledPeaks, Release, RunStatus, Summary,
 };
@@ -305,7 +305,12 @@ impl RunFolder {
 
     /// The phase named `name` saw an OOM.
     pub fn phase_oom(&mut self, name: &str) {
-        if let Some(p) = self.summary.phases_mut().iter_mut().find(|p| p.name == name) {
+        if let Some(p) = self
+            .summary
+            .phases_mut()
+            .iter_mut()
+            .find(|p| p.name == name)
+        {
             p.status = PhaseStatus::Oom;
         }
     }

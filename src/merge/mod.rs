@@ -340,7 +340,11 @@ fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
         opt(oom.map(|o| format!("{}/{}", o.phase, o.step))),
         opt(oom.map(|o| o.requested_bytes)),
         opt(oom.map(|o| o.diagnosis.observation.clone())),
-        s.expectations().iter().filter(|e| e.held).count().to_string(),
+        s.expectations()
+            .iter()
+            .filter(|e| e.held)
+            .count()
+            .to_string(),
         s.expectations()
             .iter()
             .filter(|e| !e.held)

@@ -5,6 +5,7 @@
 use anyhow::Context;
 
 use crate::alloc::AllocatorKind;
+use crate::record::timeline::EventResult;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::summary::{Release, RunStatus};
 use crate::run::actions::Done;
@@ -46,7 +47,9 @@ impl Runner<'_, '_> {
         self.rec.folder.set_sampler(sampler);
         self.rec.pump(&*self.dev);
         if self.alloc.kind() == AllocatorKind::Pool {
-            self.rec.folder.set_pool_high_water(self.dev.pool_usage().ok());
+            self.rec
+                .folder
+                .set_pool_high_water(self.dev.pool_usage().ok());
         }
         self.rec.folder.set_allocator_stats(self.alloc.stats());
         if self.held.graphs.enabled() {
@@ -292,7 +295,10 @@ impl Runner<'_, '_> {
             name: "",
             stream: "",
         };
-        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+        if let Err(e) = self
+            .rec
+            .row(self.dev.now_ns(), &key, &done, EventResult::Error, None)
+        {
             crate::errln!("warning: {e:#}");
         }
         self.rec

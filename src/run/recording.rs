@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use crate::device::Device;
 use crate::folder::RunFolder;
-use crate::record::timeline::EventRow;
+use crate::record::timeline::{EventResult, EventRow};
 use crate::record::{Reading, Source, ViewSet};
 use crate::run::actions::Done;
 use crate::run::progress::Progress;
@@ -136,7 +136,7 @@ impl Recording {
         t_ns: u64,
         key: &RowKey,
         done: &Done,
-        result: &str,
+        result: EventResult,
         device_free_bytes: Option<u64>,
     ) -> anyhow::Result<()> {
         self.folder

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use anyhow::bail;
 
 use crate::record::NO_PHASE;
+use crate::record::timeline::EventResult;
 use crate::report::summary::{MismatchRecord, PhaseStatus};
 use crate::run::actions::{self, Done, Failure, Target};
 use crate::run::recording::RowKey;
@@ -158,7 +159,7 @@ impl Runner<'_, '_> {
                 ..Done::default()
             };
             self.rec
-                .row(self.dev.now_ns(), &key, &done, "skipped", None)?;
+                .row(self.dev.now_ns(), &key, &done, EventResult::Skipped, None)?;
             return Ok(None);
         }
         // Readings due before this action see the state before it.
@@ -173,7 +174,7 @@ impl Runner<'_, '_> {
                         ..Done::timed(slept_ns)
                     };
                     self.rec
-                        .row(self.dev.now_ns(), &key, &done, "stopped", None)?;
+                        .row(self.dev.now_ns(), &key, &done, EventResult::Stopped, None)?;
                     return Ok(Some(Stop::Interrupted));
                 }
                 Ok(Done::timed(*duration_ns))
@@ -222,7 +223,7 @@ impl Runner<'_, '_> {
                             ..done
                         };
                         self.rec
-                            .row(self.dev.now_ns(), key, &failed, "error", None)?;
+                            .row(self.dev.now_ns(), key, &failed, EventResult::Error, None)?;
                         bail!("{}: {}", step_what(key), failed.detail)
                     }
                 };
@@ -240,7 +241,7 @@ impl Runner<'_, '_> {
                     self.dev.now_ns(),
                     key,
                     &done,
-                    "ok",
+                    EventResult::Ok,
                     Some(r.device_free_bytes),
                 )?;
                 Ok(None)
@@ -269,7 +270,7 @@ impl Runner<'_, '_> {
                             self.dev.now_ns(),
                             key,
                             &done,
-                            "full",
+                            EventResult::Full,
                             Some(r.device_free_bytes),
                         )?;
                         Ok(None)
@@ -288,7 +289,7 @@ impl Runner<'_, '_> {
                             self.dev.now_ns(),
                             key,
                             &done,
-                            "oom",
+                            EventResult::Oom,
                             Some(r.device_free_bytes),
                         )?;
                         self.ooms.push(rec);
@@ -298,10 +299,11 @@ impl Runner<'_, '_> {
             }
             Err(Failure::Floor(msg)) => {
                 let (result, detail) = match refusal {
-                    Refusal::EndsFill { count } => {
-                        ("full", format!("full after {count} allocations: {msg}"))
-                    }
-                    Refusal::Oom => ("stopped", msg.clone()),
+                    Refusal::EndsFill { count } => (
+                        EventResult::Full,
+                        format!("full after {count} allocations: {msg}"),
+                    ),
+                    Refusal::Oom => (EventResult::Stopped, msg.clone()),
                 };
                 let done = Done {
                     detail,
@@ -322,7 +324,7 @@ impl Runner<'_, '_> {
                     ..Done::default()
                 };
                 self.rec
-                    .row(self.dev.now_ns(), key, &done, "stopped", None)?;
+                    .row(self.dev.now_ns(), key, &done, EventResult::Stopped, None)?;
                 Ok(Some(Stop::Interrupted))
             }
             Err(Failure::Error(msg)) => {
@@ -330,7 +332,8 @@ impl Runner<'_, '_> {
                     detail: msg.clone(),
                     ..Done::default()
                 };
-                self.rec.row(self.dev.now_ns(), key, &done, "error", None)?;
+                self.rec
+                    .row(self.dev.now_ns(), key, &done, EventResult::Error, None)?;
                 bail!("{}: {msg}", step_what(key))
             }
         }
@@ -470,7 +473,10 @@ impl Runner<'_, '_> {
             name: p.action.name().unwrap_or(""),
             stream: p.action.stream().unwrap_or("main"),
         };
-        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+        if let Err(e) = self
+            .rec
+            .row(self.dev.now_ns(), &key, &done, EventResult::Error, None)
+        {
             crate::errln!("warning: writing events.csv: {e:#}");
         }
         Stop::Failed(format!(

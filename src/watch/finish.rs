@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::folder::RunFolder;
+use crate::record::timeline::EventResult;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::summary::{ExpectationResult, Release, RunStatus};
 use crate::report::watch::{EndedBy, WatchSection};
@@ -46,7 +47,11 @@ pub fn finish(
         end.t_ns,
         "exit",
         &pid,
-        if ok { "ok" } else { "error" },
+        if ok {
+            EventResult::Ok
+        } else {
+            EventResult::Error
+        },
         &exit_detail,
     );
     // An attached process still running has nothing to give back yet.
@@ -163,7 +168,11 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
         s.now_ns(),
         "release",
         "",
-        if within { "ok" } else { "error" },
+        if within {
+            EventResult::Ok
+        } else {
+            EventResult::Error
+        },
         &detail,
     );
 }
@@ -199,7 +208,10 @@ fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
     pl.stats = end.process_stats.clone();
     pl.changes = s.job_changes;
     pl.shortest_change_interval_ns = s.shortest_change_ns;
-    let watched_ns = end.t_ns.saturating_sub(s.folder.summary().start_ns()).max(1);
+    let watched_ns = end
+        .t_ns
+        .saturating_sub(s.folder.summary().start_ns())
+        .max(1);
     let lock_share = end.process_stats.query_latency.mean_ns
         * end.process_stats.query_latency.count as f64
         / watched_ns as f64;

@@ -32,8 +32,8 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, bail};
 
-use crate::device_args::DeviceArgs;
 use crate::device::reading::Reader;
+use crate::device_args::DeviceArgs;
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
 use crate::report::summary::Summary;
 use crate::report::watch::{JobExit, WatchSection};
@@ -323,7 +323,13 @@ fn run(
         Job::Attached { .. } => format!("attached to pid {pid}"),
     };
     let name = session.folder.summary().workload().file.clone();
-    session.job_event(start_ns, "start", &name, "ok", &detail);
+    session.job_event(
+        start_ns,
+        "start",
+        &name,
+        crate::record::timeline::EventResult::Ok,
+        &detail,
+    );
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,
         process_interval_ns: lp.error.is_none().then_some(lp.interval_ns),

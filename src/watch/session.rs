@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::time::{Instant, SystemTime};
 
 use crate::explain::Explanation;
-use crate::record::peaks::Poller;
 use crate::folder::RunFolder;
-use crate::record::timeline::{EventRow, POLLERS};
+use crate::record::peaks::Poller;
+use crate::record::timeline::{EventResult, EventRow, POLLERS};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::summary::PhaseStatus;
 use crate::report::watch::{JobProcess, MAX_JOB_PROCESSES, ViewsAt, WatchSection};
@@ -212,7 +212,7 @@ impl Session {
         v
     }
 
-    fn event(&mut self, t_ns: u64, op: &str, name: &str, result: &str, detail: &str) {
+    fn event(&mut self, t_ns: u64, op: &str, name: &str, result: EventResult, detail: &str) {
         let phase = self
             .current_phase
             .map(|i| self.folder.summary().phases()[i].name.clone())
@@ -238,7 +238,14 @@ impl Session {
     }
 
     /// Writes an event row of the job (`start`, `signal`, `exit`, `release`).
-    pub fn job_event(&mut self, t_ns: u64, op: &str, name: &str, result: &str, detail: &str) {
+    pub fn job_event(
+        &mut self,
+        t_ns: u64,
+        op: &str,
+        name: &str,
+        result: EventResult,
+        detail: &str,
+    ) {
         self.event(t_ns, op, name, result, detail);
     }
 
@@ -260,7 +267,7 @@ impl Session {
                 m.t_ns,
                 "mark",
                 &m.line,
-                "ok",
+                EventResult::Ok,
                 "past the phase limit: not a new phase",
             );
             return;
@@ -276,9 +283,15 @@ impl Session {
                 } else {
                     format!("written as {:?}", m.line)
                 };
-                self.event(m.t_ns, "mark", name, "ok", &detail);
+                self.event(m.t_ns, "mark", name, EventResult::Ok, &detail);
             }
-            None => self.event(m.t_ns, "mark", "", "ok", "an empty line: the phase ends"),
+            None => self.event(
+                m.t_ns,
+                "mark",
+                "",
+                EventResult::Ok,
+                "an empty line: the phase ends",
+            ),
         }
     }
 
@@ -327,7 +340,7 @@ impl Session {
         };
         let (record, explanation) = crate::watch::evidence::record(o, cx);
         let detail = format!("stderr line {}: {}", record.stderr_line, record.summary);
-        self.event(t_ns, "oom", &record.format, "oom", &detail);
+        self.event(t_ns, "oom", &record.format, EventResult::Oom, &detail);
         if let Some(name) = &phase {
             self.folder.phase_oom(name);
         }

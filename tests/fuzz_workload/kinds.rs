@@ -194,7 +194,8 @@ fn run(text: &str, signal_after_us: Option<u64>) -> Result<(), String> {
     if !expected {
         return Err(format!(
             "ended {status} with exit {} (signalled: {signalled}): {:?}",
-            report.exit_code, report.summary.status_detail()
+            report.exit_code,
+            report.summary.status_detail()
         ));
     }
     if report

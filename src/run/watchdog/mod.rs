@@ -84,10 +84,10 @@ impl Fired {
         }
     }
 
-    pub fn result(&self) -> &'static str {
+    pub fn result(&self) -> crate::record::timeline::EventResult {
         match self.cause {
-            Cause::Wedged => "wedged",
-            Cause::Interrupted => "interrupted",
+            Cause::Wedged => crate::record::timeline::EventResult::Wedged,
+            Cause::Interrupted => crate::record::timeline::EventResult::Interrupted,
         }
     }
 }

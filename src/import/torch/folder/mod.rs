@@ -28,7 +28,9 @@ use crate::folder::{Record, records};
 use crate::outdir;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
-use crate::report::summary::{PhaseStatus, PhaseSummary, RunStatus, Summary, SummaryStart, WorkloadInfo};
+use crate::report::summary::{
+    PhaseStatus, PhaseSummary, RunStatus, Summary, SummaryStart, WorkloadInfo,
+};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};
@@ -403,9 +405,7 @@ fn one_device(
     }
     alloc.flush().context("writing alloc-log.csv")?;
     let event_rows = events::write(&mut tl.record, snap, trace).context("writing events.csv")?;
-    tl.record
-        .flush_events()
-        .context("writing events.csv")?;
+    tl.record.flush_events().context("writing events.csv")?;
 
     notes.extend(source.notes.iter().cloned());
     notes.extend(source.anomaly_note());

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use crate::alloc::replay::{Observer, Outcome, Recorded, ReplayError};
 use crate::alloc::{AllocStats, Allocator};
 use crate::device::DeviceCore;
-use crate::oom::{OomPlace, OomRecord};
 use crate::folder::Record;
+use crate::oom::{OomPlace, OomRecord};
 use crate::record::{Reading, Source, View};
 use crate::units::{Bytes, utc_timestamp};
 
