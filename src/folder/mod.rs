@@ -1,6 +1,7 @@
-//! The result folder's writer: the files every producer of a result folder (`run`, `watch`,
-//! `import`, a node's workers, which are runs) writes the same way: the record as it goes
-//! (`records`: `timeline.csv`, `events.csv`, `alloc-log.csv`, the pollers' peaks),
+//! The result folder's writer: every producer of a result folder (`run`, a skipped run,
+//! `watch`, `import`, a node's workers, which are runs) pushes what happened into one
+//! `RunFolder` (`run_folder`), which alone knows how it is written: the record as it goes
+//! (`Record`: `timeline.csv`, `events.csv`; `records`: `alloc-log.csv`, the pollers' peaks),
 //! `summary.json` (here) and the derived reports (`reports`).
 //!
 //! It sits above `record` (the timeline and event writers) and `report` (the summary's types
@@ -9,13 +10,15 @@
 
 pub mod records;
 pub mod reports;
+mod run_folder;
+
+pub use run_folder::{LateEnd, LateWrite, Record, RunFolder};
 
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::report::summary::Summary;
-use crate::report::watch::WatchSection;
 
 /// The allocator's call log in a result folder (headroom's log format, read by `headroom
 /// replay`).
@@ -36,15 +39,4 @@ pub fn write_json<T: Serialize + ?Sized>(dir: &Path, name: &str, value: &T) -> s
 /// Writes `summary.json` into `dir`.
 pub fn write_summary(dir: &Path, summary: &Summary) -> std::io::Result<()> {
     write_json(dir, SUMMARY, summary)
-}
-
-/// Writes a watch's `summary.json`: the run's keys and `watch`.
-pub fn write_watch_summary(
-    dir: &Path,
-    summary: &Summary,
-    watch: &WatchSection,
-) -> std::io::Result<()> {
-    let mut s = summary.clone();
-    s.watch = Some(watch.clone());
-    write_summary(dir, &s)
 }

@@ -1,6 +1,5 @@
-//! The record a producer writes as it goes, created the same way by each: `timeline.csv`
-//! (readings, peaks, the pollers), `events.csv`, `alloc-log.csv`; and at the end the pollers'
-//! peaks as `summary.json` has them.
+//! What a folder's record needs beside `Record`'s two CSVs: `alloc-log.csv` (the allocator's
+//! calls, or its header alone), and at the end the pollers' peaks as `summary.json` has them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,26 +11,8 @@ use crate::alloc::adaptors::logging::LoggingAdaptor;
 use crate::folder::ALLOC_LOG;
 use crate::record::View;
 use crate::record::peaks::{PeakSet, Poller};
-use crate::record::timeline::{EventLog, POLLERS, Recorder};
+use crate::record::timeline::POLLERS;
 use crate::report::summary::PolledPeaks;
-
-/// `timeline.csv` in `dir`, for these phases on a device of `total_bytes`, its clock starting
-/// at `start_ns`.
-pub fn timeline(
-    dir: &Path,
-    phases: Vec<String>,
-    total_bytes: u64,
-    start_ns: u64,
-) -> anyhow::Result<Recorder> {
-    Recorder::create(dir, phases, total_bytes, start_ns)
-        .with_context(|| format!("cannot create {}", dir.join("timeline.csv").display()))
-}
-
-/// `events.csv` in `dir`.
-pub fn events(dir: &Path) -> anyhow::Result<EventLog> {
-    EventLog::create(dir)
-        .with_context(|| format!("cannot create {}", dir.join("events.csv").display()))
-}
 
 /// `alloc`, every call logged to `alloc-log.csv` in `dir` (so `headroom replay` can try the
 /// allocations against another allocator or other settings).

@@ -9,12 +9,11 @@ use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 
+use crate::device_args::{DeviceArgs, DeviceSelection};
 use crate::node::flags::{DEFAULT_THRESHOLD_BYTES, flags, spread};
 use crate::node::inventory::{GpuIdentity, Inventory, inventory};
 use crate::node::results;
 use crate::node::safety::{Occupancy, describe, occupancy};
-use crate::node::selection::DeviceArgs;
-use crate::node::selection::DeviceSelection;
 use crate::node::summary::{
     GpuRow, NODE_FILE, NODE_FORMAT_VERSION, NodeCommand, NodeStatus, NodeSummary, Outcome,
     SKIPPED_FILE, worst_exit,
@@ -313,31 +312,31 @@ fn outcome(
 /// The node's record when every worker has ended: status, exit code, spread and flags, in
 /// `node.json` and `node.md`; printed as Markdown or JSON. Returns the node's exit code.
 fn finish(
-    mut summary: NodeSummary,
+    mut node: NodeSummary,
     job: &NodeJob,
     dir: &Path,
     interrupted: bool,
 ) -> anyhow::Result<i32> {
-    summary.status = if interrupted {
+    node.status = if interrupted {
         NodeStatus::Interrupted
     } else {
         NodeStatus::Completed
     };
-    summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
-    summary.exit_code = Some(worst_exit(&summary.gpus));
-    summary.spread = spread(&summary.gpus);
-    summary.flags = flags(&summary.gpus, summary.threshold_bytes);
-    summary.write(dir)?;
-    let md = crate::node::render::markdown(&summary);
+    node.finished_utc = Some(utc_timestamp(SystemTime::now()));
+    node.exit_code = Some(worst_exit(&node.gpus));
+    node.spread = spread(&node.gpus);
+    node.flags = flags(&node.gpus, node.threshold_bytes);
+    node.write(dir)?;
+    let md = crate::node::render::markdown(&node);
     let md_path = dir.join("node.md");
     crate::outdir::write_atomic(&md_path, md.as_bytes())
         .with_context(|| format!("cannot write {}", md_path.display()))?;
     if job.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&summary)?)?;
+        crate::outln!("{}", serde_json::to_string_pretty(&node)?)?;
     } else if !job.quiet {
         crate::out!("{md}")?;
     }
-    Ok(summary.exit_code.unwrap_or(2))
+    Ok(node.exit_code.unwrap_or(2))
 }
 
 /// The GPUs `--device` names, in its order.

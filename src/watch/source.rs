@@ -7,15 +7,13 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 
-use crate::cli::DeviceArgs;
-use crate::device::driver_detail::with_driver_detail;
 use crate::device::nvml::{NvmlDevice, NvmlReader};
-use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::reading::{RawReading, Reader};
-use crate::device::select::{self, Backend};
+use crate::device::select;
 use crate::device::{BackendKind, DeviceInfo, ProcessUsage};
+use crate::device_args::DeviceArgs;
 use crate::report::watch::ContextCost;
 use crate::watch::script::{SimJob, UsageScript};
 
@@ -86,66 +84,23 @@ pub fn open(
     origin: Instant,
 ) -> anyhow::Result<Opened> {
     let index = dev.one_gpu("watch")?;
-    if let Some(path) = sim_script {
-        if dev.backend == Backend::Cuda {
-            bail!(
-                "--sim-script replays a usage timeline on the simulated device; it cannot be used with --backend cuda"
-            );
-        }
-        if cuda_info {
-            bail!(
-                "--cuda-info reads cuMemGetInfo from a real driver; it cannot be used with --sim-script"
-            );
-        }
-        if dev.require_gpu {
-            bail!(
-                "--require-gpu: --sim-script replays a usage timeline on the simulated device, not a GPU"
-            );
-        }
-        let profile = SimProfile::resolve(dev.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?;
-        let script = UsageScript::load(path)?;
-        let info = DeviceInfo {
-            backend: BackendKind::Sim,
-            profile: Some(profile.name.clone()),
-            index,
-            name: profile.gpu_name.clone(),
-            compute_capability: profile.compute_capability.clone(),
-            total_bytes: profile.memory.total_bytes.0,
-            driver_version: profile.driver_version.clone(),
-            multiprocessors: profile.multiprocessors,
-            uuid: None,
-            capabilities: profile.capabilities,
-            mig: None,
-        };
-        let job =
-            SimJob::new(profile, script, origin).with_context(|| format!("{}", path.display()))?;
-        return Ok(Opened {
-            info,
-            origin: Origin::Sim(Box::new(job)),
-        });
-    }
-    if dev.backend == Backend::Sim || dev.profile.is_some() {
-        bail!(
-            "a simulated device cannot see another process's memory: give --sim-script FILE (what the job holds over time) to watch on the simulator"
-        );
-    }
-    // Watching a process needs the real driver whatever --backend says: it decides as cuda.
-    let gpu = select::Request {
-        backend: Backend::Cuda,
-        profile: None,
-        require_gpu: true,
+    let mode = select::WatchMode {
+        scripted: sim_script.is_some(),
+        cuda_info,
     };
-    let select::Choice::Cuda { count } = select::choose(gpu).map_err(|e| {
-        anyhow!(
-            "{}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)",
-            with_driver_detail(&e.to_string())
-        )
-    })?
-    else {
-        bail!("headroom watch needs the real driver")
-    };
-    if index >= count {
-        bail!("there is no CUDA device {}: the driver sees {count}", index);
+    let gpu = select::WATCH_GPU;
+    match select::choose_watch(dev.request(), index, mode)? {
+        select::WatchChoice::Sim { profile, info } => {
+            let path = sim_script.expect("a scripted watch has its script");
+            let script = UsageScript::load(path)?;
+            let job = SimJob::new(*profile, script, origin)
+                .with_context(|| format!("{}", path.display()))?;
+            return Ok(Opened {
+                info: *info,
+                origin: Origin::Sim(Box::new(job)),
+            });
+        }
+        select::WatchChoice::Cuda { .. } => {}
     }
     // cuInit and the device's facts only: no context, no device memory.
     let facts = select::device_facts(index)

@@ -32,6 +32,7 @@ mod hold;
 mod kernels_sim;
 mod limits;
 mod mig;
+mod module_graph;
 mod node;
 mod oom_corpus;
 mod oom_sim;

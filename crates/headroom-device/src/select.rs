@@ -94,6 +94,95 @@ fn choose_with(
     }
 }
 
+/// How `watch` reads a GPU another process uses: the simulated device with a scripted job
+/// (`--sim-script`), or the real driver, whatever `--backend auto` would pick (a simulated
+/// device cannot see another process's memory).
+#[derive(Debug, Clone)]
+pub enum WatchChoice {
+    /// The simulated device of `profile`, described as `info`: a scripted job's card, without
+    /// an identity of its own.
+    Sim {
+        profile: Box<crate::profile::SimProfile>,
+        info: Box<crate::DeviceInfo>,
+    },
+    /// The real GPU: the driver sees `count` devices.
+    Cuda { count: u32 },
+}
+
+/// What a watch asks of the device beside the request: a usage script to replay on the
+/// simulator, `--cuda-info`'s own context.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchMode {
+    pub scripted: bool,
+    pub cuda_info: bool,
+}
+
+/// Decides how `watch` reads device `index` for `req` and `mode`: every refusal an error
+/// naming the flags, the driver's absence with what `watch` reads through it.
+pub fn choose_watch(req: Request<'_>, index: u32, mode: WatchMode) -> anyhow::Result<WatchChoice> {
+    if mode.scripted {
+        if req.backend == Backend::Cuda {
+            bail!(
+                "--sim-script replays a usage timeline on the simulated device; it cannot be used with --backend cuda"
+            );
+        }
+        if mode.cuda_info {
+            bail!(
+                "--cuda-info reads cuMemGetInfo from a real driver; it cannot be used with --sim-script"
+            );
+        }
+        if req.require_gpu {
+            bail!(
+                "--require-gpu: --sim-script replays a usage timeline on the simulated device, not a GPU"
+            );
+        }
+        let profile = crate::profile::SimProfile::resolve(req.profile.unwrap_or(DEFAULT_PROFILE))?;
+        let info = Box::new(crate::DeviceInfo {
+            backend: crate::BackendKind::Sim,
+            profile: Some(profile.name.clone()),
+            index,
+            name: profile.gpu_name.clone(),
+            compute_capability: profile.compute_capability.clone(),
+            total_bytes: profile.memory.total_bytes.0,
+            driver_version: profile.driver_version.clone(),
+            multiprocessors: profile.multiprocessors,
+            uuid: None,
+            capabilities: profile.capabilities,
+            mig: None,
+        });
+        return Ok(WatchChoice::Sim {
+            profile: Box::new(profile),
+            info,
+        });
+    }
+    if req.backend == Backend::Sim || req.profile.is_some() {
+        bail!(
+            "a simulated device cannot see another process's memory: give --sim-script FILE (what the job holds over time) to watch on the simulator"
+        );
+    }
+    // Watching a process needs the real driver whatever --backend says: it decides as cuda.
+    let Choice::Cuda { count } = choose(WATCH_GPU).map_err(|e| {
+        anyhow::anyhow!(
+            "{}; headroom watch reads the GPU through NVML, which comes with the driver (without one, --sim-script FILE replays a usage timeline on the simulated device)",
+            crate::driver_detail::with_driver_detail(&e.to_string())
+        )
+    })?
+    else {
+        bail!("headroom watch needs the real driver")
+    };
+    if index >= count {
+        bail!("there is no CUDA device {}: the driver sees {count}", index);
+    }
+    Ok(WatchChoice::Cuda { count })
+}
+
+/// The request a watch of the real driver makes (and opens `--cuda-info`'s context with).
+pub const WATCH_GPU: Request<'static> = Request {
+    backend: Backend::Cuda,
+    profile: None,
+    require_gpu: true,
+};
+
 /// Whether a recording is replayed on the real GPU: only when `--backend cuda` asks for it;
 /// otherwise on the simulated device the recording describes.
 pub fn replays_on_gpu(req: Request<'_>) -> bool {
