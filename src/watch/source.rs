@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 
 use crate::device::nvml::{NvmlDevice, NvmlReader};
 use crate::device::reading::{RawReading, Reader};
