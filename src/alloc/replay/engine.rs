@@ -127,10 +127,15 @@ impl<'a> Replay<'a> {
     }
 
     pub(super) fn run<R: Read>(mut self, input: R) -> Result<ReplayReport, ReplayError> {
+        // Every line bounded: a file that is not a log (one huge line, a binary) is refused
+        // at 64 KiB, not read whole.
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
-            .from_reader(input);
+            .from_reader(crate::bounded::BoundedLines::new(
+                input,
+                crate::bounded::TABLE_LINE_MAX_BYTES,
+            ));
         let mut record = csv::ByteRecord::new();
         let name = self.source_name.clone();
         let io_err = |e: csv::Error| ReplayError::Io {
@@ -190,9 +195,11 @@ impl<'a> Replay<'a> {
         } else if fields == RMM_HEADER {
             Ok(LogFormat::Rmm)
         } else {
+            // Quoted printably and cut: the header of a file that is no log can be anything.
+            let joined: Vec<&[u8]> = header.iter().collect();
             Err(self.format_error(format!(
                 "unknown log format: the header is `{}`; expected headroom's `{}` or RMM's `{}`",
-                fields.join(","),
+                crate::bounded::quote(&joined.join(&b","[..])),
                 LOG_HEADER.join(","),
                 RMM_HEADER.join(",")
             )))
