@@ -108,6 +108,20 @@ pub fn quote(bytes: &[u8]) -> String {
     out
 }
 
+/// A name from a file (a key, a header field) for a message: its first `QUOTED_BYTES`
+/// characters, control characters escaped, `…` where it was cut.
+pub fn quote_str(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(QUOTED_BYTES)
+        .flat_map(char::escape_debug)
+        .collect();
+    if s.chars().nth(QUOTED_BYTES).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// A CSV reader of `path` whose every line is bounded by `max_line_bytes`.
 pub fn csv_reader(
     path: &Path,
