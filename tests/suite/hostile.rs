@@ -140,3 +140,59 @@ fn help_and_version_on_a_full_disk_are_exit_2() {
         );
     }
 }
+
+/// A log that contradicts itself is refused at the row, naming both rows: a free whose size
+/// is not its allocation's, and time running backwards. `--keep-going` lists the row instead.
+#[test]
+fn replay_refuses_a_free_of_another_size_and_time_running_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = "t_ns,action,ptr,bytes,stream,detail\n";
+    for (name, rows, want) in [
+        (
+            "size",
+            "0,allocate,0x1000,1048576,0,\n10,free,0x1000,2097152,0,\n",
+            "size.csv line 3: free of 0x1000 names 2097152 bytes, but line 2 allocated 1048576 bytes there",
+        ),
+        (
+            "time",
+            "100,allocate,0x1000,1048576,0,\n50,free,0x1000,1048576,0,\n",
+            "time.csv line 3: t_ns 50 is earlier than the 100 before it: the log's time runs backwards",
+        ),
+    ] {
+        let log = dir.path().join(format!("{name}.csv"));
+        std::fs::write(&log, format!("{header}{rows}")).unwrap();
+        let r = headroom(
+            dir.path(),
+            &["replay", log.to_str().unwrap(), "--backend", "sim"],
+        );
+        assert_eq!(r.code, 2, "{name}: {}", r.stderr);
+        assert!(r.stderr.contains(want), "{name}: {}", r.stderr);
+        let r = headroom(
+            dir.path(),
+            &[
+                "replay",
+                log.to_str().unwrap(),
+                "--backend",
+                "sim",
+                "--keep-going",
+                "--json",
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(v["bad_rows"][0]["line"], 3, "{name}: {v}");
+        // The free was not replayed: the allocation is the only event.
+        assert_eq!(v["frees"], 0, "{name}: {v}");
+    }
+    // The same rows in order and of one size replay.
+    let log = dir.path().join("fine.csv");
+    std::fs::write(
+        &log,
+        format!("{header}100,allocate,0x1000,1048576,0,\n150,free,0x1000,1048576,0,\n"),
+    )
+    .unwrap();
+    let r = headroom(
+        dir.path(),
+        &["replay", log.to_str().unwrap(), "--backend", "sim"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
