@@ -130,7 +130,7 @@ fn import_folder(path: &std::path::Path, root: &std::path::Path, k: usize) -> u6
         device_total: None,
     };
     let imported = torch::folder::import(&snap, &opts).expect("import");
-    let n = imported[0].summary.phases[0].actions_run;
+    let n = imported[0].summary.phases()[0].actions_run;
     std::fs::remove_dir_all(&out).expect("remove the imported folder");
     n
 }

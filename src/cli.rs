@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use crate::node::selection::DeviceArgs;
+pub use crate::device_args::DeviceArgs;
 use crate::units::{duration_arg, size_arg};
 
 #[derive(Debug, Parser)]

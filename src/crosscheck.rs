@@ -78,7 +78,7 @@ fn load_runs(dir: &Path) -> anyhow::Result<BTreeMap<String, (PathBuf, Summary)>>
             .with_context(|| format!("cannot read {}", file.display()))?;
         let s: Summary = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a headroom summary", file.display()))?;
-        runs.insert(s.workload.name.clone(), (path, s));
+        runs.insert(s.workload().name.clone(), (path, s));
     }
     anyhow::ensure!(
         !runs.is_empty(),
@@ -90,10 +90,10 @@ fn load_runs(dir: &Path) -> anyhow::Result<BTreeMap<String, (PathBuf, Summary)>>
 
 /// `none`, `phase/step` of the first OOM, or `skipped` (the workload did not fit the device).
 fn first_oom(s: &Summary) -> String {
-    if s.status == crate::report::summary::RunStatus::Skipped {
+    if s.status() == crate::report::summary::RunStatus::Skipped {
         return "skipped".into();
     }
-    s.ooms
+    s.ooms()
         .first()
         .map_or("none".to_string(), |o| format!("{}/{}", o.phase, o.step))
 }
@@ -114,11 +114,11 @@ pub fn crosscheck(real_dir: &Path, sim_dir: &Path) -> anyhow::Result<Crosscheck>
         let Some((_, s)) = sim.get(name) else {
             continue;
         };
-        let total = r.device.total_bytes;
+        let total = r.device().total_bytes;
         let tolerance_bytes = (total / 100).max(64 * MIB);
         for v in VIEWS {
-            let rp = r.peaks.run.get(v.key()).map(|p| p.bytes);
-            let sp = s.peaks.run.get(v.key()).map(|p| p.bytes);
+            let rp = r.peaks().run.get(v.key()).map(|p| p.bytes);
+            let sp = s.peaks().run.get(v.key()).map(|p| p.bytes);
             if rp.is_none() && sp.is_none() {
                 continue;
             }

@@ -21,7 +21,7 @@ pub fn evaluate(
         expect.oom.clone()
     };
     let oom_at: Vec<String> = s
-        .ooms
+        .ooms()
         .iter()
         .map(|o| format!("{}/{}", o.phase, o.step))
         .collect();
@@ -31,11 +31,11 @@ pub fn evaluate(
         format!("OOM at {}", oom_at.join(", "))
     };
     let (expected, held) = match &oom {
-        OomExpectation::None => ("no OOM".to_string(), s.ooms.is_empty()),
-        OomExpectation::Any => ("an OOM".to_string(), !s.ooms.is_empty()),
+        OomExpectation::None => ("no OOM".to_string(), s.ooms().is_empty()),
+        OomExpectation::Any => ("an OOM".to_string(), !s.ooms().is_empty()),
         OomExpectation::At(at) => (
             format!("an OOM at {at}"),
-            s.ooms.iter().any(|o| oom.matches(&o.phase, &o.step)),
+            s.ooms().iter().any(|o| oom.matches(&o.phase, &o.step)),
         ),
     };
     out.push(ExpectationResult {
@@ -46,7 +46,7 @@ pub fn evaluate(
     });
 
     for (view, max) in &expect.max_peak_bytes {
-        let peak = s.peaks.run.get(view.key()).map(|p| p.bytes);
+        let peak = s.peaks().run.get(view.key()).map(|p| p.bytes);
         out.push(ExpectationResult {
             name: format!("peak {}", view.key()),
             expected: format!("≤ {max} ({})", Bytes(*max)),
@@ -55,7 +55,7 @@ pub fn evaluate(
         });
     }
     if let Some(min) = expect.min_headroom_bytes {
-        let h = s.peaks.headroom_at_peak_bytes;
+        let h = s.peaks().headroom_at_peak_bytes;
         out.push(ExpectationResult {
             name: "headroom at peak".into(),
             expected: format!("≥ {min} ({})", Bytes(min)),
@@ -69,7 +69,7 @@ pub fn evaluate(
         expect.max_mismatches
     };
     if let Some(max) = max_mismatches {
-        let count: u64 = s.mismatches.iter().map(|m| m.mismatch.count).sum();
+        let count: u64 = s.mismatches().iter().map(|m| m.mismatch.count).sum();
         out.push(ExpectationResult {
             name: "verify mismatches".into(),
             expected: format!("≤ {max}"),

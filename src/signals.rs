@@ -19,6 +19,20 @@ use std::time::{Duration, Instant};
 
 static EXIT_AT_ONCE: AtomicBool = AtomicBool::new(false);
 
+/// Set by a signal handler other than this module's (`watch`'s own), for whoever must see a
+/// signal within a bound (the watchdog).
+static NOTED: AtomicBool = AtomicBool::new(false);
+
+/// Async-signal-safe: a handler other than this module's saw a signal.
+pub fn note_signal() {
+    NOTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether a handler other than this module's saw a signal (`note_signal`).
+pub fn signal_noted() -> bool {
+    NOTED.load(Ordering::SeqCst)
+}
+
 /// The signals handled.
 pub const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 

@@ -55,13 +55,13 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
     for i in &imported {
         let s = &i.summary;
         let peak = |v: crate::record::View| {
-            s.peaks
+            s.peaks()
                 .run
                 .get(v.key())
                 .map_or("-".to_string(), |p| Bytes(p.bytes).to_string())
         };
         let fidelity = s
-            .import
+            .import()
             .as_ref()
             .and_then(|x| x.fidelity.as_ref())
             .map_or("no trace".to_string(), |f| {
@@ -71,10 +71,10 @@ pub fn import(dev: &DeviceArgs, args: &ImportArgs) -> anyhow::Result<i32> {
             "device {}: {} — {} trace entries, {fidelity}; alloc_allocated peak {}, alloc_reserved peak {}; {} OOMs",
             i.device,
             i.dir.display(),
-            s.import.as_ref().map_or(0, |x| x.trace_entries),
+            s.import().as_ref().map_or(0, |x| x.trace_entries),
             peak(crate::record::View::AllocAllocated),
             peak(crate::record::View::AllocReserved),
-            s.ooms.len()
+            s.ooms().len()
         )?;
     }
     Ok(0)

@@ -9,6 +9,9 @@
 
 pub mod records;
 pub mod reports;
+mod run_folder;
+
+pub use run_folder::{LateEnd, LateWrite, Record, RunFolder};
 
 use std::path::Path;
 
@@ -45,6 +48,6 @@ pub fn write_watch_summary(
     watch: &WatchSection,
 ) -> std::io::Result<()> {
     let mut s = summary.clone();
-    s.watch = Some(watch.clone());
+    s.set_watch(Some(watch.clone()));
     write_summary(dir, &s)
 }

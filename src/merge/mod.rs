@@ -219,7 +219,7 @@ fn intern(list: &mut Vec<String>, s: &str) -> usize {
 }
 
 fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
-    let key = (s.device.name.clone(), s.device.driver_version.clone());
+    let key = (s.device().name.clone(), s.device().driver_version.clone());
     let group = match m.groups.iter().position(|g| *g == key) {
         Some(i) => i,
         None => {
@@ -227,7 +227,7 @@ fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
             m.groups.len() - 1
         }
     };
-    let workload = intern(&mut m.workloads, &s.workload.name);
+    let workload = intern(&mut m.workloads, &s.workload().name);
     let mut peaks = [None; View::COUNT];
     for (slot, v) in peaks.iter_mut().zip(View::ALL) {
         *slot = peak(s, v);
@@ -235,17 +235,17 @@ fn keep(m: &mut Merged, f: Found, s: &Summary) -> RunRow {
     RunRow {
         name: f.name,
         node: f.node.map(|(n, _)| n),
-        index: s.device.index,
-        uuid: s.device.uuid.clone(),
+        index: s.device().index,
+        uuid: s.device().uuid.clone(),
         group,
         workload,
         status: status_name(s),
-        ooms: s.ooms.len() as u32,
+        ooms: s.ooms().len() as u32,
         figures: [
             s.device_total(),
             s.idle_after().map(|i| i.device_used_bytes),
-            s.peaks.headroom_at_peak_bytes,
-            s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
+            s.peaks().headroom_at_peak_bytes,
+            s.idle().as_ref().and_then(|i| i.context_overhead_bytes),
         ],
         peaks,
         idle_basis: s.idle_basis_short().map(String::from),
@@ -299,24 +299,24 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 pub(crate) fn poll_1hz(s: &Summary, v: View) -> Option<u64> {
-    s.peaks
+    s.peaks()
         .polled
         .get("1hz")
         .and_then(|p| p.peaks.get(v.key()).copied())
 }
 
 pub(crate) fn peak(s: &Summary, v: View) -> Option<u64> {
-    s.peaks.run.get(v.key()).map(|p| p.bytes)
+    s.peaks().run.get(v.key()).map(|p| p.bytes)
 }
 
 fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
-    let d = &s.device;
+    let d = &s.device();
     let idle = s.idle_after();
-    let oom = s.ooms.first();
+    let oom = s.ooms().first();
     let mut row = vec![
         FORMAT_VERSION.to_string(),
         f.dir.display().to_string(),
-        s.workload.name.clone(),
+        s.workload().name.clone(),
         d.name.clone(),
         d.driver_version.clone(),
         d.backend.to_string(),
@@ -324,29 +324,33 @@ fn csv_row(f: &Found, s: &Summary) -> Vec<String> {
         d.index.to_string(),
         opt(d.uuid.clone()),
         opt(s.device_total()),
-        s.started_utc.clone(),
+        s.started_utc().clone(),
         status_name(s),
-        opt(s.exit_code),
+        opt(s.exit_code()),
         opt(idle.map(|i| i.device_free_bytes)),
         opt(idle.map(|i| i.device_used_bytes)),
-        opt(s.idle.as_ref().and_then(|i| i.context_overhead_bytes)),
+        opt(s.idle().as_ref().and_then(|i| i.context_overhead_bytes)),
     ];
     row.extend(View::ALL.iter().map(|v| opt(peak(s, *v))));
     row.extend([
         opt(poll_1hz(s, View::DeviceUsed)),
         opt(poll_1hz(s, View::OwnBytes)),
-        opt(s.peaks.headroom_at_peak_bytes),
-        s.ooms.len().to_string(),
+        opt(s.peaks().headroom_at_peak_bytes),
+        s.ooms().len().to_string(),
         opt(oom.map(|o| format!("{}/{}", o.phase, o.step))),
         opt(oom.map(|o| o.requested_bytes)),
         opt(oom.map(|o| o.diagnosis.observation.clone())),
-        s.expectations.iter().filter(|e| e.held).count().to_string(),
-        s.expectations
+        s.expectations()
+            .iter()
+            .filter(|e| e.held)
+            .count()
+            .to_string(),
+        s.expectations()
             .iter()
             .filter(|e| !e.held)
             .count()
             .to_string(),
-        opt(s.release.as_ref().map(|r| r.difference_bytes)),
+        opt(s.release().as_ref().map(|r| r.difference_bytes)),
         opt(f.node.as_ref().map(|(_, dir)| dir.display())),
     ]);
     row

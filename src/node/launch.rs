@@ -9,12 +9,11 @@ use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 
+use crate::device_args::{DeviceArgs, DeviceSelection};
 use crate::node::flags::{DEFAULT_THRESHOLD_BYTES, flags, spread};
 use crate::node::inventory::{GpuIdentity, Inventory, inventory};
 use crate::node::results;
 use crate::node::safety::{Occupancy, describe, occupancy};
-use crate::node::selection::DeviceArgs;
-use crate::node::selection::DeviceSelection;
 use crate::node::summary::{
     GpuRow, NODE_FILE, NODE_FORMAT_VERSION, NodeCommand, NodeStatus, NodeSummary, Outcome,
     SKIPPED_FILE, worst_exit,

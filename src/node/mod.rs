@@ -15,7 +15,6 @@ pub mod launch;
 pub mod render;
 pub mod results;
 pub mod safety;
-pub mod selection;
 pub mod summary;
 pub mod workers;
 

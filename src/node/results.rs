@@ -42,15 +42,15 @@ fn read_run(dir: &Path) -> Result<Found, String> {
         figures.insert("idle_device_used_bytes".into(), idle.device_used_bytes);
         figures.insert("idle_device_free_bytes".into(), idle.device_free_bytes);
     }
-    if let Some(c) = s.idle.as_ref().and_then(|i| i.context_overhead_bytes) {
+    if let Some(c) = s.idle().as_ref().and_then(|i| i.context_overhead_bytes) {
         figures.insert("context_overhead_bytes".into(), c);
     }
     for v in View::ALL {
-        if let Some(p) = s.peaks.run.get(v.key()) {
+        if let Some(p) = s.peaks().run.get(v.key()) {
             figures.insert(format!("peak_{}", v.key()), p.bytes);
         }
     }
-    if let Some(h) = s.peaks.headroom_at_peak_bytes {
+    if let Some(h) = s.peaks().headroom_at_peak_bytes {
         figures.insert("headroom_at_peak_bytes".into(), h);
     }
     if let Some(p) = s.polled_peak("1hz", View::DeviceUsed) {
@@ -58,8 +58,8 @@ fn read_run(dir: &Path) -> Result<Found, String> {
     }
     Ok(Found {
         status: Some(crate::report::markdown::status_name(&s)),
-        ooms: Some(s.ooms.len() as u64),
-        first_oom: s.ooms.first().map(|o| OomBrief {
+        ooms: Some(s.ooms().len() as u64),
+        first_oom: s.ooms().first().map(|o| OomBrief {
             at: format!("{}/{}", o.phase, o.step),
             requested_bytes: o.requested_bytes,
             observation: o.diagnosis.observation.clone(),

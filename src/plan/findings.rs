@@ -176,7 +176,7 @@ pub struct Validation {
 }
 
 fn phase_peak(s: &Summary, phase: &str, view: View) -> Option<u64> {
-    s.phases
+    s.phases()
         .iter()
         .find(|p| p.name == phase)?
         .peaks
@@ -191,7 +191,7 @@ pub(super) fn idle_used(s: &Summary) -> u64 {
 }
 
 fn has_phase(s: &Summary, phase: &str) -> bool {
-    s.phases.iter().any(|p| p.name == phase)
+    s.phases().iter().any(|p| p.name == phase)
 }
 
 /// The planned run's categories and views against the plan.
@@ -235,7 +235,7 @@ pub(super) fn measure(r: &Resolved, rec: &ProbeRecord, s: &Summary) -> PlannedRu
     let through_allocator = planned_total - p.workspace_bytes();
     let views = View::ALL
         .iter()
-        .filter_map(|v| s.peaks.run.get(v.key()).map(|peak| (*v, peak.bytes)))
+        .filter_map(|v| s.peaks().run.get(v.key()).map(|peak| (*v, peak.bytes)))
         .map(|(v, peak_bytes)| ViewRow {
             view: v.key().to_string(),
             peak_bytes,
@@ -254,7 +254,7 @@ pub(super) fn measure(r: &Resolved, rec: &ProbeRecord, s: &Summary) -> PlannedRu
     PlannedRun {
         requests: n,
         dir: rec.dir.clone(),
-        status: s.status,
+        status: s.status(),
         outcome: rec.outcome.clone(),
         headroom_at_peak_bytes: rec.headroom_at_peak_bytes,
         categories,
@@ -263,7 +263,7 @@ pub(super) fn measure(r: &Resolved, rec: &ProbeRecord, s: &Summary) -> PlannedRu
 }
 
 pub(super) fn unnamed(r: &Resolved, s: &Summary, total: u64) -> Unnamed {
-    let peak = |v: View| s.peaks.run.get(v.key()).map(|p| p.bytes);
+    let peak = |v: View| s.peaks().run.get(v.key()).map(|p| p.bytes);
     let idle_used = idle_used(s);
     let own = peak(View::OwnBytes).unwrap_or(0);
     let dev = peak(View::DeviceUsed).unwrap_or(idle_used);
@@ -276,9 +276,9 @@ pub(super) fn unnamed(r: &Resolved, s: &Summary, total: u64) -> Unnamed {
     let slack = r.budget.kv_budget_bytes as i128 - n * r.plan.kv_per_request_bytes as i128;
     Unnamed {
         idle_used_bytes: idle_used,
-        context_overhead_bytes: s.idle.as_ref().and_then(|i| i.context_overhead_bytes),
+        context_overhead_bytes: s.idle().as_ref().and_then(|i| i.context_overhead_bytes),
         other_processes_bytes: s
-            .idle
+            .idle()
             .as_ref()
             .and_then(|i| i.processes.as_ref())
             .map(|ps| {

@@ -146,13 +146,13 @@ impl Prober<'_, '_> {
         let report = run_on(&wl, &mut *self.s.device, self.s.before_context, &opts)
             .with_context(|| format!("the probe with {n} requests ({})", pdir.display()))?;
         let sm = report.summary;
-        let peak = |v: View| sm.peaks.run.get(v.key()).map(|p| p.bytes);
-        let headroom = sm.peaks.headroom_at_peak_bytes;
+        let peak = |v: View| sm.peaks().run.get(v.key()).map(|p| p.bytes);
+        let headroom = sm.peaks().headroom_at_peak_bytes;
         let margin = self.r.plan.margin_bytes;
-        let outcome = match sm.status {
+        let outcome = match sm.status() {
             RunStatus::Interrupted => return Err(Interrupted.into()),
             RunStatus::Oom => {
-                let o = sm.ooms.first();
+                let o = sm.ooms().first();
                 Outcome::Oom {
                     at: o.map_or("?".into(), |o| format!("{}/{}", o.phase, o.step)),
                     requested_bytes: o.map_or(0, |o| o.requested_bytes),
@@ -168,7 +168,7 @@ impl Prober<'_, '_> {
             other => bail!(
                 "the probe with {n} requests could not run (status {}): {} (see {})",
                 crate::report::word(&other),
-                sm.status_detail.clone().unwrap_or_default(),
+                sm.status_detail().clone().unwrap_or_default(),
                 pdir.display()
             ),
         };

@@ -265,10 +265,43 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
-/// Every value of `events.csv`'s `result` column, with what it means: the one list the
-/// writers use and docs/formats.md's table is checked against (`EventLog::write` refuses any
-/// other value in debug builds).
-pub const EVENT_RESULTS: [(&str, &str); 7] = [
+/// What became of one row's action: `events.csv`'s `result` column, written as its word
+/// (`EVENT_RESULTS` says what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventResult {
+    Ok,
+    Oom,
+    Full,
+    Stopped,
+    Skipped,
+    Error,
+    Wedged,
+    Interrupted,
+}
+
+impl EventResult {
+    /// Every result, in `EVENT_RESULTS`'s order.
+    pub const ALL: [EventResult; 8] = [
+        EventResult::Ok,
+        EventResult::Oom,
+        EventResult::Full,
+        EventResult::Stopped,
+        EventResult::Skipped,
+        EventResult::Error,
+        EventResult::Wedged,
+        EventResult::Interrupted,
+    ];
+
+    /// The word `events.csv` holds.
+    pub const fn word(self) -> &'static str {
+        EVENT_RESULTS[self as usize].0
+    }
+}
+
+/// Every value of `events.csv`'s `result` column, with what it means, in `EventResult`'s
+/// order: the one list docs/formats.md's table is checked against.
+pub const EVENT_RESULTS: [(&str, &str); 8] = [
     ("ok", "the action completed"),
     (
         "oom",
@@ -293,6 +326,10 @@ pub const EVENT_RESULTS: [(&str, &str); 7] = [
     (
         "wedged",
         "the driver call did not return within the watchdog (`--watchdog`): the run ended there with exit 2",
+    ),
+    (
+        "interrupted",
+        "a signal ended the run while this driver call was still running: the run ended there with exit 130",
     ),
 ];
 
@@ -333,8 +370,7 @@ pub struct EventRow<'a> {
     pub requested_bytes: Option<u64>,
     pub size_bytes: Option<u64>,
     pub latency_ns: u64,
-    /// One of `EVENT_RESULTS`.
-    pub result: &'a str,
+    pub result: EventResult,
     pub device_free_bytes: Option<u64>,
     pub detail: &'a str,
 }
@@ -371,11 +407,6 @@ impl EventLog {
     }
 
     pub fn write(&mut self, row: &EventRow) -> std::io::Result<()> {
-        debug_assert!(
-            EVENT_RESULTS.iter().any(|(v, _)| *v == row.result),
-            "result {:?} is not in EVENT_RESULTS",
-            row.result
-        );
         let _io = events_io();
         self.csv.serialize(row).map_err(std::io::Error::other)?;
         if self.flush_each_row {
@@ -531,7 +562,7 @@ mod tests {
             requested_bytes: Some(2),
             size_bytes: Some(2),
             latency_ns: 3,
-            result: "ok",
+            result: EventResult::Ok,
             device_free_bytes: Some(4),
             detail: "",
         })
@@ -547,5 +578,19 @@ mod tests {
         let on_disk = std::fs::read_to_string(dir.path().join("timeline.csv")).unwrap();
         assert!(on_disk.starts_with("t_ns,phase,source,") && on_disk.ends_with("_bytes\n"));
         drop(rec);
+    }
+
+    #[test]
+    fn every_result_is_written_as_its_word_in_event_results() {
+        assert_eq!(EventResult::ALL.len(), EVENT_RESULTS.len());
+        for (r, (word, _)) in EventResult::ALL.iter().zip(EVENT_RESULTS) {
+            assert_eq!(r.word(), word);
+            let mut w = csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(Vec::new());
+            w.serialize((r,)).unwrap();
+            let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+            assert_eq!(text, format!("{word}\n"), "{r:?}");
+        }
     }
 }

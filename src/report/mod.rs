@@ -27,6 +27,7 @@ pub mod plot;
 pub mod progress;
 pub mod rundata;
 pub mod summary;
+mod summary_fields;
 pub mod table;
 pub mod text_table;
 pub mod timeline_downsample;

@@ -9,6 +9,8 @@ use crate::oom::OomRecord;
 use crate::record::peaks::Peak;
 use crate::sampler::{Percentiles, SamplerStats};
 
+pub use super::summary_fields::SummaryStart;
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -257,62 +259,62 @@ impl Summary {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
-    pub format_version: u32,
-    pub headroom_version: String,
-    pub status: RunStatus,
-    pub status_detail: Option<String>,
-    pub exit_code: Option<i32>,
-    pub workload: WorkloadInfo,
+    pub(in crate::report) format_version: u32,
+    pub(in crate::report) headroom_version: String,
+    pub(in crate::report) status: RunStatus,
+    pub(in crate::report) status_detail: Option<String>,
+    pub(in crate::report) exit_code: Option<i32>,
+    pub(in crate::report) workload: WorkloadInfo,
     /// The device; its `total_bytes` is null for an import whose evidence does not record
     /// it (`device_total` reads it).
     #[serde(with = "crate::report::device_total")]
     #[schemars(schema_with = "crate::report::device_total::schema")]
-    pub device: DeviceInfo,
-    pub started_utc: String,
-    pub finished_utc: Option<String>,
+    pub(in crate::report) device: DeviceInfo,
+    pub(in crate::report) started_utc: String,
+    pub(in crate::report) finished_utc: Option<String>,
     /// Device time (ns since open) at the first phase and at the end.
-    pub start_ns: u64,
-    pub end_ns: Option<u64>,
+    pub(in crate::report) start_ns: u64,
+    pub(in crate::report) end_ns: Option<u64>,
     /// The idle reading; null where there was none to take (an imported snapshot records
     /// none: `idle_basis` says why).
-    pub idle: Option<Idle>,
+    pub(in crate::report) idle: Option<Idle>,
     /// Where the idle reading comes from when it was not measured: why it is null ("not in the
     /// snapshot"), or what it is derived from (`--device-total`, `--profile`); absent when
     /// measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle_basis: Option<String>,
-    pub phases: Vec<PhaseSummary>,
-    pub peaks: Peaks,
-    pub sampler: SamplerStats,
+    pub(in crate::report) idle_basis: Option<String>,
+    pub(in crate::report) phases: Vec<PhaseSummary>,
+    pub(in crate::report) peaks: Peaks,
+    pub(in crate::report) sampler: SamplerStats,
     /// A sampler reading back to back competes with the run for the driver: what it did to a
     /// plain allocation's latency, measured before the idle reading (real drivers, 0 ns only).
     #[serde(default)]
-    pub sampler_perturbation: Option<SamplerPerturbation>,
+    pub(in crate::report) sampler_perturbation: Option<SamplerPerturbation>,
     /// Latency of the harness's own calls: `allocate`, `free`, `mem_get_info`.
-    pub latency: BTreeMap<String, Percentiles>,
-    pub ooms: Vec<OomRecord>,
-    pub mismatches: Vec<MismatchRecord>,
-    pub expectations: Vec<ExpectationResult>,
-    pub release: Option<Release>,
+    pub(in crate::report) latency: BTreeMap<String, Percentiles>,
+    pub(in crate::report) ooms: Vec<OomRecord>,
+    pub(in crate::report) mismatches: Vec<MismatchRecord>,
+    pub(in crate::report) expectations: Vec<ExpectationResult>,
+    pub(in crate::report) release: Option<Release>,
     /// The allocator's counters at the end of the run, before the release (retries and OOMs
     /// included).
     #[serde(default)]
-    pub allocator_stats: Option<crate::alloc::AllocStats>,
+    pub(in crate::report) allocator_stats: Option<crate::alloc::AllocStats>,
     /// Set when the run validates a capacity plan (`headroom validate`): the lines to draw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<PlanMarks>,
+    pub(in crate::report) plan: Option<PlanMarks>,
     /// CUDA graphs: each graph's memory, trims, and `graphs` pattern reports (set when the
     /// workload has graph steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub graphs: Option<crate::report::graphs::GraphsSummary>,
+    pub(in crate::report) graphs: Option<crate::report::graphs::GraphsSummary>,
     /// Set when the run was imported from another tool's evidence (`headroom import`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub import: Option<crate::report::imported::ImportInfo>,
+    pub(in crate::report) import: Option<crate::report::imported::ImportInfo>,
     /// Rows in `timeline.csv`: a sampler reading equal to the one before is left out
     /// (`sampler.readings` counts them all).
-    pub timeline_rows: u64,
-    pub event_rows: u64,
+    pub(in crate::report) timeline_rows: u64,
+    pub(in crate::report) event_rows: u64,
     /// A `headroom watch` folder's section: the watched job, its phases and its messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watch: Option<crate::report::watch::WatchSection>,
+    pub(in crate::report) watch: Option<crate::report::watch::WatchSection>,
 }

@@ -2,19 +2,16 @@
 //! released (tenant processes too), device free checked against the idle reading, the polled
 //! replays closed, the expectations evaluated and the record written.
 
-use std::path::Path;
-use std::time::SystemTime;
-
 use anyhow::Context;
 
 use crate::alloc::AllocatorKind;
-use crate::folder::write_summary;
+use crate::record::timeline::EventResult;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
-use crate::report::summary::{Release, RunStatus, Summary};
+use crate::report::summary::{Release, RunStatus};
 use crate::run::actions::Done;
 use crate::run::recording::RowKey;
 use crate::run::{RunOptions, Runner, watchdog};
-use crate::units::{MIB, Nanos, utc_timestamp};
+use crate::units::{MIB, Nanos};
 
 /// How long the release check waits for a stopped tenant's memory to come back.
 const TENANT_SETTLE_NS: u64 = 2_000_000_000;
@@ -29,12 +26,7 @@ struct Released {
 
 impl Runner<'_, '_> {
     /// Ends the run: sampler off, everything released, baseline checked, results written.
-    pub(super) fn finish(
-        &mut self,
-        summary: &mut Summary,
-        dir: &Path,
-        opts: &RunOptions,
-    ) -> anyhow::Result<()> {
+    pub(super) fn finish(&mut self, opts: &RunOptions) -> anyhow::Result<()> {
         self.rec.progress.finish();
         let scope = watchdog::Scope {
             phase: "release",
@@ -50,76 +42,82 @@ impl Runner<'_, '_> {
             .arm(scope, now, 10_000_000_000 + self.limits.longest_spin_ns);
         self.rec.pump(&*self.dev);
         let end_ns = self.dev.now_ns();
-        summary.end_ns = Some(end_ns);
-        summary.sampler = self.rec.stop_sampler(&*self.dev);
+        self.rec.folder.set_end_ns(end_ns);
+        let sampler = self.rec.stop_sampler(&*self.dev);
+        self.rec.folder.set_sampler(sampler);
         self.rec.pump(&*self.dev);
         if self.alloc.kind() == AllocatorKind::Pool {
-            summary.peaks.pool_high_water = self.dev.pool_usage().ok();
+            self.rec
+                .folder
+                .set_pool_high_water(self.dev.pool_usage().ok());
         }
-        summary.allocator_stats = Some(self.alloc.stats());
+        self.rec.folder.set_allocator_stats(self.alloc.stats());
         if self.held.graphs.enabled() {
-            summary.graphs = self.held.graphs.summary(self.dev.graph_mem_usage().ok());
+            let graphs = self.held.graphs.summary(self.dev.graph_mem_usage().ok());
+            self.rec.folder.set_graphs(graphs);
         }
         let released = self.release();
         self.rec.live.set_phase(NO_PHASE);
-        self.check_release(summary, &released);
-        self.close_pollers(summary, end_ns);
-        self.fail_on_late_fault(summary, &released.errors);
+        self.check_release(&released);
+        self.rec.folder.close_pollers(end_ns);
+        self.fail_on_late_fault(&released.errors);
         // A signal while the run released was announced as an interrupt: it is one (exit
         // 130), though every step ran.
-        if matches!(summary.status, RunStatus::Completed | RunStatus::Oom)
+        let status = self.rec.folder.summary().status();
+        if matches!(status, RunStatus::Completed | RunStatus::Oom)
             && self
                 .limits
                 .interrupted
                 .load(std::sync::atomic::Ordering::SeqCst)
         {
-            summary.status = RunStatus::Interrupted;
-            summary.status_detail =
-                Some("interrupted by a signal after the last step had run".into());
+            self.rec.folder.set_status(
+                RunStatus::Interrupted,
+                Some("interrupted by a signal after the last step had run".into()),
+            );
         }
-        let interrupted = summary.status == RunStatus::Interrupted;
+        let interrupted = self.rec.folder.summary().status() == RunStatus::Interrupted;
         if interrupted {
             crate::errln!("interrupted: writing summary.json, timeline.csv, events.csv");
         }
         // A record that cannot be written (a full disk) fails the run, naming the file; the
         // summary still says so, if it can be written.
+        let dir = self.rec.folder.dir().to_path_buf();
         let csv_path = |name: &str| dir.join(name).display().to_string();
-        let flushed = self
-            .rec
-            .timeline
-            .flush()
+        let record = self.rec.folder.record_mut();
+        let flushed = record
+            .flush_timeline()
             .with_context(|| format!("cannot write {}", csv_path("timeline.csv")))
             .and_then(|_| {
-                self.rec
-                    .events
-                    .flush()
+                record
+                    .flush_events()
                     .with_context(|| format!("cannot write {}", csv_path("events.csv")))
             });
         if let Err(e) = &flushed {
-            summary.status = RunStatus::Failed;
-            summary.status_detail = Some(format!("{e:#}"));
+            self.rec
+                .folder
+                .set_status(RunStatus::Failed, Some(format!("{e:#}")));
         }
-        self.fill_summary(summary);
-        summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
-        summary.expectations = crate::expect::evaluate(
+        self.fill_summary();
+        self.rec.folder.stamp_finished();
+        let expectations = crate::expect::evaluate(
             &self.wl.expect,
             opts.expect_oom,
             opts.fail_on_mismatch,
-            summary,
+            self.rec.folder.summary(),
         );
-        summary.exit_code = Some(super::exit_code(summary));
-        let written = write_summary(dir, summary)
+        self.rec.folder.set_expectations(expectations);
+        let exit_code = super::exit_code(self.rec.folder.summary());
+        self.rec.folder.set_exit_code(exit_code);
+        let written = self
+            .rec
+            .folder
+            .write_summary()
             .with_context(|| format!("cannot write {}", csv_path("summary.json")));
         flushed?;
         written?;
         // The run's record is complete on disk; a report that cannot be written is a warning
         // (`headroom report DIR` can write it again), not a different outcome of the run.
-        let reports = if interrupted {
-            crate::folder::reports::write_interrupted(dir, summary)
-        } else {
-            crate::folder::reports::write(dir, summary)
-        };
-        if let Err(e) = reports {
+        if let Err(e) = self.rec.folder.write_reports(interrupted) {
             // The record is on disk, but what a reader looks at first is not: never exit 0.
             let what = format!(
                 "the run's reports could not be written ({e:#}); `headroom report {}` writes \
@@ -127,14 +125,11 @@ impl Runner<'_, '_> {
                 dir.display()
             );
             crate::errln!("error: {what}");
-            summary.status_detail = Some(match summary.status_detail.take() {
-                Some(d) => format!("{d}; {what}"),
-                None => what,
-            });
-            if summary.exit_code == Some(0) {
-                summary.exit_code = Some(2);
+            self.rec.folder.add_detail(what);
+            if exit_code == 0 {
+                self.rec.folder.set_exit_code(2);
             }
-            if let Err(e) = write_summary(dir, summary) {
+            if let Err(e) = self.rec.folder.write_summary() {
                 crate::errln!("warning: writing summary.json again: {e}");
             }
         }
@@ -198,12 +193,13 @@ impl Runner<'_, '_> {
     }
 
     /// The final reading and the release check against the idle reading.
-    fn check_release(&mut self, summary: &mut Summary, released: &Released) {
+    fn check_release(&mut self, released: &Released) {
         let Ok(mem) = self.dev.mem_info() else {
             return;
         };
-        self.rec.timeline.push(Reading {
-            t_ns: self.dev.now_ns(),
+        let t_ns = self.dev.now_ns();
+        self.rec.folder.record_mut().reading(Reading {
+            t_ns,
             phase: NO_PHASE,
             source: Source::Final,
             device_free_bytes: mem.free_bytes,
@@ -221,7 +217,7 @@ impl Runner<'_, '_> {
                 crate::units::SignedBytes(d as i128)
             )
         });
-        summary.release = Some(Release {
+        self.rec.folder.set_release(Release {
             idle_device_free_bytes: self.baseline.free_bytes,
             final_device_free_bytes: mem.free_bytes,
             difference_bytes: diff,
@@ -258,17 +254,14 @@ impl Runner<'_, '_> {
         Some(now as i64 - self.baseline.others_bytes as i64)
     }
 
-    /// The pollers see the run up to its end.
-    fn close_pollers(&mut self, summary: &mut Summary, end_ns: u64) {
-        let polled = crate::folder::records::polled_peaks(&mut self.rec.timeline.pollers, end_ns);
-        summary.peaks.polled.extend(polled);
-    }
-
     /// A device error that surfaced only now (a kernel that faulted after the last step's
     /// reading) fails a run that looked complete: it is never exit 0.
-    fn fail_on_late_fault(&mut self, summary: &mut Summary, release_errors: &[String]) {
-        let late_fault = summary
-            .sampler
+    fn fail_on_late_fault(&mut self, release_errors: &[String]) {
+        let late_fault = self
+            .rec
+            .folder
+            .summary()
+            .sampler()
             .first_error
             .as_ref()
             .map(|e| {
@@ -282,7 +275,10 @@ impl Runner<'_, '_> {
         let Some(fault) = late_fault else {
             return;
         };
-        if !matches!(summary.status, RunStatus::Completed | RunStatus::Oom) {
+        if !matches!(
+            self.rec.folder.summary().status(),
+            RunStatus::Completed | RunStatus::Oom
+        ) {
             return;
         }
         let done = Done {
@@ -299,10 +295,14 @@ impl Runner<'_, '_> {
             name: "",
             stream: "",
         };
-        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+        if let Err(e) = self
+            .rec
+            .row(self.dev.now_ns(), &key, &done, EventResult::Error, None)
+        {
             crate::errln!("warning: {e:#}");
         }
-        summary.status = RunStatus::Failed;
-        summary.status_detail = Some(done.detail);
+        self.rec
+            .folder
+            .set_status(RunStatus::Failed, Some(done.detail));
     }
 }

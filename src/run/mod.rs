@@ -29,8 +29,7 @@ use anyhow::Context;
 use crate::alloc::Allocator;
 use crate::device::select::Opened;
 use crate::device::{Device, NvmlMemory};
-use crate::folder::records;
-use crate::folder::write_summary;
+use crate::folder::RunFolder;
 use crate::oom::OomRecord;
 use crate::record::{NO_PHASE, Reading, Source, View};
 use crate::report::summary::{MismatchRecord, RunStatus, Summary};
@@ -208,7 +207,7 @@ pub fn run_on(
     let started = SystemTime::now();
     let dir = opts.create_folder(wl, started)?;
     // From here a stuck driver call or a signal the run cannot act on leaves this record.
-    let _record = RecordOnFire::new(&dir);
+    let record_on_fire = RecordOnFire::new(&dir);
     let info = device.info().clone();
     let keep_free_bytes = opts.keep_free_bytes_for(wl, info.total_bytes);
     let allow_oom = opts.allow_oom_for(wl);
@@ -226,7 +225,29 @@ pub fn run_on(
     // against another allocator or other settings.
     let alloc: Box<dyn Allocator> = Box::new(crate::folder::records::alloc_log(alloc, &dir)?);
     let start_ns = device.now_ns();
-    let rec = start_recording(wl, device, &dir, &before, sample_interval_ns, opts, &*alloc)?;
+    let summary = setup::initial_summary(
+        setup::SummaryStart {
+            wl,
+            device: info.clone(),
+            started,
+            start_ns,
+            sample_interval_ns,
+            keep_free_bytes,
+            allow_oom,
+            plan: opts.plan.clone(),
+        },
+        &mut before,
+    );
+    let rec = start_recording(
+        wl,
+        device,
+        &dir,
+        summary,
+        &before,
+        sample_interval_ns,
+        opts,
+        &*alloc,
+    )?;
     let limits = Limits {
         floor: Floor {
             keep_free_bytes,
@@ -250,42 +271,38 @@ pub fn run_on(
         mismatches: Vec::new(),
         context_grew: false,
     };
+    // From here a stuck driver call or a signal the run cannot act on leaves this record.
+    record_on_fire.arm(runner.rec.folder.late_write());
     runner.held.graphs.start(wl, &mut *runner.dev)?;
     let views = runner
         .held
         .views(runner.alloc.kind(), &runner.alloc.stats());
     runner.rec.live.publish(views);
-    let mut summary = setup::initial_summary(
-        setup::SummaryStart {
-            wl,
-            device: info,
-            started,
-            start_ns,
-            sample_interval_ns,
-            keep_free_bytes,
-            allow_oom,
-            plan: opts.plan.clone(),
-        },
-        &mut before,
-    );
 
     // The record exists from the start: a run that never finishes still has one.
-    write_summary(&dir, &summary).context("writing summary.json")?;
-    let stop = runner.run_phases(&mut summary, &dir);
-    summary.status = match &stop {
+    runner
+        .rec
+        .folder
+        .write_summary()
+        .context("writing summary.json")?;
+    let stop = runner.run_phases();
+    let status = match &stop {
         None => RunStatus::Completed,
         Some(Stop::Oom) => RunStatus::Oom,
         Some(Stop::Floor(_)) => RunStatus::StoppedAtFloor,
         Some(Stop::Interrupted) => RunStatus::Interrupted,
         Some(Stop::Failed(_)) => RunStatus::Failed,
     };
-    summary.status_detail = match &stop {
+    let detail = match &stop {
         Some(Stop::Floor(m)) | Some(Stop::Failed(m)) => Some(m.clone()),
         Some(Stop::Interrupted) => Some("interrupted by Ctrl-C".into()),
         _ => None,
     };
-    runner.finish(&mut summary, &dir, opts)?;
-    let exit_code = summary.exit_code.unwrap_or(2);
+    runner.rec.folder.set_status(status, detail);
+    runner.finish(opts)?;
+    drop(record_on_fire);
+    let summary = runner.rec.folder.into_summary();
+    let exit_code = summary.exit_code().unwrap_or(2);
     Ok(RunReport {
         dir,
         summary,
@@ -294,10 +311,12 @@ pub fn run_on(
 }
 
 /// The timeline and event files, the idle reading written first, and the sampler started.
+#[allow(clippy::too_many_arguments)]
 fn start_recording(
     wl: &Workload,
     device: &mut dyn Device,
     dir: &Path,
+    summary: Summary,
     before: &setup::Before,
     sample_interval_ns: u64,
     opts: &RunOptions,
@@ -305,13 +324,13 @@ fn start_recording(
 ) -> anyhow::Result<Recording> {
     let info = device.info();
     let phase_names: Vec<String> = wl.phases.iter().map(|p| p.name.clone()).collect();
-    let mut timeline = records::timeline(dir, phase_names, info.total_bytes, device.now_ns())?;
-    let mut events = records::events(dir)?;
+    let mut folder = RunFolder::create(dir, summary, phase_names, device.now_ns())?;
+    let record = folder.record_mut();
     // On a real driver every row reaches the file at once: a run that ends inside a wedged
     // driver call keeps every step before it.
-    events.set_flush_each_row(!info.is_sim());
+    record.set_flush_each_row(!info.is_sim());
     let idle = &before.idle.after_context;
-    timeline.push(Reading {
+    record.reading(Reading {
         t_ns: idle.t_ns,
         phase: NO_PHASE,
         source: Source::Idle,
@@ -319,8 +338,8 @@ fn start_recording(
         views: crate::record::idle_views(alloc.stats().views()),
     });
     // On disk at once with the header: a run killed from here on leaves a typed first row.
-    timeline
-        .flush()
+    record
+        .flush_timeline()
         .with_context(|| format!("cannot write {}", dir.join("timeline.csv").display()))?;
     let live = Arc::new(LiveViews::default());
     live.publish(alloc.stats().views().with(View::OwnBytes, 0));
@@ -332,8 +351,7 @@ fn start_recording(
     let progress =
         progress::Progress::new(opts.progress, wl.phases.iter().map(|p| p.planned).sum());
     Ok(Recording::new(
-        timeline,
-        events,
+        folder,
         live,
         sampler,
         watermark_slack_ns,
@@ -352,13 +370,19 @@ fn run_watchdog(opts: &RunOptions, is_sim: bool) -> watchdog::Watchdog {
     watchdog::Watchdog::new(slack.filter(|ns| *ns > 0))
 }
 
-/// The run's record is what the watchdog writes while this lives.
+/// The run's record is what the watchdog writes while this lives: before the folder has its
+/// record, only the folder itself (an empty one is removed); then through the folder's
+/// handle.
 struct RecordOnFire;
 
 impl RecordOnFire {
     fn new(dir: &Path) -> RecordOnFire {
-        watchdog::on_fire(Some(watchdog::run_record(dir.to_path_buf())));
+        watchdog::on_fire(Some(watchdog::early_record(dir.to_path_buf())));
         RecordOnFire
+    }
+
+    fn arm(&self, late: crate::folder::LateWrite) {
+        watchdog::on_fire(Some(watchdog::run_record(late)));
     }
 }
 
@@ -370,12 +394,19 @@ impl Drop for RecordOnFire {
 
 impl Runner<'_, '_> {
     /// Everything recorded so far, into `summary`.
-    fn fill_summary(&self, summary: &mut Summary) {
-        self.rec.fill_summary(summary);
-        summary.ooms = self.ooms.clone();
-        summary.mismatches = self.mismatches.clone();
-        let driver_usage = summary.graphs.as_ref().and_then(|g| g.driver_usage);
-        summary.graphs = self.held.graphs.summary(driver_usage);
+    fn fill_summary(&mut self) {
+        self.rec.fill_summary();
+        self.rec.folder.set_ooms(self.ooms.clone());
+        self.rec.folder.set_mismatches(self.mismatches.clone());
+        let driver_usage = self
+            .rec
+            .folder
+            .summary()
+            .graphs()
+            .as_ref()
+            .and_then(|g| g.driver_usage);
+        let graphs = self.held.graphs.summary(driver_usage);
+        self.rec.folder.set_graphs(graphs);
     }
 }
 
@@ -383,12 +414,12 @@ impl Runner<'_, '_> {
 /// an expectation failed (an unexpected OOM is one); 2: could not run (stopped at the floor, a
 /// device error); 130: interrupted.
 fn exit_code(s: &Summary) -> i32 {
-    match s.status {
+    match s.status() {
         RunStatus::Interrupted => 130,
         RunStatus::Failed | RunStatus::StoppedAtFloor | RunStatus::Running => 2,
         RunStatus::Skipped => 0,
         RunStatus::Completed | RunStatus::Oom => {
-            if s.expectations.iter().all(|e| e.held) {
+            if s.expectations().iter().all(|e| e.held) {
                 0
             } else {
                 1

@@ -2,15 +2,14 @@
 //! log, the background sampler and the views it tags its readings with, and the latency
 //! histograms of the run's own calls. Nothing here calls the device except to read it.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 
 use crate::device::Device;
-use crate::record::timeline::{EventLog, EventRow, Recorder};
+use crate::folder::RunFolder;
+use crate::record::timeline::{EventResult, EventRow};
 use crate::record::{Reading, Source, ViewSet};
-use crate::report::summary::Summary;
 use crate::run::actions::Done;
 use crate::run::progress::Progress;
 use crate::sampler::{LatencyHistogram, LiveViews, Sampler, SamplerError};
@@ -19,8 +18,8 @@ use crate::sampler::{LatencyHistogram, LiveViews, Sampler, SamplerError};
 const PUMP_CHUNK: usize = 4096;
 
 pub(crate) struct Recording {
-    pub timeline: Recorder,
-    pub events: EventLog,
+    /// The result folder every reading and row goes into.
+    pub folder: RunFolder,
     /// The harness's own views and phase, published for the sampler's readings.
     pub live: Arc<LiveViews>,
     sampler: Option<Box<dyn Sampler>>,
@@ -43,16 +42,14 @@ pub(crate) struct RowKey<'a> {
 
 impl Recording {
     pub fn new(
-        timeline: Recorder,
-        events: EventLog,
+        folder: RunFolder,
         live: Arc<LiveViews>,
         sampler: Box<dyn Sampler>,
         watermark_slack_ns: u64,
         progress: Progress,
     ) -> Recording {
         Recording {
-            timeline,
-            events,
+            folder,
             live,
             sampler: Some(sampler),
             watermark_slack_ns,
@@ -75,10 +72,11 @@ impl Recording {
                 Some(s) => s.drain_some(dev, &mut buf, PUMP_CHUNK),
                 None => false,
             };
+            let record = self.folder.record_mut();
             for r in buf.drain(..) {
-                self.timeline.push(r);
+                record.reading(r);
             }
-            if let Err(e) = self.timeline.release_until(wm) {
+            if let Err(e) = record.release_until(wm) {
                 crate::errln!("warning: writing timeline.csv: {e}");
             }
             if !more {
@@ -101,7 +99,7 @@ impl Recording {
         let mut buf = Vec::new();
         let stats = s.stop(dev, &mut buf);
         for r in buf {
-            self.timeline.push(r);
+            self.folder.record_mut().reading(r);
         }
         stats
     }
@@ -128,7 +126,7 @@ impl Recording {
             device_free_bytes: mem.free_bytes,
             views,
         };
-        self.timeline.push(r);
+        self.folder.record_mut().reading(r);
         Ok(r)
     }
 
@@ -138,11 +136,12 @@ impl Recording {
         t_ns: u64,
         key: &RowKey,
         done: &Done,
-        result: &str,
+        result: EventResult,
         device_free_bytes: Option<u64>,
     ) -> anyhow::Result<()> {
-        self.events
-            .write(&EventRow {
+        self.folder
+            .record_mut()
+            .event(&EventRow {
                 t_ns,
                 phase: key.phase,
                 step: key.step,
@@ -160,33 +159,18 @@ impl Recording {
     }
 
     /// Flushes both CSVs and rewrites `summary.json`, so that what ran so far is on disk.
-    pub fn checkpoint(&mut self, dev: &dyn Device, summary: &Summary, dir: &Path) {
+    pub fn checkpoint(&mut self, dev: &dyn Device) {
         self.pump(dev);
-        if let Err(e) = self.timeline.flush().and_then(|_| self.events.flush()) {
-            crate::errln!("warning: flushing results: {e}");
-        }
-        if let Err(e) = crate::folder::write_summary(dir, summary) {
-            crate::errln!("warning: writing summary.json: {e}");
-        }
+        self.folder.checkpoint();
     }
 
-    /// The peaks, latencies and row counts recorded so far, into `summary`.
-    pub fn fill_summary(&self, summary: &mut Summary) {
-        summary.peaks.run = self.timeline.run.to_map();
-        summary.peaks.headroom_at_peak_bytes = self
-            .timeline
-            .run
-            .get(crate::record::View::DeviceUsed)
-            .map(|p| summary.device.total_bytes.saturating_sub(p.bytes));
-        for (ps, set) in summary.phases.iter_mut().zip(&self.timeline.phases) {
-            ps.peaks = set.to_map();
-        }
-        summary.latency = std::collections::BTreeMap::from([
+    /// The peaks, latencies and row counts recorded so far, into the summary.
+    pub fn fill_summary(&mut self) {
+        self.folder.fill_peaks();
+        self.folder.set_latency(std::collections::BTreeMap::from([
             ("allocate".to_string(), self.alloc_latency.percentiles()),
             ("free".to_string(), self.free_latency.percentiles()),
             ("mem_get_info".to_string(), self.query_latency.percentiles()),
-        ]);
-        summary.timeline_rows = self.timeline.rows_written;
-        summary.event_rows = self.events.rows_written;
+        ]));
     }
 }

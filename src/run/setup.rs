@@ -8,10 +8,9 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::device::{Device, NvmlMemory, ProcessUsage, process_list_doubt};
-use crate::record::timeline::FORMAT_VERSION;
 use crate::report::summary::{
-    Idle, IdleReading, KernelLoad, Peaks, PhaseStatus, PhaseSummary, PlanMarks, RunStatus,
-    SamplerPerturbation, Summary, WorkloadInfo,
+    Idle, IdleReading, KernelLoad, PhaseStatus, PhaseSummary, PlanMarks, SamplerPerturbation,
+    Summary, WorkloadInfo,
 };
 use crate::run::Baseline;
 use crate::sampler::{LiveViews, StartSampler};
@@ -175,12 +174,7 @@ pub(super) struct SummaryStart<'a> {
 
 pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
     let wl = s.wl;
-    Summary {
-        format_version: FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: RunStatus::Running,
-        status_detail: None,
-        exit_code: None,
+    Summary::begin(crate::report::summary::SummaryStart {
         workload: WorkloadInfo {
             name: wl.name.clone(),
             file: wl.file.display().to_string(),
@@ -193,9 +187,7 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
         },
         device: s.device,
         started_utc: utc_timestamp(s.started),
-        finished_utc: None,
         start_ns: s.start_ns,
-        end_ns: None,
         idle: Some(before.idle.clone()),
         idle_basis: None,
         phases: wl
@@ -211,25 +203,7 @@ pub(super) fn initial_summary(s: SummaryStart, before: &mut Before) -> Summary {
                 peaks: BTreeMap::new(),
             })
             .collect(),
-        peaks: Peaks {
-            run: BTreeMap::new(),
-            headroom_at_peak_bytes: None,
-            polled: BTreeMap::new(),
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
         sampler_perturbation: before.sampler_perturbation.take(),
-        latency: BTreeMap::new(),
-        ooms: Vec::new(),
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: None,
         plan: s.plan,
-        graphs: None,
-        import: None,
-        timeline_rows: 0,
-        event_rows: 0,
-        watch: None,
-    }
+    })
 }

@@ -9,12 +9,10 @@ use std::time::SystemTime;
 use anyhow::Context;
 
 use crate::device::{Device, NvmlMemory};
-use crate::folder::write_summary;
-use crate::folder::{records, reports};
+use crate::folder::{RunFolder, records};
 use crate::record::{NO_PHASE, Reading, Source};
 use crate::report::summary::{PhaseStatus, RunStatus};
 use crate::run::{RunOptions, RunReport, setup};
-use crate::units::utc_timestamp;
 use crate::workload::Workload;
 
 /// Records `wl` as skipped on `device` because of `reason`.
@@ -30,7 +28,7 @@ pub fn record_skipped(
     let info = device.info().clone();
     let mut before = setup::idle_reading(device, before_context, None)?;
     let start_ns = device.now_ns();
-    let mut summary = setup::initial_summary(
+    let summary = setup::initial_summary(
         setup::SummaryStart {
             wl,
             device: info.clone(),
@@ -43,39 +41,39 @@ pub fn record_skipped(
         },
         &mut before,
     );
-    for p in &mut summary.phases {
-        p.status = PhaseStatus::Skipped;
-    }
     let idle = &before.idle.after_context;
     let csv_path = |name: &str| dir.join(name).display().to_string();
     let phase_names = wl.phases.iter().map(|p| p.name.clone()).collect();
-    let mut timeline = records::timeline(&dir, phase_names, info.total_bytes, start_ns)?;
-    timeline.push(Reading {
+    let mut folder = RunFolder::create(&dir, summary, phase_names, start_ns)?;
+    folder.phases_from(0, PhaseStatus::Skipped);
+    let record = folder.record_mut();
+    record.reading(Reading {
         t_ns: idle.t_ns,
         phase: NO_PHASE,
         source: Source::Idle,
         device_free_bytes: idle.device_free_bytes,
         views: crate::record::idle_views(crate::alloc::AllocStats::default().views()),
     });
-    timeline
-        .flush()
+    record
+        .flush_timeline()
         .with_context(|| format!("cannot write {}", csv_path("timeline.csv")))?;
-    records::events(&dir)?
-        .flush()
+    record
+        .flush_events()
         .with_context(|| format!("cannot write {}", csv_path("events.csv")))?;
     // Like every run's folder: the allocation log, with its header and no call.
     records::empty_alloc_log(&dir)?;
-    summary.status = RunStatus::Skipped;
-    summary.status_detail = Some(reason);
-    summary.end_ns = Some(start_ns);
-    summary.timeline_rows = timeline.rows_written;
-    summary.finished_utc = Some(utc_timestamp(SystemTime::now()));
-    summary.exit_code = Some(0);
-    write_summary(&dir, &summary)
+    folder.set_status(RunStatus::Skipped, Some(reason));
+    folder.set_end_ns(start_ns);
+    folder.fill_rows();
+    folder.stamp_finished();
+    folder.set_exit_code(0);
+    folder
+        .write_summary()
         .with_context(|| format!("cannot write {}", csv_path("summary.json")))?;
-    if let Err(e) = reports::write(&dir, &summary) {
+    if let Err(e) = folder.write_reports(false) {
         crate::errln!("warning: writing the run's reports: {e:#}");
     }
+    let summary = folder.into_summary();
     Ok(RunReport {
         dir,
         summary,

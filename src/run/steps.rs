@@ -3,13 +3,13 @@
 //! recorded with the evidence of that instant. Between steps it listens for Ctrl-C and for
 //! device errors the sampler saw; after each phase it puts everything on disk.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use anyhow::bail;
 
 use crate::record::NO_PHASE;
-use crate::report::summary::{MismatchRecord, PhaseStatus, Summary};
+use crate::record::timeline::EventResult;
+use crate::report::summary::{MismatchRecord, PhaseStatus};
 use crate::run::actions::{self, Done, Failure, Target};
 use crate::run::recording::RowKey;
 use crate::run::{Runner, Stop, watchdog};
@@ -35,36 +35,34 @@ enum Refusal {
 impl Runner<'_, '_> {
     /// Runs every phase, expanding its actions as it goes (only the one running is held);
     /// returns what stopped it early, if anything.
-    pub(super) fn run_phases(&mut self, summary: &mut Summary, dir: &Path) -> Option<Stop> {
+    pub(super) fn run_phases(&mut self) -> Option<Stop> {
         let wl = self.wl;
         let mut expander = wl.expander();
         for (pi, phase) in wl.phases.iter().enumerate() {
             self.phase = pi as u32;
             self.rec.live.set_phase(self.phase);
-            summary.phases[pi].status = PhaseStatus::Running;
-            summary.phases[pi].start_ns = Some(self.dev.now_ns());
+            let t_ns = self.dev.now_ns();
+            self.rec.folder.phase_started(pi, t_ns);
             let mut stop = None;
             let expanded = expander.phase(&mut |planned| {
-                stop = self.run_action(summary, pi, &phase.name, &planned);
+                stop = self.run_action(pi, &phase.name, &planned);
                 stop.is_none()
             });
             if let Err(e) = expanded {
                 // Checked before the run: a file that expanded once expands again.
                 stop = Some(Stop::Failed(format!("phase {:?}: {e}", phase.name)));
             }
-            let ps = &mut summary.phases[pi];
-            ps.end_ns = Some(self.dev.now_ns());
-            ps.status = match &stop {
+            let status = match &stop {
                 None => PhaseStatus::Completed,
                 Some(Stop::Oom) => PhaseStatus::Oom,
                 Some(_) => PhaseStatus::Stopped,
             };
-            self.fill_summary(summary);
-            self.rec.checkpoint(&*self.dev, summary, dir);
+            let t_ns = self.dev.now_ns();
+            self.rec.folder.phase_ended(pi, t_ns, status);
+            self.fill_summary();
+            self.rec.checkpoint(&*self.dev);
             if stop.is_some() {
-                for later in &mut summary.phases[pi + 1..] {
-                    later.status = PhaseStatus::Skipped;
-                }
+                self.rec.folder.phases_from(pi + 1, PhaseStatus::Skipped);
                 return stop;
             }
         }
@@ -72,15 +70,9 @@ impl Runner<'_, '_> {
     }
 
     /// Runs one action of phase `pi` and counts it; returns what ends the run, if anything.
-    fn run_action(
-        &mut self,
-        summary: &mut Summary,
-        pi: usize,
-        phase: &str,
-        planned: &Planned,
-    ) -> Option<Stop> {
-        let done = summary.phases.iter().map(|p| p.actions_run).sum();
-        let phases = summary.phases.len();
+    fn run_action(&mut self, pi: usize, phase: &str, planned: &Planned) -> Option<Stop> {
+        let done = self.rec.folder.actions_run();
+        let phases = self.wl.phases.len();
         self.rec
             .progress
             .step(pi, phases, phase, &planned.label, done);
@@ -95,16 +87,16 @@ impl Runner<'_, '_> {
         self.limits.watchdog.disarm();
         match outcome {
             Ok(None) => {
-                summary.phases[pi].actions_run += 1;
+                self.rec.folder.action_ran(pi);
                 None
             }
             Ok(Some(Stop::Oom)) if planned.continue_on_oom => {
-                summary.phases[pi].actions_run += 1;
+                self.rec.folder.action_ran(pi);
                 None
             }
             Ok(Some(s)) => {
                 if s == Stop::Oom {
-                    summary.phases[pi].actions_run += 1;
+                    self.rec.folder.action_ran(pi);
                 }
                 Some(s)
             }
@@ -167,7 +159,7 @@ impl Runner<'_, '_> {
                 ..Done::default()
             };
             self.rec
-                .row(self.dev.now_ns(), &key, &done, "skipped", None)?;
+                .row(self.dev.now_ns(), &key, &done, EventResult::Skipped, None)?;
             return Ok(None);
         }
         // Readings due before this action see the state before it.
@@ -182,7 +174,7 @@ impl Runner<'_, '_> {
                         ..Done::timed(slept_ns)
                     };
                     self.rec
-                        .row(self.dev.now_ns(), &key, &done, "stopped", None)?;
+                        .row(self.dev.now_ns(), &key, &done, EventResult::Stopped, None)?;
                     return Ok(Some(Stop::Interrupted));
                 }
                 Ok(Done::timed(*duration_ns))
@@ -231,7 +223,7 @@ impl Runner<'_, '_> {
                             ..done
                         };
                         self.rec
-                            .row(self.dev.now_ns(), key, &failed, "error", None)?;
+                            .row(self.dev.now_ns(), key, &failed, EventResult::Error, None)?;
                         bail!("{}: {}", step_what(key), failed.detail)
                     }
                 };
@@ -249,7 +241,7 @@ impl Runner<'_, '_> {
                     self.dev.now_ns(),
                     key,
                     &done,
-                    "ok",
+                    EventResult::Ok,
                     Some(r.device_free_bytes),
                 )?;
                 Ok(None)
@@ -278,7 +270,7 @@ impl Runner<'_, '_> {
                             self.dev.now_ns(),
                             key,
                             &done,
-                            "full",
+                            EventResult::Full,
                             Some(r.device_free_bytes),
                         )?;
                         Ok(None)
@@ -297,7 +289,7 @@ impl Runner<'_, '_> {
                             self.dev.now_ns(),
                             key,
                             &done,
-                            "oom",
+                            EventResult::Oom,
                             Some(r.device_free_bytes),
                         )?;
                         self.ooms.push(rec);
@@ -307,10 +299,11 @@ impl Runner<'_, '_> {
             }
             Err(Failure::Floor(msg)) => {
                 let (result, detail) = match refusal {
-                    Refusal::EndsFill { count } => {
-                        ("full", format!("full after {count} allocations: {msg}"))
-                    }
-                    Refusal::Oom => ("stopped", msg.clone()),
+                    Refusal::EndsFill { count } => (
+                        EventResult::Full,
+                        format!("full after {count} allocations: {msg}"),
+                    ),
+                    Refusal::Oom => (EventResult::Stopped, msg.clone()),
                 };
                 let done = Done {
                     detail,
@@ -331,7 +324,7 @@ impl Runner<'_, '_> {
                     ..Done::default()
                 };
                 self.rec
-                    .row(self.dev.now_ns(), key, &done, "stopped", None)?;
+                    .row(self.dev.now_ns(), key, &done, EventResult::Stopped, None)?;
                 Ok(Some(Stop::Interrupted))
             }
             Err(Failure::Error(msg)) => {
@@ -339,7 +332,8 @@ impl Runner<'_, '_> {
                     detail: msg.clone(),
                     ..Done::default()
                 };
-                self.rec.row(self.dev.now_ns(), key, &done, "error", None)?;
+                self.rec
+                    .row(self.dev.now_ns(), key, &done, EventResult::Error, None)?;
                 bail!("{}: {msg}", step_what(key))
             }
         }
@@ -479,7 +473,10 @@ impl Runner<'_, '_> {
             name: p.action.name().unwrap_or(""),
             stream: p.action.stream().unwrap_or("main"),
         };
-        if let Err(e) = self.rec.row(self.dev.now_ns(), &key, &done, "error", None) {
+        if let Err(e) = self
+            .rec
+            .row(self.dev.now_ns(), &key, &done, EventResult::Error, None)
+        {
             crate::errln!("warning: writing events.csv: {e:#}");
         }
         Stop::Failed(format!(

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use crate::record::timeline::EventResult;
 use crate::report::watch::{EndedBy, JobExit, ReceivedSignal};
 use crate::sampler::{LiveViews, Sampler, SamplerStats, StartSampler};
 use crate::watch::marks::MarkFifo;
@@ -273,7 +274,7 @@ fn record_signal(
             forwarded,
         });
     }
-    s.job_event(t, "signal", name, "ok", detail);
+    s.job_event(t, "signal", name, EventResult::Ok, detail);
 }
 
 fn record_duration_signal(s: &mut Session, t: u64, name: &str, sent: bool, pid: u32) {
@@ -286,5 +287,5 @@ fn record_duration_signal(s: &mut Session, t: u64, name: &str, sent: bool, pid: 
         });
     }
     let detail = format!("--duration ran out: sent to pid {pid}");
-    s.job_event(t, "signal", name, "ok", &detail);
+    s.job_event(t, "signal", name, EventResult::Ok, &detail);
 }

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::record::timeline::POLLERS;
+use crate::folder::RunFolder;
+use crate::record::timeline::EventResult;
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
-use crate::report::summary::{ExpectationResult, PolledPeaks, Release, RunStatus, Summary};
+use crate::report::summary::{ExpectationResult, Release, RunStatus};
 use crate::report::watch::{EndedBy, WatchSection};
-use crate::units::{Bytes, MIB, Nanos, utc_timestamp};
+use crate::units::{Bytes, MIB, Nanos};
 use crate::watch::drive::End;
 use crate::watch::session::Session;
 use crate::watch::{Inputs, WatchReport, signals};
@@ -31,7 +32,7 @@ pub fn finish(
 ) -> anyhow::Result<WatchReport> {
     s.settle_ooms(true);
     s.end_phases(end.t_ns);
-    s.summary.end_ns = Some(end.t_ns);
+    s.folder.set_end_ns(end.t_ns);
     let exit_detail = match end.exit {
         Some(e) => match e.signal {
             Some(sig) => format!("killed by {} (status {})", signals::name(sig), e.status),
@@ -46,13 +47,20 @@ pub fn finish(
         end.t_ns,
         "exit",
         &pid,
-        if ok { "ok" } else { "error" },
+        if ok {
+            EventResult::Ok
+        } else {
+            EventResult::Error
+        },
         &exit_detail,
     );
     // An attached process still running has nothing to give back yet.
     let still_running = s.watch.job.attached && end.ended_by != EndedBy::Exit;
     release(&mut s, inputs, release_ref.filter(|_| !still_running));
-    s.recorder.flush().context("flushing timeline.csv")?;
+    s.folder
+        .record_mut()
+        .flush_timeline()
+        .context("flushing timeline.csv")?;
     peaks(&mut s, end.t_ns);
     sampling(&mut s, inputs, &end);
     s.watch.job.exit = end.exit;
@@ -60,23 +68,27 @@ pub fn finish(
     s.watch.job_processes = s.job_processes();
     s.watch.ooms_beyond_limit = s.ooms_beyond_limit;
     s.watch.processes_doubt = doubt(&s);
-    let exit_code = outcome(&mut s.summary, &s.watch);
-    s.summary.exit_code = Some(exit_code);
-    s.summary.finished_utc = Some(utc_timestamp(std::time::SystemTime::now()));
-    s.events.flush().context("flushing events.csv")?;
-    s.summary.timeline_rows = s.recorder.rows_written;
-    s.summary.event_rows = s.events.rows_written;
-    crate::folder::write_watch_summary(&s.dir, &s.summary, &s.watch)
-        .with_context(|| format!("cannot write {}", s.dir.join("summary.json").display()))?;
+    let exit_code = outcome(&mut s.folder, &s.watch);
+    s.folder.set_exit_code(exit_code);
+    s.folder.stamp_finished();
+    s.folder
+        .record_mut()
+        .flush_events()
+        .context("flushing events.csv")?;
+    s.folder.fill_rows();
+    s.folder.set_watch(s.watch.clone());
+    let dir = s.folder.dir().to_path_buf();
+    s.folder
+        .write_summary()
+        .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     // The record is on disk; a report that cannot be written is a warning (`headroom report
     // DIR` writes it again), not another outcome of the job.
-    let reports = crate::folder::reports::write_watch(&s.dir, &s.summary, &s.watch);
-    if let Err(e) = reports {
+    if let Err(e) = s.folder.write_reports(false) {
         crate::errln!("warning: writing the watch's reports: {e:#}");
     }
     Ok(WatchReport {
-        dir: s.dir,
-        summary: s.summary,
+        dir,
+        summary: s.folder.into_summary(),
         watch: s.watch,
         exit_code,
     })
@@ -122,7 +134,10 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
             "attached to a running process: the reference is device free at attach plus the {} the job held then",
             // A watch always takes its first reading.
             Bytes(reference.saturating_sub(
-                s.summary.idle_after().map_or(reference, |i| i.device_free_bytes)
+                s.folder
+                    .summary()
+                    .idle_after()
+                    .map_or(reference, |i| i.device_free_bytes)
             ))
         ));
     }
@@ -132,14 +147,15 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
             Nanos(SETTLE.as_nanos() as u64)
         ));
     }
-    if s.summary
-        .idle
+    if s.folder
+        .summary()
+        .idle()
         .as_ref()
         .is_some_and(|i| i.context_overhead_bytes.is_some())
     {
         notes.push("headroom's own context (--cuda-info) is in both readings".into());
     }
-    s.summary.release = Some(Release {
+    s.folder.set_release(Release {
         idle_device_free_bytes: reference,
         final_device_free_bytes: free,
         difference_bytes: diff,
@@ -152,7 +168,11 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
         s.now_ns(),
         "release",
         "",
-        if within { "ok" } else { "error" },
+        if within {
+            EventResult::Ok
+        } else {
+            EventResult::Error
+        },
         &detail,
     );
 }
@@ -160,50 +180,19 @@ fn release(s: &mut Session, inputs: &mut Inputs<'_>, reference: Option<u64>) {
 /// True peaks of the whole watch and per phase, and the polled replays (`job_used_bytes`
 /// from its own readings only).
 fn peaks(s: &mut Session, end_ns: u64) {
-    let sum = &mut s.summary;
-    sum.peaks.run = s.recorder.run.to_map();
-    sum.peaks.headroom_at_peak_bytes = s
-        .recorder
-        .run
-        .get(View::DeviceUsed)
-        .map(|p| sum.device.total_bytes.saturating_sub(p.bytes));
-    for (ps, set) in sum.phases.iter_mut().zip(&s.recorder.phases) {
-        ps.peaks = set.to_map();
-    }
-    for ((poller, job_poller), (name, period)) in s
-        .recorder
-        .pollers
-        .iter_mut()
-        .zip(s.job_pollers.iter_mut())
-        .zip(POLLERS)
-    {
-        let (seen, ticks) = poller.finish(end_ns);
-        let mut peaks = crate::folder::records::peak_bytes(seen);
-        peaks.remove(View::JobUsed.key());
-        let (job_seen, _) = job_poller.finish(end_ns);
-        if let Some(p) = job_seen.get(View::JobUsed) {
-            peaks.insert(View::JobUsed.key().to_string(), p.bytes);
-        }
-        sum.peaks.polled.insert(
-            name.to_string(),
-            PolledPeaks {
-                period_ns: *period,
-                ticks,
-                peaks,
-            },
-        );
-    }
+    s.folder.fill_peaks();
+    s.folder.close_pollers_with_job(&mut s.job_pollers, end_ns);
 }
 
 /// How each view was read: rates achieved, and what the process list's resolution means.
 fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
-    s.summary.sampler = end.device_stats.clone();
+    s.folder.set_sampler(end.device_stats.clone());
     let device_call = match inputs.device_view {
         "cuda" => "mem_get_info",
         "nvml" => "nvml_memory_info",
         _ => "sim_script_device",
     };
-    s.summary.latency = BTreeMap::from([
+    s.folder.set_latency(BTreeMap::from([
         (device_call.to_string(), end.device_stats.query_latency),
         (
             if inputs.modeled() {
@@ -214,12 +203,15 @@ fn sampling(s: &mut Session, inputs: &Inputs<'_>, end: &End) {
             .to_string(),
             end.process_stats.query_latency,
         ),
-    ]);
+    ]));
     let pl = &mut s.watch.sampling.process_list;
     pl.stats = end.process_stats.clone();
     pl.changes = s.job_changes;
     pl.shortest_change_interval_ns = s.shortest_change_ns;
-    let watched_ns = end.t_ns.saturating_sub(s.summary.start_ns).max(1);
+    let watched_ns = end
+        .t_ns
+        .saturating_sub(s.folder.summary().start_ns())
+        .max(1);
     let lock_share = end.process_stats.query_latency.mean_ns
         * end.process_stats.query_latency.count as f64
         / watched_ns as f64;
@@ -247,19 +239,22 @@ fn doubt(s: &Session) -> Option<String> {
         ));
     }
     let job_peak = s
-        .summary
-        .peaks
+        .folder
+        .summary()
+        .peaks()
         .run
         .get(View::JobUsed.key())
         .map_or(0, |p| p.bytes);
     let used_peak = s
-        .summary
-        .peaks
+        .folder
+        .summary()
+        .peaks()
         .run
         .get(View::DeviceUsed.key())
         .map_or(0, |p| p.bytes);
     let rise = s
-        .summary
+        .folder
+        .summary()
         .idle_after()
         .map_or(0, |i| used_peak.saturating_sub(i.device_used_bytes));
     (job_peak == 0 && rise > UNSEEN_RISE_BYTES).then(|| {
@@ -271,7 +266,7 @@ fn doubt(s: &Session) -> Option<String> {
 }
 
 /// Status, detail, expectations and headroom's exit code.
-fn outcome(sum: &mut Summary, w: &WatchSection) -> i32 {
+fn outcome(folder: &mut RunFolder, w: &WatchSection) -> i32 {
     let ooms = w.ooms.len() as u64 + w.ooms_beyond_limit;
     let pid = w.job.pid;
     let exit_text = w.job.exit.map(|e| match e.signal {
@@ -293,7 +288,7 @@ fn outcome(sum: &mut Summary, w: &WatchSection) -> i32 {
         ),
     };
     let status_code = w.job.exit.map(|e| e.status);
-    sum.status = if ooms > 0 {
+    let status = if ooms > 0 {
         RunStatus::Oom
     } else if w.job.ended_by == EndedBy::Signal {
         RunStatus::Interrupted
@@ -302,13 +297,16 @@ fn outcome(sum: &mut Summary, w: &WatchSection) -> i32 {
     } else {
         RunStatus::Completed
     };
-    sum.status_detail = Some(if ooms > 0 {
-        format!("{ooms} out-of-memory message(s) in the job's stderr; {ended}")
-    } else {
-        ended
-    });
+    folder.set_status(
+        status,
+        Some(if ooms > 0 {
+            format!("{ooms} out-of-memory message(s) in the job's stderr; {ended}")
+        } else {
+            ended
+        }),
+    );
     if !w.job.attached {
-        sum.expectations = vec![
+        folder.set_expectations(vec![
             ExpectationResult {
                 name: "the job exits with status 0".into(),
                 expected: "0".into(),
@@ -329,7 +327,7 @@ fn outcome(sum: &mut Summary, w: &WatchSection) -> i32 {
                 },
                 held: ooms == 0,
             },
-        ];
+        ]);
     }
     if w.job.attached {
         0

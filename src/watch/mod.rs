@@ -32,8 +32,8 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, bail};
 
-use crate::cli::DeviceArgs;
 use crate::device::reading::Reader;
+use crate::device_args::DeviceArgs;
 use crate::record::{NO_PHASE, Reading, Source, ViewSet};
 use crate::report::summary::Summary;
 use crate::report::watch::{JobExit, WatchSection};
@@ -258,10 +258,9 @@ fn run(
         Job::Child { .. } => Some(0),
     };
 
-    let mut recorder = crate::folder::records::timeline(&dir, Vec::new(), total_bytes, start_ns)?;
-    let mut events = crate::folder::records::events(&dir)?;
-    events.set_flush_each_row(true);
-    recorder.push(Reading {
+    let mut record = crate::folder::Record::create(&dir, Vec::new(), total_bytes, start_ns)?;
+    record.set_flush_each_row(true);
+    record.reading(Reading {
         t_ns: idle_t,
         phase: NO_PHASE,
         source: Source::Idle,
@@ -295,16 +294,16 @@ fn run(
         &lp,
         fifo.as_ref().map(|f| f.path().display().to_string()),
     );
-    crate::folder::write_watch_summary(&dir, &summary, &watch)
+    let mut folder = record.with_summary(summary);
+    folder.set_watch(watch.clone());
+    folder
+        .write_summary()
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
     let idle_pids: HashSet<u32> = idle_processes.iter().flatten().map(|p| p.pid).collect();
     let mut session = session::Session::new(session::Start {
         origin,
         origin_wall,
-        dir,
-        recorder,
-        events,
-        summary,
+        folder,
         watch,
         idle_pids,
         start_ns,
@@ -323,8 +322,14 @@ fn run(
         Job::Child { .. } => format!("started as pid {pid}"),
         Job::Attached { .. } => format!("attached to pid {pid}"),
     };
-    let name = session.summary.workload.file.clone();
-    session.job_event(start_ns, "start", &name, "ok", &detail);
+    let name = session.folder.summary().workload().file.clone();
+    session.job_event(
+        start_ns,
+        "start",
+        &name,
+        crate::record::timeline::EventResult::Ok,
+        &detail,
+    );
     let plan = drive::Plan {
         interval_ns: opts.interval_ns,
         process_interval_ns: lp.error.is_none().then_some(lp.interval_ns),

@@ -2,14 +2,14 @@
 //! into `timeline.csv`, `events.csv`, the phases and the watch section, as it arrives.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
-use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use crate::explain::Explanation;
+use crate::folder::RunFolder;
 use crate::record::peaks::Poller;
-use crate::record::timeline::{EventLog, EventRow, POLLERS, Recorder};
+use crate::record::timeline::{EventResult, EventRow, POLLERS};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
-use crate::report::summary::{PhaseStatus, PhaseSummary, Summary};
+use crate::report::summary::PhaseStatus;
 use crate::report::watch::{JobProcess, MAX_JOB_PROCESSES, ViewsAt, WatchSection};
 use crate::units::utc_timestamp;
 use crate::watch::Msg;
@@ -30,10 +30,8 @@ pub struct Session {
     pub origin: Instant,
     /// Wall-clock time at `origin`, for UTC stamps.
     pub origin_wall: SystemTime,
-    pub dir: PathBuf,
-    pub recorder: Recorder,
-    pub events: EventLog,
-    pub summary: Summary,
+    /// The result folder every reading, row and phase goes into.
+    pub folder: RunFolder,
     pub watch: WatchSection,
     /// `(t_ns, device free)` of recent readings, oldest first.
     recent: VecDeque<(u64, u64)>,
@@ -64,10 +62,7 @@ pub struct Session {
 pub struct Start {
     pub origin: Instant,
     pub origin_wall: SystemTime,
-    pub dir: PathBuf,
-    pub recorder: Recorder,
-    pub events: EventLog,
-    pub summary: Summary,
+    pub folder: RunFolder,
     pub watch: WatchSection,
     /// PIDs on the device at the idle reading.
     pub idle_pids: HashSet<u32>,
@@ -103,10 +98,7 @@ impl Session {
         Session {
             origin: s.origin,
             origin_wall: s.origin_wall,
-            dir: s.dir,
-            recorder: s.recorder,
-            events: s.events,
-            summary: s.summary,
+            folder: s.folder,
             watch: s.watch,
             recent: VecDeque::new(),
             recent_jobs: VecDeque::new(),
@@ -157,7 +149,7 @@ impl Session {
         {
             self.recent.pop_front();
         }
-        self.recorder.push(r);
+        self.folder.record_mut().reading(r);
     }
 
     fn on_job(&mut self, j: JobReading) {
@@ -220,10 +212,10 @@ impl Session {
         v
     }
 
-    fn event(&mut self, t_ns: u64, op: &str, name: &str, result: &str, detail: &str) {
+    fn event(&mut self, t_ns: u64, op: &str, name: &str, result: EventResult, detail: &str) {
         let phase = self
             .current_phase
-            .map(|i| self.summary.phases[i].name.clone())
+            .map(|i| self.folder.summary().phases()[i].name.clone())
             .unwrap_or_default();
         let free = self.recent.back().map(|r| r.1);
         let row = EventRow {
@@ -240,23 +232,30 @@ impl Session {
             device_free_bytes: free,
             detail,
         };
-        if let Err(e) = self.events.write(&row) {
+        if let Err(e) = self.folder.record_mut().event(&row) {
             crate::errln!("warning: writing events.csv: {e}");
         }
     }
 
     /// Writes an event row of the job (`start`, `signal`, `exit`, `release`).
-    pub fn job_event(&mut self, t_ns: u64, op: &str, name: &str, result: &str, detail: &str) {
+    pub fn job_event(
+        &mut self,
+        t_ns: u64,
+        op: &str,
+        name: &str,
+        result: EventResult,
+        detail: &str,
+    ) {
         self.event(t_ns, op, name, result, detail);
     }
 
     fn close_phase(&mut self, t_ns: u64) {
         if let Some(i) = self.current_phase.take() {
-            let p = &mut self.summary.phases[i];
-            p.end_ns = Some(t_ns);
-            if p.status == PhaseStatus::Running {
-                p.status = PhaseStatus::Completed;
-            }
+            let status = match self.folder.summary().phases()[i].status {
+                PhaseStatus::Running => PhaseStatus::Completed,
+                s => s,
+            };
+            self.folder.phase_ended(i, t_ns, status);
         }
     }
 
@@ -268,7 +267,7 @@ impl Session {
                 m.t_ns,
                 "mark",
                 &m.line,
-                "ok",
+                EventResult::Ok,
                 "past the phase limit: not a new phase",
             );
             return;
@@ -276,26 +275,23 @@ impl Session {
         self.close_phase(m.t_ns);
         match &m.phase {
             Some((i, name)) => {
-                let index = self.recorder.add_phase(name);
+                let index = self.folder.phase_begun(name, m.t_ns);
                 debug_assert_eq!(index, *i);
-                self.summary.phases.push(PhaseSummary {
-                    name: name.clone(),
-                    status: PhaseStatus::Running,
-                    start_ns: Some(m.t_ns),
-                    end_ns: None,
-                    actions_run: 0,
-                    actions_planned: 0,
-                    peaks: BTreeMap::new(),
-                });
                 self.current_phase = Some(index as usize);
                 let detail = if *name == m.line.trim() {
                     String::new()
                 } else {
                     format!("written as {:?}", m.line)
                 };
-                self.event(m.t_ns, "mark", name, "ok", &detail);
+                self.event(m.t_ns, "mark", name, EventResult::Ok, &detail);
             }
-            None => self.event(m.t_ns, "mark", "", "ok", "an empty line: the phase ends"),
+            None => self.event(
+                m.t_ns,
+                "mark",
+                "",
+                EventResult::Ok,
+                "an empty line: the phase ends",
+            ),
         }
     }
 
@@ -328,28 +324,25 @@ impl Session {
             return;
         }
         let t_ns = o.t_ns;
-        let phase_index = self
-            .summary
-            .phases
+        let phases = &self.folder.summary().phases();
+        let phase_index = phases
             .iter()
             .rposition(|p| p.start_ns.is_some_and(|s| s <= t_ns));
         let phase = phase_index
-            .filter(|&i| self.summary.phases[i].end_ns.is_none_or(|e| e >= t_ns))
-            .map(|i| self.summary.phases[i].name.clone());
+            .filter(|&i| phases[i].end_ns.is_none_or(|e| e >= t_ns))
+            .map(|i| phases[i].name.clone());
         let cx = crate::watch::evidence::Context {
             utc: self.utc_at(t_ns),
             phase: phase.clone(),
             at: self.views_at(t_ns),
-            device_total_bytes: self.summary.device.total_bytes,
+            device_total_bytes: self.folder.summary().device().total_bytes,
             earlier: &self.explanations,
         };
         let (record, explanation) = crate::watch::evidence::record(o, cx);
         let detail = format!("stderr line {}: {}", record.stderr_line, record.summary);
-        self.event(t_ns, "oom", &record.format, "oom", &detail);
-        if let Some(name) = &phase
-            && let Some(p) = self.summary.phases.iter_mut().find(|p| &p.name == name)
-        {
-            p.status = PhaseStatus::Oom;
+        self.event(t_ns, "oom", &record.format, EventResult::Oom, &detail);
+        if let Some(name) = &phase {
+            self.folder.phase_oom(name);
         }
         self.explanations.push(explanation);
         self.watch.ooms.push(record);
@@ -372,7 +365,7 @@ impl Session {
     pub fn pump(&mut self) {
         self.settle_ooms(false);
         let wm = self.now_ns().saturating_sub(self.slack_ns);
-        if let Err(e) = self.recorder.release_until(wm) {
+        if let Err(e) = self.folder.record_mut().release_until(wm) {
             crate::errln!("warning: writing timeline.csv: {e}");
         }
     }

@@ -26,7 +26,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let from_terminal = !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL;
     COUNTS[i][usize::from(from_terminal)].fetch_add(1, Ordering::SeqCst);
-    crate::run::watchdog::note_signal();
+    crate::signals::note_signal();
 }
 
 /// Installs the handler for every signal in `HANDLED` (replacing the default Ctrl-C handler:

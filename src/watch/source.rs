@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::cli::DeviceArgs;
 use crate::device::driver_detail::with_driver_detail;
 use crate::device::nvml::{NvmlDevice, NvmlReader};
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::reading::{RawReading, Reader};
 use crate::device::select::{self, Backend};
 use crate::device::{BackendKind, DeviceInfo, ProcessUsage};
+use crate::device_args::DeviceArgs;
 use crate::report::watch::ContextCost;
 use crate::watch::script::{SimJob, UsageScript};
 

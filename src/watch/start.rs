@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use crate::device::NvmlMemory;
 use crate::device::ProcessUsage;
-use crate::report::summary::{Idle, IdleReading, Peaks, RunStatus, Summary, WorkloadInfo};
+use crate::report::summary::{Idle, IdleReading, Summary, SummaryStart, WorkloadInfo};
 use crate::report::watch::{
     EndedBy, JobInfo, MARK_ENV, Marks, ProcessListSampling, Sampling, WatchSection,
 };
@@ -162,12 +162,7 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
         idle_processes,
         idle_processes_unavailable,
     } = r;
-    Summary {
-        format_version: crate::record::timeline::FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: RunStatus::Running,
-        status_detail: None,
-        exit_code: None,
+    Summary::begin(SummaryStart {
         workload: WorkloadInfo {
             name: job_name(&opts.target),
             file: command.map_or(
@@ -189,9 +184,7 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
         },
         device: info,
         started_utc: utc_timestamp(origin_wall),
-        finished_utc: None,
         start_ns,
-        end_ns: None,
         idle_basis: None,
         idle: Some(Idle {
             before_context: inputs.cuda.as_ref().map(|c| c.before).or(idle_nvml),
@@ -212,27 +205,9 @@ pub(super) fn initial_summary(r: Record<'_>) -> Summary {
             processes_unavailable: idle_processes_unavailable,
         }),
         phases: Vec::new(),
-        peaks: Peaks {
-            run: Default::default(),
-            headroom_at_peak_bytes: None,
-            polled: Default::default(),
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
         sampler_perturbation: None,
-        latency: Default::default(),
-        ooms: Vec::new(),
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: None,
         plan: None,
-        graphs: None,
-        timeline_rows: 0,
-        event_rows: 0,
-        import: None,
-        watch: None,
-    }
+    })
 }
 
 /// The watch record as it stands when the job starts.

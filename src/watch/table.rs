@@ -18,13 +18,13 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
         o,
         "headroom · watch of {} on {} · {}{}",
         job_label(w),
-        s.device.name,
+        s.device().name,
         status_name(s),
-        s.exit_code
+        s.exit_code()
             .map(|c| format!(" (exit {c})"))
             .unwrap_or_default()
     );
-    if let Some(d) = &s.status_detail {
+    if let Some(d) = &s.status_detail() {
         let _ = writeln!(o, "{d}");
     }
     let idle = s.idle_after();
@@ -44,7 +44,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
         "view", "idle", "true peak", "1 Hz poll", "10 Hz poll"
     );
     for v in [View::DeviceUsed, View::JobUsed] {
-        let Some(p) = s.peaks.run.get(v.key()) else {
+        let Some(p) = s.peaks().run.get(v.key()) else {
             continue;
         };
         let idle_v = match v {
@@ -67,7 +67,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
         "\nread: device every {} ({}, {:.0}/s achieved); process list every {} ({:.0}/s, {} per call)",
         Nanos(w.sampling.device_interval_ns),
         w.sampling.device_view,
-        s.sampler.achieved_rate_hz,
+        s.sampler().achieved_rate_hz,
         Nanos(pl.interval_ns),
         pl.stats.achieved_rate_hz,
         Nanos(pl.call_latency.p50_ns)
@@ -86,7 +86,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
             Nanos(pl.interval_ns)
         );
     }
-    for p in &s.phases {
+    for p in s.phases() {
         let peak = |v: View| b(p.peaks.get(v.key()).map(|x| x.bytes));
         let _ = writeln!(
             o,
@@ -110,7 +110,7 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
     if let Some(d) = &w.processes_doubt {
         let _ = writeln!(o, "note: {d}");
     }
-    if let Some(r) = &s.release {
+    if let Some(r) = &s.release() {
         let _ = writeln!(
             o,
             "release: device free {} ({} against the reference)",

@@ -183,7 +183,7 @@ fn run(text: &str, signal_after_us: Option<u64>) -> Result<(), String> {
         let _ = s.join();
     }
     let report = report?;
-    let status = serde_json::to_value(report.summary.status).unwrap();
+    let status = serde_json::to_value(report.summary.status()).unwrap();
     let signalled = interrupted.load(Ordering::SeqCst);
     // Completed: the signal came after the run, or none came.
     let expected = match (status.as_str(), report.exit_code) {
@@ -194,18 +194,19 @@ fn run(text: &str, signal_after_us: Option<u64>) -> Result<(), String> {
     if !expected {
         return Err(format!(
             "ended {status} with exit {} (signalled: {signalled}): {:?}",
-            report.exit_code, report.summary.status_detail
+            report.exit_code,
+            report.summary.status_detail()
         ));
     }
     if report
         .summary
-        .release
+        .release()
         .as_ref()
         .is_some_and(|r| !r.within_one_page)
     {
         return Err(format!(
             "the release check failed: {:?}",
-            report.summary.release
+            report.summary.release()
         ));
     }
     Ok(())

@@ -137,7 +137,7 @@ fn labels_cover_neither_labels_nor_marks() {
             _ => None,
         })
         .collect();
-    for p in &run.summary.phases {
+    for p in run.summary.phases() {
         assert!(
             texts.iter().any(|t| *t == p.name
                 || (t.ends_with('…') && p.name.starts_with(t.trim_end_matches('…')))),
@@ -154,7 +154,7 @@ fn a_poll_equal_to_idle_is_one_line_and_coinciding_lines_stay_visible() {
     let (scene, run) = plot_of(tmp.path(), &frag, "tiny-4g");
     let idle = run.summary.idle_after().unwrap().device_used_bytes;
     assert_eq!(
-        run.summary.peaks.polled["1hz"].peaks["device_used_bytes"],
+        run.summary.peaks().polled["1hz"].peaks["device_used_bytes"],
         idle
     );
     assert!(
@@ -286,7 +286,7 @@ fn the_fragmentation_plot_shows_the_largest_free_block_and_tooltips_give_each_re
     ] {
         assert!(group(&scene, id).is_some(), "no {id}");
     }
-    let oom = &run.summary.ooms[0];
+    let oom = &run.summary.ooms()[0];
     let largest = run
         .timeline
         .points(headroom::record::View::AllocLargestFree)

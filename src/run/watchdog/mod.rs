@@ -17,7 +17,7 @@
 
 mod record;
 
-pub use record::run_record;
+pub use record::{early_record, run_record};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,10 +84,10 @@ impl Fired {
         }
     }
 
-    pub fn result(&self) -> &'static str {
+    pub fn result(&self) -> crate::record::timeline::EventResult {
         match self.cause {
-            Cause::Wedged => "wedged",
-            Cause::Interrupted => "interrupted",
+            Cause::Wedged => crate::record::timeline::EventResult::Wedged,
+            Cause::Interrupted => crate::record::timeline::EventResult::Interrupted,
         }
     }
 }
@@ -146,7 +146,8 @@ pub fn watch_signal(flag: Arc<AtomicBool>) {
     lock().flag = Some(flag);
 }
 
-/// Async-signal-safe: a handler other than the command's flag saw a signal.
+/// Async-signal-safe: a handler other than the command's flag saw a signal (also what
+/// `signals::note_signal`, which `watch`'s handler calls, tells the watchdog).
 pub fn note_signal() {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
@@ -316,7 +317,9 @@ impl Drop for CallGuard {
 }
 
 fn signalled(st: &State) -> bool {
-    SIGNALLED.load(Ordering::SeqCst) || st.flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    SIGNALLED.load(Ordering::SeqCst)
+        || crate::signals::signal_noted()
+        || st.flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
 }
 
 fn watch(shared: &'static Shared) {

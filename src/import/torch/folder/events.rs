@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::record::timeline::{EventLog, EventRow};
+use crate::folder::Record;
+use crate::record::timeline::{EventResult, EventRow};
 
 use super::super::frames::{short, user_frame};
 use super::super::model::{Action, DeviceTrace, Snapshot};
@@ -14,11 +15,7 @@ use super::observer::{TRACE_T0_NS, stream_name};
 pub const EVENTS_MAX: usize = 200_000;
 
 /// Writes the rows; returns how many.
-pub(super) fn write(
-    log: &mut EventLog,
-    snap: &Snapshot,
-    trace: DeviceTrace,
-) -> std::io::Result<u64> {
+pub(super) fn write(log: &mut Record, snap: &Snapshot, trace: DeviceTrace) -> std::io::Result<u64> {
     let e = &snap.entries;
     let common = |a: Action| {
         matches!(
@@ -65,7 +62,7 @@ pub(super) fn write(
         } else {
             format!("addr {:#x}", x.addr)
         };
-        log.write(&EventRow {
+        log.event(&EventRow {
             t_ns: TRACE_T0_NS + t_ns,
             phase: "trace",
             step: &step,
@@ -75,7 +72,11 @@ pub(super) fn write(
             requested_bytes: Some(x.size),
             size_bytes: None,
             latency_ns: 0,
-            result: if oom { "oom" } else { "ok" },
+            result: if oom {
+                EventResult::Oom
+            } else {
+                EventResult::Ok
+            },
             device_free_bytes: oom.then_some(x.addr),
             detail: &detail,
         })?;

@@ -24,12 +24,13 @@ use crate::alloc::replay::{RecordedOptions, replay_recorded};
 use crate::alloc::{Allocator, AllocatorSpec};
 use crate::device::prelude::*;
 use crate::device::sim::SimDevice;
-use crate::folder::{records, write_summary};
+use crate::folder::{Record, records};
 use crate::outdir;
-use crate::record::timeline::{FORMAT_VERSION, Recorder};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 use crate::report::imported::{ImportInfo, LiveAllocation, LiveAt, OriginTotal};
-use crate::report::summary::{Peaks, PhaseStatus, PhaseSummary, RunStatus, Summary, WorkloadInfo};
+use crate::report::summary::{
+    PhaseStatus, PhaseSummary, RunStatus, Summary, SummaryStart, WorkloadInfo,
+};
 use crate::units::{utc_folder_stamp, utc_timestamp};
 
 use super::device::{ReplayDevice, choose, pytorch_reserved};
@@ -236,7 +237,7 @@ pub(super) struct Frame<'a> {
     pub config: &'a CachingConfig,
     pub opts: &'a ImportOptions,
     pub idle: Reading,
-    pub recorder: Recorder,
+    pub record: Record,
     pub end_ns: u64,
     pub status: RunStatus,
     pub requests: u64,
@@ -249,20 +250,12 @@ pub(super) fn finish(
     import: ImportInfo,
     ooms: Vec<crate::oom::OomRecord>,
     allocator_stats: crate::alloc::AllocStats,
-    event_rows: u64,
     times: (Option<i64>, Option<i64>),
 ) -> anyhow::Result<Imported> {
-    let mut recorder = f.recorder;
-    recorder.flush().context("writing timeline.csv")?;
-    let polled = records::polled_peaks(&mut recorder.pollers, f.end_ns);
+    let mut record = f.record;
+    record.flush_timeline().context("writing timeline.csv")?;
     let info = f.dev.info().clone();
     let before = f.dev.before_context();
-    let run_peaks = recorder.run.to_map();
-    let phase_peaks = recorder
-        .phases
-        .first()
-        .map(|p| p.to_map())
-        .unwrap_or_default();
     let now = utc_timestamp(SystemTime::now());
     let idle = idle::idle_evidence(
         f.opts,
@@ -273,12 +266,7 @@ pub(super) fn finish(
             context_bytes: f.rdev.profile.memory.context_overhead_bytes.0,
         },
     );
-    let summary = Summary {
-        format_version: FORMAT_VERSION,
-        headroom_version: env!("CARGO_PKG_VERSION").to_string(),
-        status: f.status,
-        status_detail: None,
-        exit_code: Some(0),
+    let summary = Summary::begin(SummaryStart {
         workload: WorkloadInfo {
             name: format!(
                 "torch snapshot {} device {}",
@@ -307,9 +295,7 @@ pub(super) fn finish(
             ..info.clone()
         },
         started_utc: utc_of(times.0).unwrap_or_else(|| now.clone()),
-        finished_utc: Some(utc_of(times.1).unwrap_or(now)),
         start_ns: 0,
-        end_ns: Some(f.end_ns),
         idle: idle.idle,
         idle_basis: Some(idle.basis),
         phases: vec![PhaseSummary {
@@ -323,37 +309,26 @@ pub(super) fn finish(
             end_ns: Some(f.end_ns),
             actions_run: f.requests,
             actions_planned: f.requests,
-            peaks: phase_peaks,
+            peaks: Default::default(),
         }],
-        peaks: Peaks {
-            headroom_at_peak_bytes: run_peaks
-                .get(View::DeviceUsed.key())
-                .zip(idle.total)
-                .map(|(p, t)| t.saturating_sub(p.bytes)),
-            run: run_peaks,
-            polled,
-            pool_high_water: None,
-        },
-        sampler: Default::default(),
         sampler_perturbation: None,
-        latency: Default::default(),
-        ooms,
-        mismatches: Vec::new(),
-        expectations: Vec::new(),
-        release: None,
-        allocator_stats: Some(allocator_stats),
         plan: None,
-        graphs: None,
-        import: Some(import),
-        timeline_rows: recorder.rows_written,
-        event_rows,
-        watch: None,
-    };
-    drop(recorder);
-    write_summary(dir, &summary).context("writing summary.json")?;
-    if let Err(e) = crate::folder::reports::write(dir, &summary) {
+    });
+    let mut folder = record.with_summary(summary);
+    folder.set_status(f.status, None);
+    folder.set_exit_code(0);
+    folder.set_finished_utc(utc_of(times.1).unwrap_or(now));
+    folder.set_end_ns(f.end_ns);
+    folder.set_ooms(ooms);
+    folder.set_allocator_stats(allocator_stats);
+    folder.set_import(import);
+    folder.close_pollers(f.end_ns);
+    folder.fill_peaks();
+    folder.write_summary().context("writing summary.json")?;
+    if let Err(e) = folder.write_reports(false) {
         crate::errln!("warning: writing the reports of {}: {e:#}", dir.display());
     }
+    let summary = folder.into_summary();
     Ok(Imported {
         device: f.device,
         dir: dir.to_path_buf(),
@@ -389,11 +364,11 @@ fn one_device(
         .build(&mut dev)
         .map_err(|e| anyhow::anyhow!("cannot set up the caching allocator: {e}"))?;
     let mut alloc = records::alloc_log(built, dir)?;
-    let mut recorder = records::timeline(dir, vec!["trace".into()], total, 0)?;
+    let mut record = Record::create(dir, vec!["trace".into()], total, 0)?;
     if !device_given(opts) {
         // The replay device's free memory is modeled on a device the snapshot does not
         // record: timeline.csv leaves it (and device used) empty.
-        recorder.free_not_recorded();
+        record.free_not_recorded();
     }
     let idle = Reading {
         t_ns: 0,
@@ -402,8 +377,8 @@ fn one_device(
         device_free_bytes: idle_mem.free_bytes,
         views: ViewSet::default().with(View::OwnBytes, 0),
     };
-    recorder.push(idle);
-    let mut tl = Timeline::new(snap, trace, recorder, idle_mem.free_bytes);
+    record.reading(idle);
+    let mut tl = Timeline::new(snap, trace, record, idle_mem.free_bytes);
     tl.device_given = device_given(opts);
     tl.given_total = opts.device_total.or(opts.profile.as_ref().map(|_| total));
     tl.given_idle = tl.given_total.is_some();
@@ -429,9 +404,8 @@ fn one_device(
         notes.push(format!("releasing the replay's memory failed: {e}"));
     }
     alloc.flush().context("writing alloc-log.csv")?;
-    let mut events = records::events(dir)?;
-    let event_rows = events::write(&mut events, snap, trace).context("writing events.csv")?;
-    events.flush().context("writing events.csv")?;
+    let event_rows = events::write(&mut tl.record, snap, trace).context("writing events.csv")?;
+    tl.record.flush_events().context("writing events.csv")?;
 
     notes.extend(source.notes.iter().cloned());
     notes.extend(source.anomaly_note());
@@ -537,7 +511,7 @@ fn one_device(
     let end_ns = tl.last_t_ns;
     let requests = tl.requests;
     let ooms = std::mem::take(&mut tl.ooms);
-    let recorder = tl.recorder;
+    let record = tl.record;
     finish(
         Frame {
             snap,
@@ -547,7 +521,7 @@ fn one_device(
             config: &config,
             opts,
             idle,
-            recorder,
+            record,
             end_ns,
             status,
             requests,
@@ -556,7 +530,6 @@ fn one_device(
         import,
         ooms,
         final_stats,
-        event_rows,
         (first_time, last_time),
     )
 }

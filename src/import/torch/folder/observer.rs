@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use crate::alloc::replay::{Observer, Outcome, Recorded, ReplayError};
 use crate::alloc::{AllocStats, Allocator};
 use crate::device::DeviceCore;
+use crate::folder::Record;
 use crate::oom::{OomPlace, OomRecord};
-use crate::record::timeline::Recorder;
 use crate::record::{Reading, Source, View};
 use crate::units::{Bytes, utc_timestamp};
 
@@ -26,7 +26,7 @@ pub const TRACE_T0_NS: u64 = 1_000;
 pub(super) struct Timeline<'a> {
     pub snap: &'a Snapshot,
     pub trace: DeviceTrace,
-    pub recorder: Recorder,
+    pub record: Record,
     bucket: Vec<Reading>,
     bucket_size: usize,
     pub ooms: Vec<OomRecord>,
@@ -50,14 +50,14 @@ impl<'a> Timeline<'a> {
     pub fn new(
         snap: &'a Snapshot,
         trace: DeviceTrace,
-        recorder: Recorder,
+        record: Record,
         idle_free_bytes: u64,
     ) -> Timeline<'a> {
         let per_bucket = READINGS_MAX / 12;
         Timeline {
             snap,
             trace,
-            recorder,
+            record,
             bucket: Vec::new(),
             bucket_size: trace.len().div_ceil(per_bucket).max(1),
             ooms: Vec::new(),
@@ -75,14 +75,14 @@ impl<'a> Timeline<'a> {
 
     fn push(&mut self, r: Reading) -> Result<(), ReplayError> {
         if self.bucket_size == 1 {
-            self.recorder.push(r);
+            self.record.reading(r);
         } else {
             self.bucket.push(r);
             if self.bucket.len() >= self.bucket_size {
                 self.flush_bucket();
             }
         }
-        self.recorder
+        self.record
             .release_until(self.last_t_ns)
             .map_err(|error| ReplayError::Io {
                 source_name: "timeline.csv".into(),
@@ -126,7 +126,7 @@ impl<'a> Timeline<'a> {
         keep[free_at] = true;
         for (r, k) in b.drain(..).zip(keep) {
             if k {
-                self.recorder.push(r);
+                self.record.reading(r);
             }
         }
         // Its room is kept for the next bucket.

@@ -74,9 +74,9 @@ pub(super) fn state_only(
     let total = dev.info().total_bytes;
     let idle_free = dev.mem_info()?.free_bytes;
     let stats = stats_of(snap, device);
-    let mut recorder = crate::folder::records::timeline(dir, vec!["trace".into()], total, 0)?;
+    let mut record = crate::folder::Record::create(dir, vec!["trace".into()], total, 0)?;
     if !super::device_given(opts) {
-        recorder.free_not_recorded();
+        record.free_not_recorded();
     }
     let idle = Reading {
         t_ns: 0,
@@ -85,23 +85,18 @@ pub(super) fn state_only(
         device_free_bytes: idle_free,
         views: ViewSet::default().with(View::OwnBytes, 0),
     };
-    recorder.push(idle);
+    record.reading(idle);
     let mut views = stats.views();
     views.set(View::OwnBytes, stats.reserved_bytes);
-    recorder.push(Reading {
+    record.reading(Reading {
         t_ns: 1_000,
         phase: 0,
         source: Source::Event,
         device_free_bytes: idle_free.saturating_sub(stats.reserved_bytes),
         views,
     });
-    let mut events = crate::folder::records::events(dir)?;
-    events.flush()?;
-    std::fs::write(
-        dir.join(crate::folder::ALLOC_LOG),
-        "t_ns,action,ptr,bytes,stream,detail\n",
-    )
-    .context("writing alloc-log.csv")?;
+    record.flush_events()?;
+    crate::folder::records::empty_alloc_log(dir)?;
     let empty = DeviceTrace {
         device,
         start: 0,
@@ -140,7 +135,7 @@ pub(super) fn state_only(
             config: &config,
             opts,
             idle,
-            recorder,
+            record,
             end_ns: 1_000,
             status: RunStatus::Completed,
             requests: 0,
@@ -149,7 +144,6 @@ pub(super) fn state_only(
         import,
         Vec::new(),
         stats,
-        0,
         (None, None),
     )
 }

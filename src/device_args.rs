@@ -1,6 +1,8 @@
 //! The device flags every command takes (`DeviceArgs`, flattened into the command line), and
 //! `--device`: one GPU (`3`: run in this process, as always), a list (`0,2,5`) or `all`,
-//! which run a node: one worker process per GPU.
+//! which run a node: one worker process per GPU. They sit low, beside the request they make
+//! (`device::select::Request`), so that every command and producer (`watch` too) takes them
+//! without reaching up into `cli` or `node`.
 
 use std::fmt;
 
