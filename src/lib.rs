@@ -12,6 +12,7 @@
 
 pub mod alloc;
 pub mod bandwidth;
+pub mod bounded;
 pub mod calibrate;
 pub mod cause;
 pub mod cli;

@@ -25,7 +25,19 @@ pub fn create(
 ) -> anyhow::Result<PathBuf> {
     if let Some(dir) = out {
         if let Ok(meta) = std::fs::symlink_metadata(dir) {
-            if !meta.is_dir() {
+            // A link the user names as the folder (results on another disk) is followed; the
+            // files inside are still written without following any link.
+            if meta.file_type().is_symlink() {
+                if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+                    bail!(
+                        "--out {}: is a link to {}, which is not a folder",
+                        dir.display(),
+                        std::fs::read_link(dir)
+                            .map(|t| t.display().to_string())
+                            .unwrap_or_else(|e| format!("an unreadable target ({e})"))
+                    );
+                }
+            } else if !meta.is_dir() {
                 bail!("--out {}: exists and is not a folder", dir.display());
             }
             if let Some(f) = RUN_FILES.iter().find(|f| dir.join(f).exists()) {

@@ -19,6 +19,15 @@ use std::time::{Duration, Instant};
 
 static EXIT_AT_ONCE: AtomicBool = AtomicBool::new(false);
 
+/// Set by the first signal this module's handler heard, for work that must stop at any point
+/// (the derived reports after the last step).
+static HEARD: AtomicBool = AtomicBool::new(false);
+
+/// Whether this module's handler heard a signal.
+pub fn heard() -> bool {
+    HEARD.load(Ordering::SeqCst)
+}
+
 /// Set by a signal handler other than this module's (`watch`'s own), for whoever must see a
 /// signal within a bound (the watchdog).
 static NOTED: AtomicBool = AtomicBool::new(false);
@@ -187,6 +196,7 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
             Action::Stop => {
                 first = Some(now);
                 interrupted.store(true, Ordering::SeqCst);
+                HEARD.store(true, Ordering::SeqCst);
                 crate::errln!(
                     "\ninterrupted ({}): stopping after this step and releasing device memory \
                      (Ctrl-C again at the terminal to quit now)",

@@ -315,3 +315,83 @@ steps = [
     assert_eq!(u(&s["phases"][0]["actions_run"]), 1_000_000);
     assert!(rss < RSS_BOUND_BYTES, "peak RSS {rss} bytes");
 }
+
+/// A file of one gigabyte line (sparse: it takes no disk), made from `prefix` and NUL bytes
+/// with no newline, as a binary or a runaway log would be.
+fn one_gigabyte_line(path: &Path, prefix: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(prefix).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len + (1 << 30)).unwrap();
+}
+
+/// Hostile input is read by its shape, not its size: `replay` of a one-gigabyte line and
+/// `report` of a folder whose `timeline.csv` holds one stop at the line's 64 KiB bound, with
+/// an error under 1 KB that names the line and quotes its start printably.
+#[test]
+fn a_one_gigabyte_line_is_refused_at_its_bound_in_bounded_memory() {
+    const ERROR_MAX_BYTES: usize = 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("huge.csv");
+    one_gigabyte_line(&log, b"\x1b[31mt_ns,");
+    let (code, stderr, rss) = common::rusage::headroom_measured(
+        dir.path(),
+        &["replay", log.to_str().unwrap(), "--backend", "sim"],
+        None,
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.len() < ERROR_MAX_BYTES, "{} bytes", stderr.len());
+    assert!(
+        stderr.contains("line 1 is longer than 65536 bytes (it starts \"\\x1b[31mt_ns,\\x00"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\0'),
+        "{stderr:?}"
+    );
+    assert!(rss < RSS_BOUND_BYTES, "replay: peak RSS {rss} bytes");
+
+    // A finished run's folder, its timeline then given a gigabyte line.
+    let wl = workload(
+        dir.path(),
+        "small",
+        "[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"a\", size = \"1MiB\" }]\n",
+    );
+    let (out, _, out_dir) = run_tiny(dir.path(), &wl, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The line in the middle of the file: the folder's last row stays whole, so the reading
+    // itself, not the completeness check, meets it.
+    let timeline = out_dir.join("timeline.csv");
+    let text = std::fs::read_to_string(&timeline).unwrap();
+    let (lines, last) = (
+        text.lines().count(),
+        text.lines().last().unwrap().to_string(),
+    );
+    one_gigabyte_line(&timeline, b"12,p,");
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&timeline)
+            .unwrap();
+        writeln!(f, "\n{last}").unwrap();
+    }
+    let (code, stderr, rss) =
+        common::rusage::headroom_measured(dir.path(), &["report", out_dir.to_str().unwrap()], None);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.len() < ERROR_MAX_BYTES, "{} bytes", stderr.len());
+    assert!(stderr.contains("timeline.csv"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "line {} is longer than 65536 bytes (it starts \"12,p,\\x00",
+            lines + 1
+        )),
+        "{stderr}"
+    );
+    assert!(rss < RSS_BOUND_BYTES, "report: peak RSS {rss} bytes");
+}

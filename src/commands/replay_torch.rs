@@ -106,7 +106,17 @@ pub fn replay(dev: &DeviceArgs, args: &ReplayArgs) -> anyhow::Result<i32> {
     for t in traces {
         answers.push(one(&snap, t, dev, args, &spec, overridden, &recorded)?);
     }
-    let fits = answers.iter().all(|a| a.replay.fits);
+    // `--find-capacity` asks for a size, not whether this card holds it: answered (a capacity
+    // found for every device) is 0, even where the card given is too small.
+    let fits = if args.find_capacity {
+        answers.iter().all(|a| {
+            a.find_capacity
+                .as_ref()
+                .is_some_and(|c| c.fits_at_bytes.is_some())
+        })
+    } else {
+        answers.iter().all(|a| a.replay.fits)
+    };
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&answers)?)?;
     } else {

@@ -36,8 +36,10 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<i32> {
             .collect();
         crate::outln!("{}: {}", run.dir.display(), names.join(", "))?;
     }
+    // A refusal, with what the folder holds: on standard error, so that standard output
+    // holds only what was written.
     for dir in &incomplete {
-        crate::out!("{}", incomplete_report(dir))?;
+        crate::output::eprint(&incomplete_report(dir));
     }
     Ok(if incomplete.is_empty() { 0 } else { 2 })
 }

@@ -12,9 +12,21 @@ use crate::report::watch::WatchSection;
 /// After Ctrl-C, how long the derived reports may take: whoever pressed it wants out.
 pub const INTERRUPTED_REPORTS_BUDGET: Duration = Duration::from_millis(500);
 
-/// Every derived report of the folder `dir` whose record `summary` completes.
+/// Every derived report of the folder `dir` whose record `summary` completes; a signal
+/// meanwhile stops them (the record is on disk: nothing is lost), naming the ones not written.
 pub fn write(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
-    crate::report::artifacts::write_all(dir, summary).map(|_| ())
+    let done =
+        crate::report::artifacts::write_within(dir, summary, Deadline::none().or_signal(), |_| {})?;
+    if !done.skipped.is_empty() {
+        crate::errln!(
+            "interrupted: a signal came while the reports were written; the run is {} as \
+             recorded, {} not written (`headroom report {}` writes them)",
+            crate::report::markdown::status_name(summary),
+            done.skipped.join(", "),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// The derived reports of a watch: the run's and the `watch` section's.

@@ -1,5 +1,5 @@
 //! A point in wall time after which optional work (derived reports after Ctrl-C) is left
-//! undone; `none()` never passes.
+//! undone, or a signal that ends it; `none()` never passes.
 
 use std::time::{Duration, Instant};
 
@@ -7,21 +7,36 @@ use std::time::{Duration, Instant};
 pub const CHECK_EVERY_ROWS: u64 = 4096;
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Deadline(Option<Instant>);
+pub struct Deadline {
+    at: Option<Instant>,
+    /// Also passed once a signal was heard (`signals::heard`).
+    on_signal: bool,
+}
 
 impl Deadline {
     /// No deadline: everything is done.
     pub fn none() -> Deadline {
-        Deadline(None)
+        Deadline::default()
     }
 
     /// `budget` from now.
     pub fn after(budget: Duration) -> Deadline {
-        Deadline(Some(Instant::now() + budget))
+        Deadline {
+            at: Some(Instant::now() + budget),
+            on_signal: false,
+        }
+    }
+
+    /// This deadline, or the first signal, whichever comes first.
+    pub fn or_signal(self) -> Deadline {
+        Deadline {
+            on_signal: true,
+            ..self
+        }
     }
 
     pub fn passed(&self) -> bool {
-        self.0.is_some_and(|d| Instant::now() >= d)
+        self.at.is_some_and(|d| Instant::now() >= d) || (self.on_signal && crate::signals::heard())
     }
 
     /// Fails with `OutOfTime` when passed (checked every `CHECK_EVERY_ROWS` rows of `row`).

@@ -25,10 +25,12 @@ const UNFINISHED: [&str; 3] = ["wedged", "interrupted", "stopped"];
 
 /// The phases of `events.csv` in the order their first rows appear.
 pub fn events_progress(path: &Path) -> anyhow::Result<Vec<PhaseProgress>> {
-    let mut r = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut r = crate::bounded::csv_reader(
+        path,
+        crate::bounded::EVENTS_LINE_MAX_BYTES,
+        csv::ReaderBuilder::new().flexible(true),
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
     let headers = r.headers()?.clone();
     let col = |name: &str| {
         headers
@@ -102,10 +104,12 @@ pub struct TimelineProgress {
 }
 
 pub fn timeline_progress(path: &Path) -> anyhow::Result<TimelineProgress> {
-    let mut r = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut r = crate::bounded::csv_reader(
+        path,
+        crate::bounded::TABLE_LINE_MAX_BYTES,
+        csv::ReaderBuilder::new().flexible(true),
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
     let headers = r.headers()?.clone();
     let col = |name: &str| headers.iter().position(|h| h == name);
     let (t_col, used_col, own_col) = (col("t_ns"), col("device_used_bytes"), col("own_bytes"));

@@ -139,8 +139,12 @@ fn scan<T, F: FnMut(EventRef<'_>) -> anyhow::Result<T>>(
     mut each: F,
 ) -> anyhow::Result<impl Iterator<Item = anyhow::Result<T>> + use<T, F>> {
     let path = path.to_path_buf();
-    let mut r =
-        csv::Reader::from_path(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut r = crate::bounded::csv_reader(
+        &path,
+        crate::bounded::EVENTS_LINE_MAX_BYTES,
+        &csv::ReaderBuilder::new(),
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
     let columns = r
         .byte_headers()
         .map_err(anyhow::Error::from)
@@ -303,10 +307,12 @@ pub fn timeline_header() -> Vec<&'static str> {
 }
 
 fn read_timeline(path: &Path, summary: &Summary, deadline: Deadline) -> anyhow::Result<Timeline> {
-    let mut r = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_path(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut r = crate::bounded::csv_reader(
+        path,
+        crate::bounded::TABLE_LINE_MAX_BYTES,
+        csv::ReaderBuilder::new().has_headers(true),
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
     let header = r
         .byte_headers()
         .with_context(|| format!("{}: cannot read the header", path.display()))?

@@ -26,12 +26,22 @@ pub struct WorkloadError {
     pub message: String,
 }
 
+/// The longest message a workload error keeps: a message quoting the file (a parser's
+/// "unknown field `…`") is cut there, as a name from the file can be as long as the file.
+const MESSAGE_MAX_CHARS: usize = 600;
+
 impl WorkloadError {
     pub fn new(file: &Path, place: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut message = message.into().trim_end().replace('\n', " ");
+        if let Some((cut, _)) = message.char_indices().nth(MESSAGE_MAX_CHARS) {
+            let total = message.len();
+            message.truncate(cut);
+            message.push_str(&format!("… ({total} bytes in all)"));
+        }
         WorkloadError {
             file: file.to_path_buf(),
             place: place.into(),
-            message: message.into().trim_end().replace('\n', " "),
+            message,
         }
     }
 }
@@ -330,13 +340,20 @@ fn assemble(
     table: &toml::Table,
     phases: impl FnOnce(&PhaseCheck) -> Result<Phases, WorkloadError>,
 ) -> Result<FileWorkload, WorkloadError> {
-    for key in table.keys() {
+    for (key, value) in table {
         if !SECTIONS.contains(&key.as_str()) {
+            // Quoted cut short: a key can be as long as the file.
+            let shown = crate::bounded::quote_str(key);
+            let (place, what) = if value.is_table() || value.is_array() {
+                (format!("[{shown}]"), "section")
+            } else {
+                (shown.clone(), "top-level key")
+            };
             return Err(WorkloadError::new(
                 file,
-                format!("[{key}]"),
+                place,
                 format!(
-                    "unknown section {key:?}; expected one of {}",
+                    "unknown {what} \"{shown}\"; expected one of the sections {}",
                     SECTIONS.join(", ")
                 ),
             ));

@@ -29,6 +29,7 @@ mod gpu_check;
 mod gpu_check_cards;
 mod graphs_sim;
 mod hold;
+mod hostile;
 mod kernels_sim;
 mod limits;
 mod mig;

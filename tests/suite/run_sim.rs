@@ -369,27 +369,29 @@ steps = [
     std::fs::remove_file(run_dir.join("report.md")).unwrap();
     let r = headroom(dir.path(), &["report", run_dir.to_str().unwrap()]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    // The refusal is on standard error; nothing was written, so standard output is empty.
+    assert_eq!(r.stdout, "");
     assert!(
-        r.stdout.contains("incomplete, no report written")
-            && r.stdout.contains("still says \"running\""),
+        r.stderr.contains("incomplete, no report written")
+            && r.stderr.contains("still says \"running\""),
         "{}",
-        r.stdout
+        r.stderr
     );
     assert!(
-        r.stdout
+        r.stderr
             .contains("phase \"load\": 2 steps done, 2 rows, the last ok")
-            && r.stdout
+            && r.stderr
                 .contains("phase \"work\": 3 steps done, 3 rows, the last ok"),
         "{}",
-        r.stdout
+        r.stderr
     );
     let peak = u(&s["peaks"]["run"]["device_used_bytes"]["bytes"]);
     assert_eq!(peak, CTX + GIB + 512 * MIB);
     assert!(
-        r.stdout
+        r.stderr
             .contains(&format!("peak device used so far {peak} bytes")),
         "{}",
-        r.stdout
+        r.stderr
     );
     assert!(
         !run_dir.join("report.md").exists(),

@@ -37,7 +37,8 @@ pub(super) struct Replay<'a> {
     format: LogFormat,
     report: ReplayReport,
     /// Log address → (replayed address, line allocated).
-    live: PtrMap<(DevPtr, u64)>,
+    /// The log's address → ours, the line that allocated it and the bytes it asked for.
+    live: PtrMap<(DevPtr, u64, u64)>,
     /// Log addresses freed and not allocated again → line freed.
     freed: PtrMap<u64>,
     streams: Vec<(u64, StreamId)>,
@@ -127,10 +128,15 @@ impl<'a> Replay<'a> {
     }
 
     pub(super) fn run<R: Read>(mut self, input: R) -> Result<ReplayReport, ReplayError> {
+        // Every line bounded: a file that is not a log (one huge line, a binary) is refused
+        // at 64 KiB, not read whole.
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
-            .from_reader(input);
+            .from_reader(crate::bounded::BoundedLines::new(
+                input,
+                crate::bounded::TABLE_LINE_MAX_BYTES,
+            ));
         let mut record = csv::ByteRecord::new();
         let name = self.source_name.clone();
         let io_err = |e: csv::Error| ReplayError::Io {
@@ -159,6 +165,16 @@ impl<'a> Replay<'a> {
                 }
             };
             if let Some(t) = time_ns {
+                // headroom's log is written in time order: a row earlier than the one before
+                // it is a log put together wrong (RMM's time of day wraps, `pace_to` knows).
+                if self.format == LogFormat::Headroom && t < self.last_log_ns {
+                    let msg = format!(
+                        "t_ns {t} is earlier than the {} before it: the log's time runs backwards",
+                        self.last_log_ns
+                    );
+                    self.bad_row(line, msg)?;
+                    continue;
+                }
                 self.pace_to(t);
             }
             if !self.apply(line, event)? {
@@ -190,9 +206,11 @@ impl<'a> Replay<'a> {
         } else if fields == RMM_HEADER {
             Ok(LogFormat::Rmm)
         } else {
+            // Quoted printably and cut: the header of a file that is no log can be anything.
+            let joined: Vec<&[u8]> = header.iter().collect();
             Err(self.format_error(format!(
                 "unknown log format: the header is `{}`; expected headroom's `{}` or RMM's `{}`",
-                fields.join(","),
+                crate::bounded::quote(&joined.join(&b","[..])),
                 LOG_HEADER.join(","),
                 RMM_HEADER.join(",")
             )))
@@ -263,7 +281,7 @@ impl<'a> Replay<'a> {
                 return Ok(true);
             }
             Event::Allocate { ptr, bytes, stream } => self.allocate(line, ptr, bytes, stream)?,
-            Event::Free { ptr } => self.free(line, ptr)?,
+            Event::Free { ptr, bytes } => self.free(line, ptr, bytes)?,
             Event::RecordStream { ptr, stream } => self.record_stream(line, ptr, stream)?,
             Event::EmptyCache => self.empty_cache(line)?,
         };
@@ -324,7 +342,7 @@ impl<'a> Replay<'a> {
         bytes: u64,
         stream: LogStream,
     ) -> Result<Step, ReplayError> {
-        if let Some((_, since)) = self.live.get(&ptr) {
+        if let Some((_, since, _)) = self.live.get(&ptr) {
             let msg = format!(
                 "allocation at {ptr:#x}, which is still live since {} {since} (a free is missing)",
                 self.report.position_word()
@@ -335,7 +353,7 @@ impl<'a> Replay<'a> {
         let s = self.device_stream(line, stream)?;
         let step = match self.alloc.allocate(self.dev, bytes, s) {
             Ok(b) => {
-                self.live.insert(ptr, (b.ptr, line));
+                self.live.insert(ptr, (b.ptr, line, bytes));
                 self.freed.remove(&ptr);
                 self.report.allocations += 1;
                 Step::Served(b.size_bytes)
@@ -352,8 +370,27 @@ impl<'a> Replay<'a> {
     }
 
     /// A free of the log's address `ptr`.
-    pub(super) fn free(&mut self, line: u64, ptr: u64) -> Result<Step, ReplayError> {
-        let Some((ours, _)) = self.live.remove(&ptr) else {
+    /// A free of the log's address `ptr`; `bytes`, where the log gives the size freed, must
+    /// be the size that was allocated there.
+    pub(super) fn free(
+        &mut self,
+        line: u64,
+        ptr: u64,
+        bytes: Option<u64>,
+    ) -> Result<Step, ReplayError> {
+        if let (Some(freed), Some(&(_, since, allocated))) = (bytes, self.live.get(&ptr))
+            && freed != allocated
+        {
+            let word = self.report.position_word();
+            self.bad_row(
+                line,
+                format!(
+                    "free of {ptr:#x} names {freed} bytes, but {word} {since} allocated {allocated} bytes there"
+                ),
+            )?;
+            return Ok(Step::Skipped);
+        }
+        let Some((ours, _, _)) = self.live.remove(&ptr) else {
             let word = self.report.position_word();
             let msg = match self.freed.get(&ptr) {
                 Some(at) => format!("double free of {ptr:#x}, already freed at {word} {at}"),
@@ -379,7 +416,7 @@ impl<'a> Replay<'a> {
         ptr: u64,
         stream: LogStream,
     ) -> Result<Step, ReplayError> {
-        let Some(&(ours, _)) = self.live.get(&ptr) else {
+        let Some(&(ours, _, _)) = self.live.get(&ptr) else {
             self.bad_row(
                 line,
                 format!("record_stream on {ptr:#x}, which is not live"),
@@ -414,7 +451,7 @@ impl<'a> Replay<'a> {
 
     /// The allocator's address of the block the log knows as `ptr`, while it is live.
     pub(super) fn ours(&self, ptr: u64) -> Option<u64> {
-        self.live.get(&ptr).map(|(ours, _)| *ours)
+        self.live.get(&ptr).map(|(ours, _, _)| *ours)
     }
 
     pub(super) fn report_mut(&mut self) -> &mut ReplayReport {

@@ -56,6 +56,8 @@ pub(super) enum Event {
     },
     Free {
         ptr: u64,
+        /// The size the log says was freed, where it gives one.
+        bytes: Option<u64>,
     },
     RecordStream {
         ptr: u64,
@@ -137,6 +139,15 @@ fn parse_hex_stream(v: &str, name: &str) -> Result<LogStream, String> {
     })
 }
 
+/// A size column a row may leave empty.
+fn optional_u64(v: &str, name: &str) -> Result<Option<u64>, String> {
+    if v.is_empty() {
+        Ok(None)
+    } else {
+        parse_u64(v, name).map(Some)
+    }
+}
+
 fn nonzero(bytes: u64) -> Result<u64, String> {
     if bytes == 0 {
         return Err("an allocation of 0 bytes".into());
@@ -163,6 +174,7 @@ pub(super) fn parse_headroom(
         },
         "free" => Event::Free {
             ptr: parse_ptr(field(r, 2, "ptr")?, "ptr")?,
+            bytes: optional_u64(field(r, 3, "bytes")?, "bytes")?,
         },
         "record_stream" => Event::RecordStream {
             ptr: parse_ptr(field(r, 2, "ptr")?, "ptr")?,
@@ -202,6 +214,7 @@ pub(super) fn parse_rmm(r: &csv::ByteRecord, pace: bool) -> Result<(Option<u64>,
         },
         "free" | "deallocate" => Event::Free {
             ptr: parse_ptr(field(r, 3, "Pointer")?, "Pointer")?,
+            bytes: optional_u64(field(r, 4, "Size")?, "Size")?,
         },
         "allocate failure" => Event::FailedAllocate {
             bytes: nonzero(parse_u64(field(r, 4, "Size")?, "Size")?)?,

@@ -226,7 +226,7 @@ pub fn replay_recorded(
             Request::Allocate { ptr, bytes, stream } => {
                 replay.allocate(r.at, ptr, bytes, stream.into())?
             }
-            Request::Free { ptr } => replay.free(r.at, ptr)?,
+            Request::Free { ptr } => replay.free(r.at, ptr, None)?,
             Request::FreeDeferred { ptr } => {
                 let lane = lock(&state).arm(ptr);
                 let label = lane_label(lane);
@@ -238,7 +238,7 @@ pub fn replay_recorded(
                     _ => {
                         // One request, not two.
                         replay.report_mut().events -= 1;
-                        replay.free(r.at, ptr)?
+                        replay.free(r.at, ptr, None)?
                     }
                 };
                 lock(&state).disarm(lane);
