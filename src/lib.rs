@@ -17,6 +17,7 @@ pub mod cause;
 pub mod cli;
 pub mod commands;
 pub mod crosscheck;
+pub mod diff;
 /// The device edge (`crates/headroom-device`): capabilities, backends, profiles, kernels.
 pub use headroom_device as device;
 pub mod expect;

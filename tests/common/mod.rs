@@ -6,6 +6,7 @@ pub mod fixtures;
 pub mod plans;
 pub mod rusage;
 pub mod schema;
+pub mod snapshot_writer;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
