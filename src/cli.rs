@@ -163,6 +163,16 @@ pub struct WatchArgs {
     /// simulated device.
     #[arg(long, value_name = "FILE")]
     pub sim_script: Option<PathBuf>,
+    /// A PyTorch job: put headroom's bootstrap on its PYTHONPATH, so every process that
+    /// imports torch and uses CUDA records its memory history and dumps a snapshot at an OOM,
+    /// at exit, on a phase mark and on SIGUSR2 (one per rank and PID, into the folder's
+    /// torch/); at the end each is imported and lined up with the device's readings. The
+    /// job's outcome is never changed.
+    #[arg(long, conflicts_with = "pid")]
+    pub torch: bool,
+    /// With --torch: the trace entries each process keeps (PyTorch's `max_entries`).
+    #[arg(long, value_name = "N", default_value_t = 100_000, requires = "torch")]
+    pub torch_max_entries: u64,
     /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
     /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
     /// document.

@@ -39,6 +39,7 @@ pub mod sampler;
 pub mod schema;
 pub mod signals;
 pub mod tenant;
+pub mod torch_job;
 
 pub use headroom_device::units;
 pub mod watch;

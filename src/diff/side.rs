@@ -133,23 +133,24 @@ fn from_folder(dir: &Path, source: String) -> anyhow::Result<Side> {
 fn allocated_peak_entry(snap: &Snapshot, trace: DeviceTrace) -> u64 {
     let mut sizes: FastMap<u64, u64> = FastMap::default();
     let mut before_trace_freed: FastMap<u64, ()> = FastMap::default();
+    // A block's free is requested, then completed: only the first counts.
+    let mut allocated_in_trace: FastMap<u64, ()> = FastMap::default();
     let (mut now, mut best, mut at) = (0i128, 0i128, 0u64);
     for i in trace.start..trace.end {
         let e = snap.entries.get(i);
         match e.action {
             Action::Alloc => {
                 sizes.insert(e.addr, e.size);
+                allocated_in_trace.insert(e.addr, ());
                 now += e.size as i128;
             }
             Action::FreeRequested | Action::FreeCompleted => {
                 if let Some(s) = sizes.remove(&e.addr) {
                     now -= s as i128;
-                } else if e.action == Action::FreeRequested
-                    || !before_trace_freed.contains_key(&e.addr)
+                } else if !allocated_in_trace.contains_key(&e.addr)
+                    && before_trace_freed.insert(e.addr, ()).is_none()
                 {
-                    if before_trace_freed.insert(e.addr, ()).is_none() {
-                        now -= e.size as i128;
-                    }
+                    now -= e.size as i128;
                 }
             }
             _ => {}
