@@ -14,10 +14,12 @@ use crate::import::torch::model::{Action, DeviceTrace, Snapshot};
 use crate::import::torch::requests::TorchRequests;
 use crate::report::summary::Summary;
 
+/// One row of `timeline.csv`: `t_ns`, device used, job used (`None` where not read).
+type Row = (u64, Option<u64>, Option<u64>);
+
 /// The watch's readings of the device and of the job, by time.
 pub struct Timeline {
-    /// `t_ns`, device used, job used (empty where not read at that row).
-    rows: Vec<(u64, Option<u64>, Option<u64>)>,
+    rows: Vec<Row>,
     /// The wall time of `t_ns` 0, in microseconds since the Unix epoch.
     origin_unix_us: i64,
 }
@@ -85,7 +87,7 @@ impl Timeline {
     /// The latest device and job readings at or before `t_ns`.
     pub fn at(&self, t_ns: u64) -> (Option<Reading>, Option<Reading>) {
         let n = self.rows.partition_point(|r| r.0 <= t_ns);
-        let last = |pick: fn(&(u64, Option<u64>, Option<u64>)) -> Option<u64>| {
+        let last = |pick: fn(&Row) -> Option<u64>| {
             self.rows[..n].iter().rev().find_map(|r| {
                 pick(r).map(|bytes| Reading {
                     bytes,

@@ -205,10 +205,8 @@ fn process_of(stem: &str) -> &str {
 /// same process (`seen`), and the device's peak from the process's last snapshot (`peak`).
 fn snapshot_part(
     o: &mut String,
-    snap: &Snapshot,
-    trace: DeviceTrace,
-    timeline: &Timeline,
-    summary: &Summary,
+    (snap, trace): (&Snapshot, DeviceTrace),
+    (timeline, summary): (&Timeline, &Summary),
     seen: &mut BTreeSet<(String, Option<i64>, u64)>,
     process: &str,
     peak: bool,
@@ -298,7 +296,12 @@ pub fn write(
         };
         for trace in snap.traced_devices() {
             snapshot_part(
-                &mut o, &snap, trace, &timeline, summary, &mut seen, process, last,
+                &mut o,
+                (&snap, trace),
+                (&timeline, summary),
+                &mut seen,
+                process,
+                last,
             );
         }
         let opts = ImportOptions {
