@@ -75,9 +75,52 @@ pub fn load(path: &Path) -> anyhow::Result<Side> {
     from_snapshot(&snap, source)
 }
 
+/// The snapshot a `watch --torch` folder's first process took last (its fullest trace), and
+/// how many processes left snapshots.
+fn watch_snapshot(dir: &Path) -> Option<(std::path::PathBuf, usize)> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join(crate::torch_job::SNAPSHOTS_DIR))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pickle"))
+        .collect();
+    names.sort();
+    let process = |n: &str| n.splitn(3, '-').take(2).collect::<Vec<_>>().join("-");
+    let first = process(names.first()?);
+    let mut processes: Vec<String> = names.iter().map(|n| process(n)).collect();
+    processes.dedup();
+    let last = names.iter().rev().find(|n| process(n) == first)?;
+    Some((
+        dir.join(crate::torch_job::SNAPSHOTS_DIR).join(last),
+        processes.len(),
+    ))
+}
+
 fn from_folder(dir: &Path, source: String) -> anyhow::Result<Side> {
     let summary = crate::report::rundata::load_summary(dir)
         .with_context(|| format!("{source}: not a result folder headroom can diff"))?;
+    if summary.watch().is_some()
+        && let Some((path, processes)) = watch_snapshot(dir)
+    {
+        // A watch with --torch: the device's and the job's peaks from the folder, PyTorch's
+        // figures and lines from the snapshot.
+        let snap = crate::import::torch::read(&path)?;
+        let mut side = from_snapshot(&snap, source)?;
+        let peak = |v: View| summary.peaks().run.get(v.key()).map(|p| p.bytes);
+        side.kind = "watch".into();
+        side.device_used_peak_bytes = peak(View::DeviceUsed);
+        side.job_used_peak_bytes = peak(View::JobUsed);
+        side.notes.push(format!(
+            "PyTorch's figures from {}{}",
+            path.display(),
+            if processes > 1 {
+                format!(" (the first of {processes} processes that left snapshots)")
+            } else {
+                String::new()
+            }
+        ));
+        return Ok(side);
+    }
     let peak = |v: View| summary.peaks().run.get(v.key()).map(|p| p.bytes);
     let mut side = Side {
         source,

@@ -250,7 +250,7 @@ fn an_oom_on_the_standin_shows_every_view_apart_with_the_lines_and_explain() {
 }
 
 #[test]
-fn two_ranks_leave_one_snapshot_each() {
+fn two_ranks_leave_their_own_snapshots_at_a_signal_and_at_exit() {
     if !python_or_skip() {
         return;
     }
@@ -260,21 +260,31 @@ fn two_ranks_leave_one_snapshot_each() {
         &[
             "bash",
             "-c",
-            "for r in 0 1; do RANK=$r python3 -c 'import torch; t = torch.empty(64 << 20)' & done; wait",
+            "for r in 0 1; do RANK=$r python3 -c 'import os, signal, torch; t = torch.empty(64 << 20); os.kill(os.getpid(), signal.SIGUSR2); print(\"after\")' & done; wait",
         ],
         true,
         None,
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
+    // SIGUSR2 took a snapshot and the job went on.
+    assert_eq!(o.stdout, "after\nafter\n");
     let mut names: Vec<String> = std::fs::read_dir(out.join("torch"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".pickle"))
         .collect();
     names.sort();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(names[0].starts_with("rank0-pid") && names[0].ends_with("-001-exit.pickle"));
-    assert!(names[1].starts_with("rank1-pid") && names[1].ends_with("-001-exit.pickle"));
+    assert_eq!(names.len(), 4, "{names:?}");
+    for (i, rank) in [(0, "rank0-pid"), (2, "rank1-pid")] {
+        assert!(
+            names[i].starts_with(rank) && names[i].ends_with("-001-signal.pickle"),
+            "{names:?}"
+        );
+        assert!(
+            names[i + 1].starts_with(rank) && names[i + 1].ends_with("-002-exit.pickle"),
+            "{names:?}"
+        );
+    }
 }
 
 /// The stand-in's signatures are PyTorch's (torch/cuda/memory.py, torch/cuda/__init__.py at
