@@ -173,6 +173,36 @@ fn the_planted_line_comes_first_with_its_exact_bytes_and_category() {
 }
 
 #[test]
+fn two_imported_folders_compare_by_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("a.pickle"), 128 * MIB, None);
+    write(&dir.path().join("b.pickle"), 96 * MIB, Some(512 * MIB));
+    for s in ["a", "b"] {
+        let o = headroom(
+            dir.path(),
+            &[
+                "import",
+                "torch",
+                &format!("{s}.pickle"),
+                "--out",
+                &format!("i{s}"),
+            ],
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let o = headroom(dir.path(), &["diff", "ia", "ib", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    schema::check("diff", &j, "headroom diff --json of two imports");
+    assert_eq!(j["a"]["kind"], "import");
+    assert_eq!(j["lines"][0]["name"], "attn.py:88 (forward)");
+    assert_eq!(j["lines"][0]["delta_bytes"], 536_870_912);
+    // A folder keeps lines, not stacks.
+    assert_eq!(j["lines"][0]["category"], "unknown");
+    assert!(j["largest_new_allocation"].is_null());
+}
+
+#[test]
 fn a_side_that_cannot_be_read_is_named_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "not a snapshot").unwrap();
