@@ -46,7 +46,7 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
     let report = crate::watch::watch(dev, &opts, interrupted)?;
     if let Some(t) = &torch {
         // Never the job's outcome: what fails here is said, and the job's status stands.
-        if let Err(e) = crate::torch_job::finish(t, &report.dir, &report.summary) {
+        if let Err(e) = crate::torch_job::finish(t, &report.dir, &report.summary, &report.watch) {
             crate::errln!("warning: the job's PyTorch snapshots could not be read: {e:#}");
         }
     }

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::report::summary::Summary;
+use crate::report::watch::WatchSection;
 
 /// The bootstrap's files, as they are written for the job.
 const FILES: [(&str, &str); 2] = [
@@ -147,7 +148,12 @@ fn worth_saying(line: &str) -> bool {
 
 /// After the watch: the snapshots moved into the watch's folder, each imported, the report
 /// section written (`torch.md`, appended to `report.md`), notes said.
-pub fn finish(b: &Bootstrap, watch_dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+pub fn finish(
+    b: &Bootstrap,
+    watch_dir: &Path,
+    summary: &Summary,
+    watch: &WatchSection,
+) -> anyhow::Result<()> {
     let left = collect(b, watch_dir)?;
     for (who, line) in left.notes.iter().filter(|(_, l)| worth_saying(l)) {
         crate::output::note(&format!("torch ({who}): {line}"));
@@ -158,7 +164,14 @@ pub fn finish(b: &Bootstrap, watch_dir: &Path, summary: &Summary) -> anyhow::Res
         );
         return Ok(());
     }
-    let text = section::write(watch_dir, summary, &left.snapshots, &left.notes)?;
+    // NVML's figure for the job is one process's only when the job ran one on the GPU.
+    let one_process = watch.job_processes.len() <= 1;
+    let text = section::write(
+        watch_dir,
+        (summary, one_process),
+        &left.snapshots,
+        &left.notes,
+    )?;
     for name in ["torch.md", "report.md"] {
         let path = watch_dir.join(name);
         let mut f = std::fs::OpenOptions::new()

@@ -139,18 +139,21 @@ fn format_size(n: u64) -> String {
 
 /// `explain` of an OOM with the snapshot's figures, exact, in place of a message's rounding:
 /// the request and free memory PyTorch recorded, PyTorch's allocated and reserved memory at
-/// that entry, the device's total and the job's memory from the watch.
+/// that entry, the device's total and (a job of one GPU process) the job's memory from the
+/// watch.
 fn explain_oom(
     at: &Instant,
     requested: u64,
     free: u64,
     total: u64,
     device_index: u32,
+    one_process: bool,
 ) -> Option<String> {
     let unallocated = at
         .pytorch_reserved_bytes
         .saturating_sub(at.pytorch_allocated_bytes);
-    let this = at.job_used.map(|j| j.bytes);
+    // "This process" is NVML's figure for the job only when the job had one process on the GPU.
+    let this = at.job_used.map(|j| j.bytes).filter(|_| one_process);
     let text = format!(
         "CUDA out of memory. Tried to allocate {}. GPU {device_index} has a total capacity of {} of which {} is free. {}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
         format_size(requested),
@@ -206,7 +209,7 @@ fn process_of(stem: &str) -> &str {
 fn snapshot_part(
     o: &mut String,
     (snap, trace): (&Snapshot, DeviceTrace),
-    (timeline, summary): (&Timeline, &Summary),
+    (timeline, summary, one_process): (&Timeline, &Summary, bool),
     seen: &mut BTreeSet<(String, Option<i64>, u64)>,
     process: &str,
     peak: bool,
@@ -238,7 +241,7 @@ fn snapshot_part(
         );
         instant_table(o, &at, Some(free));
         if let Some(total) = summary.device_total()
-            && let Some(text) = explain_oom(&at, requested, free, total, trace.device)
+            && let Some(text) = explain_oom(&at, requested, free, total, trace.device, one_process)
         {
             let _ = writeln!(
                 o,
@@ -268,7 +271,7 @@ fn snapshot_part(
 /// Writes each snapshot's import beside it and returns the section.
 pub fn write(
     dir: &Path,
-    summary: &Summary,
+    (summary, one_process): (&Summary, bool),
     snapshots: &[PathBuf],
     notes: &[(String, String)],
 ) -> anyhow::Result<String> {
@@ -298,7 +301,7 @@ pub fn write(
             snapshot_part(
                 &mut o,
                 (&snap, trace),
-                (&timeline, summary),
+                (&timeline, summary, one_process),
                 &mut seen,
                 process,
                 last,
