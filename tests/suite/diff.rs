@@ -222,3 +222,27 @@ fn a_side_that_cannot_be_read_is_named_with_exit_2() {
         o.stderr
     );
 }
+
+/// The README's example of `diff` is what the command prints.
+#[test]
+fn the_readmes_diff_example_is_what_diff_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let cmd = "$ headroom diff ";
+    let block = readme
+        .split(cmd)
+        .nth(1)
+        .expect("the README shows headroom diff")
+        .split("```")
+        .next()
+        .unwrap();
+    let mut lines = block.lines();
+    let args: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let mut all = vec!["diff"];
+    all.extend(&args);
+    let o = headroom(root, &all);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for line in lines.filter(|l| !l.is_empty() && *l != "...") {
+        assert!(o.stdout.contains(line), "{line:?} is not in\n{}", o.stdout);
+    }
+}
