@@ -53,6 +53,6 @@ mod snapshot_pickler;
 mod snapshot_unknowns;
 mod torch_import;
 mod watch_fake;
-mod watch_torch;
 mod watch_sim;
+mod watch_torch;
 mod watchdog;
