@@ -9,6 +9,7 @@ script, or paste the two lines of mark() into it:
     mark("load"); model = load(); mark("train")
 """
 import os
+import sys
 
 
 def mark(name):
@@ -23,4 +24,11 @@ def mark(name):
             finally:
                 os.close(fd)
         except OSError:
+            pass
+    # Under `headroom watch --torch`: a PyTorch memory snapshot named after the phase.
+    hook = sys.modules.get("_headroom_torch")
+    if hook is not None:
+        try:
+            hook.on_mark(name)
+        except Exception:
             pass

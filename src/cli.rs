@@ -64,6 +64,19 @@ pub enum Command {
     Report(ReportArgs),
     /// Two result folders side by side: idle and peak per view, deltas, OOM outcomes.
     Compare(CompareArgs),
+    /// Two PyTorch snapshots (or imports, watches, runs): each peak and the difference, by
+    /// category and by source line, settings and segments, the largest new allocation.
+    #[command(
+        long_about = "Diff two PyTorch memory snapshots (pickle or JSON), two `import torch` \
+folders, two `watch` folders or two runs: PyTorch's allocated and reserved peaks (and the \
+device's and the job's, from a folder) on each side with B − A; at each side's allocated peak, \
+the bytes held by category (parameters, activations, gradients, optimizer state, as the stacks \
+tell; otherwise unknown) and by source line, the lines that grew or shrank most first; the \
+allocator settings and segment counts that differ; the largest allocation live at B's peak \
+that A's does not hold at the same line and size. Byte differences are exact.\n\nExit codes: \
+0 compared; 2 a side could not be read."
+    )]
+    Diff(DiffArgs),
     /// Many result folders (a fleet run) into one CSV and a Markdown table per GPU and driver.
     Merge(MergeArgs),
     /// Explain an out-of-memory error message (PyTorch, vLLM, JAX/XLA, TensorFlow, NCCL,
@@ -150,6 +163,16 @@ pub struct WatchArgs {
     /// simulated device.
     #[arg(long, value_name = "FILE")]
     pub sim_script: Option<PathBuf>,
+    /// A PyTorch job: put headroom's bootstrap on its PYTHONPATH, so every process that
+    /// imports torch and uses CUDA records its memory history and dumps a snapshot at an OOM,
+    /// at exit, on a phase mark and on SIGUSR2 (one per rank and PID, into the folder's
+    /// torch/); at the end each is imported and lined up with the device's readings. The
+    /// job's outcome is never changed.
+    #[arg(long, conflicts_with = "pid")]
+    pub torch: bool,
+    /// With --torch: the trace entries each process keeps (PyTorch's `max_entries`).
+    #[arg(long, value_name = "N", default_value_t = 100_000, requires = "torch")]
+    pub torch_max_entries: u64,
     /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
     /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
     /// document.
@@ -193,6 +216,20 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
     /// Print Markdown tables instead of the text table.
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first (older) side: a snapshot file or a result folder.
+    pub a: PathBuf,
+    /// The second (newer) side.
+    pub b: PathBuf,
+    /// Print JSON instead of text (docs/schema/diff.schema.json).
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+    /// Print Markdown tables, for a pull-request comment.
     #[arg(long)]
     pub markdown: bool,
 }

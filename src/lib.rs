@@ -19,6 +19,7 @@ pub mod cli;
 pub mod commands;
 pub mod crosscheck;
 pub mod device_args;
+pub mod diff;
 /// The device edge (`crates/headroom-device`): capabilities, backends, profiles, kernels.
 pub use headroom_device as device;
 pub mod expect;
@@ -40,6 +41,7 @@ pub mod sampler;
 pub mod schema;
 pub mod signals;
 pub mod tenant;
+pub mod torch_job;
 
 pub use headroom_device::units;
 pub mod watch;

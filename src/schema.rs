@@ -155,5 +155,12 @@ pub fn documents() -> Vec<(&'static str, serde_json::Value)> {
                 "A PyTorch memory snapshot replayed per device: the replay, and with --find-capacity and --try-settings what would have fit.",
             ),
         ),
+        (
+            "diff.schema.json",
+            schema_of::<crate::diff::Diff>(
+                "headroom diff --json",
+                "Two PyTorch snapshots, imports, watches or runs: peaks on each side with B − A, bytes at the peak by category and by source line, settings and segment counts that differ, the largest new allocation.",
+            ),
+        ),
     ]
 }

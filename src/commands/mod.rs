@@ -6,6 +6,7 @@ mod compare;
 pub mod completions;
 mod crosscheck;
 pub(crate) mod devices;
+mod diff;
 mod explain;
 mod hold;
 pub(crate) mod import;
@@ -56,6 +57,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),
+        Command::Diff(args) => diff::diff(&args),
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
         Command::Completions { shell } => completions::completions(shell),

@@ -20,6 +20,17 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
     if args.duration == Some(0) {
         anyhow::bail!("--duration must be above zero");
     }
+    let torch = if args.torch {
+        anyhow::ensure!(
+            args.torch_max_entries > 0,
+            "--torch-max-entries must be above zero"
+        );
+        Some(crate::torch_job::Bootstrap::prepare(
+            args.torch_max_entries,
+        )?)
+    } else {
+        None
+    };
     let opts = WatchOptions {
         target,
         interval_ns: args.interval,
@@ -30,8 +41,15 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         cuda_info: args.cuda_info,
         sim_script: args.sim_script.clone(),
         job_stdout_to_stderr: args.json,
+        job_env: torch.as_ref().map(|t| t.job_env()).unwrap_or_default(),
     };
     let report = crate::watch::watch(dev, &opts, interrupted)?;
+    if let Some(t) = &torch {
+        // Never the job's outcome: what fails here is said, and the job's status stands.
+        if let Err(e) = crate::torch_job::finish(t, &report.dir, &report.summary, &report.watch) {
+            crate::errln!("warning: the job's PyTorch snapshots could not be read: {e:#}");
+        }
+    }
     if args.json {
         let mut v = serde_json::to_value(&report.summary)?;
         v["watch"] = serde_json::to_value(&report.watch)?;

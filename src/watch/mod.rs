@@ -77,6 +77,8 @@ pub struct WatchOptions {
     pub sim_script: Option<PathBuf>,
     /// Send a launched job's stdout to headroom's stderr (`--json`: stdout holds one document).
     pub job_stdout_to_stderr: bool,
+    /// Variables set in a launched job's environment (`--torch`: its bootstrap).
+    pub job_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 
 /// A finished watch.

@@ -91,6 +91,7 @@ pub(super) fn start_job(
             if let Some(f) = fifo {
                 cmd.env(MARK_ENV, f.path());
             }
+            cmd.envs(opts.job_env.iter().map(|(k, v)| (k, v)));
             let mut child = match cmd.spawn() {
                 Ok(c) => c,
                 Err(e) => {

@@ -7,6 +7,7 @@ pub mod plans;
 pub mod rusage;
 pub mod schema;
 pub mod skip;
+pub mod snapshot_writer;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

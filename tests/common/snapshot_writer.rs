@@ -138,9 +138,46 @@ impl<W: Write> PickleWriter<W> {
         self.raw(b"e")
     }
 
+    /// `frames`: a new list holding the given frames, each frame dict shared through the memo
+    /// by its id (`NamedFrame::id`), as PyTorch shares one dict per distinct frame.
+    pub fn named_frames(&mut self, frames: &[NamedFrame]) -> io::Result<()> {
+        self.empty_list()?;
+        if frames.is_empty() {
+            return Ok(());
+        }
+        self.raw(b"(")?;
+        for f in frames {
+            if let Some(&m) = self.frames.get(&f.id) {
+                self.get(m)?;
+                continue;
+            }
+            self.empty_dict()?;
+            let id = self.next_memo - 1;
+            self.raw(b"(")?;
+            self.shared_str("name")?;
+            self.fresh_str(f.name)?;
+            self.shared_str("filename")?;
+            self.fresh_str(f.filename)?;
+            self.shared_str("line")?;
+            self.int(f.line)?;
+            self.raw(b"u")?;
+            self.frames.insert(f.id, id);
+        }
+        self.raw(b"e")
+    }
+
     pub fn into_inner(self) -> W {
         self.out
     }
+}
+
+/// One stack frame, with an id unique per distinct frame.
+#[derive(Debug, Clone, Copy)]
+pub struct NamedFrame {
+    pub id: u32,
+    pub name: &'static str,
+    pub filename: &'static str,
+    pub line: i64,
 }
 
 /// One trace entry of a synthetic trace.
@@ -228,6 +265,29 @@ pub fn write_snapshot<W: Write>(
     entries: impl Iterator<Item = SynthEntry>,
     depth: u32,
 ) -> io::Result<W> {
+    write_with(out, entries, |w, stack| {
+        let ids: Vec<u32> = (0..depth).map(|d| stack * 3 + d).collect();
+        w.frames(&ids)
+    })
+}
+
+/// Writes a snapshot whose device 0 trace is `entries`, each entry's `stack` an index into
+/// `stacks` (frames innermost first, as PyTorch records them).
+pub fn write_snapshot_with_stacks<W: Write>(
+    out: W,
+    entries: impl Iterator<Item = SynthEntry>,
+    stacks: &[Vec<NamedFrame>],
+) -> io::Result<W> {
+    write_with(out, entries, |w, stack| {
+        w.named_frames(&stacks[stack as usize])
+    })
+}
+
+fn write_with<W: Write>(
+    out: W,
+    entries: impl Iterator<Item = SynthEntry>,
+    mut frames: impl FnMut(&mut PickleWriter<W>, u32) -> io::Result<()>,
+) -> io::Result<W> {
     let mut w = PickleWriter::new(out);
     w.raw(&[0x80, 4])?;
     w.empty_dict()?;
@@ -238,7 +298,6 @@ pub fn write_snapshot<W: Write>(
     w.empty_list()?;
     w.empty_list()?;
     let mut in_batch = 0;
-    let mut stack_ids: Vec<u32> = Vec::new();
     for e in entries {
         if in_batch == 0 {
             w.raw(b"(")?;
@@ -263,9 +322,7 @@ pub fn write_snapshot<W: Write>(
         w.raw(&[b'K', 0, b'K', 0, 0x86])?;
         w.memoize()?;
         w.shared_str("frames")?;
-        stack_ids.clear();
-        stack_ids.extend((0..depth).map(|d| e.stack * 3 + d));
-        w.frames(&stack_ids)?;
+        frames(&mut w, e.stack)?;
         w.raw(b"u")?;
         in_batch += 1;
         if in_batch == 1000 {
