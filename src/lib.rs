@@ -21,6 +21,7 @@ pub mod crosscheck;
 pub use headroom_device as device;
 pub mod expect;
 pub mod explain;
+pub mod exporter;
 pub mod folder;
 pub mod import;
 pub use headroom_device::kernels;

@@ -7,6 +7,7 @@ pub mod completions;
 mod crosscheck;
 pub(crate) mod devices;
 mod explain;
+mod exporter;
 mod hold;
 pub(crate) mod import;
 mod merge;
@@ -58,6 +59,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Merge(args) => merge::merge(&args),
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
+        Command::Exporter(args) => exporter::exporter(&args, &interrupted),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { command } => completions::man(command.as_deref()),
     }
