@@ -1,0 +1,435 @@
+//! `headroom exporter` on the fake NVIDIA driver, scraped by Debian's real `prometheus`: a
+//! tenant holds 1 GiB (plus its 256 MiB context) for 100 ms between two scrapes, and
+//! Prometheus's stored series hold that spike to the byte in the peak metric while the
+//! instantaneous one never saw it. Also: `promtool check metrics` on a scrape, a hang
+//! injected in NVML reported as a metric while the endpoint answers, and SIGTERM ending it.
+//! Prometheus is installed with apt when missing and root; under `CI=true` its absence fails.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::common::*;
+
+const HR: &str = env!("CARGO_BIN_EXE_headroom");
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every process a test started, killed and waited for however the test ends.
+#[derive(Default)]
+struct Started(Vec<Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `scripts/fake-gpu ARGS…` sharing the fake's state file `state`.
+fn fake(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(root().join("scripts/fake-gpu"))
+        .args(args)
+        .current_dir(root())
+        .env("HEADROOM_FAKE_STATE", state)
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// Starts the exporter on a free loopback port; returns its address and its stderr so far.
+fn exporter(
+    started: &mut Started,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (SocketAddr, Arc<Mutex<String>>) {
+    let mut args = vec![HR, "exporter", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut child = fake(state, &args, env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap());
+    started.0.push(child);
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        let n = lines.read_line(&mut line).unwrap();
+        assert!(n > 0, "the exporter ended: {}", log.lock().unwrap());
+        log.lock().unwrap().push_str(&line);
+        if let Some(rest) = line.split("serving http://").nth(1) {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    let l = log.clone();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = lines.read_to_string(&mut rest);
+        l.lock().unwrap().push_str(&rest);
+    });
+    (addr, log)
+}
+
+/// A GET: the status code and body.
+fn get(addr: SocketAddr, path: &str, accept: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// The value of the one sample of `name` in a scrape.
+fn sample(body: &str, name: &str) -> f64 {
+    let line = body
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .unwrap_or_else(|| panic!("no {name} in\n{body}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Debian's prometheus and promtool, installed when missing (as root); `None` with the
+/// reason printed where they cannot be had, a failure under `CI=true`.
+fn prometheus() -> Option<(PathBuf, PathBuf)> {
+    let find = || {
+        let p = Path::new("/usr/bin/prometheus");
+        let t = Path::new("/usr/bin/promtool");
+        (p.is_file() && t.is_file()).then(|| (p.to_path_buf(), t.to_path_buf()))
+    };
+    if let Some(found) = find() {
+        return Some(found);
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root_user = unsafe { libc::geteuid() } == 0;
+    let why = if root_user {
+        let o = Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "prometheus"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output();
+        match (o, find()) {
+            (_, Some(found)) => return Some(found),
+            (Ok(o), None) => format!(
+                "apt-get install prometheus failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            (Err(e), None) => format!("apt-get cannot run: {e}"),
+        }
+    } else {
+        "prometheus is not installed and this is not root (apt-get install prometheus)".into()
+    };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true: {why}"
+    );
+    let _ = writeln!(std::io::stderr(), "exporter: prometheus NOT RUN: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A query parameter's value, percent-encoded.
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One instant query of Prometheus's HTTP API: each result's labels and value.
+fn query(prom: SocketAddr, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let (code, body) = get(prom, &format!("/api/v1/query?query={}", encode(q)), "*/*");
+    assert_eq!(code, 200, "{q}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let value = &r["value"][1];
+            (
+                r["metric"].clone(),
+                value.as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The stored samples of a range-vector selector (one series).
+fn stored(prom: SocketAddr, q: &str) -> Vec<f64> {
+    let (code, body) = get(prom, &format!("/api/v1/query?query={}", encode(q)), "*/*");
+    assert_eq!(code, 200, "{q}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let result = v["data"]["result"].as_array().unwrap();
+    assert_eq!(result.len(), 1, "{body}");
+    result[0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn unix_now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn prometheus_stores_the_spike_between_two_scrapes_to_the_byte_and_the_sample_never_sees_it() {
+    let Some((prometheus, promtool)) = prometheus() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("fake.state");
+    let mut started = Started::default();
+    let (exp, log) = exporter(&mut started, &state, &["--interval", "1ms"], &[]);
+
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: headroom\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n    params:\n      scraper: [prometheus-test]\n    static_configs:\n      - targets: ['{exp}']\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    started.0.push(
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={prom}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Ready, and the target scraped at least once.
+    let t0 = Instant::now();
+    let last_scrape_s = || {
+        // timestamp() of the selector itself: the sample's time, the scrape's start.
+        let up = query(prom, "up{job=\"headroom\"}");
+        let r = query(prom, "timestamp(up{job=\"headroom\"})");
+        (up.first().map(|(_, v)| *v) == Some(1.0)).then(|| r[0].1)
+    };
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "prometheus never scraped the exporter"
+        );
+        let ready = TcpStream::connect(prom).is_ok() && get(prom, "/-/ready", "*/*").0 == 200;
+        if ready && last_scrape_s().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second scraper, before the spike: its windows are its own.
+    assert_eq!(get(exp, "/metrics?scraper=other", "*/*").0, 200);
+
+    // The tenant starts 150–400 ms after a scrape and holds 1 GiB for 100 ms.
+    let spike_scrape = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no scrape to start after"
+        );
+        let last = last_scrape_s().unwrap();
+        let since = unix_now_s() - last;
+        if (0.15..0.4).contains(&since) {
+            break last;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let hold = fake(
+        &state,
+        &[HR, "hold", "1GiB", "--for", "100ms", "--backend", "cuda"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        hold.status.success(),
+        "{}",
+        String::from_utf8_lossy(&hold.stderr)
+    );
+    let held_until = unix_now_s() - spike_scrape;
+    assert!(
+        held_until < 0.85,
+        "the tenant ended {held_until:.2} s after the scrape: too slow a machine for this test"
+    );
+    // Three more scrapes.
+    std::thread::sleep(Duration::from_millis(3200));
+
+    let spike = GIB + CTX;
+    let peak = query(prom, "max_over_time(headroom_device_used_peak_bytes[1m])");
+    assert_eq!(peak.len(), 1, "{peak:?}");
+    assert_eq!(peak[0].1, spike as f64, "the peak series: {peak:?}");
+    assert_eq!(peak[0].0["scraper"], serde_json::Value::Null);
+    let seen = query(prom, "max_over_time(headroom_device_used_bytes[1m])");
+    assert!(seen[0].1 < GIB as f64, "a scrape saw the spike: {seen:?}");
+    // Every stored scrape of the peak: exactly one carries the spike (the next window
+    // started after it), and at least four were taken.
+    let stored = stored(prom, "headroom_device_used_peak_bytes[1m]");
+    assert!(stored.len() >= 4, "{stored:?}");
+    assert_eq!(
+        stored.iter().filter(|v| **v == spike as f64).count(),
+        1,
+        "{stored:?}"
+    );
+    let dcgm = query(prom, "max_over_time(DCGM_FI_DEV_FB_USED_PEAK[1m])");
+    assert_eq!(dcgm[0].1, (spike / MIB) as f64);
+    assert_eq!(dcgm[0].0["UUID"], peak[0].0["uuid"]);
+    // Every scrape parsed as OpenMetrics by Prometheus itself.
+    let (_, targets) = get(prom, "/api/v1/targets", "*/*");
+    let t: serde_json::Value = serde_json::from_str(&targets).unwrap();
+    let target = &t["data"]["activeTargets"][0];
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
+
+    // The other scraper's window still holds the spike Prometheus took.
+    let (_, other) = get(exp, "/metrics?scraper=other", "*/*");
+    assert_eq!(
+        sample(&other, "headroom_device_used_peak_bytes"),
+        spike as f64
+    );
+    assert!(other.ends_with("# EOF\n"));
+
+    // promtool: the text format (Accept: text/plain) parses and lints clean, but for the
+    // DCGM twins' own camelCase labels (modelName), kept as dcgm-exporter names them.
+    let (code, text) = get(exp, "/metrics?scraper=promtool", "text/plain");
+    assert_eq!(code, 200);
+    assert!(!text.contains("# EOF") && text.contains("# TYPE headroom_readings_total counter"));
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(matches!(o.status.code(), Some(0 | 3)), "promtool: {said}");
+    for l in said.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            l.starts_with("DCGM_FI_DEV_FB_")
+                && l.ends_with("label names should be written in 'snake_case' not 'camelCase'"),
+            "promtool: {l}\n{said}"
+        );
+    }
+    drop(started);
+    assert!(!log.lock().unwrap().contains("panicked"));
+}
+
+#[test]
+fn a_hung_nvml_call_is_a_metric_the_endpoint_still_answers_and_sigterm_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("fake.state");
+    let mut started = Started::default();
+    let (exp, log) = exporter(
+        &mut started,
+        &state,
+        &["--interval", "1ms", "--stuck-after", "300ms"],
+        &[(
+            "HEADROOM_FAKE_FAULTS",
+            "nvmlDeviceGetMemoryInfo_v2@100=hang:forever",
+        )],
+    );
+    let t0 = Instant::now();
+    let stuck = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never reported stuck"
+        );
+        let (code, body) = get(exp, "/metrics", "*/*");
+        assert_eq!(code, 200);
+        if sample(&body, "headroom_nvml_call_stuck") == 1.0 {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        stuck.contains("call=\"nvmlDeviceGetMemoryInfo_v2\""),
+        "{stuck}"
+    );
+    assert!(sample(&stuck, "headroom_nvml_call_in_progress_seconds") >= 0.3);
+    // The readings stopped where the call hung: the 100th call, the first being the
+    // inventory's before the sampler started.
+    assert_eq!(sample(&stuck, "headroom_readings_total"), 98.0);
+    let (code, body) = get(exp, "/metrics", "*/*");
+    assert_eq!(code, 200);
+    assert_eq!(sample(&body, "headroom_readings_total"), 98.0);
+    assert!(sample(&body, "headroom_last_reading_age_seconds") >= 0.3);
+    assert_eq!(get(exp, "/healthz", "*/*"), (200, "ok\n".to_string()));
+    assert_eq!(get(exp, "/", "*/*").0, 404);
+
+    let child = &mut started.0[0];
+    let sent = Instant::now();
+    // SAFETY: kill with a PID this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(3),
+            "SIGTERM did not end it"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        sent.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(0), "{}", log.lock().unwrap());
+}
+
+#[test]
+fn a_bad_listen_address_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = headroom(dir.path(), &["exporter", "--listen", "localhost"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr
+            .contains("--listen \"localhost\": expected IP:PORT"),
+        "{}",
+        o.stderr
+    );
+}
