@@ -17,6 +17,9 @@ pub mod processes;
 pub mod render;
 pub mod window;
 
+#[cfg(test)]
+mod hour_tests;
+
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -82,15 +82,19 @@ impl ProcessTable {
                 *peak = (*peak).max(b);
             }
         }
-        let before = self.processes.len();
-        self.processes.retain(|_, p| {
-            p.gone_since_ns
-                .is_none_or(|g| now_ns.saturating_sub(g) <= ttl_ns)
-        });
-        if self.processes.len() != before {
-            let live = &self.processes;
+        let expired: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| {
+                p.gone_since_ns
+                    .is_some_and(|g| now_ns.saturating_sub(g) > ttl_ns)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in expired {
+            self.processes.remove(&pid);
             for w in self.windows.values_mut() {
-                w.retain(|pid, _| live.contains_key(pid));
+                w.remove(&pid);
             }
         }
     }
