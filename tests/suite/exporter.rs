@@ -358,6 +358,26 @@ fn prometheus_stores_the_spike_between_two_scrapes_to_the_byte_and_the_sample_ne
 }
 
 #[test]
+fn the_documented_rules_pass_promtool() {
+    let Some((_, promtool)) = prometheus() else {
+        return;
+    };
+    let rules = root().join("docs/fleet/headroom-rules.yml");
+    let o = Command::new(&promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(said.contains("SUCCESS: 4 rules found"), "{said}");
+}
+
+#[test]
 fn a_hung_nvml_call_is_a_metric_the_endpoint_still_answers_and_sigterm_ends_it() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("fake.state");
