@@ -375,6 +375,36 @@ fn the_documented_rules_pass_promtool() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(said.contains("SUCCESS: 4 rules found"), "{said}");
+    // The queries docs/fleet.md shows parse too: each as a recording rule of its own.
+    let fleet = std::fs::read_to_string(root().join("docs/fleet.md")).unwrap();
+    let block = fleet
+        .split("```promql\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/fleet.md shows PromQL queries");
+    let mut queries: Vec<String> = vec![];
+    for line in block.lines().filter(|l| !l.starts_with('#')) {
+        match (line.starts_with("  "), queries.last_mut()) {
+            (true, Some(q)) => q.push_str(line),
+            _ => queries.push(line.to_string()),
+        }
+    }
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("queries.yml");
+    let mut yaml = String::from("groups:\n  - name: docs\n    rules:\n");
+    for (i, q) in queries.iter().enumerate() {
+        yaml.push_str(&format!(
+            "      - record: docs_query_{i}\n        expr: '{q}'\n"
+        ));
+    }
+    std::fs::write(&file, yaml).unwrap();
+    let o = Command::new(&promtool)
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 #[test]
