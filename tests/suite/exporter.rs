@@ -2,7 +2,9 @@
 //! tenant holds 1 GiB (plus its 256 MiB context) for 100 ms between two scrapes, and
 //! Prometheus's stored series hold that spike to the byte in the peak metric while the
 //! instantaneous one never saw it. Also: `promtool check metrics` on a scrape, a hang
-//! injected in NVML reported as a metric while the endpoint answers, and SIGTERM ending it.
+//! injected in NVML reported as a metric while the endpoint answers, SIGTERM ending it, a
+//! process's exact peak and its series dropped after the time-to-live, and MIG instances with
+//! the process list NVML refuses said as a metric.
 //! Prometheus is installed with apt when missing and root; under `CI=true` its absence fails.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -482,4 +484,104 @@ fn a_bad_listen_address_is_refused_with_exit_2() {
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn a_process_gets_its_peak_and_its_series_is_dropped_after_the_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("fake.state");
+    let mut started = Started::default();
+    let (exp, _log) = exporter(
+        &mut started,
+        &state,
+        &["--process-interval", "10ms", "--process-ttl", "300ms"],
+        &[],
+    );
+    assert_eq!(get(exp, "/metrics?scraper=t", "*/*").0, 200);
+    let hold = fake(
+        &state,
+        &[HR, "hold", "1GiB", "--for", "300ms", "--backend", "cuda"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert!(hold.status.success());
+    let said = String::from_utf8_lossy(&hold.stdout);
+    let pid = said
+        .split(" as pid ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{said}"));
+    let (_, body) = get(exp, "/metrics?scraper=t", "*/*");
+    let mine = format!("pid=\"{pid}\"");
+    let peak = body
+        .lines()
+        .find(|l| l.starts_with("headroom_process_used_peak_bytes{") && l.contains(&mine))
+        .unwrap_or_else(|| panic!("no peak for {pid}:\n{body}"));
+    // Its 1 GiB and its context, as NVML's process list gave them.
+    assert!(peak.ends_with(&format!(" {}", GIB + CTX)), "{peak}");
+    assert_eq!(sample(&body, "headroom_process_list_available"), 1.0);
+    // Gone from the list, and its series dropped once the time-to-live has passed.
+    std::thread::sleep(Duration::from_millis(1000));
+    let (_, body) = get(exp, "/metrics?scraper=t", "*/*");
+    assert!(!body.contains(&mine), "{body}");
+    assert_eq!(sample(&body, "headroom_process_series"), 0.0);
+}
+
+#[test]
+fn on_mig_each_instance_is_exported_and_a_refused_process_list_is_said_not_zeroed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("fake.state");
+    let mut started = Started::default();
+    let profile = root().join("tests/fake-gpu/profiles/mig-8g.toml");
+    let (exp, _log) = exporter(
+        &mut started,
+        &state,
+        &["--process-interval", "10ms"],
+        &[
+            ("HEADROOM_FAKE_PROFILE", profile.to_str().unwrap()),
+            ("HEADROOM_FAKE_MIG", "1g.1gb,2g.2gb"),
+            ("HEADROOM_FAKE_PRIVILEGED", "0"),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (code, body) = get(exp, "/metrics", "*/*");
+    assert_eq!(code, 200);
+    let totals: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("headroom_device_total_bytes{"))
+        .collect();
+    assert_eq!(totals.len(), 2, "{body}");
+    assert!(
+        totals[0].contains("mig_profile=\"1g.1gb\",gpu_instance=\"1\"")
+            && totals[0].ends_with(&format!(" {GIB}")),
+        "{}",
+        totals[0]
+    );
+    assert!(
+        totals[1].contains("mig_profile=\"2g.2gb\",gpu_instance=\"2\"")
+            && totals[1].ends_with(&format!(" {}", 2 * GIB)),
+        "{}",
+        totals[1]
+    );
+    assert!(
+        body.contains("DCGM_FI_DEV_FB_TOTAL{gpu=\"0\",UUID=\"MIG-"),
+        "{body}"
+    );
+    assert!(
+        body.contains("GPU_I_PROFILE=\"1g.1gb\",GPU_I_ID=\"1\"} 1024\n"),
+        "{body}"
+    );
+    let refused: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("headroom_process_list_available{"))
+        .collect();
+    assert_eq!(refused.len(), 2, "{body}");
+    for l in refused {
+        assert!(
+            l.contains("NVML_ERROR_NO_PERMISSION") && l.ends_with(" 0"),
+            "{l}"
+        );
+    }
+    assert!(!body.contains("headroom_process_used_bytes{"), "{body}");
 }
