@@ -20,6 +20,7 @@ pub mod window;
 #[cfg(test)]
 mod hour_tests;
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -280,43 +281,50 @@ fn answer(shared: &Shared, mut stream: std::net::TcpStream, peer: SocketAddr) {
 fn scrape(shared: &Shared, scraper: &str, format: Format) -> String {
     let now = shared.now_ns();
     let opts = &shared.opts;
-    let mut guards: Vec<_> = shared
+    // Each device's lock is held only to hand over its windows and copy what is shown, so
+    // its sampler waits microseconds, not the whole rendering.
+    let mut scrapers = 0;
+    let copies: Vec<_> = shared
         .units
         .iter()
-        .map(|u| u.state.lock().unwrap_or_else(|e| e.into_inner()))
+        .map(|u| {
+            let mut g = u.state.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut *g;
+            let scraped = g.stats.scrape(scraper, now, opts.scraper_ttl_ns);
+            scrapers = scrapers.max(g.stats.scrapers().count());
+            let process_peaks = g.processes.scrape(scraper, g.stats.scrapers());
+            let calls: Vec<CallInProgress> = [&u.memory_call, &u.process_call]
+                .iter()
+                .filter_map(|c| c.in_progress(now))
+                .collect();
+            (
+                g.stats.shown(),
+                g.processes.shown(),
+                scraped,
+                process_peaks,
+                calls,
+            )
+        })
         .collect();
-    let mut scrapes = Vec::with_capacity(guards.len());
-    let mut scrapers = 0;
-    for (u, g) in shared.units.iter().zip(guards.iter_mut()) {
-        let g = &mut **g;
-        let scraped = g.stats.scrape(scraper, now, opts.scraper_ttl_ns);
-        scrapers = scrapers.max(g.stats.scrapers().count());
-        let process_peaks = g.processes.scrape(scraper, g.stats.scrapers());
-        let calls = [&u.memory_call, &u.process_call]
-            .iter()
-            .filter_map(|c| c.in_progress(now))
-            .collect();
-        scrapes.push((scraped, process_peaks, calls));
-    }
     let devices: Vec<DeviceScrape<'_>> = shared
         .units
         .iter()
-        .zip(guards.iter())
-        .zip(scrapes)
-        .map(|((u, g), (scraped, process_peaks, calls))| DeviceScrape {
-            id: &u.id,
-            interval_ns: opts.interval_ns,
-            stats: &g.stats,
-            scraped,
-            processes: &g.processes,
-            process_peaks,
-            calls,
-            stuck_after_s: opts.stuck_after_ns as f64 / 1e9,
-            last_reading_age_s: g
-                .stats
-                .last_reading_ns
-                .map(|t| now.saturating_sub(t) as f64 / 1e9),
-        })
+        .zip(&copies)
+        .map(
+            |(u, (stats, processes, scraped, process_peaks, calls))| DeviceScrape {
+                id: &u.id,
+                interval_ns: opts.interval_ns,
+                stats,
+                scraped: *scraped,
+                processes,
+                process_peaks: process_peaks.clone(),
+                calls: calls.clone(),
+                stuck_after_s: opts.stuck_after_ns as f64 / 1e9,
+                last_reading_age_s: stats
+                    .last_reading_ns
+                    .map(|t| now.saturating_sub(t) as f64 / 1e9),
+            },
+        )
         .collect();
     render::render(&devices, scrapers, format)
 }
@@ -380,12 +388,28 @@ fn sample_processes(shared: &Shared, i: usize) -> anyhow::Result<()> {
             .store(shared.now_ns() + 1, Ordering::SeqCst);
         let list = reader.processes();
         unit.process_call.since.store(0, Ordering::SeqCst);
-        let list = list.map(|ps| ps.into_iter().map(|p| (p.pid, p.used_bytes)).collect());
+        let list: Result<Vec<(u32, Option<u64>)>, String> =
+            list.map(|ps| ps.into_iter().map(|p| (p.pid, p.used_bytes)).collect());
+        // New processes' cgroups are read outside the lock.
+        let new: Vec<u32> = match &list {
+            Ok(l) => {
+                let st = unit.state.lock().unwrap_or_else(|e| e.into_inner());
+                l.iter()
+                    .map(|(pid, _)| *pid)
+                    .filter(|pid| !st.processes.is_listed(*pid))
+                    .collect()
+            }
+            Err(_) => vec![],
+        };
+        let placed: HashMap<u32, cgroup::Placement> = new
+            .into_iter()
+            .map(|pid| (pid, cgroup::of_pid(pid).unwrap_or_default()))
+            .collect();
         let now = shared.now_ns();
         {
             let mut st = unit.state.lock().unwrap_or_else(|e| e.into_inner());
             st.processes.update(now, list, opts.process_ttl_ns, |pid| {
-                cgroup::of_pid(pid).unwrap_or_default()
+                placed.get(&pid).cloned().unwrap_or_default()
             });
         }
         let next = Instant::now() + Duration::from_nanos(opts.process_interval_ns);

@@ -131,6 +131,24 @@ impl ProcessTable {
         peaks
     }
 
+    /// Whether `pid` is on the list now (a new process's cgroup is read before `update`).
+    pub fn is_listed(&self, pid: u32) -> bool {
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.gone_since_ns.is_none())
+    }
+
+    /// A copy of what a scrape shows (everything but the scrapers' windows).
+    pub fn shown(&self) -> ProcessTable {
+        ProcessTable {
+            processes: self.processes.clone(),
+            windows: HashMap::new(),
+            lists_total: self.lists_total,
+            lists_failed_total: self.lists_failed_total,
+            unavailable: self.unavailable.clone(),
+        }
+    }
+
     /// Entries held across all scrapers' windows (the memory bound's measure).
     pub fn window_entries(&self) -> usize {
         self.windows.values().map(HashMap::len).sum()

@@ -165,6 +165,22 @@ impl DeviceStats {
         }
     }
 
+    /// A copy of what a scrape shows (everything but the scrapers' windows).
+    pub fn shown(&self) -> DeviceStats {
+        DeviceStats {
+            interval_ns: self.interval_ns,
+            current: self.current,
+            last_reading_ns: self.last_reading_ns,
+            readings_total: self.readings_total,
+            missed_total: self.missed_total,
+            failed_total: self.failed_total,
+            bucket_counts: self.bucket_counts,
+            used_sum_bytes: self.used_sum_bytes,
+            since_start: self.since_start,
+            windows: BTreeMap::new(),
+        }
+    }
+
     /// The scrapers with a window now.
     pub fn scrapers(&self) -> impl Iterator<Item = &str> {
         self.windows.keys().map(String::as_str)
