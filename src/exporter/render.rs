@@ -479,3 +479,90 @@ pub fn render(devices: &[DeviceScrape<'_>], scrapers: usize, format: Format) -> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::NvmlMemory;
+
+    fn one(format: Format, unavailable: Option<&str>) -> String {
+        let id = Identity {
+            gpu_index: 3,
+            uuid: "GPU-1".into(),
+            model: "A \"quoted\" GPU".into(),
+            mig: None,
+        };
+        let mut stats = DeviceStats::new(1_000_000, 0);
+        stats.record(
+            1,
+            NvmlMemory {
+                total_bytes: 8 << 30,
+                reserved_bytes: 0,
+                used_bytes: (1 << 30) + (1 << 19),
+                free_bytes: (7 << 30) - (1 << 19),
+            },
+        );
+        let scraped = stats.scrape("s", 2, u64::MAX);
+        let mut processes = ProcessTable::default();
+        processes.update(
+            2,
+            match unavailable {
+                Some(why) => Err(why.to_string()),
+                None => Ok(vec![]),
+            },
+            1,
+            |_| Default::default(),
+        );
+        let d = DeviceScrape {
+            id: &id,
+            interval_ns: 1_000_000,
+            stats: &stats,
+            scraped,
+            processes: &processes,
+            process_peaks: Default::default(),
+            calls: vec![],
+            stuck_after_s: 2.0,
+            last_reading_age_s: None,
+        };
+        render(&[d], 1, format)
+    }
+
+    #[test]
+    fn the_two_formats_differ_only_where_their_specifications_do() {
+        let om = one(Format::OpenMetrics, None);
+        let text = one(Format::PrometheusText, None);
+        assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
+        assert!(om.contains("# TYPE headroom_readings counter\n"));
+        assert!(text.contains("# TYPE headroom_readings_total counter\n"));
+        assert!(om.contains("# UNIT headroom_device_used_peak_bytes bytes\n"));
+        assert!(!text.contains("# UNIT"));
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(samples(&om), samples(&text));
+        // Bytes raw; MiB rounded down for the DCGM twins; labels escaped.
+        let labels = "gpu=\"3\",uuid=\"GPU-1\",model=\"A \\\"quoted\\\" GPU\"";
+        assert!(
+            om.contains(&format!(
+                "headroom_device_used_peak_bytes{{{labels}}} 1074266112\n"
+            )),
+            "{om}"
+        );
+        assert!(om.contains("DCGM_FI_DEV_FB_USED_PEAK{gpu=\"3\",UUID=\"GPU-1\",modelName=\"A \\\"quoted\\\" GPU\"} 1024\n"), "{om}");
+        assert!(om.contains(&format!(
+            "headroom_process_list_available{{{labels},reason=\"\"}} 1\n"
+        )));
+    }
+
+    #[test]
+    fn a_refused_list_says_why_escaped() {
+        let om = one(Format::OpenMetrics, Some("NO \"PERMISSION\"\nfor MIG"));
+        assert!(
+            om.contains("reason=\"NO \\\"PERMISSION\\\"\\nfor MIG\"} 0\n"),
+            "{om}"
+        );
+    }
+}

@@ -585,3 +585,24 @@ fn on_mig_each_instance_is_exported_and_a_refused_process_list_is_said_not_zeroe
     }
     assert!(!body.contains("headroom_process_used_bytes{"), "{body}");
 }
+
+#[test]
+fn an_address_in_use_and_a_zero_process_interval_are_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let o = on_fake(dir.path(), &["exporter", "--listen", &addr], &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!("--listen {addr}: cannot bind")),
+        "{}",
+        o.stderr
+    );
+    let o = headroom(dir.path(), &["exporter", "--process-interval", "0s"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("--process-interval must be above zero"),
+        "{}",
+        o.stderr
+    );
+}
