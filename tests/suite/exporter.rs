@@ -314,6 +314,19 @@ fn prometheus_stores_the_spike_between_two_scrapes_to_the_byte_and_the_sample_ne
     let target = &t["data"]["activeTargets"][0];
     assert_eq!(target["health"], "up", "{target}");
     assert_eq!(target["lastError"], "", "{target}");
+    // It was OpenMetrics Prometheus read: only that format carries a metric's unit.
+    let (_, meta) = get(
+        prom,
+        "/api/v1/metadata?metric=headroom_device_used_peak_bytes",
+        "*/*",
+    );
+    let m: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    let m = &m["data"]["headroom_device_used_peak_bytes"][0];
+    assert_eq!(
+        (&m["type"], &m["unit"]),
+        (&"gauge".into(), &"bytes".into()),
+        "{meta}"
+    );
 
     // The other scraper's window still holds the spike Prometheus took.
     let (_, other) = get(exp, "/metrics?scraper=other", "*/*");
