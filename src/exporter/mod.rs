@@ -147,6 +147,7 @@ fn discover() -> anyhow::Result<Vec<Identity>> {
 pub fn serve(opts: ExporterOptions, interrupted: &AtomicBool) -> anyhow::Result<i32> {
     // A stuck NVML call is a metric here, never the end of the daemon.
     crate::run::watchdog::set_budget(Some(0));
+    crate::signals::set_stop_words("stopping the exporter");
     let ids = discover()?;
     let listener = TcpListener::bind(opts.listen)
         .with_context(|| format!("--listen {}: cannot bind", opts.listen))?;
@@ -229,7 +230,7 @@ pub fn serve(opts: ExporterOptions, interrupted: &AtomicBool) -> anyhow::Result<
         }
     }
     shared.stop.store(true, Ordering::SeqCst);
-    crate::errln!("headroom exporter: stopped by a signal");
+    crate::errln!("headroom exporter: stopped");
     Ok(0)
 }
 

@@ -484,6 +484,12 @@ fn a_hung_nvml_call_is_a_metric_the_endpoint_still_answers_and_sigterm_ends_it()
         sent.elapsed()
     );
     assert_eq!(status.code(), Some(0), "{}", log.lock().unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    let said = log.lock().unwrap().clone();
+    assert!(
+        said.contains("interrupted (SIGTERM): stopping the exporter"),
+        "{said}"
+    );
 }
 
 #[test]
