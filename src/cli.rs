@@ -145,6 +145,14 @@ pub struct ExporterArgs {
     /// An NVML call in progress this long is reported stuck (headroom_nvml_call_stuck).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration_arg)]
     pub stuck_after: u64,
+    /// The kubelet's pod-resources socket: which pod and container each GPU was allocated to
+    /// (headroom_device_allocation), asked at --process-interval.
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    pub pod_resources: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]

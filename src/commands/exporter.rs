@@ -29,6 +29,7 @@ pub fn exporter(args: &ExporterArgs, interrupted: &AtomicBool) -> anyhow::Result
         process_ttl_ns: args.process_ttl,
         scraper_ttl_ns: args.scraper_ttl,
         stuck_after_ns: args.stuck_after,
+        pod_resources: args.pod_resources.clone(),
     };
     crate::exporter::serve(opts, interrupted)
 }

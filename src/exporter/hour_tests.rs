@@ -82,8 +82,9 @@ fn an_hour_of_a_process_a_second_stays_within_the_bound() {
                 calls: vec![],
                 stuck_after_s: 2.0,
                 last_reading_age_s: Some(0.0),
+                allocations: vec![],
             };
-            let text = render(&[d], stats.scrapers().count(), Format::OpenMetrics);
+            let text = render(&[d], stats.scrapers().count(), None, Format::OpenMetrics);
             assert!(text.ends_with("# EOF\n"));
             (text, table.processes.len())
         };

@@ -13,6 +13,7 @@
 
 pub mod cgroup;
 pub mod http;
+pub mod podresources;
 pub mod processes;
 pub mod render;
 pub mod window;
@@ -54,6 +55,8 @@ pub struct ExporterOptions {
     pub scraper_ttl_ns: u64,
     /// An NVML call in progress this long is reported stuck.
     pub stuck_after_ns: u64,
+    /// The kubelet's pod-resources socket (asked at the process list's interval).
+    pub pod_resources: std::path::PathBuf,
 }
 
 /// A call the sampler is inside: since when (ns from the origin, plus one; 0: none).
@@ -98,6 +101,8 @@ struct Shared {
     opts: ExporterOptions,
     stop: AtomicBool,
     connections: AtomicUsize,
+    /// The kubelet's last answer (`None` before the first).
+    allocations: Mutex<Option<Result<Vec<podresources::Allocation>, String>>>,
 }
 
 impl Shared {
@@ -171,7 +176,15 @@ pub fn serve(opts: ExporterOptions, interrupted: &AtomicBool) -> anyhow::Result<
         opts: opts.clone(),
         stop: AtomicBool::new(false),
         connections: AtomicUsize::new(0),
+        allocations: Mutex::new(None),
     });
+    {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("exporter-pod-resources".into())
+            .spawn(move || ask_kubelet(&s))
+            .context("cannot start the pod-resources thread")?;
+    }
     for i in 0..shared.units.len() {
         for memory in [true, false] {
             let s = shared.clone();
@@ -307,6 +320,11 @@ fn scrape(shared: &Shared, scraper: &str, format: Format) -> String {
             )
         })
         .collect();
+    let kubelet = shared
+        .allocations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let devices: Vec<DeviceScrape<'_>> = shared
         .units
         .iter()
@@ -324,10 +342,34 @@ fn scrape(shared: &Shared, scraper: &str, format: Format) -> String {
                 last_reading_age_s: stats
                     .last_reading_ns
                     .map(|t| now.saturating_sub(t) as f64 / 1e9),
+                allocations: match &kubelet {
+                    Some(Ok(all)) => all
+                        .iter()
+                        .filter(|a| a.device_id == u.id.uuid)
+                        .cloned()
+                        .collect(),
+                    _ => vec![],
+                },
             },
         )
         .collect();
-    render::render(&devices, scrapers, format)
+    let answered = kubelet
+        .as_ref()
+        .map(|r| r.as_ref().map(Vec::len).map_err(Clone::clone));
+    render::render(&devices, scrapers, answered.as_ref(), format)
+}
+
+/// The kubelet's allocations at the process list's interval, until stopped.
+fn ask_kubelet(shared: &Shared) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        let answer = podresources::list(&shared.opts.pod_resources);
+        *shared.allocations.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+        let next = Instant::now() + Duration::from_nanos(shared.opts.process_interval_ns);
+        while !shared.stop.load(Ordering::SeqCst) && Instant::now() < next {
+            let left = next.saturating_duration_since(Instant::now());
+            std::thread::sleep(Duration::from_millis(20).min(left));
+        }
+    }
 }
 
 fn open_device(uuid: &str) -> anyhow::Result<NvmlDevice> {

@@ -9,6 +9,7 @@
 
 use std::fmt::Write as _;
 
+use super::podresources::Allocation;
 use super::processes::ProcessTable;
 use super::window::{BUCKET_PERMILLE, DeviceStats, Scraped};
 
@@ -68,6 +69,8 @@ pub struct DeviceScrape<'a> {
     pub stuck_after_s: f64,
     /// Seconds since the last reading (`None`: none yet).
     pub last_reading_age_s: Option<f64>,
+    /// The containers the kubelet allocated this device to.
+    pub allocations: Vec<Allocation>,
 }
 
 /// Label values escaped as both formats want (`\\`, `\"`, `\n`).
@@ -168,7 +171,14 @@ impl Family {
 const MIB: u64 = 1 << 20;
 
 /// The whole `/metrics` text for one scrape.
-pub fn render(devices: &[DeviceScrape<'_>], scrapers: usize, format: Format) -> String {
+/// `pod_resources`: the kubelet's answer (the allocations it listed, or why none), `None`
+/// before the first.
+pub fn render(
+    devices: &[DeviceScrape<'_>],
+    scrapers: usize,
+    pod_resources: Option<&Result<usize, String>>,
+    format: Format,
+) -> String {
     use Kind::*;
     let f = |n, k, u, h| Family::new(n, k, u, h);
     let mut total = f(
@@ -355,6 +365,23 @@ pub fn render(devices: &[DeviceScrape<'_>], scrapers: usize, format: Format) -> 
         scraper_count.samples,
         "headroom_exporter_scrapers {scrapers}"
     );
+    let mut allocated = f(
+        "headroom_device_allocation",
+        Gauge,
+        "",
+        "1 for each container the kubelet's pod-resources API says the device was allocated to.",
+    );
+    let mut kubelet = f(
+        "headroom_pod_resources_available",
+        Gauge,
+        "",
+        "1 when the kubelet's pod-resources socket answered the last list; 0 with the reason.",
+    );
+    match pod_resources {
+        Some(Ok(_)) => kubelet.sample("", "reason=\"\"", 1),
+        Some(Err(why)) => kubelet.sample("", &format!("reason=\"{}\"", escape(why)), 0),
+        None => {}
+    }
 
     for d in devices {
         let l = headroom_labels(d.id);
@@ -416,6 +443,16 @@ pub fn render(devices: &[DeviceScrape<'_>], scrapers: usize, format: Format) -> 
             hist.sample("_count", &l, d.stats.readings_total);
             hist.sample("_sum", &l, d.stats.used_sum_bytes);
         }
+        for a in &d.allocations {
+            let al = format!(
+                "{l},namespace=\"{}\",pod=\"{}\",container=\"{}\",resource=\"{}\"",
+                escape(&a.namespace),
+                escape(&a.pod),
+                escape(&a.container),
+                escape(&a.resource)
+            );
+            allocated.sample("", &al, 1);
+        }
         let t = d.processes;
         p_lists.sample("_total", &l, t.lists_total);
         p_lists_failed.sample("_total", &l, t.lists_failed_total);
@@ -471,6 +508,8 @@ pub fn render(devices: &[DeviceScrape<'_>], scrapers: usize, format: Format) -> 
         &d_used_peak,
         &d_free_min,
         &scraper_count,
+        &allocated,
+        &kubelet,
     ] {
         fam.write(&mut out, format);
     }
@@ -523,8 +562,9 @@ mod tests {
             calls: vec![],
             stuck_after_s: 2.0,
             last_reading_age_s: None,
+            allocations: vec![],
         };
-        render(&[d], 1, format)
+        render(&[d], 1, None, format)
     }
 
     #[test]

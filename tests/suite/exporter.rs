@@ -4,7 +4,8 @@
 //! instantaneous one never saw it. Also: `promtool check metrics` on a scrape, a hang
 //! injected in NVML reported as a metric while the endpoint answers, SIGTERM ending it, a
 //! process's exact peak and its series dropped after the time-to-live, and MIG instances with
-//! the process list NVML refuses said as a metric.
+//! the process list NVML refuses said as a metric, and the kubelet's pod-resources API (a fake
+//! kubelet served by grpcio) naming the pod a GPU was allocated to.
 //! Prometheus is installed with apt when missing and root; under `CI=true` its absence fails.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -404,7 +405,7 @@ fn the_documented_rules_pass_promtool() {
             _ => queries.push(line.to_string()),
         }
     }
-    assert_eq!(queries.len(), 4, "{queries:?}");
+    assert_eq!(queries.len(), 5, "{queries:?}");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("queries.yml");
     let mut yaml = String::from("groups:\n  - name: docs\n    rules:\n");
@@ -623,5 +624,137 @@ fn an_address_in_use_and_a_zero_process_interval_are_refused_with_exit_2() {
         o.stderr.contains("--process-interval must be above zero"),
         "{}",
         o.stderr
+    );
+}
+
+/// grpcio for the fake kubelet, installed into target/ci-tools/grpc on first use; `None` with
+/// the reason printed where it cannot be, a failure under `CI=true`.
+fn grpcio() -> Option<PathBuf> {
+    let dir = root().join("target/ci-tools/grpc");
+    let works = || {
+        Command::new("python3")
+            .args(["-c", "import grpc"])
+            .env("PYTHONPATH", &dir)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works() {
+        return Some(dir);
+    }
+    let o = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(["--no-input", "--only-binary=:all:", "--target"])
+        .arg(&dir)
+        .arg("grpcio==1.85.1")
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .output();
+    if works() {
+        return Some(dir);
+    }
+    let why = match o {
+        Ok(o) => format!(
+            "pip install grpcio failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("python3 cannot run: {e}"),
+    };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true: {why}"
+    );
+    let _ = writeln!(std::io::stderr(), "exporter: pod-resources NOT RUN: {why}");
+    None
+}
+
+#[test]
+fn the_kubelet_pod_resources_name_the_pod_a_gpu_was_allocated_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("fake.state");
+    let mut started = Started::default();
+    // No socket: said, with the reason.
+    let missing = dir.path().join("missing.sock");
+    let (exp, _) = exporter(
+        &mut started,
+        &state,
+        &[
+            "--process-interval",
+            "50ms",
+            "--pod-resources",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (_, body) = get(exp, "/metrics", "*/*");
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("headroom_pod_resources_available{"))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        line.contains("missing.sock: ") && line.ends_with(" 0"),
+        "{line}"
+    );
+    assert!(!body.contains("headroom_device_allocation{"));
+
+    let Some(grpc) = grpcio() else {
+        return;
+    };
+    let socket = dir.path().join("kubelet.sock");
+    let uuid = get(exp, "/metrics", "*/*")
+        .1
+        .split("uuid=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string();
+    let mut kubelet = Command::new("python3")
+        .arg(root().join("tests/fake-kubelet/serve.py"))
+        .arg(&socket)
+        .arg(format!("ml,train-0,trainer,nvidia.com/gpu,{uuid}"))
+        .arg("ml,other,x,nvidia.com/gpu,GPU-not-on-this-node")
+        .env("PYTHONPATH", &grpc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    let out = kubelet.stdout.take().unwrap();
+    started.0.push(kubelet);
+    BufReader::new(out).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n");
+    let (exp, _) = exporter(
+        &mut started,
+        &state,
+        &[
+            "--process-interval",
+            "50ms",
+            "--pod-resources",
+            socket.to_str().unwrap(),
+        ],
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, body) = get(exp, "/metrics", "*/*");
+    let allocated: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("headroom_device_allocation{"))
+        .collect();
+    assert_eq!(allocated.len(), 1, "{body}");
+    assert!(
+        allocated[0].ends_with(&format!(
+            "uuid=\"{uuid}\",model=\"tiny 4 GiB GPU (fake driver)\",namespace=\"ml\",pod=\"train-0\",container=\"trainer\",resource=\"nvidia.com/gpu\"}} 1"
+        )),
+        "{}",
+        allocated[0]
+    );
+    assert!(
+        body.contains("headroom_pod_resources_available{reason=\"\"} 1\n"),
+        "{body}"
     );
 }

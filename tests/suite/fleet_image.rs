@@ -166,15 +166,19 @@ fn job_yaml_validates_for_the_oldest_kubernetes_it_claims_and_the_newest_known()
 fn the_exporter_daemonset_validates_and_is_not_privileged() {
     let ds = std::fs::read_to_string(root().join("docs/fleet/exporter.yaml")).unwrap();
     // What the exporter needs and nothing more: the host's PIDs (NVML's process IDs in
-    // /proc), the NVIDIA runtime with every GPU for NVML, no privileged mode, no GPU requested.
+    // /proc), the NVIDIA runtime with every GPU for NVML, the kubelet's pod-resources socket
+    // read-only, no privileged mode, no capability, no GPU requested.
     for needed in [
         "hostPID: true",
         "runtimeClassName: nvidia",
         "privileged: false",
         "allowPrivilegeEscalation: false",
-        "runAsNonRoot: true",
+        "drop: [\"ALL\"]",
+        "readOnlyRootFilesystem: true",
         "\"--listen\", \"0.0.0.0:9477\"",
         "path: /healthz",
+        "path: /var/lib/kubelet/pod-resources\n",
+        "\"--pod-resources\", \"/var/lib/kubelet/pod-resources/kubelet.sock\"",
     ] {
         assert!(ds.contains(needed), "{needed}");
     }
