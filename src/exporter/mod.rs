@@ -2,7 +2,8 @@
 //! NVML (no CUDA context: it takes no device memory) and serves, for each scraper, the true
 //! peak of every memory view since that scraper's previous scrape, beside the instantaneous
 //! values and DCGM-named twins (`render`). Per process: NVML's process list at a slower rate,
-//! placed in its container and pod by its cgroup (`cgroup`, `processes`).
+//! placed in its container and pod by its cgroup (`cgroup`, `processes`); per device, the pods
+//! the kubelet allocated it to, by name (`podresources`).
 //!
 //! Bounded as a daemon: a fixed number of scraper windows (`window::MAX_SCRAPERS`), processes
 //! dropped a time-to-live after they leave the list, at most [`MAX_CONNECTIONS`] requests at

@@ -598,6 +598,15 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_gets_openmetrics_and_a_plain_text_client_the_text_format() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::from_accept(prometheus), Format::OpenMetrics);
+        assert_eq!(Format::from_accept("*/*"), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(""), Format::OpenMetrics);
+        assert_eq!(Format::from_accept("text/plain"), Format::PrometheusText);
+    }
+
+    #[test]
     fn a_refused_list_says_why_escaped() {
         let om = one(Format::OpenMetrics, Some("NO \"PERMISSION\"\nfor MIG"));
         assert!(
