@@ -107,6 +107,21 @@ status (128 + the signal that killed it); with --pid, 0 once the watch ends; 2 w
 could not start (bad input, no NVML)."
     )]
     Watch(WatchArgs),
+    /// Serve every GPU's true peak since each scraper's previous scrape, per process and pod,
+    /// as OpenMetrics at /metrics, for Prometheus (a daemon; docs/fleet.md).
+    #[command(
+        long_about = "Serve OpenMetrics at http://ADDR/metrics (and /healthz) until SIGTERM: for \
+every GPU and MIG instance, device used, reserved and free read through NVML at --interval (no \
+CUDA context: it takes no device memory), and for each scraper the peak since its previous \
+scrape (a scraper is the `scraper` query parameter, else the client's address and User-Agent), \
+the current values, a histogram of the readings, readings taken, missed and the rate achieved; \
+DCGM-named twins in MiB (DCGM_FI_DEV_FB_USED, ..._USED_PEAK); per process (NVML's process list \
+at --process-interval) its memory and peak with its container and pod from /proc/PID/cgroup. \
+An NVML call that does not return is reported as headroom_nvml_call_stuck while the endpoint \
+keeps answering.\n\nExit codes: 0 after SIGTERM or Ctrl-C; 2 when it could not start (bad \
+input, no NVML, the address in use)."
+    )]
+    Exporter(ExporterArgs),
     /// Print a shell completion script: `headroom completions bash > /etc/bash_completion.d/headroom`
     /// (zsh: into a directory on $fpath as `_headroom`; fish: `~/.config/fish/completions/headroom.fish`;
     /// PowerShell: add it to $PROFILE).
@@ -121,6 +136,36 @@ could not start (bad input, no NVML)."
         /// The command whose page to print [default: the main page].
         command: Option<String>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ExporterArgs {
+    /// The address to serve on (loopback by default; 0.0.0.0:PORT for a DaemonSet).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9477")]
+    pub listen: String,
+    /// How often each device's memory is read; 0ns reads back to back.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = duration_arg)]
+    pub interval: u64,
+    /// How often each device's process list is read (a global driver lock: keep it slow).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub process_interval: u64,
+    /// How long a process that left the list keeps its series.
+    #[arg(long, value_name = "DURATION", default_value = "5min", value_parser = duration_arg)]
+    pub process_ttl: u64,
+    /// How long a scraper that stopped scraping keeps its window.
+    #[arg(long, value_name = "DURATION", default_value = "10min", value_parser = duration_arg)]
+    pub scraper_ttl: u64,
+    /// An NVML call in progress this long is reported stuck (headroom_nvml_call_stuck).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration_arg)]
+    pub stuck_after: u64,
+    /// The kubelet's pod-resources socket: which pod and container each GPU was allocated to
+    /// (headroom_device_allocation), asked at --process-interval.
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    pub pod_resources: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -24,6 +24,7 @@ pub mod diff;
 pub use headroom_device as device;
 pub mod expect;
 pub mod explain;
+pub mod exporter;
 pub mod folder;
 pub mod import;
 pub use headroom_device::kernels;

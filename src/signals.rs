@@ -62,6 +62,15 @@ pub fn on_quit_now(stop: fn()) {
     }
 }
 
+/// What the first signal's message says is done about it.
+static STOP_WORDS: Mutex<&str> = Mutex::new("stopping after this step and releasing device memory");
+
+/// Says what a command does on the first signal, for its message (`interrupted (SIGTERM): …`),
+/// where the run's "after this step, releasing device memory" is not what happens.
+pub fn set_stop_words(words: &'static str) {
+    *STOP_WORDS.lock().unwrap_or_else(|e| e.into_inner()) = words;
+}
+
 /// The pipe's write end, for the handler (-1 before `install`).
 static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
 
@@ -197,9 +206,9 @@ fn listen(fd: libc::c_int, interrupted: &AtomicBool) {
                 first = Some(now);
                 interrupted.store(true, Ordering::SeqCst);
                 HEARD.store(true, Ordering::SeqCst);
+                let words = *STOP_WORDS.lock().unwrap_or_else(|e| e.into_inner());
                 crate::errln!(
-                    "\ninterrupted ({}): stopping after this step and releasing device memory \
-                     (Ctrl-C again at the terminal to quit now)",
+                    "\ninterrupted ({}): {words} (Ctrl-C again at the terminal to quit now)",
                     name(heard.signal)
                 );
             }

@@ -8,6 +8,7 @@ mod crosscheck;
 pub(crate) mod devices;
 mod diff;
 mod explain;
+mod exporter;
 mod hold;
 pub(crate) mod import;
 mod merge;
@@ -60,6 +61,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Diff(args) => diff::diff(&args),
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
+        Command::Exporter(args) => exporter::exporter(&args, &interrupted),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { command } => completions::man(command.as_deref()),
     }

@@ -154,3 +154,73 @@ fn job_yaml_validates_for_the_oldest_kubernetes_it_claims_and_the_newest_known()
     .unwrap();
     assert_ne!(r.code, 0, "{before}: {}", r.stdout);
 }
+
+#[test]
+fn the_exporter_daemonset_validates_and_is_not_privileged() {
+    let ds = std::fs::read_to_string(root().join("docs/fleet/exporter.yaml")).unwrap();
+    // What the exporter needs and nothing more: the host's PIDs (NVML's process IDs in
+    // /proc), the NVIDIA runtime with every GPU for NVML, the kubelet's pod-resources socket
+    // read-only, no privileged mode, no capability, no GPU requested.
+    for needed in [
+        "hostPID: true",
+        "runtimeClassName: nvidia",
+        "privileged: false",
+        "allowPrivilegeEscalation: false",
+        "drop: [\"ALL\"]",
+        "readOnlyRootFilesystem: true",
+        "\"--listen\", \"0.0.0.0:9477\"",
+        "path: /healthz",
+        "path: /var/lib/kubelet/pod-resources\n",
+        "\"--pod-resources\", \"/var/lib/kubelet/pod-resources/kubelet.sock\"",
+    ] {
+        assert!(ds.contains(needed), "{needed}");
+    }
+    assert!(!ds.contains("nvidia.com/gpu:") && !ds.contains("privileged: true"));
+    let claim = ds
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("# Kubernetes ")
+                .and_then(|r| r.split_once(" or newer"))
+                .map(|(v, _)| v.to_string())
+        })
+        .expect("exporter.yaml states its oldest Kubernetes");
+    let Some(known) = lint(&["kubernetes-versions"]) else {
+        return;
+    };
+    let versions: Vec<&str> = known.stdout.lines().collect();
+    let oldest = format!("{claim}.0");
+    assert!(
+        versions.contains(&oldest.as_str()),
+        "{oldest} not in {versions:?}"
+    );
+    for v in [oldest.as_str(), versions.last().unwrap()] {
+        let r = lint(&[
+            "kubernetes-validate",
+            "--strict",
+            "-k",
+            v,
+            "docs/fleet/exporter.yaml",
+        ])
+        .unwrap();
+        assert_eq!(r.code, 0, "Kubernetes {v}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout
+                .contains("passed for resource daemonset/headroom-exporter"),
+            "{v}: {}",
+            r.stdout
+        );
+    }
+    // It does check: a misspelt field is refused.
+    let bad = tempfile::tempdir().unwrap();
+    let path = bad.path().join("exporter.yaml");
+    std::fs::write(&path, ds.replace("hostPID: true", "hostPid: true")).unwrap();
+    let r = lint(&[
+        "kubernetes-validate",
+        "--strict",
+        "-k",
+        &oldest,
+        path.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert_ne!(r.code, 0, "{}", r.stdout);
+}

@@ -19,6 +19,7 @@ mod driver_floor;
 mod driver_history;
 mod explain;
 mod explain_inputs;
+mod exporter;
 mod fake_gpu;
 mod files_people_open;
 mod fit;
