@@ -118,13 +118,13 @@ const STUCK: &[(&str, &str, &str)] = &[
     ),
     ("cuMemGetInfo_v2@2=hang:forever", "run", "cuMemGetInfo"),
     (
-        "nvmlDeviceGetComputeRunningProcesses_v3@1=hang:forever",
+        "nvmlDeviceGetComputeRunningProcesses_v2@1=hang:forever",
         "run",
         "nvmlDeviceGetComputeRunningProcesses",
     ),
     ("cuMemAlloc_v2@1=hang:forever", "hold", "cuMemAlloc"),
     (
-        "nvmlDeviceGetComputeRunningProcesses_v3@1=hang:forever",
+        "nvmlDeviceGetComputeRunningProcesses_v2@1=hang:forever",
         "watch",
         "nvmlDeviceGetComputeRunningProcesses",
     ),
