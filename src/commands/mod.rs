@@ -11,6 +11,7 @@ mod hold;
 pub(crate) mod import;
 mod merge;
 pub(crate) mod plan;
+pub(crate) mod plan_model;
 mod replay;
 pub(crate) mod replay_torch;
 mod report;
