@@ -529,8 +529,8 @@ fn moe(f: &Fields, model_type: &str) -> Result<ModelSpec, ModelError> {
         "experts down",
         TensorKind::Expert,
         moe_layers * experts,
-        expert_inter,
         t.hidden,
+        expert_inter,
     ));
     tensors.push(group(
         "router",
@@ -601,8 +601,8 @@ fn gpt_oss(f: &Fields) -> Result<ModelSpec, ModelError> {
         "experts down",
         TensorKind::Expert,
         n * experts,
-        inter,
         t.hidden,
+        inter,
     ));
     tensors.push(group(
         "expert biases",
@@ -707,8 +707,8 @@ fn deepseek(f: &Fields, model_type: &str) -> Result<ModelSpec, ModelError> {
             "experts down",
             TensorKind::Expert,
             moe_layers * experts,
-            moe_inter,
             hidden,
+            moe_inter,
         ));
         tensors.push(group(
             "router",
@@ -826,8 +826,8 @@ fn jamba(f: &Fields) -> Result<ModelSpec, ModelError> {
         "experts down",
         TensorKind::Expert,
         n_moe * experts,
-        inter,
         t.hidden,
+        inter,
     ));
     tensors.push(group(
         "router",

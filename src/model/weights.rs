@@ -50,7 +50,8 @@ pub enum TensorKind {
     KvColumn { kv_heads: u64 },
     /// A linear layer split by input rows (o, down, fc2).
     Row,
-    /// An MoE expert's linear layer (each expert split like a column or row layer).
+    /// An MoE expert's linear layer, `rows = hidden`, `cols = the expert's intermediate
+    /// width` (the down projection too, transposed), split by the intermediate width.
     Expert,
     /// Kept whole on every rank and never quantized: norms, routers, small projections.
     Replicated,
@@ -118,7 +119,17 @@ pub fn group_bytes_per_rank(g: &TensorGroup, quant: Quant, dtype_bytes: u64, tp:
             packed_bytes(quant, g.rows, heads * head_dim, dtype_bytes, false)
         }
         TensorKind::Row => packed_bytes(quant, g.rows.div_ceil(tp), g.cols, dtype_bytes, false),
-        TensorKind::Expert => packed_bytes(quant, g.rows, g.cols.div_ceil(tp), dtype_bytes, true),
+        TensorKind::Expert => {
+            let cols = g.cols.div_ceil(tp);
+            // vLLM's mxfp4 MoE kernels pad each expert's intermediate width to 256
+            // (vllm/model_executor/layers/quantization/mxfp4.py).
+            let cols = if quant == Quant::Mxfp4 {
+                cols.next_multiple_of(256)
+            } else {
+                cols
+            };
+            packed_bytes(quant, g.rows, cols, dtype_bytes, true)
+        }
         TensorKind::Replicated | TensorKind::Tower => g.rows * g.cols * dtype_bytes,
     };
     per * g.count
@@ -185,7 +196,11 @@ mod tests {
         let e = g(TensorKind::Expert, 2880, 5760);
         let c = g(TensorKind::Column, 2880, 5760);
         let v = 2880 * 5760;
-        assert_eq!(group_bytes_per_rank(&e, Quant::Mxfp4, 2, 1), v / 2 + v / 32);
+        let padded = 2880 * 5888;
+        assert_eq!(
+            group_bytes_per_rank(&e, Quant::Mxfp4, 2, 1),
+            padded / 2 + padded / 32
+        );
         assert_eq!(group_bytes_per_rank(&c, Quant::Mxfp4, 2, 1), v * 2);
     }
 

@@ -15,6 +15,7 @@ mod calibrate_crosscheck;
 mod ci_examples;
 mod docs;
 mod driver_floor;
+mod engine_logs;
 mod explain;
 mod explain_inputs;
 mod fake_gpu;

@@ -28,6 +28,10 @@ pub const NEWEST: Version = Version(0, 11, 0);
 /// Non-torch memory (cuBLAS workspaces, the CUDA runtime's own allocations after the
 /// baseline) at TP 1: 0.13–0.14 GiB printed by 0.11 on H100 (corpus vllm-0016..0026).
 const NON_TORCH_TP1_BYTES: u64 = 140 * MIB;
+/// V0's non-torch memory at TP 1: 0.35 GiB on an RTX 3090 (0.6.4, vllm-0001), 0.10 on an
+/// A100 (0.6.6, vllm-0049), 0.30 at TP 2 on L40S (0.7.2, vllm-0014); the profiled-peak
+/// releases before 0.6.4 count the same memory inside their peak.
+const NON_TORCH_V0_BYTES: u64 = 256 * MIB;
 /// Added at TP ≥ 2 (NCCL and custom all-reduce buffers): 0.55 − 0.13 GiB (vllm-0018).
 const NON_TORCH_TP_EXTRA_BYTES: u64 = 430 * MIB;
 /// Graph memory per captured batch size and layer (about 0.5 GiB for 67 sizes of a 28-layer
@@ -125,10 +129,13 @@ fn defaults(era: Era, total_bytes: u64, device_name: &str, max_model_len: u64) -
     }
 }
 
-/// The profile run's peak: the forward pass over `tokens` tokens (residual, hidden and the
-/// MLP's gate/up and activation outputs of one layer: `tokens × (4 × hidden + 3 × mlp
-/// width ÷ TP)` values, the MLP width times the experts per token for MoE) plus the sampler's
-/// float32 logits for `seqs` requests, `copies` times.
+/// Workspace beside the profile run's tensors (cuBLAS, attention): fitted.
+const ACTIVATION_WORKSPACE_BYTES: u64 = 128 * MIB;
+
+/// The profile run's peak: the forward pass over `tokens` tokens (the hidden state and the
+/// MLP's gate/up and activation outputs of one layer: `tokens × (2 × hidden + 3 × mlp width ÷
+/// TP)` values, the MLP width times the experts per token for MoE), a fixed workspace, and
+/// the sampler's float32 logits for `seqs` requests, `copies` times.
 fn activation_bytes(
     model: &ModelSpec,
     tp: u64,
@@ -138,9 +145,9 @@ fn activation_bytes(
     dtype: u64,
 ) -> u64 {
     let width = model.intermediate_size * model.experts_per_token.max(1) / tp;
-    let forward = tokens * (4 * model.hidden_size + 3 * width) * dtype;
+    let forward = tokens * (2 * model.hidden_size + 3 * width) * dtype;
     let logits = seqs * model.vocab_size * 4 * copies;
-    forward + logits
+    forward + ACTIVATION_WORKSPACE_BYTES + logits
 }
 
 /// vLLM's captured batch sizes: 1, 2, 4, then every 8 up to the largest (V1: 512, capped at
@@ -186,7 +193,12 @@ pub fn plan(
     let (ckpt_weights, exact) = weights_per_rank(model, tp, dtype, quant);
     let rotary = rotary_cache_bytes(model, dtype);
     let weights = ckpt_weights + rotary;
-    let non_torch = NON_TORCH_TP1_BYTES + if tp > 1 { NON_TORCH_TP_EXTRA_BYTES } else { 0 };
+    let base_non_torch = if era == Era::V1 {
+        NON_TORCH_TP1_BYTES
+    } else {
+        NON_TORCH_V0_BYTES
+    };
+    let non_torch = base_non_torch + if tp > 1 { NON_TORCH_TP_EXTRA_BYTES } else { 0 };
     let copies = if v >= Version(0, 11, 0) { 8 } else { 1 };
     let activation = activation_bytes(
         model,
@@ -273,7 +285,7 @@ pub fn plan(
             name: "activation_peak",
             bytes: activation as i64,
             formula: format!(
-                "{max_num_batched_tokens} tokens × (4 × {} + 3 × {} ÷ {tp}) × {dtype} + {max_num_seqs} × {} × 4 × {copies}",
+                "{max_num_batched_tokens} tokens × (2 × {} + 3 × {} ÷ {tp}) × {dtype} + {ACTIVATION_WORKSPACE_BYTES} + {max_num_seqs} × {} × 4 × {copies}",
                 model.hidden_size,
                 model.intermediate_size * model.experts_per_token.max(1),
                 model.vocab_size
