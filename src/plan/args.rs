@@ -147,10 +147,13 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 #[command(after_long_help = VALIDATE_HELP)]
 pub struct ValidateArgs {
-    /// The plan file (TOML).
-    pub plan: PathBuf,
+    /// The plan file (TOML); or give --model and --engine.
+    #[arg(required_unless_present = "model", conflicts_with = "model")]
+    pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub inputs: PlanInputs,
+    #[command(flatten)]
+    pub model: ModelInputs,
     /// Vary one input and find the admission limit at each value: KEY=FROM..TO:STEP or
     /// KEY=V1,V2,… with KEY one of other_peak, weights, margin, kv_per_request.
     #[arg(

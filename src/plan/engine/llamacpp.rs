@@ -81,6 +81,7 @@ pub fn plan(model: &ModelSpec, s: &EngineSettings, total_bytes: u64) -> Result<E
         tensor_parallel_size: 1,
         total_bytes,
         usable_bytes: total_bytes,
+        context_bytes: super::CONTEXT_BYTES,
         weights_bytes: weights,
         non_torch_bytes: 0,
         activation_peak_bytes: compute,

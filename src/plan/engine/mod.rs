@@ -8,6 +8,7 @@
 
 pub mod kv;
 pub mod llamacpp;
+pub mod pattern;
 pub mod settings;
 pub mod sglang;
 pub mod targets;
@@ -106,7 +107,8 @@ impl std::str::FromStr for Engine {
 /// Why the engine would not start, and where in its start-up it would stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Failure {
-    /// `load`, `profile_run`, `kv_allocation`, `graph_capture` or `max_model_len`.
+    /// `load`, `profile_run`, `kv_allocation`, `max_model_len`, `graph_capture` or `serve`
+    /// (a serving step's activations beside the KV cache and the graph pools).
     pub stage: &'static str,
     /// What the engine says, in its words.
     pub message: String,
@@ -132,6 +134,9 @@ pub struct EnginePlan {
     /// What the engine lets itself use: `total × --gpu-memory-utilization` (vLLM),
     /// `total × --mem-fraction-static` (SGLang), the card's total (llama.cpp).
     pub usable_bytes: u64,
+    /// The CUDA context and runtime, outside every figure the engine prints (estimate: 300–550
+    /// MiB on recent GPUs with lazy loading, FACTS.md).
+    pub context_bytes: u64,
     pub weights_bytes: u64,
     pub non_torch_bytes: u64,
     pub activation_peak_bytes: u64,
@@ -161,6 +166,9 @@ pub struct EnginePlan {
     pub estimates: Vec<String>,
 }
 
+/// The context headroom assumes beside every engine's figures.
+pub const CONTEXT_BYTES: u64 = 512 << 20;
+
 /// Plans `model` on `engine` with `settings` on a card of `total_bytes` (CUDA-visible).
 pub fn plan(
     model: &ModelSpec,
@@ -179,7 +187,8 @@ impl EnginePlan {
     /// Fills `peak_bytes`, `margin_bytes` from the terms.
     pub(crate) fn finish_peak(&mut self) {
         let kv = self.kv_cache_bytes.max(0) as u64;
-        self.peak_bytes = self.weights_bytes
+        self.peak_bytes = self.context_bytes
+            + self.weights_bytes
             + self.non_torch_bytes
             + self.activation_peak_bytes
             + self.cuda_graph_bytes

@@ -90,6 +90,7 @@ pub fn plan(
         tensor_parallel_size: tp,
         total_bytes,
         usable_bytes: usable,
+        context_bytes: super::CONTEXT_BYTES,
         weights_bytes: weights,
         non_torch_bytes: total_bytes - before,
         activation_peak_bytes: 0,
@@ -136,5 +137,6 @@ pub fn plan(
     p.finish_peak();
     // SGLang's activations and graphs live in the share it leaves free.
     p.margin_bytes = p.total_bytes as i64 - (p.non_torch_bytes + weights) as i64 - kv_bytes;
+    p.context_bytes = 0; // SGLang's measurements start after the context: it is in non_torch.
     Ok(p)
 }

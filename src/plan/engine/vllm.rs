@@ -343,6 +343,7 @@ pub fn plan(
         tensor_parallel_size: tp,
         total_bytes,
         usable_bytes: usable,
+        context_bytes: super::CONTEXT_BYTES,
         weights_bytes: weights,
         non_torch_bytes: non_torch,
         activation_peak_bytes: activation,
@@ -382,7 +383,7 @@ fn failure(
     per_token: u64,
 ) -> Option<Failure> {
     let gib = |b: i64| b as f64 / GIB as f64;
-    if weights + non_torch > total {
+    if super::CONTEXT_BYTES + weights + non_torch > total {
         return Some(Failure {
             stage: "load",
             message: format!(
@@ -392,7 +393,7 @@ fn failure(
             ),
         });
     }
-    if weights + non_torch + activation > total {
+    if super::CONTEXT_BYTES + weights + non_torch + activation > total {
         return Some(Failure {
             stage: "profile_run",
             message: format!(
@@ -436,11 +437,22 @@ fn failure(
             message,
         });
     }
-    if weights + non_torch + activation + kv as u64 + graphs > total {
+    let resident = super::CONTEXT_BYTES + weights + non_torch + kv as u64 + graphs;
+    if resident > total {
         return Some(Failure {
             stage: "graph_capture",
             message: format!(
                 "CUDA out of memory while capturing CUDA graphs: {:.2} GiB of graph pools do not fit beside the KV cache",
+                gib(graphs as i64)
+            ),
+        });
+    }
+    if resident + activation > total {
+        return Some(Failure {
+            stage: "serve",
+            message: format!(
+                "CUDA out of memory in a serving step: the {:.2} GiB activation peak does not fit beside the KV cache and {:.2} GiB of graph pools",
+                gib(activation as i64),
                 gib(graphs as i64)
             ),
         });
