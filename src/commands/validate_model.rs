@@ -76,7 +76,7 @@ fn measure(sm: &Summary, plan: &EnginePlan, planned: [u64; 5]) -> Vec<Category> 
         Category {
             name: "non_torch",
             predicted_bytes: planned[1],
-            measured_bytes: sub(own("non_torch"), own("load")),
+            measured_bytes: sub(own("load"), phase_peak(sm, "load", View::AllocReserved)),
         },
         Category {
             name: "activation_peak",

@@ -32,6 +32,7 @@ mod hold;
 mod kernels_sim;
 mod limits;
 mod mig;
+mod model_plans;
 mod node;
 mod oom_corpus;
 mod oom_sim;

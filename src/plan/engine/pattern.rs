@@ -2,14 +2,13 @@
 //! the device (simulated, fake or real) through the caching allocator:
 //!
 //! 1. `load`: the weights, one tensor per layer plus the embedding and the head, in load order;
-//! 2. `non_torch`: buffers outside the allocator (NCCL and cuBLAS-like), straight from the
-//!    driver;
-//! 3. `profile_run`: the profile run's activation peak, allocated and freed (the allocator
-//!    keeps it cached, as PyTorch does);
-//! 4. `kv_allocation`: one KV tensor per attention layer (per layer group in vLLM V1), the
+//!    then the buffers outside the allocator (NCCL and cuBLAS-like), straight from the driver;
+//! 2. `profile_run`: the profile run's activation peak, allocated and freed, then the cache
+//!    emptied (vLLM's worker calls `torch.cuda.empty_cache()` after profiling);
+//! 3. `kv_allocation`: one KV tensor per attention layer (per layer group in vLLM V1), the
 //!    plan's blocks × block bytes in all;
-//! 5. `graph_capture`: one graph pool per captured batch size, through the allocator;
-//! 6. `serve`: a serving step's activations (the profile run's peak again) beside everything.
+//! 4. `graph_capture`: one graph pool per captured batch size, through the allocator;
+//! 5. `serve`: a serving step's activations (the profile run's peak again) beside everything.
 //!
 //! Each phase is named after the stage where the engine would fail, so an OOM in the run says
 //! which stage it reproduced.
@@ -20,9 +19,8 @@ use super::EnginePlan;
 use crate::model::ModelSpec;
 
 /// Phase names, in order, as `Failure::stage` names them.
-pub const PHASES: [&str; 6] = [
+pub const PHASES: [&str; 5] = [
     "load",
-    "non_torch",
     "profile_run",
     "kv_allocation",
     "graph_capture",
@@ -66,10 +64,9 @@ pub fn workload_toml(model: &ModelSpec, p: &EnginePlan) -> String {
     let tensors = (model.layers.len() as u64 + 2).min(p.weights_bytes.max(1));
     let _ = writeln!(
         o,
-        "[[phase]]\nname = \"load\"\nsteps = [\n  {{ op = \"weights\", total = {}, tensors = {tensors} }},\n]\n",
+        "[[phase]]\nname = \"load\"\nsteps = [\n  {{ op = \"weights\", total = {}, tensors = {tensors} }},",
         p.weights_bytes.max(1)
     );
-    let _ = writeln!(o, "[[phase]]\nname = \"non_torch\"\nsteps = [");
     if p.non_torch_bytes > 0 {
         let _ = writeln!(
             o,
@@ -82,7 +79,7 @@ pub fn workload_toml(model: &ModelSpec, p: &EnginePlan) -> String {
     if p.activation_peak_bytes > 0 {
         let _ = writeln!(
             o,
-            "  {{ op = \"allocate\", name = \"activation\", size = {} }},\n  {{ op = \"sleep\", for = \"1ms\" }},\n  {{ op = \"free\", name = \"activation\" }},",
+            "  {{ op = \"allocate\", name = \"activation\", size = {} }},\n  {{ op = \"sleep\", for = \"1ms\" }},\n  {{ op = \"free\", name = \"activation\" }},\n  {{ op = \"empty_cache\" }},",
             p.activation_peak_bytes
         );
     }
