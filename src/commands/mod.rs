@@ -17,7 +17,7 @@ pub(crate) mod replay_torch;
 mod report;
 mod run;
 mod validate;
-mod validate_model;
+pub(crate) mod validate_model;
 mod watch;
 
 use std::sync::Arc;

@@ -33,7 +33,7 @@ pub struct Category {
     pub measured_bytes: Option<u64>,
 }
 
-/// `validation.json` of `validate --model`.
+/// `validation-model.json` of `validate --model`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ModelValidation {
     pub format_version: u32,
@@ -160,7 +160,9 @@ pub fn validate(
         run_dir: run_dir.display().to_string(),
         plan,
     };
-    crate::plan::validate::write_json(&dir, &v)?;
+    let path = dir.join("validation-model.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&v)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
     if json {
         crate::outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {

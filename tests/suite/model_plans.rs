@@ -210,7 +210,7 @@ fn validate_model_on_the_simulator_measures_each_category() {
     let named = u(&p["weights_bytes"]) + u(&p["non_torch_bytes"]) + u(&p["activation_peak_bytes"]);
     assert!(peak > named, "{peak} vs {named}");
     assert!(peak <= u(&p["total_bytes"]));
-    assert!(out.join("validation.json").is_file() && out.join("run/summary.json").is_file());
+    assert!(out.join("validation-model.json").is_file() && out.join("run/summary.json").is_file());
 }
 
 #[test]
