@@ -17,6 +17,7 @@ pub(crate) mod replay_torch;
 mod report;
 mod run;
 mod validate;
+pub(crate) mod validate_engine;
 pub(crate) mod validate_model;
 mod watch;
 

@@ -36,6 +36,17 @@ pub fn validate(
 
 fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     let Some(plan_path) = args.plan.as_deref() else {
+        if args.model.model.is_none() {
+            return super::validate_engine::validate(
+                dev,
+                &args.model.engine,
+                &args.model.engine_args,
+                args.out.as_deref(),
+                &args.results,
+                args.json,
+                interrupted,
+            );
+        }
         return super::validate_model::validate(
             dev,
             &args.model,

@@ -105,23 +105,18 @@ pub struct ModelInputs {
     /// The engine whose rules to follow: vllm[@VERSION], sglang[@VERSION] or llama.cpp; the
     /// newest rules when no version is given. Its flags follow `--`, spelled as the engine
     /// spells them (e.g. -- --max-model-len 8192 --tensor-parallel-size 2).
-    #[arg(
-        long,
-        value_name = "ENGINE[@VERSION]",
-        default_value = "vllm",
-        requires = "model"
-    )]
+    #[arg(long, value_name = "ENGINE[@VERSION]", default_value = "vllm")]
     pub engine: String,
     /// The target the flags are sized for: this many concurrent requests…
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "model")]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub concurrency: u64,
     /// …of this many tokens each [default: the engine's max model length].
-    #[arg(long, value_name = "TOKENS", requires = "model")]
+    #[arg(long, value_name = "TOKENS")]
     pub request_tokens: Option<u64>,
     /// List the built-in model catalogue and exit.
     #[arg(long)]
     pub list_models: bool,
-    /// The engine's flags, after `--`.
+    /// The engine's flags, after `--` (validate without --model: the engine's command).
     #[arg(last = true, value_name = "ENGINE FLAGS")]
     pub engine_args: Vec<String>,
 }
@@ -147,8 +142,10 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 #[command(after_long_help = VALIDATE_HELP)]
 pub struct ValidateArgs {
-    /// The plan file (TOML); or give --model and --engine.
-    #[arg(required_unless_present = "model", conflicts_with = "model")]
+    /// The plan file (TOML); or give --model and --engine; or --engine and the engine's
+    /// command after `--` (`validate --engine vllm -- vllm serve MODEL …`: run under watch,
+    /// its start-up figures beside headroom's prediction and the device's true peak).
+    #[arg(required_unless_present_any = ["model", "engine_args"], conflicts_with = "model")]
     pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub inputs: PlanInputs,

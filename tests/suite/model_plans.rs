@@ -267,3 +267,65 @@ fn validate_model_on_the_fake_driver() {
     let kv = p["kv_cache_bytes"].as_i64().unwrap() as u64;
     assert!(u(&j["peaks"]["device_used_bytes"]) >= u(&p["weights_bytes"]) + kv);
 }
+
+#[test]
+fn validate_engine_command_prints_three_columns_on_the_fake() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v");
+    let script = root().join("tests/fixtures/engine-stand-in/vllm-serve.sh");
+    let r = on_fake(
+        dir.path(),
+        &[
+            "validate",
+            "--engine",
+            "vllm",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "bash",
+            script.to_str().unwrap(),
+            "serve",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--max-model-len",
+            "16000",
+            "--block-size",
+            "128",
+        ],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "h100-80g"),
+            ("HEADROOM", env!("CARGO_BIN_EXE_headroom")),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&std::fs::read_to_string(out.join("engine-check.json")).unwrap());
+    let row = |f: &str| {
+        j["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["figure"] == f)
+            .cloned()
+            .unwrap()
+    };
+    // The engine's own figures, read from the stand-in's lines.
+    assert_eq!(row("weights_gib")["engine"], "14.99");
+    assert_eq!(row("kv_cache_gib")["engine"], "51.38");
+    // headroom's prediction from the command line's model and flags (H100, vLLM 0.11 rules).
+    assert_eq!(row("weights_gib")["predicted"], "14.99");
+    let kv: f64 = row("kv_cache_gib")["predicted"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((kv - 51.38).abs() / 51.38 < 0.01, "{kv}");
+    // The true device peak: what the stand-in held (67963 MiB) and its holder's context.
+    let peak: f64 = row("device_peak_gib")["measured"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((66.37..67.5).contains(&peak), "{peak}");
+    for col in ["headroom", "engine", "device peak"] {
+        assert!(r.stdout.contains(col), "{}", r.stdout);
+    }
+}
