@@ -284,6 +284,7 @@ fn norms(what: &'static str, count: u64, width: u64) -> TensorGroup {
     group(what, TensorKind::Replicated, count, 1, width)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spec_from(
     t: &Text,
     model_type: &str,

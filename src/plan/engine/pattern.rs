@@ -95,11 +95,10 @@ pub fn workload_toml(model: &ModelSpec, p: &EnginePlan) -> String {
     let _ = writeln!(o, "  {{ op = \"sleep\", for = \"1ms\" }},\n]\n");
     let _ = writeln!(o, "[[phase]]\nname = \"graph_capture\"\nsteps = [");
     let pools = graph_pools(p);
-    if pools > 0 {
+    if let Some(each) = p.cuda_graph_bytes.checked_div(pools) {
         let _ = writeln!(
             o,
-            "  {{ op = \"allocate\", name = \"graph_pool\", size = {}, count = {pools} }},",
-            p.cuda_graph_bytes / pools
+            "  {{ op = \"allocate\", name = \"graph_pool\", size = {each}, count = {pools} }},"
         );
     }
     let _ = writeln!(o, "  {{ op = \"sleep\", for = \"1ms\" }},\n]\n");
@@ -138,10 +137,6 @@ pub fn planned_bytes(model: &ModelSpec, p: &EnginePlan) -> [u64; 5] {
         p.non_torch_bytes,
         p.activation_peak_bytes,
         kv_tensors_bytes,
-        if pools == 0 {
-            0
-        } else {
-            p.cuda_graph_bytes / pools * pools
-        },
+        p.cuda_graph_bytes.checked_div(pools).unwrap_or(0) * pools,
     ]
 }

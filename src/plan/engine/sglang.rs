@@ -50,11 +50,7 @@ pub fn plan(
     let rest = after - reserve;
     let layers = kv::layers(model, tp, kv_dtype, false);
     let cell: u64 = layers.iter().map(|l| l.bytes_per_token).sum();
-    let mut tokens = if cell == 0 {
-        0
-    } else {
-        rest.max(0) as u64 / cell / page * page
-    };
+    let mut tokens = (rest.max(0) as u64).checked_div(cell).unwrap_or(0) / page * page;
     if let Some(cap) = s.max_total_tokens {
         tokens = tokens.min(cap);
     }

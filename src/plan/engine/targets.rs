@@ -35,11 +35,10 @@ pub struct Targets {
 
 fn blocks_needed(p: &EnginePlan, t: Target) -> u64 {
     let per_req = t.request_tokens.div_ceil(p.block_size.max(1));
-    let groups = if p.block_bytes == 0 {
-        1
-    } else {
-        (p.kv_bytes_per_token * p.block_size / p.block_bytes).max(1)
-    };
+    let groups = (p.kv_bytes_per_token * p.block_size)
+        .checked_div(p.block_bytes)
+        .unwrap_or(1)
+        .max(1);
     t.concurrency * per_req * groups
 }
 
