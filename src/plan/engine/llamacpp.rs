@@ -129,3 +129,60 @@ pub fn plan(model: &ModelSpec, s: &EngineSettings, total_bytes: u64) -> Result<E
     p.finish_peak();
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gguf;
+
+    /// A two-layer GGUF header: 4 heads of 64, 2 KV heads, f16 attention, q4_0 FFN.
+    fn tiny() -> ModelSpec {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let bytes = gguf::write_header(
+            &[
+                ("llama.block_count", 2),
+                ("llama.embedding_length", 256),
+                ("llama.attention.head_count", 4),
+                ("llama.attention.head_count_kv", 2),
+                ("llama.context_length", 4096),
+            ],
+            &[("general.architecture", "llama")],
+            &[
+                ("token_embd.weight", &[256, 1000], 1),
+                ("blk.0.attn_q.weight", &[256, 256], 1),
+                ("blk.0.ffn_up.weight", &[256, 512], 2),
+                ("blk.1.attn_q.weight", &[256, 256], 1),
+                ("blk.1.ffn_up.weight", &[256, 512], 2),
+                ("output.weight", &[256, 1000], 1),
+            ],
+        );
+        std::fs::write(&path, bytes).unwrap();
+        gguf::read(&path, "tiny").unwrap()
+    }
+
+    #[test]
+    fn kv_and_model_buffer_follow_the_offloaded_layers() {
+        let m = tiny();
+        let layer = 256 * 256 * 2 + 256 * 512 / 32 * 18;
+        assert_eq!(m.gguf.as_ref().unwrap().layer_bytes, vec![layer, layer]);
+        let all = EngineSettings {
+            max_model_len: Some(1024),
+            ..Default::default()
+        };
+        let p = plan(&m, &all, 1 << 30).unwrap();
+        // 1024 cells × 2 layers × (2 × 64 K + 2 × 64 V) × 2 bytes (f16).
+        assert_eq!(p.kv_cache_bytes, 1024 * 2 * 256 * 2);
+        assert_eq!(p.weights_bytes, 2 * layer + 256 * 1000 * 2);
+        let one = EngineSettings {
+            max_model_len: Some(1024),
+            n_gpu_layers: Some(1),
+            cache_type_k: Some("q8_0".into()),
+            ..Default::default()
+        };
+        let p = plan(&m, &one, 1 << 30).unwrap();
+        // One layer on the GPU, no output layer; K in q8_0 (34 bytes per 32 values).
+        assert_eq!(p.weights_bytes, layer);
+        assert_eq!(p.kv_cache_bytes, 1024 * (128 / 32 * 34 + 128 * 2));
+    }
+}

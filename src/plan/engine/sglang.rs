@@ -136,3 +136,27 @@ pub fn plan(
     p.context_bytes = 0; // SGLang's measurements start after the context: it is in non_torch.
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::catalogue;
+
+    #[test]
+    fn the_pool_is_the_static_fraction_minus_the_weights_over_the_cell() {
+        let m = catalogue::spec(catalogue::find("Qwen/Qwen2.5-7B-Instruct").unwrap()).unwrap();
+        let s = EngineSettings {
+            tensor_parallel_size: 1,
+            ..Default::default()
+        };
+        let total = 81_089u64 << 20;
+        let p = plan(&m, None, &s, total).unwrap();
+        let before = total - CONTEXT_BYTES;
+        let weights = 15_231_233_024u64;
+        let rest = before as i64 - weights as i64 - (before as f64 * (1.0 - 0.88)) as i64;
+        // Cell: 28 layers × 4 KV heads × 128 × 2 (K and V) × 2 bytes.
+        assert_eq!(p.kv_bytes_per_token, 57_344);
+        assert_eq!(p.kv_cache_tokens, rest as u64 / 57_344);
+        assert_eq!(p.weights_bytes, weights);
+    }
+}
