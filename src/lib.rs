@@ -29,6 +29,7 @@ pub mod folder;
 pub mod import;
 pub use headroom_device::kernels;
 pub mod merge;
+pub mod model;
 pub mod node;
 pub mod oom;
 pub mod oom_message;

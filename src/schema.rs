@@ -135,6 +135,20 @@ pub fn documents() -> Vec<(&'static str, serde_json::Value)> {
             ),
         ),
         (
+            "model-plan.schema.json",
+            schema_of::<crate::commands::plan_model::ModelPlanJson>(
+                "headroom plan --model M --engine E --json",
+                "A plan from a model and an engine's start-up arithmetic: the model as read, every figure per GPU in bytes, the flags that hold a target, and the engine's own start-up lines.",
+            ),
+        ),
+        (
+            "validation-model.schema.json",
+            schema_of::<crate::commands::validate_model::ModelValidation>(
+                "validation-model.json of headroom validate --model (also --json)",
+                "An engine's start-up pattern run on the device: each category predicted and measured, the true peak of each view, the OOM's stage against the predicted one, and whether the margin held.",
+            ),
+        ),
+        (
             "crosscheck.schema.json",
             schema_of::<crate::crosscheck::Crosscheck>(
                 "headroom crosscheck --json",

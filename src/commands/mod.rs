@@ -13,11 +13,14 @@ mod hold;
 pub(crate) mod import;
 mod merge;
 pub(crate) mod plan;
+pub(crate) mod plan_model;
 mod replay;
 pub(crate) mod replay_torch;
 mod report;
 mod run;
 mod validate;
+pub(crate) mod validate_engine;
+pub(crate) mod validate_model;
 mod watch;
 
 use std::sync::Arc;

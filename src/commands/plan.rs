@@ -29,6 +29,12 @@ pub(crate) struct PlanJson<'a> {
 
 /// Exit 0; 1 when the plan claims more concurrent requests than its arithmetic allows.
 pub fn plan(dev: &DeviceArgs, args: &PlanArgs) -> anyhow::Result<i32> {
+    if args.model.list_models {
+        return super::plan_model::list_models();
+    }
+    if args.model.model.is_some() {
+        return super::plan_model::plan(dev, &args.model, args.inputs.capacity, args.json);
+    }
     let o = args.inputs.overrides();
     let plan = match &args.plan {
         Some(path) => Plan::load(path, &o)?,

@@ -35,6 +35,27 @@ pub fn validate(
 }
 
 fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
+    let Some(plan_path) = args.plan.as_deref() else {
+        if args.model.model.is_none() {
+            return super::validate_engine::validate(
+                dev,
+                &args.model.engine,
+                &args.model.engine_args,
+                args.out.as_deref(),
+                &args.results,
+                args.json,
+                interrupted,
+            );
+        }
+        return super::validate_model::validate(
+            dev,
+            &args.model,
+            args.out.as_deref(),
+            &args.results,
+            args.json,
+            interrupted,
+        );
+    };
     let base = args.inputs.overrides();
     let spec = args
         .sweep
@@ -45,13 +66,13 @@ fn run(dev: &DeviceArgs, args: &ValidateArgs, interrupted: Arc<AtomicBool>) -> a
     // One plan per point (one in all without a sweep), each checked before the device opens
     // as far as it can be without knowing the device's capacity.
     let points: Vec<(String, Plan)> = match &spec {
-        None => vec![(String::new(), Plan::load(&args.plan, &base)?)],
+        None => vec![(String::new(), Plan::load(plan_path, &base)?)],
         Some(s) => s
             .values_bytes
             .iter()
             .map(|v| {
                 let label = format!("--sweep {}={}", s.key.name(), Short(*v as i128));
-                Plan::load(&args.plan, &s.key.apply(&base, *v))
+                Plan::load(plan_path, &s.key.apply(&base, *v))
                     .map(|p| (label, p))
                     .map_err(anyhow::Error::from)
             })
@@ -199,7 +220,10 @@ fn write_sweep(
 
 /// The same validation on every GPU of a node: each worker gets these arguments (and `--out`).
 fn node_job(args: &ValidateArgs, plan_name: &str) -> NodeJob {
-    let mut w: Vec<std::ffi::OsString> = vec!["validate".into(), args.plan.clone().into()];
+    let mut w: Vec<std::ffi::OsString> = vec![
+        "validate".into(),
+        args.plan.clone().unwrap_or_default().into(),
+    ];
     let i = &args.inputs;
     for (flag, v) in [
         ("--capacity", i.capacity),
@@ -219,7 +243,7 @@ fn node_job(args: &ValidateArgs, plan_name: &str) -> NodeJob {
     NodeJob {
         command: NodeCommand::Validate,
         label: format!("validate-{plan_name}"),
-        input: Some(args.plan.clone()),
+        input: args.plan.clone(),
         worker_args: w,
         workload_check: None,
         out: args.out.clone(),

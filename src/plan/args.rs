@@ -94,15 +94,45 @@ impl PlanInputs {
     }
 }
 
+/// `--model` and `--engine`: a plan from the model and the engine's rules.
+#[derive(Debug, Clone, Args)]
+pub struct ModelInputs {
+    /// The model: a Hugging Face model folder (config.json, with safetensors headers or
+    /// model.safetensors.index.json when present), a config.json, a .gguf file, or a built-in
+    /// catalogue id such as Qwen/Qwen2.5-7B-Instruct (--list-models lists them).
+    #[arg(long, value_name = "PATH|ID")]
+    pub model: Option<String>,
+    /// The engine whose rules to follow: vllm[@VERSION], sglang[@VERSION] or llama.cpp; the
+    /// newest rules when no version is given. Its flags follow `--`, spelled as the engine
+    /// spells them (e.g. -- --max-model-len 8192 --tensor-parallel-size 2).
+    #[arg(long, value_name = "ENGINE[@VERSION]", default_value = "vllm")]
+    pub engine: String,
+    /// The target the flags are sized for: this many concurrent requests…
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub concurrency: u64,
+    /// …of this many tokens each [default: the engine's max model length].
+    #[arg(long, value_name = "TOKENS")]
+    pub request_tokens: Option<u64>,
+    /// List the built-in model catalogue and exit.
+    #[arg(long)]
+    pub list_models: bool,
+    /// The engine's flags, after `--` (validate without --model: the engine's command).
+    #[arg(last = true, value_name = "ENGINE FLAGS")]
+    pub engine_args: Vec<String>,
+}
+
 /// `headroom plan`.
 #[derive(Debug, Args)]
 #[command(after_long_help = PLAN_HELP)]
 pub struct PlanArgs {
     /// A plan file (TOML); without one, give --weights, --other-peak, --margin and
-    /// --kv-per-request.
+    /// --kv-per-request, or --model.
+    #[arg(conflicts_with = "model")]
     pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub inputs: PlanInputs,
+    #[command(flatten)]
+    pub model: ModelInputs,
     /// Print JSON (raw bytes) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -112,10 +142,15 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 #[command(after_long_help = VALIDATE_HELP)]
 pub struct ValidateArgs {
-    /// The plan file (TOML).
-    pub plan: PathBuf,
+    /// The plan file (TOML); or give --model and --engine; or --engine and the engine's
+    /// command after `--` (`validate --engine vllm -- vllm serve MODEL …`: run under watch,
+    /// its start-up figures beside headroom's prediction and the device's true peak).
+    #[arg(required_unless_present_any = ["model", "engine_args"], conflicts_with = "model")]
+    pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub inputs: PlanInputs,
+    #[command(flatten)]
+    pub model: ModelInputs,
     /// Vary one input and find the admission limit at each value: KEY=FROM..TO:STEP or
     /// KEY=V1,V2,… with KEY one of other_peak, weights, margin, kv_per_request.
     #[arg(

@@ -9,6 +9,7 @@
 pub mod args;
 pub mod budget;
 pub mod claims;
+pub mod engine;
 pub mod file;
 pub mod findings;
 pub mod probe;

@@ -165,6 +165,46 @@ fn every_json_output_matches_its_schema() {
     let r = headroom(&root(), &["plan", "workloads/plans/tiny.toml", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     check("plan", &json(&r.stdout), "plan --json");
+    let r = headroom(
+        &root(),
+        &[
+            "plan",
+            "--model",
+            "openai/gpt-oss-20b",
+            "--engine",
+            "vllm",
+            "--profile",
+            "h100-80g",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check("model-plan", &json(&r.stdout), "plan --model --json");
+    let v = tmp.path().join("validate-model");
+    let r = headroom(
+        tmp.path(),
+        &[
+            "validate",
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--engine",
+            "vllm",
+            "--profile",
+            "t4-16g",
+            "--out",
+            v.to_str().unwrap(),
+            "--json",
+            "--",
+            "--max-model-len",
+            "4096",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check(
+        "validation-model",
+        &json(&r.stdout),
+        "validate --model --json",
+    );
     let (a, b) = (tmp.path().join("runs-a"), tmp.path().join("runs-b"));
     for d in [&a, &b] {
         for w in ["quickstart", "oom/pending-free"] {
@@ -209,6 +249,7 @@ fn every_json_output_matches_its_schema() {
             let schema = match name.as_str() {
                 "summary.json" => "summary",
                 "validation.json" => "validation",
+                "validation-model.json" => "validation-model",
                 "node.json" => "node",
                 "bandwidth.json" => "bandwidth",
                 // Chrome's trace-event format, which Perfetto reads; not one of ours.

@@ -1,0 +1,331 @@
+//! `plan --model` and `validate --model`: the engine's figures from the model, in JSON and
+//! text, the errors that name what they refuse, and the start-up pattern run on the simulator
+//! and on the fake driver with its numbers checked to the byte.
+
+use serde_json::Value;
+
+use crate::common::{headroom, on_fake, u};
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn plan_model_json_has_every_field_per_gpu() {
+    let r = headroom(
+        &root(),
+        &[
+            "plan",
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--engine",
+            "vllm@0.10.1",
+            "--profile",
+            "h100-80g",
+            "--json",
+            "--",
+            "--max-model-len",
+            "16384",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    let p = &j["plan"];
+    for k in [
+        "total_bytes",
+        "usable_bytes",
+        "weights_bytes",
+        "non_torch_bytes",
+        "activation_peak_bytes",
+        "cuda_graph_bytes",
+        "kv_cache_bytes",
+        "kv_bytes_per_token",
+        "kv_cache_tokens",
+        "gpu_blocks",
+        "max_concurrency",
+        "margin_bytes",
+        "peak_bytes",
+    ] {
+        assert!(p.get(k).is_some_and(|v| v.is_number()), "{k} missing: {p}");
+    }
+    assert_eq!(u(&p["total_bytes"]), 81_089 << 20);
+    assert_eq!(u(&p["weights_bytes"]), 15_231_233_024 + 8_388_608);
+    assert_eq!(u(&p["kv_bytes_per_token"]), 57_344);
+    assert_eq!(u(&p["kv_cache_tokens"]), u(&p["gpu_blocks"]) * 16);
+    let kv = p["kv_cache_bytes"].as_i64().unwrap() as u64;
+    assert_eq!(u(&p["gpu_blocks"]), kv / (57_344 * 16));
+    let t = &j["targets"];
+    assert_eq!(
+        t["kv_cache_memory_flag"],
+        format!("--kv-cache-memory={}", 1024 * 57_344 * 16)
+    );
+    assert_eq!(u(&t["largest_max_model_len"]), 32_768);
+    assert_eq!(
+        j["engine_lines"][2],
+        format!(
+            "GPU KV cache size: {} tokens",
+            thousands(u(&p["kv_cache_tokens"]))
+        )
+    );
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn text_speaks_the_engine_s_words() {
+    let r = headroom(
+        &root(),
+        &[
+            "plan",
+            "--model",
+            "meta-llama/Meta-Llama-3-8B-Instruct",
+            "--engine",
+            "vllm@0.6.6",
+            "--capacity",
+            "40336MiB",
+            "--",
+            "--max-model-len",
+            "8192",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("Loading model weights took 14.96 GB"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("# GPU blocks: "), "{}", r.stdout);
+    let sg = headroom(
+        &root(),
+        &[
+            "plan",
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--engine",
+            "sglang",
+            "--profile",
+            "h100-80g",
+            "--",
+            "--context-length",
+            "8192",
+        ],
+    );
+    assert_eq!(sg.code, 0, "{}", sg.stderr);
+    assert!(
+        sg.stdout.contains("KV Cache is allocated. #tokens: "),
+        "{}",
+        sg.stdout
+    );
+}
+
+#[test]
+fn bad_inputs_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, r#"{"model_type": "rwkv", "hidden_size": 64, "attention_hidden_size": 64, "num_hidden_layers": 2}"#).unwrap();
+    let r = headroom(
+        dir.path(),
+        &["plan", "--model", "config.json", "--capacity", "80GiB"],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("config.json") && r.stderr.contains("attention_hidden_size"),
+        "{}",
+        r.stderr
+    );
+    let r = headroom(
+        dir.path(),
+        &["plan", "--model", "no/such-model", "--capacity", "80GiB"],
+    );
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("no/such-model"), "{}", r.stderr);
+    let r = headroom(
+        dir.path(),
+        &[
+            "plan",
+            "--model",
+            "facebook/opt-125m",
+            "--capacity",
+            "80GiB",
+            "--",
+            "--mem-fraction-static",
+            "0.8",
+        ],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("--mem-fraction-static 0.8"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn validate_model_on_the_simulator_measures_each_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v");
+    let r = headroom(
+        dir.path(),
+        &[
+            "validate",
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--engine",
+            "vllm",
+            "--profile",
+            "t4-16g",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+            "--",
+            "--max-model-len",
+            "4096",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["status"], "completed");
+    assert_eq!(j["margin_held"], true);
+    // Every category the pattern allocates is measured back exactly (requested bytes).
+    for c in j["categories"].as_array().unwrap() {
+        assert_eq!(c["measured_bytes"], c["predicted_bytes"], "{c}");
+    }
+    // The true device peak: the predicted peak's parts plus what the plan does not name.
+    let peak = u(&j["peaks"]["device_used_bytes"]);
+    let p = &j["plan"];
+    let named = u(&p["weights_bytes"]) + u(&p["non_torch_bytes"]) + u(&p["activation_peak_bytes"]);
+    assert!(peak > named, "{peak} vs {named}");
+    assert!(peak <= u(&p["total_bytes"]));
+    assert!(out.join("validation-model.json").is_file() && out.join("run/summary.json").is_file());
+}
+
+#[test]
+fn validate_model_reproduces_the_engine_s_oom_at_its_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = headroom(
+        dir.path(),
+        &[
+            "validate",
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--engine",
+            "vllm",
+            "--profile",
+            "t4-16g",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["predicted_stage"], "load");
+    assert_eq!(j["oom_stage"], "load");
+}
+
+#[test]
+fn validate_model_on_the_fake_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = on_fake(
+        dir.path(),
+        &[
+            "validate",
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--engine",
+            "vllm",
+            "--json",
+            "--",
+            "--max-model-len",
+            "1024",
+            "--gpu-memory-utilization",
+            "0.8",
+            "--enforce-eager",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["status"], "completed");
+    for c in j["categories"].as_array().unwrap() {
+        assert_eq!(c["measured_bytes"], c["predicted_bytes"], "{c}");
+    }
+    // The fake driver's own reading of the device: at least everything the pattern holds.
+    let p = &j["plan"];
+    let kv = p["kv_cache_bytes"].as_i64().unwrap() as u64;
+    assert!(u(&j["peaks"]["device_used_bytes"]) >= u(&p["weights_bytes"]) + kv);
+}
+
+#[test]
+fn validate_engine_command_prints_three_columns_on_the_fake() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v");
+    let script = root().join("tests/fixtures/engine-stand-in/vllm-serve.sh");
+    let r = on_fake(
+        dir.path(),
+        &[
+            "validate",
+            "--engine",
+            "vllm",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "bash",
+            script.to_str().unwrap(),
+            "serve",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--max-model-len",
+            "16000",
+            "--block-size",
+            "128",
+        ],
+        &[
+            ("HEADROOM_FAKE_PROFILE", "h100-80g"),
+            ("HEADROOM", env!("CARGO_BIN_EXE_headroom")),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&std::fs::read_to_string(out.join("engine-check.json")).unwrap());
+    let row = |f: &str| {
+        j["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["figure"] == f)
+            .cloned()
+            .unwrap()
+    };
+    // The engine's own figures, read from the stand-in's lines.
+    assert_eq!(row("weights_gib")["engine"], "14.99");
+    assert_eq!(row("kv_cache_gib")["engine"], "51.38");
+    // headroom's prediction from the command line's model and flags (H100, vLLM 0.11 rules).
+    assert_eq!(row("weights_gib")["predicted"], "14.99");
+    let kv: f64 = row("kv_cache_gib")["predicted"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((kv - 51.38).abs() / 51.38 < 0.01, "{kv}");
+    // The true device peak: what the stand-in held (67963 MiB) and its holder's context.
+    let peak: f64 = row("device_peak_gib")["measured"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((66.37..67.5).contains(&peak), "{peak}");
+    for col in ["headroom", "engine", "device peak"] {
+        assert!(r.stdout.contains(col), "{}", r.stdout);
+    }
+}
