@@ -14,13 +14,19 @@
 //! `events.csv` row, `summary.json` with its phases as `events.csv` has them — tenant
 //! processes are stopped and the process exits; the driver frees a process's memory when it
 //! exits. Between windows nothing is stuck: the command itself sees the signal.
+//!
+//! Watching costs a call next to nothing: a sampler reads device memory hundreds of thousands
+//! of times a second, each reading a call. Each thread keeps its windows under a lock of its
+//! own, which only the watchdog's look (every 50 ms, or at a deadline) also takes; opening or
+//! closing a window takes no lock shared between threads, and wakes the watchdog only when the
+//! new deadline comes before the time it already waits for (never, at the usual budgets: it
+//! looks at least every 50 ms).
 
 mod record;
 
 pub use record::run_record;
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -98,6 +104,7 @@ pub type OnFire = Box<dyn FnOnce(&Fired) + Send>;
 /// One open window.
 #[derive(Debug, Clone)]
 struct Slot {
+    /// Unique among its thread's windows.
     id: u64,
     /// `None`: no budget (the simulator, or the watchdog turned off): only a signal ends it.
     deadline: Option<Instant>,
@@ -112,10 +119,25 @@ struct Slot {
     call: Option<&'static str>,
 }
 
+/// One thread's open windows, innermost last. Only that thread changes them; the watchdog
+/// reads them when it wakes. The lock is the thread's own, so a call never waits for another
+/// thread's.
+#[derive(Default)]
+struct Windows {
+    slots: Mutex<Vec<Slot>>,
+    next_id: AtomicU64,
+}
+
+impl Windows {
+    fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 #[derive(Default)]
 struct State {
-    slots: Vec<Slot>,
-    next_id: u64,
+    /// Every thread that has opened a window, registered at its first one.
+    threads: Vec<Arc<Windows>>,
     flag: Option<Arc<AtomicBool>>,
     signal_at: Option<Instant>,
     on_fire: Option<OnFire>,
@@ -141,6 +163,36 @@ fn lock() -> MutexGuard<'static, State> {
     shared().0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The clock deadlines are kept on, as nanoseconds since this instant.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch(t: Instant) -> u64 {
+    t.saturating_duration_since(epoch()).as_nanos() as u64
+}
+
+/// When the waiting watchdog wakes next (nanoseconds since `epoch`); `u64::MAX` while it is
+/// awake and looking. A window whose deadline is not earlier needs no wake-up: the watchdog
+/// looks at it then, or sooner.
+static NEXT_WAKE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Wakes the watchdog when `deadline` comes before the time it is waiting for. The window is
+/// already in its thread's list: with the fence here and the one in `watch`, either this
+/// sees the watchdog's wake time, or the watchdog's look sees the window.
+fn wake_for(deadline: Option<Instant>) {
+    let Some(d) = deadline else {
+        // No budget: only a signal ends it, and the watchdog looks at signals as it waits.
+        return;
+    };
+    fence(Ordering::SeqCst);
+    if since_epoch(d) < NEXT_WAKE_NS.load(Ordering::SeqCst) {
+        let _st = lock();
+        shared().1.notify_all();
+    }
+}
+
 /// The flag a signal sets (the command's Ctrl-C flag): watched from now on.
 pub fn watch_signal(flag: Arc<AtomicBool>) {
     lock().flag = Some(flag);
@@ -163,17 +215,20 @@ pub fn set_budget(ns: Option<u64>) {
     }
 }
 
-/// The budget for a driver call outside a step: `--watchdog`, else `HEADROOM_WATCHDOG`, else
-/// the default; `None` when turned off.
+/// The budget for a driver call outside a step: `--watchdog`, else `HEADROOM_WATCHDOG` (read
+/// once), else the default; `None` when turned off.
 pub fn budget_ns() -> Option<u64> {
-    let set = BUDGET_NS.load(Ordering::SeqCst);
+    static FROM_ENV: OnceLock<u64> = OnceLock::new();
+    let set = BUDGET_NS.load(Ordering::Relaxed);
     let ns = if set != u64::MAX {
         set
     } else {
-        std::env::var(WATCHDOG_ENV)
-            .ok()
-            .and_then(|v| crate::units::parse_duration_ns(v.trim()).ok())
-            .unwrap_or(DEFAULT_WATCHDOG_NS)
+        *FROM_ENV.get_or_init(|| {
+            std::env::var(WATCHDOG_ENV)
+                .ok()
+                .and_then(|v| crate::units::parse_duration_ns(v.trim()).ok())
+                .unwrap_or(DEFAULT_WATCHDOG_NS)
+        })
     };
     (ns > 0).then_some(ns)
 }
@@ -187,23 +242,40 @@ pub(crate) struct Scope<'a> {
     pub stream: &'a str,
 }
 
-thread_local! {
-    /// The windows this thread has open, innermost last.
-    static OPEN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+/// Unregisters its thread's windows when the thread ends.
+struct Registered(Arc<Windows>);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock().threads.retain(|w| !Arc::ptr_eq(w, &self.0));
+    }
 }
 
-fn open(
+thread_local! {
+    /// This thread's windows, registered with the watchdog at the first one.
+    static OWN: Registered = {
+        let w = Arc::new(Windows::default());
+        lock().threads.push(w.clone());
+        Registered(w)
+    };
+}
+
+/// This thread's windows; `None` only while the thread is ending (its registration gone).
+fn own() -> Option<Arc<Windows>> {
+    OWN.try_with(|r| r.0.clone()).ok()
+}
+
+/// A window for `scope`, armed now.
+fn slot(
+    windows: &Windows,
     scope: Scope<'_>,
     now_t_ns: u64,
     budget_ns: Option<u64>,
     call: Option<&'static str>,
-) -> u64 {
+) -> Slot {
     let now = Instant::now();
-    let mut st = lock();
-    st.next_id += 1;
-    let id = st.next_id;
-    st.slots.push(Slot {
-        id,
+    Slot {
+        id: windows.next_id.fetch_add(1, Ordering::Relaxed),
         deadline: budget_ns.and_then(|b| now.checked_add(Duration::from_nanos(b))),
         budget_ns: budget_ns.unwrap_or(0),
         armed_t_ns: now_t_ns,
@@ -214,24 +286,28 @@ fn open(
         name: scope.name.to_string(),
         stream: scope.stream.to_string(),
         call,
-    });
-    drop(st);
-    shared().1.notify_all();
-    OPEN.with(|o| o.borrow_mut().push(id));
+    }
+}
+
+/// Opens a window in `windows` (the calling thread's); returns its id.
+fn open(windows: &Windows, scope: Scope<'_>, now_t_ns: u64, budget_ns: Option<u64>) -> u64 {
+    let s = slot(windows, scope, now_t_ns, budget_ns, None);
+    let (id, deadline) = (s.id, s.deadline);
+    windows.lock().push(s);
+    wake_for(deadline);
     id
 }
 
-fn close(id: u64) {
-    lock().slots.retain(|s| s.id != id);
-    shared().1.notify_all();
-    OPEN.with(|o| o.borrow_mut().retain(|x| *x != id));
+/// Closes a window: nothing to wake, the watchdog only ever waits for the earliest deadline.
+fn close(windows: &Windows, id: u64) {
+    windows.lock().retain(|s| s.id != id);
 }
 
 /// A run's windows: one per step and one around the release.
 pub(crate) struct Watchdog {
     /// Added to every window's own waiting time; `None`: no budget, only signals.
     slack_ns: Option<u64>,
-    armed: Option<u64>,
+    armed: Option<(Arc<Windows>, u64)>,
 }
 
 impl Watchdog {
@@ -250,13 +326,16 @@ impl Watchdog {
         self.disarm();
         if let Some(slack) = self.slack_ns {
             let budget = Some(slack.saturating_add(expected_ns));
-            self.armed = Some(open(scope, now_t_ns, budget, None));
+            self.armed = own().map(|w| {
+                let id = open(&w, scope, now_t_ns, budget);
+                (w, id)
+            });
         }
     }
 
     pub(crate) fn disarm(&mut self) {
-        if let Some(id) = self.armed.take() {
-            close(id);
+        if let Some((windows, id)) = self.armed.take() {
+            close(&windows, id);
         }
     }
 }
@@ -269,25 +348,34 @@ impl Drop for Watchdog {
 
 /// Names the driver or NVML call this thread is about to make, until dropped. Inside a
 /// window of this thread it names the call in that window; outside any, it opens a window of
-/// its own with the watchdog's budget.
+/// its own with the watchdog's budget. Either way it takes only this thread's lock, and wakes
+/// the watchdog only for a deadline earlier than the one it waits for.
 #[must_use = "the call is watched until the guard is dropped"]
 pub struct CallGuard {
+    /// `None`: the thread is ending, nothing is watched.
+    windows: Option<Arc<Windows>>,
     own: Option<u64>,
     outer: Option<(u64, Option<&'static str>)>,
 }
 
 /// Watches `call` (a driver or NVML entry point's name) until the guard is dropped.
 pub fn call(call: &'static str) -> CallGuard {
-    let innermost = OPEN.with(|o| o.borrow().last().copied());
-    if let Some(id) = innermost {
-        let mut st = lock();
-        if let Some(s) = st.slots.iter_mut().find(|s| s.id == id) {
-            let before = s.call.replace(call);
-            return CallGuard {
-                own: None,
-                outer: Some((id, before)),
-            };
-        }
+    let Some(windows) = own() else {
+        return CallGuard {
+            windows: None,
+            own: None,
+            outer: None,
+        };
+    };
+    let mut slots = windows.lock();
+    if let Some(s) = slots.last_mut() {
+        let outer = Some((s.id, s.call.replace(call)));
+        drop(slots);
+        return CallGuard {
+            windows: Some(windows),
+            own: None,
+            outer,
+        };
     }
     let scope = Scope {
         phase: "",
@@ -296,19 +384,28 @@ pub fn call(call: &'static str) -> CallGuard {
         name: "",
         stream: "",
     };
+    let s = slot(&windows, scope, 0, budget_ns(), Some(call));
+    let (id, deadline) = (s.id, s.deadline);
+    slots.push(s);
+    drop(slots);
+    wake_for(deadline);
     CallGuard {
-        own: Some(open(scope, 0, budget_ns(), Some(call))),
+        windows: Some(windows),
+        own: Some(id),
         outer: None,
     }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
+        let Some(windows) = &self.windows else {
+            return;
+        };
         if let Some(id) = self.own {
-            close(id);
+            close(windows, id);
         }
         if let Some((id, before)) = self.outer {
-            if let Some(s) = lock().slots.iter_mut().find(|s| s.id == id) {
+            if let Some(s) = windows.lock().iter_mut().find(|s| s.id == id) {
                 s.call = before;
             }
         }
@@ -319,41 +416,59 @@ fn signalled(st: &State) -> bool {
     SIGNALLED.load(Ordering::SeqCst) || st.flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
 }
 
+/// What fires now, if anything: a window past its deadline, else one open for the whole
+/// signal bound since the signal (or since it was armed, if later) — a call that comes and
+/// goes (a sampler's reading) never fires. Also the earliest deadline among the windows.
+fn look(st: &State, now: Instant) -> (Option<(Slot, Cause)>, Option<Instant>) {
+    let bound = Duration::from_nanos(SIGNAL_BOUND_NS);
+    let (mut wedged, mut interrupted, mut earliest) = (None, None, None::<Instant>);
+    for windows in &st.threads {
+        for s in windows.lock().iter() {
+            if let Some(d) = s.deadline {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                if d <= now && wedged.is_none() {
+                    wedged = Some(s.clone());
+                }
+            }
+            if interrupted.is_none()
+                && st
+                    .signal_at
+                    .is_some_and(|at| now.duration_since(s.armed_at.max(at)) >= bound)
+            {
+                interrupted = Some(s.clone());
+            }
+        }
+    }
+    let fired = wedged
+        .map(|s| (s, Cause::Wedged))
+        .or(interrupted.map(|s| (s, Cause::Interrupted)));
+    (fired, earliest)
+}
+
 fn watch(shared: &'static Shared) {
     let (lock, cv) = shared;
     let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
     loop {
+        // Awake: a window opened from here on wakes nobody, the look below sees it (the
+        // fence pairs with the one in `wake_for`).
+        NEXT_WAKE_NS.store(u64::MAX, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         let now = Instant::now();
         if st.signal_at.is_none() && signalled(&st) {
             st.signal_at = Some(now);
         }
-        let due = |s: &Slot| s.deadline.is_some_and(|d| d <= now);
-        let fired = if let Some(s) = st.slots.iter().find(|s| due(s)) {
-            Some((s.clone(), Cause::Wedged))
-        } else {
-            // Open since the signal (or since it was armed, if later) for the whole bound: a
-            // call that comes and goes (a sampler's reading) never fires.
-            let bound = Duration::from_nanos(SIGNAL_BOUND_NS);
-            st.signal_at.and_then(|at| {
-                st.slots
-                    .iter()
-                    .find(|s| now.duration_since(s.armed_at.max(at)) >= bound)
-                    .map(|s| (s.clone(), Cause::Interrupted))
-            })
-        };
+        let (fired, earliest) = look(&st, now);
         if let Some((slot, cause)) = fired {
             let on_fire = st.on_fire.take();
             drop(st);
             fire(&slot, cause, on_fire);
         }
         // Wake at the next deadline, or to look at the signal flags.
-        let next = st.slots.iter().filter_map(|s| s.deadline).min().map_or(
-            Duration::from_nanos(LOOK_NS),
-            |d| {
-                d.saturating_duration_since(now)
-                    .min(Duration::from_nanos(LOOK_NS))
-            },
-        );
+        let next = earliest.map_or(Duration::from_nanos(LOOK_NS), |d| {
+            d.saturating_duration_since(now)
+                .min(Duration::from_nanos(LOOK_NS))
+        });
+        NEXT_WAKE_NS.store(since_epoch(now + next), Ordering::SeqCst);
         st = cv
             .wait_timeout(st, next)
             .unwrap_or_else(|e| e.into_inner())
