@@ -16,9 +16,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use headroom::device::Device;
 use headroom::device::reading::{Reader, Readings};
 use headroom::device::select::{self, Backend, Request};
-use headroom::device::Device;
 use headroom::record::Reading;
 use headroom::sampler::{LatencyHistogram, LiveViews, ThreadSampler};
 use headroom::units::Nanos;
@@ -96,7 +96,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn main() {
     // Watched as the headroom binary watches every driver call.
-    headroom::device::watch::install(|c| Box::new(headroom::run::watchdog::call(c)));
+    headroom::device::watch::install(headroom::device::watch::Hook {
+        open: headroom::run::watchdog::open_call,
+        close: headroom::run::watchdog::close_call,
+    });
     let req = Request::new(Backend::Cuda, None);
     let mut opened = match select::open(req, 0) {
         Ok(o) => o,

@@ -223,7 +223,12 @@ pub(crate) fn check_card(
         lines.next().unwrap().contains(&format!("(exit {plan_rc}")),
         "{profile}: {summary}"
     );
-    check_settled(dir, profile, &lines.collect::<Vec<_>>(), "absent (no nvidia-smi on PATH)");
+    check_settled(
+        dir,
+        profile,
+        &lines.collect::<Vec<_>>(),
+        "absent (no nvidia-smi on PATH)",
+    );
     (ran, skipped)
 }
 
@@ -270,9 +275,8 @@ pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str
     );
     let default_stack = card.stack.default_per_thread_bytes.0;
     let reservation = (64 * 1024 - default_stack) * sms * threads;
-    let free_before = u(&gpu["free_bytes"])
-        - card.memory.context_overhead_bytes.0
-        - card.kernels.module_bytes.0;
+    let free_before =
+        u(&gpu["free_bytes"]) - card.memory.context_overhead_bytes.0 - card.kernels.module_bytes.0;
     let hold = free_before.saturating_sub(reservation / 2) / (2 * MIB) * (2 * MIB);
     assert_eq!(
         lines[2],
@@ -317,8 +321,7 @@ pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str
     );
     let imports = "python3 -c \"import torch, vllm\": ";
     assert!(
-        lines[5] == format!("{imports}works")
-            || lines[5].starts_with(&format!("{imports}fails: ")),
+        lines[5] == format!("{imports}works") || lines[5].starts_with(&format!("{imports}fails: ")),
         "{profile}: {}",
         lines[5]
     );

@@ -119,18 +119,25 @@ struct Slot {
     call: Option<&'static str>,
 }
 
-/// One thread's open windows, innermost last. Only that thread changes them; the watchdog
-/// reads them when it wakes. The lock is the thread's own, so a call never waits for another
-/// thread's.
+/// One thread's open windows, innermost last, and the call names to restore when a call
+/// named inside a window ends (calls end in the reverse order they began). Only that thread
+/// changes them; the watchdog reads them when it wakes. The lock is the thread's own, so a
+/// call never waits for another thread's.
 #[derive(Default)]
 struct Windows {
-    slots: Mutex<Vec<Slot>>,
+    inner: Mutex<Open>,
     next_id: AtomicU64,
 }
 
+#[derive(Default)]
+struct Open {
+    slots: Vec<Slot>,
+    restore: Vec<Option<&'static str>>,
+}
+
 impl Windows {
-    fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Open> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -178,6 +185,9 @@ fn since_epoch(t: Instant) -> u64 {
 /// looks at it then, or sooner.
 static NEXT_WAKE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 
+/// How many times a window woke the watchdog.
+static WAKES: AtomicU64 = AtomicU64::new(0);
+
 /// Wakes the watchdog when `deadline` comes before the time it is waiting for. The window is
 /// already in its thread's list: with the fence here and the one in `watch`, either this
 /// sees the watchdog's wake time, or the watchdog's look sees the window.
@@ -186,9 +196,14 @@ fn wake_for(deadline: Option<Instant>) {
         // No budget: only a signal ends it, and the watchdog looks at signals as it waits.
         return;
     };
+    if d.saturating_duration_since(Instant::now()) >= Duration::from_nanos(LOOK_NS) {
+        // The watchdog looks at least every LOOK_NS: it sees this window before its deadline.
+        return;
+    }
     fence(Ordering::SeqCst);
     if since_epoch(d) < NEXT_WAKE_NS.load(Ordering::SeqCst) {
         let _st = lock();
+        WAKES.fetch_add(1, Ordering::Relaxed);
         shared().1.notify_all();
     }
 }
@@ -293,14 +308,14 @@ fn slot(
 fn open(windows: &Windows, scope: Scope<'_>, now_t_ns: u64, budget_ns: Option<u64>) -> u64 {
     let s = slot(windows, scope, now_t_ns, budget_ns, None);
     let (id, deadline) = (s.id, s.deadline);
-    windows.lock().push(s);
+    windows.lock().slots.push(s);
     wake_for(deadline);
     id
 }
 
 /// Closes a window: nothing to wake, the watchdog only ever waits for the earliest deadline.
 fn close(windows: &Windows, id: u64) {
-    windows.lock().retain(|s| s.id != id);
+    windows.lock().slots.retain(|s| s.id != id);
 }
 
 /// A run's windows: one per step and one around the release.
@@ -349,67 +364,71 @@ impl Drop for Watchdog {
 /// Names the driver or NVML call this thread is about to make, until dropped. Inside a
 /// window of this thread it names the call in that window; outside any, it opens a window of
 /// its own with the watchdog's budget. Either way it takes only this thread's lock, and wakes
-/// the watchdog only for a deadline earlier than the one it waits for.
+/// the watchdog only for a deadline earlier than its next look.
 #[must_use = "the call is watched until the guard is dropped"]
-pub struct CallGuard {
-    /// `None`: the thread is ending, nothing is watched.
-    windows: Option<Arc<Windows>>,
-    own: Option<u64>,
-    outer: Option<(u64, Option<&'static str>)>,
-}
+pub struct CallGuard(u64);
 
 /// Watches `call` (a driver or NVML entry point's name) until the guard is dropped.
 pub fn call(call: &'static str) -> CallGuard {
-    let Some(windows) = own() else {
-        return CallGuard {
-            windows: None,
-            own: None,
-            outer: None,
-        };
-    };
-    let mut slots = windows.lock();
-    if let Some(s) = slots.last_mut() {
-        let outer = Some((s.id, s.call.replace(call)));
-        drop(slots);
-        return CallGuard {
-            windows: Some(windows),
-            own: None,
-            outer,
-        };
-    }
-    let scope = Scope {
-        phase: "",
-        step: "",
-        op: "",
-        name: "",
-        stream: "",
-    };
-    let s = slot(&windows, scope, 0, budget_ns(), Some(call));
-    let (id, deadline) = (s.id, s.deadline);
-    slots.push(s);
-    drop(slots);
-    wake_for(deadline);
-    CallGuard {
-        windows: Some(windows),
-        own: Some(id),
-        outer: None,
-    }
+    CallGuard(open_call(call))
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        let Some(windows) = &self.windows else {
-            return;
-        };
-        if let Some(id) = self.own {
-            close(windows, id);
-        }
-        if let Some((id, before)) = self.outer {
-            if let Some(s) = windows.lock().iter_mut().find(|s| s.id == id) {
-                s.call = before;
-            }
-        }
+        close_call(self.0);
     }
+}
+
+/// A call named inside an outer window: its token is that window's id with this bit.
+const NAMED: u64 = 1 << 63;
+/// Nothing to close (the thread is ending).
+const NOTHING: u64 = u64::MAX;
+
+/// `call`'s opening half, for the device crate's hook: returns the token `close_call` takes.
+pub fn open_call(call: &'static str) -> u64 {
+    OWN.try_with(|r| {
+        let windows = &r.0;
+        let mut guard = windows.lock();
+        let open = &mut *guard;
+        if let Some(s) = open.slots.last_mut() {
+            open.restore.push(s.call.replace(call));
+            return s.id | NAMED;
+        }
+        let scope = Scope {
+            phase: "",
+            step: "",
+            op: "",
+            name: "",
+            stream: "",
+        };
+        let s = slot(windows, scope, 0, budget_ns(), Some(call));
+        let (id, deadline) = (s.id, s.deadline);
+        open.slots.push(s);
+        // Never the watchdog's lock under this thread's: the watchdog takes them the other
+        // way round.
+        drop(guard);
+        wake_for(deadline);
+        id
+    })
+    .unwrap_or(NOTHING)
+}
+
+/// Ends the watch `open_call` began.
+pub fn close_call(token: u64) {
+    if token == NOTHING {
+        return;
+    }
+    let _ = OWN.try_with(|r| {
+        let mut open = r.0.lock();
+        if token & NAMED == 0 {
+            open.slots.retain(|s| s.id != token);
+            return;
+        }
+        let before = open.restore.pop().flatten();
+        if let Some(s) = open.slots.iter_mut().find(|s| s.id == token & !NAMED) {
+            s.call = before;
+        }
+    });
 }
 
 fn signalled(st: &State) -> bool {
@@ -423,7 +442,7 @@ fn look(st: &State, now: Instant) -> (Option<(Slot, Cause)>, Option<Instant>) {
     let bound = Duration::from_nanos(SIGNAL_BOUND_NS);
     let (mut wedged, mut interrupted, mut earliest) = (None, None, None::<Instant>);
     for windows in &st.threads {
-        for s in windows.lock().iter() {
+        for s in windows.lock().slots.iter() {
             if let Some(d) = s.deadline {
                 earliest = Some(earliest.map_or(d, |e| e.min(d)));
                 if d <= now && wedged.is_none() {
@@ -524,4 +543,54 @@ fn fire(s: &Slot, cause: Cause, on_fire: Option<OnFire>) -> ! {
     }
     crate::errln!("(waited {})", Nanos(waited_ns));
     std::process::exit(fired.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The windows are the process's: one test at a time opens them.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    /// A watched call at the usual budget opens and closes its window without waking the
+    /// watchdog (it wakes for the call only while it happens to be looking); a deadline before
+    /// its next look wakes it.
+    #[test]
+    fn a_call_wakes_the_watchdog_only_for_an_earlier_deadline() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = shared();
+        std::thread::sleep(Duration::from_millis(20));
+        let before = WAKES.load(Ordering::Relaxed);
+        for _ in 0..10_000 {
+            let _watched = call("cuMemGetInfo");
+        }
+        let woken = WAKES.load(Ordering::Relaxed) - before;
+        assert!(woken < 100, "{woken} wake-ups for 10,000 calls");
+        let before = WAKES.load(Ordering::Relaxed);
+        wake_for(Some(epoch()));
+        assert!(WAKES.load(Ordering::Relaxed) > before);
+    }
+
+    /// The window a call opens is the watchdog's to see while the call lasts: past its
+    /// deadline it fires wedged, naming the call (and the call inside a call); once the guard
+    /// is dropped, nothing is open.
+    #[test]
+    fn the_watchdog_sees_a_calls_window_until_the_guard_drops() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let later =
+            || Instant::now() + Duration::from_secs(DEFAULT_WATCHDOG_NS / 1_000_000_000 * 2);
+        let outer = call("cuCtxSynchronize");
+        let inner = call("cuMemGetInfo");
+        let (fired, earliest) = look(&lock(), later());
+        let (slot, cause) = fired.expect("the open window fires past its deadline");
+        assert_eq!((slot.call, cause), (Some("cuMemGetInfo"), Cause::Wedged));
+        assert!(earliest.is_some());
+        drop(inner);
+        let (fired, _) = look(&lock(), later());
+        assert_eq!(fired.unwrap().0.call, Some("cuCtxSynchronize"));
+        drop(outer);
+        let mine = own().unwrap();
+        assert!(mine.lock().slots.is_empty());
+        assert!(mine.lock().restore.is_empty());
+    }
 }
