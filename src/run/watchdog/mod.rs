@@ -188,20 +188,22 @@ static NEXT_WAKE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// How many times a window woke the watchdog.
 static WAKES: AtomicU64 = AtomicU64::new(0);
 
-/// Wakes the watchdog when `deadline` comes before the time it is waiting for. The window is
-/// already in its thread's list: with the fence here and the one in `watch`, either this
-/// sees the watchdog's wake time, or the watchdog's look sees the window.
-fn wake_for(deadline: Option<Instant>) {
-    let Some(d) = deadline else {
+/// Wakes the watchdog when the deadline of a window armed at `armed_at` with `budget_ns`
+/// comes before the time it is waiting for. The window is already in its thread's list: with
+/// the fence here and the one in `watch`, either this sees the watchdog's wake time, or the
+/// watchdog's look sees the window.
+fn wake_for(armed_at: Instant, budget_ns: Option<u64>) {
+    let Some(budget_ns) = budget_ns else {
         // No budget: only a signal ends it, and the watchdog looks at signals as it waits.
         return;
     };
-    if d.saturating_duration_since(Instant::now()) >= Duration::from_nanos(LOOK_NS) {
+    if budget_ns >= LOOK_NS {
         // The watchdog looks at least every LOOK_NS: it sees this window before its deadline.
         return;
     }
+    let deadline = armed_at + Duration::from_nanos(budget_ns);
     fence(Ordering::SeqCst);
-    if since_epoch(d) < NEXT_WAKE_NS.load(Ordering::SeqCst) {
+    if since_epoch(deadline) < NEXT_WAKE_NS.load(Ordering::SeqCst) {
         let _st = lock();
         WAKES.fetch_add(1, Ordering::Relaxed);
         shared().1.notify_all();
@@ -307,9 +309,9 @@ fn slot(
 /// Opens a window in `windows` (the calling thread's); returns its id.
 fn open(windows: &Windows, scope: Scope<'_>, now_t_ns: u64, budget_ns: Option<u64>) -> u64 {
     let s = slot(windows, scope, now_t_ns, budget_ns, None);
-    let (id, deadline) = (s.id, s.deadline);
+    let (id, armed_at) = (s.id, s.armed_at);
     windows.lock().slots.push(s);
-    wake_for(deadline);
+    wake_for(armed_at, budget_ns);
     id
 }
 
@@ -401,13 +403,14 @@ pub fn open_call(call: &'static str) -> u64 {
             name: "",
             stream: "",
         };
-        let s = slot(windows, scope, 0, budget_ns(), Some(call));
-        let (id, deadline) = (s.id, s.deadline);
+        let budget_ns = budget_ns();
+        let s = slot(windows, scope, 0, budget_ns, Some(call));
+        let (id, armed_at) = (s.id, s.armed_at);
         open.slots.push(s);
         // Never the watchdog's lock under this thread's: the watchdog takes them the other
         // way round.
         drop(guard);
-        wake_for(deadline);
+        wake_for(armed_at, budget_ns);
         id
     })
     .unwrap_or(NOTHING)
@@ -421,7 +424,12 @@ pub fn close_call(token: u64) {
     let _ = OWN.try_with(|r| {
         let mut open = r.0.lock();
         if token & NAMED == 0 {
-            open.slots.retain(|s| s.id != token);
+            // Calls end innermost first: almost always the last window.
+            if open.slots.last().is_some_and(|s| s.id == token) {
+                open.slots.pop();
+            } else {
+                open.slots.retain(|s| s.id != token);
+            }
             return;
         }
         let before = open.restore.pop().flatten();
@@ -567,7 +575,7 @@ mod tests {
         let woken = WAKES.load(Ordering::Relaxed) - before;
         assert!(woken < 100, "{woken} wake-ups for 10,000 calls");
         let before = WAKES.load(Ordering::Relaxed);
-        wake_for(Some(epoch()));
+        wake_for(epoch(), Some(0));
         assert!(WAKES.load(Ordering::Relaxed) > before);
     }
 
