@@ -42,7 +42,10 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
     // A first signal is honoured within the watchdog's bound even inside a stuck driver call.
     crate::run::watchdog::watch_signal(interrupted.clone());
     // The device crate's driver calls are watched, and its notices printed, as headroom's own.
-    crate::device::watch::install(|call| Box::new(crate::run::watchdog::call(call)));
+    crate::device::watch::install(crate::device::watch::Hook {
+        open: crate::run::watchdog::open_call,
+        close: crate::run::watchdog::close_call,
+    });
     crate::device::notice::install(|n| match n {
         crate::device::notice::Notice::Note(t) => crate::output::note(t),
         crate::device::notice::Notice::Warning(t) => crate::errln!("warning: {t}"),

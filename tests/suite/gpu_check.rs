@@ -94,6 +94,17 @@ const DRY_WORKLOADS: [&str; 5] = [
     "workloads/oom/other-tenant.toml",
 ];
 
+/// summary.txt's lines after the plan's: what only a GPU can settle.
+fn settled_lines(out_dir: &Path) -> Vec<String> {
+    let summary = std::fs::read_to_string(out_dir.join("summary.txt")).unwrap();
+    summary
+        .lines()
+        .skip_while(|l| !l.starts_with("plan "))
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
 fn workload_name(run: &Path) -> String {
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
@@ -115,6 +126,21 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             ("WORKLOADS", &dry_workloads),
         ],
     );
+    // An nvidia-smi that answers as the real one does, for the process list's line.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\nprintf 'pid, used_memory [MiB]\\n4242, 768 MiB\\n'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let fake = start(
         &fake_dir,
         Some("scripts/fake-gpu"),
@@ -122,6 +148,7 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             ("HEADROOM_FAKE_PROFILE", "h100-80g"),
             ("BANDWIDTH_SIZE", "256MiB"),
             ("WORKLOADS", &dry_workloads),
+            ("PATH", &path),
         ],
     );
     // The fake's default card, on R535 (the long-term branch CI runners have): only the
@@ -164,6 +191,26 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
     );
     // The pool's reuse order (grow before waiting on another stream) is in the crosscheck.
     assert!(pool_reuse_agrees(&dry_stdout), "{dry_stdout}");
+    // What only a GPU can settle: not the simulator, which has only headroom's own rules;
+    // the calibrated sizes are the built-in card's.
+    let settled = settled_lines(&dry_dir);
+    for (line, what) in settled.iter().zip([
+        "graph relaunch with live allocations",
+        "MIG UUIDs",
+        "stack reservation refused",
+        "process list",
+    ]) {
+        assert_eq!(
+            *line,
+            format!("{what}: not settled: a simulated device answers with headroom's own rules")
+        );
+    }
+    assert_eq!(
+        settled[4],
+        "calibrated sizes: page_bytes 2097152, small_alloc_limit_bytes 1048576, \
+         small_alloc_spacing_bytes 512"
+    );
+    assert_eq!(settled.len(), 6, "{settled:#?}");
     // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
     let w = watch_summary(&dry_dir);
     assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);
@@ -222,6 +269,16 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
     }
     // The fake driver grows its pool before making another stream wait, as the simulator does.
     assert!(pool_reuse_agrees(&cross.stdout), "{}", cross.stdout);
+    // Every line a GPU settles, as the fake answers, nvidia-smi's list beside headroom's.
+    crate::gpu_check_cards::check_settled(
+        &fake_dir,
+        "h100-80g",
+        &settled_lines(&fake_dir)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        "pid, used_memory [MiB] / 4242, 768 MiB",
+    );
     // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's
     // 512 MiB), seen through NVML by a headroom that took no device memory itself.
     let w = watch_summary(&fake_dir);

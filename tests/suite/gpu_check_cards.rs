@@ -223,7 +223,108 @@ pub(crate) fn check_card(
         lines.next().unwrap().contains(&format!("(exit {plan_rc}")),
         "{profile}: {summary}"
     );
+    check_settled(
+        dir,
+        profile,
+        &lines.collect::<Vec<_>>(),
+        "absent (no nvidia-smi on PATH)",
+    );
     (ran, skipped)
+}
+
+/// The 32 hex digits of a `GPU-…`/`MIG-…` UUID: the 16 bytes the driver returned.
+fn uuid_hex(uuid: &str) -> String {
+    uuid[4..].replace('-', "")
+}
+
+/// summary.txt's last six lines, what only a GPU can settle, as the fake driver of `profile`
+/// answers them: the relaunch refused with CUDA_ERROR_INVALID_VALUE; the v1 and v2 UUID bytes
+/// (the parent's and the instance's on a MIG instance, the GPU's twice otherwise); the stack
+/// reservation of a 64 KiB frame refused with out of memory, its bytes from the card's SMs and
+/// threads, half of it left free; the process list while `hold 256MiB` runs (its context
+/// included), next to `smi` (nvidia-smi's answer); the calibrated sizes the fake models; and
+/// whether torch and vllm import.
+pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str) {
+    let card = SimProfile::resolve(profile).unwrap();
+    let gpu = &json(&dir.join("devices.json"))["gpus"][0];
+    assert_eq!(lines.len(), 6, "{profile}: {lines:#?}");
+    assert_eq!(
+        lines[0],
+        "graph relaunch with live allocations: CUDA_ERROR_INVALID_VALUE (a graph allocating 2 \
+         MiB it does not free, instantiated without auto-free, launched again after its first \
+         launch)",
+        "{profile}"
+    );
+    let uuid = gpu["uuid"].as_str().unwrap();
+    let mig = match gpu["mig"]["parent_uuid"].as_str() {
+        Some(parent) => format!(
+            "MIG UUIDs: on MIG instance {uuid}: cuDeviceGetUuid (v1) {}, cuDeviceGetUuid_v2 {} \
+             (v1 differs from v2: {parent})",
+            uuid_hex(parent),
+            uuid_hex(uuid)
+        ),
+        None => format!(
+            "MIG UUIDs: no MIG instance (device 0 is {uuid}; v1 {0}, v2 {0}, equal)",
+            uuid_hex(uuid)
+        ),
+    };
+    assert_eq!(lines[1], mig, "{profile}");
+    let (sms, threads) = (
+        u(&gpu["multiprocessors"]),
+        u64::from(card.stack.threads_per_multiprocessor),
+    );
+    let default_stack = card.stack.default_per_thread_bytes.0;
+    let reservation = (64 * 1024 - default_stack) * sms * threads;
+    let free_before =
+        u(&gpu["free_bytes"]) - card.memory.context_overhead_bytes.0 - card.kernels.module_bytes.0;
+    let hold = free_before.saturating_sub(reservation / 2) / (2 * MIB) * (2 * MIB);
+    assert_eq!(
+        lines[2],
+        format!(
+            "stack reservation refused: CUDA_ERROR_OUT_OF_MEMORY at cuLaunchKernel (stack_64k \
+             raising the per-thread stack from {default_stack} B: {reservation} B reservation \
+             ({sms} SMs x {threads} threads), {} B free)",
+            free_before - hold
+        ),
+        "{profile}"
+    );
+    let listed = if gpu["mig"].is_object() {
+        format!("none ({})", gpu["processes_unavailable"].as_str().unwrap())
+    } else {
+        // The hold's process: its 256 MiB and its context.
+        let bytes = 256 * MIB + card.memory.context_overhead_bytes.0;
+        let pid = lines[3]
+            .strip_prefix("process list: headroom devices: ")
+            .and_then(|r| r.split_once(' '))
+            .map(|(pid, _)| pid)
+            .unwrap_or_else(|| panic!("{profile}: {}", lines[3]));
+        assert!(pid.parse::<u32>().is_ok(), "{profile}: {}", lines[3]);
+        format!("{pid} {bytes} B")
+    };
+    assert_eq!(
+        lines[3],
+        format!(
+            "process list: headroom devices: {listed}; nvidia-smi \
+             --query-compute-apps=pid,used_memory --format=csv: {smi}"
+        ),
+        "{profile}"
+    );
+    let m = &card.memory;
+    assert_eq!(
+        lines[4],
+        format!(
+            "calibrated sizes: page_bytes {}, small_alloc_limit_bytes {}, \
+             small_alloc_spacing_bytes {}",
+            m.page_bytes.0, m.small_alloc_limit_bytes.0, m.small_alloc_spacing_bytes.0
+        ),
+        "{profile}"
+    );
+    let imports = "python3 -c \"import torch, vllm\": ";
+    assert!(
+        lines[5] == format!("{imports}works") || lines[5].starts_with(&format!("{imports}fails: ")),
+        "{profile}: {}",
+        lines[5]
+    );
 }
 
 #[test]

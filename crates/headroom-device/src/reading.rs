@@ -38,6 +38,12 @@ pub trait Reader: Send + Sync {
     }
     /// One reading, now.
     fn read(&self) -> Result<RawReading, String>;
+    /// The same reading with nothing of headroom's around the driver call (no watch over
+    /// it): the floor a sampler's cost is measured against (`benches/sampler.rs`). Never a
+    /// run's reading: a call made here that never returned would go unnoticed.
+    fn read_bare(&self) -> Result<RawReading, String> {
+        self.read()
+    }
     /// The reader's clock (nanoseconds since its origin): when a failed reading failed.
     fn now_ns(&self) -> u64;
 }

@@ -1,11 +1,17 @@
 //! A hook naming the driver or NVML call in flight, so that whoever watches for hung calls
 //! (headroom's watchdog) sees it. Until a hook is installed, `call` does nothing.
+//!
+//! A sampler makes hundreds of thousands of calls a second, each watched: the hook is two
+//! plain functions and a token, so watching a call allocates nothing.
 
-use std::any::Any;
 use std::sync::OnceLock;
 
-/// Opens a watch over the named call; dropping what it returns ends the watch.
-pub type Hook = fn(&'static str) -> Box<dyn Any>;
+/// Opens a watch over the named call and returns its token; `close` ends the watch.
+#[derive(Debug, Clone, Copy)]
+pub struct Hook {
+    pub open: fn(&'static str) -> u64,
+    pub close: fn(u64),
+}
 
 static HOOK: OnceLock<Hook> = OnceLock::new();
 
@@ -17,40 +23,48 @@ pub fn install(hook: Hook) {
 /// The call is watched until this is dropped.
 #[must_use = "the call is watched until the guard is dropped"]
 pub struct CallGuard {
-    _watch: Option<Box<dyn Any>>,
+    watch: Option<(fn(u64), u64)>,
 }
 
 /// Watches `name` (a driver or NVML entry point) until the guard is dropped.
 pub fn call(name: &'static str) -> CallGuard {
     CallGuard {
-        _watch: HOOK.get().map(|hook| hook(name)),
+        watch: HOOK.get().map(|h| (h.close, (h.open)(name))),
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if let Some((close, token)) = self.watch {
+            close(token);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
+    use std::cell::RefCell;
 
     thread_local! {
-        static OPEN: Cell<u32> = const { Cell::new(0) };
-    }
-
-    struct Open;
-    impl Drop for Open {
-        fn drop(&mut self) {
-            OPEN.with(|o| o.set(o.get() - 1));
-        }
+        static OPEN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
     }
 
     #[test]
     fn an_installed_hook_watches_until_the_guard_is_dropped() {
-        super::install(|_| {
-            OPEN.with(|o| o.set(o.get() + 1));
-            Box::new(Open)
+        super::install(super::Hook {
+            open: |name| {
+                let token = name.len() as u64;
+                OPEN.with(|o| o.borrow_mut().push(token));
+                token
+            },
+            close: |token| OPEN.with(|o| o.borrow_mut().retain(|t| *t != token)),
         });
         let g = super::call("cuMemGetInfo");
-        assert_eq!(OPEN.with(Cell::get), 1);
+        assert_eq!(
+            OPEN.with(|o| o.borrow().clone()),
+            ["cuMemGetInfo".len() as u64]
+        );
         drop(g);
-        assert_eq!(OPEN.with(Cell::get), 0);
+        assert!(OPEN.with(|o| o.borrow().is_empty()));
     }
 }

@@ -552,6 +552,10 @@ impl Reader for CudaReader {
 
     fn read(&self) -> Result<RawReading, String> {
         let _watched = crate::watch::call("cuMemGetInfo");
+        self.read_bare()
+    }
+
+    fn read_bare(&self) -> Result<RawReading, String> {
         let (free, total) =
             result::mem_get_info().map_err(|e| driver_err("cuMemGetInfo", 0, e).to_string())?;
         Ok(RawReading {
