@@ -94,6 +94,10 @@ status (128 + the signal that killed it); with --pid, 0 once the watch ends; 2 w
 could not start (bad input, no NVML)."
     )]
     Watch(WatchArgs),
+    /// List the workloads and capacity plans built into headroom, one line each (`run NAME`,
+    /// `validate NAME` take the name from any folder); `workloads show NAME` prints one to
+    /// start your own from.
+    Workloads(WorkloadsArgs),
     /// Print a shell completion script: `headroom completions bash > /etc/bash_completion.d/headroom`
     /// (zsh: into a directory on $fpath as `_headroom`; fish: `~/.config/fish/completions/headroom.fish`;
     /// PowerShell: add it to $PROFILE).
@@ -107,6 +111,23 @@ could not start (bad input, no NVML)."
     Man {
         /// The command whose page to print [default: the main page].
         command: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct WorkloadsArgs {
+    #[command(subcommand)]
+    pub action: Option<WorkloadsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadsAction {
+    /// Print a built-in workload or plan as its TOML file: `headroom workloads show quickstart >
+    /// mine.toml`.
+    Show {
+        /// Its name, as `headroom workloads` lists it (`quickstart`, `oom/fragmentation`,
+        /// `card`).
+        name: String,
     },
 }
 
@@ -353,7 +374,8 @@ pub struct BandwidthArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The workload file (TOML), e.g. workloads/quickstart.toml.
+    /// The workload file (TOML), e.g. workloads/quickstart.toml, or the name of a built-in one
+    /// (`quickstart`, `oom/fragmentation`: `headroom workloads` lists them); a file wins.
     pub workload: PathBuf,
     /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/
     /// (with --device all or a list: the node folder, results/<UTC stamp>-node-<name>/).

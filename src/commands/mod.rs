@@ -17,6 +17,7 @@ mod report;
 mod run;
 mod validate;
 mod watch;
+mod workloads;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -58,6 +59,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Merge(args) => merge::merge(&args),
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
+        Command::Workloads(args) => workloads::workloads(&args),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { command } => completions::man(command.as_deref()),
     }

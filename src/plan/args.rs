@@ -112,7 +112,8 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 #[command(after_long_help = VALIDATE_HELP)]
 pub struct ValidateArgs {
-    /// The plan file (TOML).
+    /// The plan file (TOML), or the name of a built-in one (`card`, `tiny`, `article`:
+    /// `headroom workloads` lists them); a file wins.
     pub plan: PathBuf,
     #[command(flatten)]
     pub inputs: PlanInputs,

@@ -46,6 +46,7 @@ mod run_records;
 mod run_sim;
 mod schema;
 mod slurm;
+mod shipped;
 mod snapshot_fidelity;
 mod snapshot_fuzz;
 mod snapshot_pickler;
