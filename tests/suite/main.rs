@@ -55,3 +55,4 @@ mod torch_import;
 mod watch_fake;
 mod watch_sim;
 mod watchdog;
+mod wheel;
