@@ -19,11 +19,14 @@ The pytest plugin (`pytest --headroom`) is `headroom.pytest_plugin`. Standard li
 from ._binary import binary
 from ._mark import mark
 from ._watch import HeadroomError, Measurement, peak, read_summary, watch
-from .results import Device, Idle, IdleReading, Peak, Peaks, PhaseSummary, PolledPeaks, Summary
+from .results import (
+    Device, Idle, IdleReading, NvmlMemory, Peak, Peaks, PhaseSummary, PolledPeaks, Summary,
+)
 from .sizes import format_bytes, parse_bytes, parse_duration_s
 
 __all__ = [
     "binary", "mark", "peak", "watch", "read_summary", "HeadroomError", "Measurement",
-    "Summary", "Peak", "Peaks", "PolledPeaks", "Idle", "IdleReading", "PhaseSummary", "Device",
+    "Summary", "Peak", "Peaks", "PolledPeaks", "Idle", "IdleReading", "NvmlMemory", "PhaseSummary",
+    "Device",
     "parse_bytes", "format_bytes", "parse_duration_s",
 ]

@@ -74,17 +74,39 @@ class IdleReading:
 
 
 @dataclass
-class Idle:
-    """`idle`: the readings before anything ran."""
+class NvmlMemory:
+    """NVML's memory info of the whole device (`idle.before_context`)."""
 
-    before_context: Optional[IdleReading]
+    total_bytes: int
+    reserved_bytes: Optional[int]
+    used_bytes: int
+    free_bytes: int
+
+    @classmethod
+    def from_json(cls, d):
+        if d is None:
+            return None
+        return cls(
+            total_bytes=d["total_bytes"],
+            reserved_bytes=d.get("reserved_bytes"),
+            used_bytes=d["used_bytes"],
+            free_bytes=d["free_bytes"],
+        )
+
+
+@dataclass
+class Idle:
+    """`idle`: the readings before anything ran (NVML before headroom's context, the device
+    after it)."""
+
+    before_context: Optional[NvmlMemory]
     after_context: Optional[IdleReading]
     context_overhead_bytes: Optional[int]
 
     @classmethod
     def from_json(cls, d):
         return cls(
-            before_context=IdleReading.from_json(d.get("before_context")),
+            before_context=NvmlMemory.from_json(d.get("before_context")),
             after_context=IdleReading.from_json(d.get("after_context")),
             context_overhead_bytes=d.get("context_overhead_bytes"),
         )
@@ -185,6 +207,7 @@ SCHEMA_DEFS = {
     PolledPeaks: "PolledPeaks",
     Peaks: "Peaks",
     IdleReading: "IdleReading",
+    NvmlMemory: "NvmlMemory",
     Idle: "Idle",
     PhaseSummary: "PhaseSummary",
     Summary: None,  # the document itself

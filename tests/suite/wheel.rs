@@ -208,6 +208,43 @@ step()
         watched.stderr
     );
 
+    // headroom.watch() of a command, read back as the typed results; every dataclass field is
+    // where the JSON Schema has it.
+    let typed = r#"
+import dataclasses, json, sys, headroom, headroom.results as r
+s = headroom.watch([headroom.binary(), "hold", "320MiB", "--for", "150ms", "--backend", "cuda"])
+q = headroom.read_summary(sys.argv[2])
+print(s.peak_bytes("job_used_bytes"), s.exit_code, s.device.name, q.peak_bytes(), q.phases[1].name)
+schema = json.load(open(sys.argv[1]))
+for cls, name in r.SCHEMA_DEFS.items():
+    props = (schema["properties"] if name is None else schema["properties"]["device"]["properties"]
+             if name == "device" else schema["$defs"][name]["properties"])
+    for f in dataclasses.fields(cls):
+        assert f.name in ("dir", "raw") or f.name in props, (cls.__name__, f.name)
+"#;
+    let o = ok(&mut on_fake(
+        &away,
+        &[
+            py.to_str().unwrap(),
+            "-c",
+            typed,
+            root()
+                .join("docs/schema/summary.schema.json")
+                .to_str()
+                .unwrap(),
+            "qs",
+        ],
+    ));
+    // The job's own line ("holding …") passes through first.
+    assert_eq!(
+        o.stdout.trim().lines().last().unwrap(),
+        format!(
+            "{} 0 tiny 4 GiB GPU (fake driver) {} spike",
+            320 * MIB + CTX,
+            3 * GIB
+        )
+    );
+
     // pytest --headroom on the sample suite, on the fake driver.
     let suite = d.join("suite");
     std::fs::create_dir(&suite).unwrap();
