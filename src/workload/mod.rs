@@ -180,7 +180,8 @@ impl WorkloadFile {
             return WorkloadFile::from_text(text, path, rank);
         }
         let text = parse::read_bounded(path).map_err(|mut e| {
-            e.message.push_str(&shipped::not_found_hint(path, Kind::Workload));
+            e.message
+                .push_str(&shipped::not_found_hint(path, Kind::Workload));
             e
         })?;
         WorkloadFile::from_text(&text, path, rank)

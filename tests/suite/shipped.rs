@@ -111,13 +111,17 @@ fn a_run_by_name_is_the_run_of_the_file_and_a_file_wins() {
          name = \"a\", size = \"64MiB\" }]\n",
     )
     .unwrap();
-    assert_eq!(by(dir.path(), "quickstart", "mine")["workload"]["name"], "mine");
+    assert_eq!(
+        by(dir.path(), "quickstart", "mine")["workload"]["name"],
+        "mine"
+    );
     // Neither a file nor a shipped name: the error names both.
     let o = headroom(dir.path(), &["run", "oom/nope"]);
     assert_eq!(o.code, 2);
     assert!(
         o.stderr.contains("oom/nope: cannot read the file")
-            && o.stderr.contains("nor is it the name of a shipped workload"),
+            && o.stderr
+                .contains("nor is it the name of a shipped workload"),
         "{}",
         o.stderr
     );

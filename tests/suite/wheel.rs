@@ -95,10 +95,18 @@ fn the_wheel_installs_and_runs_from_any_folder_with_its_python_package_and_pytes
 
     // A fresh environment; pip installs the wheel (and pytest, from the downloaded wheels).
     let venv = d.join("venv");
-    ok(Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv));
+    ok(Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv));
     let py = venv.join("bin/python");
     ok(Command::new(tools.join("venv/bin/python"))
-        .args(["-m", "pip", "--quiet", "--disable-pip-version-check", "--python"])
+        .args([
+            "-m",
+            "pip",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--python",
+        ])
         .arg(&py)
         .args(["install", "--no-index", "--find-links"])
         .arg(tools.join("wheels"))
@@ -122,7 +130,10 @@ fn the_wheel_installs_and_runs_from_any_folder_with_its_python_package_and_pytes
         bash
     );
     assert!(venv.join("share/zsh/site-functions/_headroom").is_file());
-    assert!(venv.join("share/fish/vendor_completions.d/headroom.fish").is_file());
+    assert!(
+        venv.join("share/fish/vendor_completions.d/headroom.fish")
+            .is_file()
+    );
 
     // The quick start from a folder with no workload file, on the simulated H200.
     let away = d.join("away");
@@ -147,12 +158,21 @@ fn the_wheel_installs_and_runs_from_any_folder_with_its_python_package_and_pytes
     let mut uvx = Command::new(tools.join("venv/bin/uv"));
     uvx.args(["tool", "run", "--from"])
         .arg(&wheel)
-        .args(["headroom", "run", "oom/fragmentation", "--profile", "tiny-4g"])
+        .args([
+            "headroom",
+            "run",
+            "oom/fragmentation",
+            "--profile",
+            "tiny-4g",
+        ])
         .args(["--quiet", "--out", "frag"]);
     uv_env(&mut uvx);
     ok(&mut uvx);
     let s = summary(&away.join("frag"));
-    assert_eq!(s["ooms"][0]["diagnosis"]["causes"][0], "fragmentation", "{s}");
+    assert_eq!(
+        s["ooms"][0]["diagnosis"]["causes"][0], "fragmentation",
+        "{s}"
+    );
     assert_eq!(s["status"], "oom");
 
     // `import headroom`: phases marked (a statement, a block, a decorator) under a watch of
