@@ -203,7 +203,7 @@ def pytest_runtest_call(item):
                 + ", ".join(f"pid {pid} ({format_bytes(b)})" for pid, b in others),
                 pytrace=False,
             )
-    folder = tempfile.mkdtemp(prefix="headroom-pytest-")
+    folder = _folder(item)
     args = {"interval": cfg.getoption("--headroom-interval"), "out": os.path.join(folder, "watch")}
     if cfg._headroom.backend()[0] == "sim":
         args["sim_script"] = _sim_script(sim_usage, folder)
@@ -246,6 +246,16 @@ def pytest_runtest_call(item):
     if problems:
         pytest.fail("headroom: " + "; ".join(problems) + f" (folder {m.dir})", pytrace=False)
     return result
+
+
+def _folder(item):
+    """A folder for the test's watch: under pytest's own temporary folder (it keeps the last
+    three runs' folders), else a new temporary one."""
+    factory = getattr(item.config, "_tmp_path_factory", None)
+    if factory is not None:
+        name = "headroom-" + "".join(c if c.isalnum() else "-" for c in item.name)[:40]
+        return os.fspath(factory.mktemp(name))
+    return tempfile.mkdtemp(prefix="headroom-pytest-")
 
 
 def _before_after(m, view):

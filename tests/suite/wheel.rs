@@ -63,7 +63,9 @@ fn on_fake(cwd: &Path, args: &[&str]) -> Command {
         .env_remove("HEADROOM_FAKE_STATE")
         .env_remove("HEADROOM_FAKE_DRIVER")
         .env_remove("HEADROOM_MARK")
-        .env_remove("HEADROOM_BIN");
+        .env_remove("HEADROOM_BIN")
+        // The folders `headroom.watch()` and the plugin make go under the test's own.
+        .env("TMPDIR", cwd);
     cmd
 }
 
@@ -324,6 +326,31 @@ for cls, name in r.SCHEMA_DEFS.items():
         let line = table.lines().find(|l| l.contains(test)).unwrap();
         assert!(line.contains(peak), "{line}");
     }
+    // Without a driver: skipped with the reason, or watched on the simulated device.
+    let sim_suite = d.join("sim-suite");
+    std::fs::create_dir(&sim_suite).unwrap();
+    std::fs::copy(
+        root().join("tests/python/sample_sim/test_sim.py"),
+        sim_suite.join("test_sim.py"),
+    )
+    .unwrap();
+    let pytest_sim = |mode: &str| {
+        run(Command::new(&py)
+            .args(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs"])
+            .arg(format!("--headroom-without-gpu={mode}"))
+            .current_dir(&sim_suite)
+            .env("TMPDIR", &sim_suite)
+            .env_remove("HEADROOM_BIN")
+            .env_remove("LD_LIBRARY_PATH"))
+    };
+    let devices: serde_json::Value =
+        serde_json::from_str(&ok(Command::new(HR).args(["devices", "--json"])).stdout).unwrap();
+    if devices["backend"] != "sim" {
+        eprintln!("wheel: the plugin without a driver NOT CHECKED: this machine has one");
+    } else {
+        check_without_a_driver(&pytest_sim);
+    }
+
     // The JUnit XML: each test case's properties, raw bytes.
     let junit = std::fs::read_to_string(suite.join("junit.xml")).unwrap();
     for (test, name, value) in [
@@ -350,4 +377,30 @@ for cls, name in r.SCHEMA_DEFS.items():
             "{test}: {name}={value}: {case}"
         );
     }
+}
+
+/// `pytest_sim(MODE)` runs the sample_sim suite with `--headroom-without-gpu=MODE`.
+fn check_without_a_driver(pytest_sim: &dyn Fn(&str) -> Out) {
+    let skipped = pytest_sim("skip");
+    assert_eq!(skipped.code, 0, "{}", skipped.stdout);
+    assert!(
+        skipped.stdout.contains("2 skipped")
+            && skipped
+                .stdout
+                .contains("headroom: no GPU to measure (no NVIDIA driver found"),
+        "{}",
+        skipped.stdout
+    );
+    let simulated = pytest_sim("sim");
+    assert_eq!(simulated.code, 1, "{}", simulated.stdout);
+    assert!(
+        simulated.stdout.contains("1 failed, 1 passed")
+            && simulated.stdout.contains(&format!(
+                "job_used_bytes true peak {} bytes (1.50 GiB) is over the budget of {} bytes",
+                1536 * MIB,
+                GIB
+            )),
+        "{}",
+        simulated.stdout
+    );
 }
