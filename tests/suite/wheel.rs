@@ -326,6 +326,38 @@ for cls, name in r.SCHEMA_DEFS.items():
         let line = table.lines().find(|l| l.contains(test)).unwrap();
         assert!(line.contains(peak), "{line}");
     }
+    // --headroom-wait-free: another process holds 256 MiB (512 MiB with its context) for
+    // 1.5 s; a 200 ms wait fails the test naming it, a 20 s wait lets the test run once it
+    // has gone.
+    let waits = r#"
+"$HR" hold 256MiB --for 1500ms --backend cuda > hold.out 2>&1 &
+until grep -q holding hold.out; do sleep 0.02; done
+for w in 200ms 20s; do
+  "$PY" -m pytest -p no:cacheprovider -q --headroom -k test_not_gpu --headroom-wait-free=$w
+  echo "exit $?"
+done
+wait
+"#;
+    let o = ok(on_fake(&suite, &["bash", "-c", waits])
+        .env("HR", &hr)
+        .env("PY", &py));
+    let runs: Vec<&str> = o.stdout.split("exit ").collect();
+    assert_eq!(runs.len(), 3, "{}", o.stdout);
+    assert!(
+        runs[0].contains(
+            "headroom: the GPU is still used by other processes after 200ms: pid \
+             "
+        ) && runs[0].contains(" (512.00 MiB)")
+            && runs[1].starts_with("1\n"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        runs[1].contains("1 passed") && runs[2].starts_with("0\n"),
+        "{}",
+        o.stdout
+    );
+
     // Without a driver: skipped with the reason, or watched on the simulated device.
     let sim_suite = d.join("sim-suite");
     std::fs::create_dir(&sim_suite).unwrap();
