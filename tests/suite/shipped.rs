@@ -125,6 +125,19 @@ fn a_run_by_name_is_the_run_of_the_file_and_a_file_wins() {
         "{}",
         o.stderr
     );
+    // `plan` takes a shipped plan's name too: the article's arithmetic, 80 − 48 − 20 − 4 GiB.
+    let o = headroom(dir.path(), &["plan", "article", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(u(&plan["kv_budget_bytes"]), 8 * GIB);
+    assert_eq!(u(&plan["requests"]), 16);
+    let o = headroom(dir.path(), &["plan", "nope"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("nor is it the name of a shipped plan"),
+        "{}",
+        o.stderr
+    );
     let o = headroom(dir.path(), &["workloads", "show", "nope"]);
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("\"nope\"") && o.stderr.contains("oom/fragmentation"));
