@@ -326,16 +326,18 @@ for cls, name in r.SCHEMA_DEFS.items():
         let line = table.lines().find(|l| l.contains(test)).unwrap();
         assert!(line.contains(peak), "{line}");
     }
-    // --headroom-wait-free: another process holds 256 MiB (512 MiB with its context) for
-    // 1.5 s; a 200 ms wait fails the test naming it, a 20 s wait lets the test run once it
-    // has gone.
+    // --headroom-wait-free: another process holds 256 MiB (512 MiB with its context) until it
+    // is stopped; a 200 ms wait fails the test naming it, and a 60 s wait lets the test run
+    // once it is stopped a second later.
     let waits = r#"
-"$HR" hold 256MiB --for 1500ms --backend cuda > hold.out 2>&1 &
+"$HR" hold 256MiB --for 60s --backend cuda > hold.out 2>&1 &
+hold=$!
 until grep -q holding hold.out; do sleep 0.02; done
-for w in 200ms 20s; do
-  "$PY" -m pytest -p no:cacheprovider -q --headroom -k test_not_gpu --headroom-wait-free=$w
-  echo "exit $?"
-done
+"$PY" -m pytest -p no:cacheprovider -q --headroom -k test_not_gpu --headroom-wait-free=200ms
+echo "exit $?"
+(sleep 1; kill "$hold") &
+"$PY" -m pytest -p no:cacheprovider -q --headroom -k test_not_gpu --headroom-wait-free=60s
+echo "exit $?"
 wait
 "#;
     let o = ok(on_fake(&suite, &["bash", "-c", waits])
