@@ -197,8 +197,7 @@ impl Plan {
         p
     }
 
-    /// Reads a plan file and applies the overrides.
-    /// A `path` that names no file but a shipped plan (`card`, `plans/tiny`) reads that one.
+    /// Reads a plan file and applies the overrides. A `path` that names no file but a shipped plan (`card`, `plans/tiny`) reads that one.
     pub fn load(path: &Path, o: &PlanOverrides) -> Result<Plan, PlanError> {
         use crate::shipped::{self, Kind};
         if let Some(text) = shipped::text_for(path, Kind::Plan) {

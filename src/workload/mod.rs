@@ -171,9 +171,8 @@ impl WorkloadFile {
     }
 
     /// `read` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
-    /// replaced with its numbers before it is parsed.
-    /// A `path` that names no file but a shipped workload (`quickstart`, `oom/fragmentation`)
-    /// reads that one.
+    /// replaced with its numbers before it is parsed. A `path` that names no file but a shipped
+    /// workload (`quickstart`, `oom/fragmentation`) reads that one.
     pub fn read_ranked(path: &Path, rank: Rank) -> Result<WorkloadFile, parse::WorkloadError> {
         use crate::shipped::{self, Kind};
         if let Some(text) = shipped::text_for(path, Kind::Workload) {
