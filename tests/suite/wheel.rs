@@ -69,7 +69,10 @@ fn on_fake(cwd: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+// Ignored by a plain `cargo test`: maturin's cargo call links target/debug/headroom again, and a
+// test starting it at that instant finds no file. `.ci/run` runs it after every other test.
 #[test]
+#[ignore = "relinks target/debug/headroom under the other tests; .ci/run runs it after them"]
 fn the_wheel_installs_and_runs_from_any_folder_with_its_python_package_and_pytest_plugin() {
     let Some(tools) = tools() else { return };
     let dir = tempfile::tempdir().unwrap();
