@@ -2,8 +2,9 @@
 
 headroom names a FIFO in HEADROOM_MARK; every line written to it starts a phase, so the
 report shows the device's and the job's peak per phase. Outside `headroom watch` (no
-HEADROOM_MARK), or once headroom has gone, mark() does nothing. Copy this file next to your
-script, or paste the two lines of mark() into it:
+HEADROOM_MARK), or once headroom has gone, mark() does nothing. With the wheel installed
+(`pip install headroom-gpu`), `from headroom import mark` is the same and more (a block, a
+decorator); without it, copy this file next to your script, or paste the lines of mark():
 
     from headroom_mark import mark
     mark("load"); model = load(); mark("train")

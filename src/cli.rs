@@ -122,6 +122,10 @@ keeps answering.\n\nExit codes: 0 after SIGTERM or Ctrl-C; 2 when it could not s
 input, no NVML, the address in use)."
     )]
     Exporter(ExporterArgs),
+    /// List the workloads and capacity plans built into headroom, one line each (`run NAME`,
+    /// `validate NAME` take the name from any folder); `workloads show NAME` prints one to
+    /// start your own from.
+    Workloads(WorkloadsArgs),
     /// Print a shell completion script: `headroom completions bash > /etc/bash_completion.d/headroom`
     /// (zsh: into a directory on $fpath as `_headroom`; fish: `~/.config/fish/completions/headroom.fish`;
     /// PowerShell: add it to $PROFILE).
@@ -166,6 +170,23 @@ pub struct ExporterArgs {
         default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
     )]
     pub pod_resources: std::path::PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkloadsArgs {
+    #[command(subcommand)]
+    pub action: Option<WorkloadsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadsAction {
+    /// Print a built-in workload or plan as its TOML file: `headroom workloads show quickstart >
+    /// mine.toml`.
+    Show {
+        /// Its name, as `headroom workloads` lists it (`quickstart`, `oom/fragmentation`,
+        /// `card`).
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -435,7 +456,8 @@ pub struct BandwidthArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The workload file (TOML), e.g. workloads/quickstart.toml.
+    /// The workload file (TOML), e.g. workloads/quickstart.toml, or the name of a built-in one
+    /// (`quickstart`, `oom/fragmentation`: `headroom workloads` lists them); a file wins.
     pub workload: PathBuf,
     /// Write results into this folder (new or empty) instead of results/<UTC stamp>-<name>/
     /// (with --device all or a list: the node folder, results/<UTC stamp>-node-<name>/).

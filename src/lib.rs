@@ -41,6 +41,7 @@ pub mod report;
 pub mod run;
 pub mod sampler;
 pub mod schema;
+pub mod shipped;
 pub mod signals;
 pub mod tenant;
 pub mod torch_job;

@@ -22,6 +22,7 @@ mod validate;
 pub(crate) mod validate_engine;
 pub(crate) mod validate_model;
 mod watch;
+mod workloads;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -68,6 +69,7 @@ pub fn dispatch(cli: Cli, interrupted: Arc<AtomicBool>) -> anyhow::Result<i32> {
         Command::Explain(args) => explain::explain(&args),
         Command::Watch(args) => watch::watch(&cli.device, &args, &interrupted),
         Command::Exporter(args) => exporter::exporter(&args, &interrupted),
+        Command::Workloads(args) => workloads::workloads(&args),
         Command::Completions { shell } => completions::completions(shell),
         Command::Man { command } => completions::man(command.as_deref()),
     }

@@ -142,9 +142,11 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 #[command(after_long_help = VALIDATE_HELP)]
 pub struct ValidateArgs {
-    /// The plan file (TOML); or give --model and --engine; or --engine and the engine's
-    /// command after `--` (`validate --engine vllm -- vllm serve MODEL …`: run under watch,
-    /// its start-up figures beside headroom's prediction and the device's true peak).
+    /// The plan file (TOML), or the name of a built-in one (`card`, `tiny`, `article`:
+    /// `headroom workloads` lists them; a file wins); or give --model and --engine; or
+    /// --engine and the engine's command after `--` (`validate --engine vllm -- vllm serve
+    /// MODEL …`: run under watch, its start-up figures beside headroom's prediction and the
+    /// device's true peak).
     #[arg(required_unless_present_any = ["model", "engine_args"], conflicts_with = "model")]
     pub plan: Option<PathBuf>,
     #[command(flatten)]

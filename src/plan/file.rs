@@ -197,10 +197,16 @@ impl Plan {
         p
     }
 
-    /// Reads a plan file and applies the overrides.
+    /// Reads a plan file and applies the overrides. A `path` that names no file but a shipped plan (`card`, `plans/tiny`) reads that one.
     pub fn load(path: &Path, o: &PlanOverrides) -> Result<Plan, PlanError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| PlanError::new(Some(path), format!("cannot read the file: {e}")))?;
+        use crate::shipped::{self, Kind};
+        if let Some(text) = shipped::text_for(path, Kind::Plan) {
+            return Plan::from_toml(text, Some(path), o);
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let hint = shipped::not_found_hint(path, Kind::Plan);
+            PlanError::new(Some(path), format!("cannot read the file: {e}{hint}"))
+        })?;
         Plan::from_toml(&text, Some(path), o)
     }
 

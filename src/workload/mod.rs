@@ -171,9 +171,18 @@ impl WorkloadFile {
     }
 
     /// `read` for one rank of a node or fleet: `{rank}` and `{rank_count}` in the file are
-    /// replaced with its numbers before it is parsed.
+    /// replaced with its numbers before it is parsed. A `path` that names no file but a shipped
+    /// workload (`quickstart`, `oom/fragmentation`) reads that one.
     pub fn read_ranked(path: &Path, rank: Rank) -> Result<WorkloadFile, parse::WorkloadError> {
-        let text = parse::read_bounded(path)?;
+        use crate::shipped::{self, Kind};
+        if let Some(text) = shipped::text_for(path, Kind::Workload) {
+            return WorkloadFile::from_text(text, path, rank);
+        }
+        let text = parse::read_bounded(path).map_err(|mut e| {
+            e.message
+                .push_str(&shipped::not_found_hint(path, Kind::Workload));
+            e
+        })?;
         WorkloadFile::from_text(&text, path, rank)
     }
 
