@@ -8,6 +8,7 @@
 
 mod context;
 mod frameworks;
+pub mod group;
 mod interval;
 mod other;
 pub mod render;
@@ -19,6 +20,7 @@ mod torch;
 use serde::Serialize;
 
 use crate::oom_message::{Detail, OomMessage, Unrecognized};
+pub use group::{Groups, Repeat};
 pub use interval::{Iv, Verdict};
 
 /// Version of the `--json` layout.
@@ -128,9 +130,16 @@ pub struct Explanation {
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub format_version: u32,
+    /// One per distinct message, in order of first appearance (a repeated message is
+    /// explained once, at its first line).
     pub explanations: Vec<Explanation>,
+    /// The messages printed more than once: how often, first and last line.
+    pub repeats: Vec<Repeat>,
     /// Lines that mention out-of-memory in a format none of the readers knows.
     pub unrecognized: Vec<Unrecognized>,
+    /// The unrecognized lines printed more than once (`message` is the 1-based index in
+    /// `unrecognized`).
+    pub unrecognized_repeats: Vec<Repeat>,
     /// Unrecognized lines past the first 1,000 of a streamed text, counted but not listed.
     pub unrecognized_left_out: u64,
     pub known_formats: Vec<&'static str>,
@@ -139,10 +148,21 @@ pub struct Report {
 /// Reads `text` (a message or a whole log) and explains every message in it.
 pub fn explain_text(text: &str) -> Report {
     let (messages, unrecognized) = crate::oom_message::scan_text(text);
+    let (mut messages_seen, mut lines_seen) = (Groups::new(), Groups::new());
+    let distinct = messages
+        .into_iter()
+        .filter(|m| messages_seen.see_message(m))
+        .collect();
+    let unrecognized = unrecognized
+        .into_iter()
+        .filter(|u| lines_seen.see_line(u))
+        .collect();
     Report {
         format_version: FORMAT_VERSION,
-        explanations: explain_all(messages),
+        explanations: explain_all(distinct),
+        repeats: messages_seen.repeats(),
         unrecognized,
+        unrecognized_repeats: lines_seen.repeats(),
         unrecognized_left_out: 0,
         known_formats: crate::oom_message::Format::ALL
             .iter()

@@ -271,23 +271,29 @@ fn suspect_offsets(text: &str) -> Vec<usize> {
 
 pub(super) fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecognized> {
     let hits = suspect_offsets(text);
+    let bytes = text.as_bytes();
     let mut out: Vec<Unrecognized> = Vec::new();
     let mut spans = found.iter().map(|m| m.span).peekable();
-    let (mut line, mut line_start) = (1usize, 0usize);
+    // The line reached so far, its start and end, and the offset its newlines are counted
+    // to: every byte is looked at a bounded number of times, whatever the shape of the lines
+    // (a million phrases on one line cost what a million lines do).
+    let (mut line, mut line_start, mut line_end) = (1usize, 0usize, None::<usize>);
+    let mut counted_to = 0usize;
     for at in hits {
-        // Walk to the line holding `at`.
-        let newlines = text.as_bytes()[line_start..at]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
-        if newlines > 0 {
-            line += newlines;
-            line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        if line_end.is_none_or(|end| at > end) {
+            let newlines = memchr::memchr_iter(b'\n', &bytes[counted_to..at]).count();
+            if newlines > 0 {
+                line += newlines;
+                line_start = memchr::memrchr(b'\n', &bytes[counted_to..at])
+                    .map_or(0, |i| counted_to + i + 1);
+            }
+            counted_to = at;
+            line_end = Some(memchr::memchr(b'\n', &bytes[at..]).map_or(text.len(), |i| at + i));
         }
+        let line_end = line_end.unwrap_or(text.len());
         if out.last().is_some_and(|u| u.line == line) {
             continue;
         }
-        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
         while spans.peek().is_some_and(|s| s.end_byte <= line_start) {
             spans.next();
         }

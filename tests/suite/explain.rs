@@ -418,7 +418,7 @@ fn a_long_adversarial_input_stays_fast() {
 }
 
 /// CPU time the calling thread has used.
-fn thread_cpu_time() -> Duration {
+pub(crate) fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -514,10 +514,11 @@ fn a_long_log_is_streamed_in_bounded_memory() {
     use std::io::{BufRead, BufReader};
     // 6 MB, past the 4 MiB read whole: 3,000 messages among training output.
     let filler = "step 1234 loss 0.1234 lr 0.0001 throughput 123.4 samples/s\n".repeat(30);
-    let message = "RuntimeError: CUDA error: out of memory\n";
+    // Each message its own (a repeat would be counted, not explained again).
+    let message = |i: usize| format!("RuntimeError: CUDA out of memory. Tried to allocate {i}.00 MiB\n");
     let messages = 3000;
-    let block = format!("{filler}{message}");
-    let log = block.repeat(messages);
+    let block = format!("{filler}{}", message(0));
+    let log: String = (1..=messages).map(|i| format!("{filler}{}", message(i))).collect();
     assert!(log.len() > 4 << 20);
     let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(["explain", "-"])
@@ -547,7 +548,7 @@ fn a_long_log_is_streamed_in_bounded_memory() {
             assert_eq!(
                 rest,
                 format!(
-                    "{seen} · line {} · cuda-driver (raised as RuntimeError)",
+                    "{seen} · line {} · pytorch-caching (raised as RuntimeError)",
                     seen * lines_per_block
                 )
             );

@@ -17,6 +17,7 @@ mod docs;
 mod driver_floor;
 mod explain;
 mod explain_inputs;
+mod explain_logs;
 mod fake_gpu;
 mod files_people_open;
 mod fit;
