@@ -8,6 +8,7 @@
 
 mod context;
 mod frameworks;
+mod generic;
 pub mod group;
 mod interval;
 mod other;
@@ -204,6 +205,7 @@ pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
         | Detail::OnnxruntimeBfcArena { .. }
         | Detail::XlaAllocateRequest { .. }
         | Detail::TfGpuOomBytes { .. } => frameworks::diagnose(&message.detail, &mut d),
+        Detail::Generic { .. } => generic::diagnose(&message.detail, &mut d),
         _ => other::diagnose(&message.detail, earlier, &mut d),
     }
     d.finish(message)
@@ -220,6 +222,9 @@ pub(crate) struct Diagnosis {
     pub undecided: Vec<Undecided>,
     pub findings: Vec<String>,
     pub next_checks: Vec<Check>,
+    /// Two figures of the message cannot both hold (a finding names them): the arithmetic that
+    /// would name a cause rests on them, so the cause is left undecided.
+    pub contradicted: bool,
 }
 
 fn saturating_i64(v: i128) -> i64 {
@@ -299,6 +304,17 @@ impl Diagnosis {
 
     /// The reproduction of the primary cause first, then the rest in order of insertion.
     fn finish(mut self, message: OomMessage) -> Explanation {
+        if self.contradicted
+            && let Some(c) = self.cause.take()
+        {
+            let mut candidates = vec![c];
+            candidates.append(&mut self.secondary_causes);
+            self.undecided(
+                "Which cause?".into(),
+                candidates,
+                "the figures contradict each other (see the findings), and the arithmetic that would name the cause rests on them".into(),
+            );
+        }
         let mut checks = Vec::new();
         if let Some(path) = self.cause.and_then(scenario) {
             checks.push(Check {

@@ -16,6 +16,8 @@
 mod cursor;
 mod detail;
 mod driver;
+pub mod figures;
+mod generic;
 mod ggml;
 mod nccl;
 mod others;
@@ -31,6 +33,8 @@ mod xla;
 
 use serde::Serialize;
 
+pub use generic::MemorySpace;
+pub use figures::{Figure, Label};
 pub use detail::{BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TorchHint};
 pub use scan::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 pub use size::{ByteRange, Quantity};

@@ -10,8 +10,8 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
 use super::shadow::Shadow;
 use super::{
-    Detail, OomMessage, Span, Unrecognized, driver, ggml, nccl, others, pytorch, pytorch_legacy,
-    tensorflow, vllm, xla,
+    Detail, OomMessage, Span, Unrecognized, driver, generic, ggml, nccl, others, pytorch,
+    pytorch_legacy, tensorflow, vllm, xla,
 };
 
 /// A reader's find, in folded-text offsets, before line numbers are known.
@@ -28,7 +28,9 @@ pub(super) type Reader = fn(text: &str, at: usize, anchor_end: usize) -> Option<
 
 /// Most specific first: a span claimed by an earlier reader is not read again by a later one
 /// (the `CUDA_ERROR_OUT_OF_MEMORY` inside a StreamExecutor line is not a second message).
-fn families() -> [&'static [(&'static str, Reader)]; 10] {
+/// The reader by principle comes twice: with figures before the bare driver errors (which
+/// carry none), and with none at all last.
+fn families() -> [&'static [(&'static str, Reader)]; 12] {
     [
         pytorch::ANCHORS,
         pytorch_legacy::ANCHORS,
@@ -39,7 +41,9 @@ fn families() -> [&'static [(&'static str, Reader)]; 10] {
         xla::ANCHORS,
         nccl::ANCHORS,
         driver::SPECIFIC_ANCHORS,
+        generic::with_figures_anchors(),
         driver::GENERIC_ANCHORS,
+        generic::any_anchors(),
     ]
 }
 
@@ -83,23 +87,62 @@ fn candidates(text: &str) -> Vec<(usize, Found)> {
     out
 }
 
-/// The non-overlapping readings, most specific first, in order of position.
+/// How many sizes a reading holds (every printed size and every exact byte count).
+fn size_count(detail: &Detail) -> usize {
+    fn count(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::Object(o) if o.contains_key("printed") => 1,
+            serde_json::Value::Object(o) => o
+                .iter()
+                .map(|(k, x)| if k.ends_with("_bytes") && x.is_u64() { 1 } else { count(x) })
+                .sum(),
+            serde_json::Value::Array(a) => a.iter().map(count).sum(),
+            _ => 0,
+        }
+    }
+    serde_json::to_value(detail).map_or(0, |v| count(&v))
+}
+
+/// The non-overlapping readings, most specific first, in order of position; a reading by
+/// principle that holds more sizes than the specific readings it overlaps replaces them (the
+/// specific reader stopped early: a typo, a wording it does not know).
 fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
     found.sort_by_key(|(rank, f)| (*rank, f.start));
-    let mut taken: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut kept = Vec::new();
+    // Start → (end, index in `kept`).
+    let mut taken: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut kept: Vec<Option<Found>> = Vec::new();
     for (_, f) in found {
-        let overlaps_before = taken
+        let mut overlapping: Vec<usize> = taken
             .range(..=f.start)
             .next_back()
-            .is_some_and(|(_, &end)| end > f.start);
-        let overlaps_after = taken.range(f.start..f.end).next().is_some();
-        if overlaps_before || overlaps_after {
-            continue;
+            .filter(|(_, (end, _))| *end > f.start)
+            .map(|(&s, _)| s)
+            .into_iter()
+            .collect();
+        overlapping.extend(taken.range(f.start..f.end).map(|(&s, _)| s));
+        overlapping.dedup();
+        if !overlapping.is_empty() {
+            let Detail::Generic { figures, .. } = &f.detail else {
+                continue;
+            };
+            let theirs: usize = overlapping
+                .iter()
+                .filter_map(|s| kept[taken[s].1].as_ref())
+                .map(|k| size_count(&k.detail))
+                .sum();
+            if figures.len() <= theirs {
+                continue;
+            }
+            for s in overlapping {
+                if let Some((_, i)) = taken.remove(&s) {
+                    kept[i] = None;
+                }
+            }
         }
-        taken.insert(f.start, f.end);
-        kept.push(f);
+        taken.insert(f.start, (f.end, kept.len()));
+        kept.push(Some(f));
     }
+    let mut kept: Vec<Found> = kept.into_iter().flatten().collect();
     kept.sort_by_key(|f| f.start);
     kept
 }

@@ -34,6 +34,7 @@ mod limits;
 mod mig;
 mod node;
 mod oom_corpus;
+mod oom_reports;
 mod oom_sim;
 mod outputs;
 mod pipes;

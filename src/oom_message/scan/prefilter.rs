@@ -30,10 +30,11 @@ pub(super) const WORDS: &[&str] = &[
     "runtime error",
     "max seq len",
     "serve at least",
+    "resource",
 ];
 
 /// Searched as written, besides the three forms of each word.
-pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck"];
+pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck", "hipError_t(1002)", "with error 2"];
 
 /// Every form searched.
 pub(super) fn forms() -> Vec<String> {

@@ -1,0 +1,292 @@
+//! The reader under the specific ones: any out-of-memory wording, in any runtime's vocabulary,
+//! yields the size figures of its sentence and the sentences after it that carry sizes, each
+//! labelled by the words around it (`figures`), with the memory it is about (device, host RAM,
+//! TPU HBM, on-chip shared memory) and the runtime its words name. It claims what no specific
+//! reader took; where it finds more figures than the specific reading of the same text (a typo
+//! inside a known phrase, a wording a release changed), it is kept instead (`scan::select`).
+//!
+//! The wordings are the runtimes' own, learnt from their sources and listed in docs/oom.md:
+//! "out of memory" and its spellings (`OutOfMemory`, `OUT_OF_MEMORY`, HIP's
+//! `hipError_t(1002)`), `RESOURCE_EXHAUSTED`, cuDNN's `CUDNN_STATUS_ALLOC_FAILED`, Triton's
+//! "out of resource: shared memory", XLA TPU's "Ran out of memory in memory space hbm",
+//! PyTorch's `DefaultCPUAllocator: not enough memory`, TensorRT's "Requested amount of GPU
+//! memory (N bytes) could not be allocated", Theano's "Error allocating N bytes of device
+//! memory", MIOpen's "Memory not available to allocate buffer", and the plain English ones
+//! ("failed to allocate", "unable to allocate", "insufficient memory", …).
+
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+use super::figures::{self, Figure};
+use super::scan::{Found, Reader, raised_as};
+use super::{Detail, cursor::floor_boundary};
+
+/// Which memory a message is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemorySpace {
+    /// A GPU's device memory: what headroom's views measure.
+    Device,
+    /// The host's RAM (a CPU allocator, pinned host memory, the kernel's `ENOMEM`).
+    HostRam,
+    /// A TPU's high-bandwidth memory: not a CUDA device.
+    TpuHbm,
+    /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
+    /// limit, not device memory.
+    SharedMemory,
+}
+
+impl MemorySpace {
+    /// How a person names it.
+    pub fn words(self) -> &'static str {
+        match self {
+            MemorySpace::Device => "GPU device memory",
+            MemorySpace::HostRam => "host RAM",
+            MemorySpace::TpuHbm => "TPU HBM",
+            MemorySpace::SharedMemory => "on-chip shared memory",
+        }
+    }
+}
+
+/// Out-of-memory wordings, in lower case; each is also matched capitalized, in title case and
+/// upper case.
+const PHRASES: &[&str] = &[
+    "out of memory",
+    "out of gpu memory",
+    "out of device memory",
+    "out of resource",
+    "outofmemory",
+    "outofresources",
+    "out_of_memory",
+    "resource exhausted",
+    "resource_exhausted",
+    "resourceexhausted",
+    "alloc_failed",
+    "not enough memory",
+    "failed to allocate",
+    "failed to alloc ",
+    "could not allocate",
+    "could not be allocated",
+    "cannot allocate",
+    "can't allocate",
+    "unable to allocate",
+    "memory allocation failed",
+    "allocation failed",
+    "insufficient memory",
+    "memory not available",
+    "error allocating",
+    "bad_alloc",
+    "memory exhausted",
+];
+
+/// Written as the runtimes print them, besides the case forms of `PHRASES`.
+const EXACT: &[&str] = &[
+    "OutOfMemory",
+    "OutOfResources",
+    "MemoryError",
+    "hipError_t(1002)",
+    "failed with error 2",
+];
+
+fn case_forms(p: &str) -> Vec<String> {
+    let cap = |w: &str| {
+        let mut c = w.to_string();
+        if let Some(f) = c.get_mut(..1) {
+            f.make_ascii_uppercase();
+        }
+        c
+    };
+    let title: Vec<String> = p.split(' ').map(cap).collect();
+    let mut v = vec![p.to_string(), cap(p), title.join(" "), p.to_ascii_uppercase()];
+    v.dedup();
+    v
+}
+
+/// Every anchor phrase, as the reader that claims only readings with figures (or about memory
+/// other than the device) and as the one that claims any.
+fn anchors(with_figures: bool) -> &'static [(&'static str, Reader)] {
+    static WITH: OnceLock<Vec<(&'static str, Reader)>> = OnceLock::new();
+    static ANY: OnceLock<Vec<(&'static str, Reader)>> = OnceLock::new();
+    let build = |reader: Reader| {
+        let mut out: Vec<(&'static str, Reader)> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for p in PHRASES
+            .iter()
+            .flat_map(|p| case_forms(p))
+            .chain(EXACT.iter().map(|s| s.to_string()))
+        {
+            if seen.insert(p.clone()) {
+                out.push((Box::leak(p.into_boxed_str()), reader));
+            }
+        }
+        out
+    };
+    if with_figures {
+        WITH.get_or_init(|| build(read_with_figures))
+    } else {
+        ANY.get_or_init(|| build(read_any))
+    }
+}
+
+/// Ranked before the bare driver errors: a reading with figures.
+pub(super) fn with_figures_anchors() -> &'static [(&'static str, Reader)] {
+    anchors(true)
+}
+
+/// Ranked last: any wording no other reader took.
+pub(super) fn any_anchors() -> &'static [(&'static str, Reader)] {
+    anchors(false)
+}
+
+/// Every anchor phrase (for the prefilter's test).
+#[cfg(test)]
+pub(super) fn phrases() -> Vec<&'static str> {
+    any_anchors().iter().map(|(p, _)| *p).collect()
+}
+
+/// How far before the wording its sentence is looked for, and how far after it the sentences
+/// that carry sizes.
+const BEFORE_BYTES: usize = 240;
+const AFTER_BYTES: usize = 720;
+/// Sentences after the wording's own that are read while they carry sizes.
+const MORE_SENTENCES: usize = 5;
+
+/// The runtimes by the words their messages carry, most specific first.
+const RUNTIMES: &[(&[&str], &str)] = &[
+    (&["tensorrt-llm", "tensorrt_llm", "tllm"], "TensorRT-LLM"),
+    (&["tensorrt", "[trt]", "rtsafe", "nvinfer", "defaultallocator.cpp", "virtualmemorybuffer", "globwriter"], "TensorRT"),
+    (&["miopen"], "MIOpen (ROCm)"),
+    (&["hip ", "hip_", "hiperror", "rocm"], "ROCm/HIP"),
+    (&["cudnn"], "cuDNN"),
+    (&["cublas"], "cuBLAS"),
+    (&["syncedmem", "caffe"], "Caffe"),
+    (&["theano", "driver report"], "Theano"),
+    (&["outofresources", "out of resource", "triton"], "Triton"),
+    (&["memory space hbm", "tpu"], "XLA (TPU)"),
+    (&["defaultcpuallocator", "alloc_cpu"], "PyTorch (CPU allocator)"),
+    (&["tensorview", "spconv"], "tensorview"),
+    (&["deepspeed"], "DeepSpeed"),
+    (&["megatron"], "Megatron"),
+    (&["bitsandbytes"], "bitsandbytes"),
+    (&["xformers"], "xformers"),
+    (&["flash_attn", "flash-attn", "flashattention", "flash attention"], "flash-attention"),
+    (&["onnxruntime"], "ONNX Runtime"),
+    (&["mxnet", "mshadow"], "MXNet"),
+    (&["sglang"], "SGLang"),
+    (&["vllm"], "vLLM"),
+    (&["ggml", "llama"], "ggml (llama.cpp)"),
+    (&["torch"], "PyTorch"),
+    (&["tensorflow"], "TensorFlow"),
+    (&["jax", "xla"], "XLA"),
+];
+
+fn runtime(lower: &str) -> Option<String> {
+    RUNTIMES
+        .iter()
+        .find(|(words, _)| words.iter().any(|w| lower.contains(w)))
+        .map(|(_, name)| name.to_string())
+}
+
+fn memory_space(lower: &str) -> MemorySpace {
+    let any = |ws: &[&str]| ws.iter().any(|w| lower.contains(w));
+    if any(&["memory space hbm", " hbm", "tpu"]) {
+        MemorySpace::TpuHbm
+    } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
+        MemorySpace::SharedMemory
+    } else if any(&[
+        "defaultcpuallocator",
+        "alloc_cpu",
+        "cpu buffer",
+        "cpu allocator",
+        "host memory",
+        "on host",
+        "(cannot allocate memory)",
+        "error code 12",
+        "for an array with shape",
+        "memoryerror",
+        "bad_alloc",
+    ]) {
+        MemorySpace::HostRam
+    } else {
+        MemorySpace::Device
+    }
+}
+
+/// Where the sentence holding `at` starts, no further back than `from`.
+fn sentence_start(text: &str, from: usize, at: usize) -> usize {
+    text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
+}
+
+fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let f = read(text, at, anchor_end)?;
+    match &f.detail {
+        Detail::Generic {
+            figures, memory, ..
+        } if !figures.is_empty() || *memory != MemorySpace::Device => Some(f),
+        _ => None,
+    }
+}
+
+fn read_any(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    read(text, at, anchor_end)
+}
+
+fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let from = floor_boundary(text, at.saturating_sub(BEFORE_BYTES));
+    let start = sentence_start(text, from, at);
+    let to = floor_boundary(text, (anchor_end + AFTER_BYTES).min(text.len()));
+    // The wording's own sentence, then each following one that carries a size.
+    let mut end = text[anchor_end..to]
+        .find(". ")
+        .map_or(to, |i| anchor_end + i + 1);
+    for _ in 0..MORE_SENTENCES {
+        let rest = &text[end..to];
+        let next = rest.find(". ").map_or(to, |i| end + i + 1);
+        let sentence = &text[end..next];
+        if sentence.contains("Traceback") || sentence.contains(" File \"") {
+            break;
+        }
+        let sized = figures::read(sentence)
+            .iter()
+            .any(|f| f.label.is_some());
+        if !sized || next == end {
+            break;
+        }
+        end = next;
+    }
+    let end = end.max(anchor_end);
+    let mut found: Vec<Figure> = figures::read(&text[start..end]);
+    for f in &mut found {
+        f.at += start;
+        f.end += start;
+    }
+    // The message starts at the wording, or at the first size of its sentence before it.
+    let first = found.first().map_or(at, |f| f.at.min(at));
+    let span_end = found.last().map_or(anchor_end, |f| f.end.max(anchor_end));
+    let lower = text[from..end].to_ascii_lowercase();
+    Some(Found {
+        start: first,
+        end: span_end,
+        raised_as: raised_as(text, first),
+        detail: Detail::Generic {
+            wording: text[at..anchor_end].trim().to_string(),
+            runtime: runtime(&lower),
+            memory: memory_space(&lower),
+            figures: found,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wordings_match_in_every_case_form() {
+        assert_eq!(
+            case_forms("out of memory"),
+            ["out of memory", "Out of memory", "Out Of Memory", "OUT OF MEMORY"]
+        );
+    }
+}
