@@ -22,9 +22,9 @@ pub struct Repeat {
     pub last_line: usize,
 }
 
-/// What makes two messages the same: their format, the exception they were raised as and every
-/// figure they carry. Where each sits (its line, the offset of TensorFlow's statistics) is not
-/// part of it, nor is the text around the figures (a log prefix, a wrap).
+/// What makes two messages the same: their format, the exception they were raised as, their
+/// words and every figure they carry. Where each sits (its line, the offset of TensorFlow's
+/// statistics) is not part of it, nor how its text was wrapped or indented.
 pub fn key(m: &OomMessage) -> String {
     let mut detail = m.detail.clone();
     if let Detail::TfBfcAllocator {
@@ -34,7 +34,13 @@ pub fn key(m: &OomMessage) -> String {
         stats.line = 0;
     }
     let figures = serde_json::to_string(&detail).unwrap_or_default();
-    format!("{}\u{0}{}", m.raised_as.as_deref().unwrap_or(""), figures)
+    let words: Vec<&str> = m.text.split_whitespace().collect();
+    format!(
+        "{}\u{0}{}\u{0}{}",
+        m.raised_as.as_deref().unwrap_or(""),
+        words.join(" "),
+        figures
+    )
 }
 
 /// Sorts what arrives (messages by `key`, unrecognized lines by their text) into distinct

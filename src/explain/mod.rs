@@ -225,6 +225,9 @@ pub(crate) struct Diagnosis {
     /// Two figures of the message cannot both hold (a finding names them): the arithmetic that
     /// would name a cause rests on them, so the cause is left undecided.
     pub contradicted: bool,
+    /// Causes the figures that do not contradict decide alone (a cap decided by the request,
+    /// free memory and the cap, when only the process's own figure is wrong): kept.
+    pub contradiction_spares: Vec<Cause>,
 }
 
 fn saturating_i64(v: i128) -> i64 {
@@ -305,6 +308,9 @@ impl Diagnosis {
     /// The reproduction of the primary cause first, then the rest in order of insertion.
     fn finish(mut self, message: OomMessage) -> Explanation {
         if self.contradicted
+            && self
+                .cause
+                .is_some_and(|c| !self.contradiction_spares.contains(&c))
             && let Some(c) = self.cause.take()
         {
             let mut candidates = vec![c];

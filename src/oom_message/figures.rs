@@ -113,6 +113,7 @@ const BEFORE: &[(&str, Label)] = &[
     ("available", Label::Free),
     ("remaining", Label::Free),
     ("limit", Label::Limit),
+    ("limitation", Label::Limit),
     ("allowed", Label::Limit),
     ("max", Label::Limit),
     ("maximum", Label::Limit),
@@ -193,6 +194,18 @@ fn label_after(after: &str) -> Option<Label> {
 }
 
 fn label_before(before: &str) -> Option<Label> {
+    // "Used 41.74G of 16.00G": a size of a size is out of a total.
+    if let Some(head) = before.trim_end().strip_suffix(" of")
+        && head
+            .rsplit(' ')
+            .next()
+            .is_some_and(|t| t.bytes().any(|b| b.is_ascii_digit()))
+    {
+        return Some(Label::Total);
+    }
+    // A figure in parentheses is named by the words before them ("Requested amount of GPU
+    // memory (15485030400 bytes)").
+    let before = before.trim_end().strip_suffix('(').unwrap_or(before);
     let clause = before
         .rfind(|c: char| matches!(c, '.' | ';' | '|' | '\n' | '(' | ','))
         .map_or(before, |i| &before[i + 1..]);
@@ -308,6 +321,20 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
     let number_end = j;
     let d = Decimal::parse(&digits)?;
     let spaced = bytes.get(j) == Some(&b' ');
+    // "15485030400-byte": a unit joined by a hyphen.
+    if bytes.get(j) == Some(&b'-') && text[j + 1..].starts_with("byte") {
+        let d = Decimal::parse(&digits)?;
+        let end = j + 1 + if text[j + 1..].starts_with("bytes") { 5 } else { 4 };
+        return Some(Figure {
+            label: label(text, at, end),
+            quantity: Quantity {
+                printed: text[at..end].to_string(),
+                bytes: interval(d, 1, 1)?,
+            },
+            at,
+            end,
+        });
+    }
     let unit_start = if spaced { j + 1 } else { j };
     let mut k = unit_start;
     while k < bytes.len() && bytes[k].is_ascii_alphabetic() {
@@ -320,13 +347,19 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
             // A bare count: bytes only when whole, of four digits or more, and a size word
             // comes right before it ("allocate buffer: 655360000").
             let whole = d.places == 0 && digits.len() >= 4;
+            // A word may follow without a space where a paste lost it ("110592Hardware").
             let after_ok = !matches!(bytes.get(number_end), Some(b':' | b'-' | b'/' | b'x'))
-                && !bytes.get(number_end).is_some_and(u8::is_ascii_alphabetic);
+                && !bytes.get(number_end).is_some_and(u8::is_ascii_lowercase);
             let from = super::cursor::floor_boundary(text, at.saturating_sub(32));
             let before = text[from..at].to_ascii_lowercase();
-            let sized = ["alloc", "size", "buffer", "request", "bytes", "memory"]
+            let last_word = before
+                .trim_end_matches([' ', ':', '='])
+                .rsplit(|c: char| !c.is_ascii_alphabetic())
+                .next()
+                .unwrap_or("");
+            let sized = ["alloc", "size", "buffer", "request", "bytes", "memory", "required", "limit"]
                 .iter()
-                .any(|w| before.contains(w));
+                .any(|w| last_word.starts_with(w));
             if !(whole && after_ok && sized) {
                 return None;
             }

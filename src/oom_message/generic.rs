@@ -14,6 +14,7 @@
 //! memory", MIOpen's "Memory not available to allocate buffer", and the plain English ones
 //! ("failed to allocate", "unable to allocate", "insufficient memory", …).
 
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use serde::Serialize;
@@ -83,6 +84,7 @@ const PHRASES: &[&str] = &[
 /// Written as the runtimes print them, besides the case forms of `PHRASES`.
 const EXACT: &[&str] = &[
     "OutOfMemory",
+    "ResourceExhausted",
     "OutOfResources",
     "MemoryError",
     "hipError_t(1002)",
@@ -206,6 +208,8 @@ fn memory_space(lower: &str) -> MemorySpace {
         "for an array with shape",
         "memoryerror",
         "bad_alloc",
+        "killed process",
+        "oom-kill",
     ]) {
         MemorySpace::HostRam
     } else {
@@ -213,8 +217,37 @@ fn memory_space(lower: &str) -> MemorySpace {
     }
 }
 
-/// Where the sentence holding `at` starts, no further back than `from`.
+thread_local! {
+    /// The folded text's line ends while its readers run (`with_line_ends`).
+    static LINE_ENDS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (the readers over a folded text) with that text's line ends known: a message read
+/// by principle ends with its line unless the next lines carry its figures.
+pub(super) fn with_line_ends<T>(line_ends: &[usize], f: impl FnOnce() -> T) -> T {
+    LINE_ENDS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.clear();
+        l.extend_from_slice(line_ends);
+    });
+    let out = f();
+    LINE_ENDS.with(|l| l.borrow_mut().clear());
+    out
+}
+
+/// The line ends (folded offsets) in `from..to`.
+fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
+    LINE_ENDS.with(|l| {
+        let l = l.borrow();
+        let first = l.partition_point(|&e| e < from);
+        l[first..].iter().take_while(|&&e| e < to).copied().collect()
+    })
+}
+
+/// Where the sentence holding `at` starts, no further back than `from` nor than its line.
 fn sentence_start(text: &str, from: usize, at: usize) -> usize {
+    let line = line_ends_within(from, at).last().map_or(from, |&e| e + 1);
+    let from = from.max(line);
     text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
 }
 
@@ -233,18 +266,37 @@ fn read_any(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
 }
 
 fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    // A wording inside a name (`torch.OutOfMemoryError`, `ResourceExhaustedError`) reads from
+    // the name's start, so the message after it, when a specific reader takes it, wins.
+    let name_len = text[..at]
+        .bytes()
+        .rev()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'))
+        .take(64)
+        .count();
+    let at = at - name_len;
     let from = floor_boundary(text, at.saturating_sub(BEFORE_BYTES));
     let start = sentence_start(text, from, at);
     let to = floor_boundary(text, (anchor_end + AFTER_BYTES).min(text.len()));
-    // The wording's own sentence, then each following one that carries a size.
-    let mut end = text[anchor_end..to]
-        .find(". ")
-        .map_or(to, |i| anchor_end + i + 1);
+    // The wording's own sentence (to its line's end at most), then each following sentence or
+    // line that carries a labelled size.
+    let ends = line_ends_within(anchor_end, to);
+    let stop = |from: usize| {
+        let sentence = text[from..to].find(". ").map_or(to, |i| from + i + 1);
+        let line = ends.iter().find(|&&e| e >= from).map_or(to, |&e| e);
+        sentence.min(line).max(from)
+    };
+    let mut end = stop(anchor_end);
     for _ in 0..MORE_SENTENCES {
-        let rest = &text[end..to];
-        let next = rest.find(". ").map_or(to, |i| end + i + 1);
+        let from_here = if ends.contains(&end) { end + 1 } else { end };
+        let next = stop(from_here.min(to));
         let sentence = &text[end..next];
-        if sentence.contains("Traceback") || sentence.contains(" File \"") {
+        let lower = sentence.to_ascii_lowercase();
+        // A traceback, or another message's wording: this one has ended.
+        if sentence.contains("Traceback")
+            || sentence.contains(" File \"")
+            || PHRASES.iter().any(|p| lower.contains(p))
+        {
             break;
         }
         let sized = figures::read(sentence)
@@ -261,10 +313,13 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         f.at += start;
         f.end += start;
     }
-    // The message starts at the wording, or at the first size of its sentence before it.
-    let first = found.first().map_or(at, |f| f.at.min(at));
-    let span_end = found.last().map_or(anchor_end, |f| f.end.max(anchor_end));
-    let lower = text[from..end].to_ascii_lowercase();
+    // The message starts with the wording's sentence (on its line), or at the name holding it.
+    let first = found.first().map_or(at, |f| f.at.min(at)).min(start.max(from));
+    let first = first + text[first..].len() - text[first..].trim_start().len();
+    // It ends with its sentence (or line), or with its last figure past that.
+    let sentence_end = anchor_end + text[anchor_end..end].trim_end().len();
+    let span_end = found.last().map_or(sentence_end, |f| f.end.max(sentence_end));
+    let lower = text[start.min(first)..end].to_ascii_lowercase();
     Some(Found {
         start: first,
         end: span_end,

@@ -87,25 +87,62 @@ fn candidates(text: &str) -> Vec<(usize, Found)> {
     out
 }
 
-/// How many sizes a reading holds (every printed size and every exact byte count).
-fn size_count(detail: &Detail) -> usize {
-    fn count(v: &serde_json::Value) -> usize {
+/// The byte intervals of every size a reading holds (printed sizes and exact byte counts).
+fn sizes(detail: &Detail) -> Vec<(u64, u64)> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<(u64, u64)>) {
         match v {
-            serde_json::Value::Object(o) if o.contains_key("printed") => 1,
-            serde_json::Value::Object(o) => o
-                .iter()
-                .map(|(k, x)| if k.ends_with("_bytes") && x.is_u64() { 1 } else { count(x) })
-                .sum(),
-            serde_json::Value::Array(a) => a.iter().map(count).sum(),
-            _ => 0,
+            serde_json::Value::Object(o) => {
+                if let (Some(low), Some(high)) = (
+                    o.get("low").and_then(serde_json::Value::as_u64),
+                    o.get("high").and_then(serde_json::Value::as_u64),
+                ) {
+                    out.push((low, high));
+                    return;
+                }
+                for (k, x) in o {
+                    match x.as_u64() {
+                        Some(b) if k.ends_with("_bytes") => out.push((b, b)),
+                        _ => walk(x, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
         }
     }
-    serde_json::to_value(detail).map_or(0, |v| count(&v))
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::to_value(detail) {
+        walk(&v, &mut out);
+    }
+    out
+}
+
+/// A specific reading that stopped short: the driver's bare error, or PyTorch's message cut
+/// (by the paste, or by a word its reader did not know). Only these give way to a reading by
+/// principle that holds every size they hold and more.
+fn stopped_short(detail: &Detail) -> bool {
+    matches!(
+        detail,
+        Detail::CudaDriver { .. }
+            | Detail::PytorchCaching {
+                truncated: true,
+                ..
+            }
+            | Detail::PytorchCaching {
+                device_free: None,
+                ..
+            }
+            | Detail::PytorchCachingLegacy {
+                truncated: true,
+                ..
+            }
+    )
 }
 
 /// The non-overlapping readings, most specific first, in order of position; a reading by
-/// principle that holds more sizes than the specific readings it overlaps replaces them (the
-/// specific reader stopped early: a typo, a wording it does not know).
+/// principle replaces the specific readings it overlaps when they stopped short (a typo, a
+/// wording their reader does not know, `stopped_short`) and it holds each of their sizes and
+/// more labelled ones.
 fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
     found.sort_by_key(|(rank, f)| (*rank, f.start));
     // Start → (end, index in `kept`).
@@ -125,12 +162,22 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
             let Detail::Generic { figures, .. } = &f.detail else {
                 continue;
             };
-            let theirs: usize = overlapping
+            let theirs: Vec<&Found> = overlapping
                 .iter()
                 .filter_map(|s| kept[taken[s].1].as_ref())
-                .map(|k| size_count(&k.detail))
-                .sum();
-            if figures.len() <= theirs {
+                .collect();
+            let their_sizes: Vec<(u64, u64)> =
+                theirs.iter().flat_map(|k| sizes(&k.detail)).collect();
+            let holds_all = their_sizes.iter().all(|&(low, high)| {
+                figures
+                    .iter()
+                    .any(|g| g.quantity.bytes.low == low && g.quantity.bytes.high == high)
+            });
+            let labelled = figures.iter().filter(|g| g.label.is_some()).count();
+            if !theirs.iter().all(|k| stopped_short(&k.detail))
+                || !holds_all
+                || labelled <= their_sizes.len()
+            {
                 continue;
             }
             for s in overlapping {
@@ -149,7 +196,8 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
 
 pub(super) fn find_all(text: &str) -> Vec<OomMessage> {
     let shadow = Shadow::new(text);
-    let kept = select(candidates(&shadow.text));
+    let found = generic::with_line_ends(&shadow.line_ends, || candidates(&shadow.text));
+    let kept = select(found);
     to_messages(text, &shadow, kept)
 }
 

@@ -27,6 +27,7 @@ fn reports(part: &str) -> Vec<PathBuf> {
 struct Report {
     id: String,
     repository: String,
+    runtime: String,
     message: String,
     #[serde(default)]
     figures: BTreeMap<String, toml::Value>,
@@ -41,29 +42,37 @@ struct Expected {
     not_gpu: Option<String>,
 }
 
-/// A printed size's value, by each meaning its unit may have: `"1.5 GB"` is 1.5·10^9 and
-/// 1.5·2^30 bytes; `"512"` and `"512 bytes"` are 512. Thousands separators are dropped.
-fn nominal(printed: &str) -> Option<Vec<f64>> {
+/// The bytes a printed size can stand for, by its printed precision (rounded or cut, and for
+/// `GB`/`G`, which runtimes print for both powers, either 1000 or 1024 a step): `"1.5 GB"` is
+/// [1.45·10^9, 1.6·2^30]; `"512"` and `"512 bytes"` are 512. Thousands separators are dropped.
+fn nominal(printed: &str) -> Option<(f64, f64)> {
     let t = printed.trim().replace(',', "");
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let x: f64 = number.parse().ok()?;
-    let unit = unit.trim().trim_end_matches('.');
-    let k = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" | "bytes" | "byte" => return Some(vec![x]),
-        "kib" => return Some(vec![x * 1024.0]),
-        "mib" => return Some(vec![x * 1048576.0]),
-        "gib" => return Some(vec![x * 1073741824.0]),
-        "tib" => return Some(vec![x * 1099511627776.0]),
-        "kb" | "k" => 1,
-        "mb" | "m" => 2,
-        "gb" | "g" => 3,
-        "tb" | "t" => 4,
+    let places = number.split_once('.').map_or(0, |(_, f)| f.len()) as i32;
+    let ulp = 10f64.powi(-places);
+    let unit = unit.trim().trim_start_matches('-').trim_end_matches('.');
+    let (low, high) = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" | "bytes" | "byte" => return Some((x, x)),
+        "kib" => (1024.0, 1024.0),
+        "mib" => (1048576.0, 1048576.0),
+        "gib" => (1073741824.0, 1073741824.0),
+        "tib" => (1099511627776.0, 1099511627776.0),
+        "kb" | "k" => (1e3, 1024.0),
+        "mb" | "m" => (1e6, 1048576.0),
+        "gb" | "g" => (1e9, 1073741824.0),
+        "tb" | "t" => (1e12, 1099511627776.0),
         _ => return None,
     };
-    Some(vec![x * 1000f64.powi(k), x * 1024f64.powi(k)])
+    Some(((x - ulp / 2.0) * low, (x + ulp) * high))
+}
+
+/// Whether headroom's `[low, high]` meets the printed figure's interval.
+fn meets(printed: (f64, f64), low: u64, high: u64) -> bool {
+    (low as f64) <= printed.1 * 1.000_000_1 && printed.0 <= (high as f64) * 1.000_000_1
 }
 
 /// Every size headroom read from a message: (key, printed, low, high).
@@ -129,6 +138,7 @@ fn same_label(recorded: &str, read: &str) -> bool {
 fn figure_misses(
     figures: &BTreeMap<String, toml::Value>,
     read: &[(String, String, u64, u64)],
+    shapes: &[String],
 ) -> Option<String> {
     let mut misses = Vec::new();
     for (label, v) in figures {
@@ -138,15 +148,36 @@ fn figure_misses(
             _ => continue,
         };
         for p in printed {
-            let Some(values) = nominal(p) else {
+            if p.starts_with("shape") {
+                // A tensor's shape: read when headroom has the same dimensions.
+                let dims = |s: &str| -> String {
+                    s.chars().filter(|c| c.is_ascii_digit() || *c == ',').collect()
+                };
+                if !shapes.iter().any(|s| dims(s) == dims(p.split(']').next().unwrap_or(p))) {
+                    misses.push(format!("{label} = {p:?}"));
+                }
+                continue;
+            }
+            // "3457/3576 MiB": two sizes in one unit.
+            if let Some((a, b)) = p.split_once('/')
+                && let Some(unit) = b.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.').split_whitespace().next()
+            {
+                for q in [format!("{a} {unit}"), b.to_string()] {
+                    let inside = nominal(&q).is_some_and(|iv| {
+                        read.iter().any(|(_, _, low, high)| meets(iv, *low, *high))
+                    });
+                    if !inside {
+                        misses.push(format!("{label} = {q:?}"));
+                    }
+                }
+                continue;
+            }
+            let Some(iv) = nominal(p) else {
                 misses.push(format!("{label} = {p:?}: not a size"));
                 continue;
             };
             let inside = read.iter().any(|(k, _, low, high)| {
-                (label == "other" || same_label(label, k))
-                    && values
-                        .iter()
-                        .any(|&x| (*low as f64) <= x * 1.000_001 && x <= (*high as f64) * 1.000_001)
+                (label == "other" || same_label(label, k)) && meets(iv, *low, *high)
             });
             if !inside {
                 misses.push(format!("{label} = {p:?}"));
@@ -163,6 +194,7 @@ struct Score {
     decided: usize,
     agreed: usize,
     repositories: std::collections::BTreeSet<String>,
+    runtimes: BTreeMap<String, usize>,
     failures: Vec<String>,
 }
 
@@ -173,6 +205,9 @@ impl Score {
         self.decided += o.decided;
         self.agreed += o.agreed;
         self.repositories.extend(o.repositories.iter().cloned());
+        for (k, n) in &o.runtimes {
+            *self.runtimes.entry(k.clone()).or_default() += n;
+        }
     }
 
     fn line(&self, name: &str) -> String {
@@ -208,16 +243,21 @@ fn score(part: &str) -> Score {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         score.reports += 1;
         score.repositories.insert(r.repository.to_lowercase());
+        *score.runtimes.entry(r.runtime.clone()).or_default() += 1;
         let report = serde_json::to_value(explain_text(&r.message)).unwrap();
         let explanations = report["explanations"].as_array().unwrap();
         let mut read = Vec::new();
+        let mut shapes = Vec::new();
         for e in explanations {
             read_sizes(&e["message"], "", &mut read);
+            if let Some(s) = e["message"]["shape"].as_str() {
+                shapes.push(s.to_string());
+            }
         }
         let mut why = Vec::new();
         if explanations.is_empty() {
             why.push("not recognized".to_string());
-        } else if let Some(m) = figure_misses(&r.figures, &read) {
+        } else if let Some(m) = figure_misses(&r.figures, &read, &shapes) {
             why.push(m);
         }
         let said: String = explanations.iter().map(words).collect::<Vec<_>>().join(" ");
@@ -280,6 +320,8 @@ fn the_held_out_reports_and_the_whole_are_scored() {
     whole.add(&fitted);
     whole.add(&held_out);
     println!("{}", whole.line("whole"));
+    let runtimes: Vec<String> = whole.runtimes.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("reports by runtime: {}", runtimes.join(", "));
     // No repository on both sides: the split is by repository.
     assert!(fitted.repositories.is_disjoint(&held_out.repositories));
 }
