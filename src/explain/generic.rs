@@ -79,9 +79,12 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
         return;
     }
     d.summary = format!("\"{wording}\"{from}: the device's memory ran out.");
-    let (Some(requested), total, free) = (get(Label::Requested), get(Label::Total), get(Label::Free))
+    let (Some(requested), total, free) =
+        (get(Label::Requested), get(Label::Total), get(Label::Free))
     else {
-        d.summary = format!("\"{wording}\"{from}: an allocation was refused; the message names no request size.");
+        d.summary = format!(
+            "\"{wording}\"{from}: an allocation was refused; the message names no request size."
+        );
         d.undecided(
             "Who holds the memory?".into(),
             vec![cause::OTHER_PROCESS, cause::CAPACITY],
@@ -133,7 +136,11 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
     }
     d.undecided(
         "Who holds the memory?".into(),
-        vec![cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR, cause::CAPACITY],
+        vec![
+            cause::OTHER_PROCESS,
+            cause::OUTSIDE_ALLOCATOR,
+            cause::CAPACITY,
+        ],
         "the message does not say how much of the used memory is this process's".into(),
     );
     nvidia_smi_check(d);

@@ -99,7 +99,11 @@ impl Groups {
 
     /// The keys seen more than once, in order of first appearance.
     pub fn repeats(&self) -> Vec<Repeat> {
-        self.groups.iter().filter(|g| g.count > 1).cloned().collect()
+        self.groups
+            .iter()
+            .filter(|g| g.count > 1)
+            .cloned()
+            .collect()
     }
 }
 

@@ -124,6 +124,9 @@ pub struct Explanation {
     pub undecided: Vec<Undecided>,
     /// Facts from the numbers that are not a cause (sentences).
     pub findings: Vec<String>,
+    /// Two figures cannot both hold (a finding names them): the cause is undecided unless the
+    /// other figures decide it alone.
+    pub contradicted: bool,
     pub next_checks: Vec<Check>,
 }
 
@@ -355,6 +358,7 @@ impl Diagnosis {
             ruled_out: self.ruled_out,
             undecided: self.undecided,
             findings: self.findings,
+            contradicted: self.contradicted,
             next_checks: checks,
         }
     }

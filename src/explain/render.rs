@@ -74,7 +74,9 @@ fn render_one(
         .map(|r| format!(" (raised as {})", escape(r)))
         .unwrap_or_default();
     let of = count.map(|n| format!(" of {n}")).unwrap_or_default();
-    let repeated = repeat.map(|r| format!(" · {}", times(r))).unwrap_or_default();
+    let repeated = repeat
+        .map(|r| format!(" · {}", times(r)))
+        .unwrap_or_default();
     let _ = writeln!(
         o,
         "message {index}{of} · line {} · {}{raised}{repeated}",
@@ -207,13 +209,18 @@ pub fn render_tail(r: &Report, count: usize) -> String {
             o,
             "\n{} line(s) mention running out of memory in a format headroom does not know (not recognized, so not explained):",
             r.unrecognized.len() as u64
-                + r.unrecognized_repeats.iter().map(|x| x.count - 1).sum::<u64>()
+                + r.unrecognized_repeats
+                    .iter()
+                    .map(|x| x.count - 1)
+                    .sum::<u64>()
                 + r.unrecognized_left_out
         );
         let mut repeats = r.unrecognized_repeats.iter().peekable();
         for (i, u) in r.unrecognized.iter().enumerate() {
             let repeat = repeats.next_if(|x| x.message == i + 1);
-            let repeated = repeat.map(|x| format!(" ({})", times(x))).unwrap_or_default();
+            let repeated = repeat
+                .map(|x| format!(" ({})", times(x)))
+                .unwrap_or_default();
             let _ = writeln!(o, "  line {}: {}{repeated}", u.line, escape(&u.text));
         }
         if r.unrecognized_left_out > 0 {

@@ -69,8 +69,30 @@ pub struct Figure {
 
 /// Words of no weight between a figure and its label ("X *is* free", "X *of memory* in use").
 const FILLER: &[&str] = &[
-    "is", "are", "was", "of", "memory", "gpu", "device", "in", "has", "have", "been", "the", "a",
-    "an", "by", "bytes", "mem", "vram", "ram", "cuda", "already", "currently", "so", "far",
+    "is",
+    "are",
+    "was",
+    "of",
+    "memory",
+    "gpu",
+    "device",
+    "in",
+    "has",
+    "have",
+    "been",
+    "the",
+    "a",
+    "an",
+    "by",
+    "bytes",
+    "mem",
+    "vram",
+    "ram",
+    "cuda",
+    "already",
+    "currently",
+    "so",
+    "far",
 ];
 
 /// Words after a figure, and what they make it.
@@ -165,13 +187,14 @@ fn words(s: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
 
 /// Where a clause ends: the label of a figure is looked for no further.
 fn is_clause_break(c: char) -> bool {
-    matches!(c, '.' | ';' | ',' | '(' | ')' | '|' | '\n' | '[' | ']' | '=' | '"' | '\'')
+    matches!(
+        c,
+        '.' | ';' | ',' | '(' | ')' | '|' | '\n' | '[' | ']' | '=' | '"' | '\''
+    )
 }
 
 fn label_after(after: &str) -> Option<Label> {
-    let clause = after
-        .find(is_clause_break)
-        .map_or(after, |i| &after[..i]);
+    let clause = after.find(is_clause_break).map_or(after, |i| &after[..i]);
     let mut seen = 0;
     let ws: Vec<String> = words(clause).take(8).collect();
     for (i, w) in ws.iter().enumerate() {
@@ -273,7 +296,9 @@ pub fn read(text: &str) -> Vec<Figure> {
     while i < bytes.len() {
         let b = bytes[i];
         let starts = b.is_ascii_digit()
-            && !(i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || matches!(bytes[i - 1], b'.' | b'_' | b':' | b'-' | b'/' | b'x')));
+            && !(i > 0
+                && (bytes[i - 1].is_ascii_alphanumeric()
+                    || matches!(bytes[i - 1], b'.' | b'_' | b':' | b'-' | b'/' | b'x')));
         if !starts {
             i += 1;
             continue;
@@ -284,7 +309,9 @@ pub fn read(text: &str) -> Vec<Figure> {
                 out.push(f);
             }
             None => {
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'.' | b',' | b':')) {
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'.' | b',' | b':'))
+                {
                     i += 1;
                 }
             }
@@ -304,7 +331,9 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
             digits.push(c as char);
             j += 1;
         } else if c == b','
-            && bytes.get(j + 1..j + 4).is_some_and(|g| g.iter().all(u8::is_ascii_digit))
+            && bytes
+                .get(j + 1..j + 4)
+                .is_some_and(|g| g.iter().all(u8::is_ascii_digit))
             && !bytes.get(j + 4).is_some_and(u8::is_ascii_digit)
         {
             j += 1;
@@ -324,7 +353,13 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
     // "15485030400-byte": a unit joined by a hyphen.
     if bytes.get(j) == Some(&b'-') && text[j + 1..].starts_with("byte") {
         let d = Decimal::parse(&digits)?;
-        let end = j + 1 + if text[j + 1..].starts_with("bytes") { 5 } else { 4 };
+        let end = j
+            + 1
+            + if text[j + 1..].starts_with("bytes") {
+                5
+            } else {
+                4
+            };
         return Some(Figure {
             label: label(text, at, end),
             quantity: Quantity {
@@ -357,9 +392,11 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
                 .rsplit(|c: char| !c.is_ascii_alphabetic())
                 .next()
                 .unwrap_or("");
-            let sized = ["alloc", "size", "buffer", "request", "bytes", "memory", "required", "limit"]
-                .iter()
-                .any(|w| last_word.starts_with(w));
+            let sized = [
+                "alloc", "size", "buffer", "request", "bytes", "memory", "required", "limit",
+            ]
+            .iter()
+            .any(|w| last_word.starts_with(w));
             if !(whole && after_ok && sized) {
                 return None;
             }
@@ -420,11 +457,15 @@ mod tests {
 
     #[test]
     fn bare_counts_need_a_size_word_and_units_keep_their_ambiguity() {
-        let got = labels("Memory not available to allocate buffer: 655360000 at line 70, pid 12345");
-        assert_eq!(got, [(Some("requested"), "655360000".into(), 655360000, 655360000)]);
+        let got =
+            labels("Memory not available to allocate buffer: 655360000 at line 70, pid 12345");
+        assert_eq!(
+            got,
+            [(Some("requested"), "655360000".into(), 655360000, 655360000)]
+        );
         let got = labels("you tried to allocate 1.5GB");
         assert_eq!(got[0].2, 1_450_000_000);
-        assert_eq!(got[0].3, 1_717_986_917);
+        assert_eq!(got[0].3, 1_717_986_918);
         assert!(labels("2018-07-17 09:05:55.622488: step 1234").is_empty());
         // A number with a unit but no word that says what it is.
         assert_eq!(labels("warning: 3.00 GiB").first().map(|g| g.0), Some(None));

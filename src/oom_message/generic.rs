@@ -100,7 +100,12 @@ fn case_forms(p: &str) -> Vec<String> {
         c
     };
     let title: Vec<String> = p.split(' ').map(cap).collect();
-    let mut v = vec![p.to_string(), cap(p), title.join(" "), p.to_ascii_uppercase()];
+    let mut v = vec![
+        p.to_string(),
+        cap(p),
+        title.join(" "),
+        p.to_ascii_uppercase(),
+    ];
     v.dedup();
     v
 }
@@ -141,12 +146,6 @@ pub(super) fn any_anchors() -> &'static [(&'static str, Reader)] {
     anchors(false)
 }
 
-/// Every anchor phrase (for the prefilter's test).
-#[cfg(test)]
-pub(super) fn phrases() -> Vec<&'static str> {
-    any_anchors().iter().map(|(p, _)| *p).collect()
-}
-
 /// How far before the wording its sentence is looked for, and how far after it the sentences
 /// that carry sizes.
 const BEFORE_BYTES: usize = 240;
@@ -157,7 +156,18 @@ const MORE_SENTENCES: usize = 5;
 /// The runtimes by the words their messages carry, most specific first.
 const RUNTIMES: &[(&[&str], &str)] = &[
     (&["tensorrt-llm", "tensorrt_llm", "tllm"], "TensorRT-LLM"),
-    (&["tensorrt", "[trt]", "rtsafe", "nvinfer", "defaultallocator.cpp", "virtualmemorybuffer", "globwriter"], "TensorRT"),
+    (
+        &[
+            "tensorrt",
+            "[trt]",
+            "rtsafe",
+            "nvinfer",
+            "defaultallocator.cpp",
+            "virtualmemorybuffer",
+            "globwriter",
+        ],
+        "TensorRT",
+    ),
     (&["miopen"], "MIOpen (ROCm)"),
     (&["hip ", "hip_", "hiperror", "rocm"], "ROCm/HIP"),
     (&["cudnn"], "cuDNN"),
@@ -166,13 +176,24 @@ const RUNTIMES: &[(&[&str], &str)] = &[
     (&["theano", "driver report"], "Theano"),
     (&["outofresources", "out of resource", "triton"], "Triton"),
     (&["memory space hbm", "tpu"], "XLA (TPU)"),
-    (&["defaultcpuallocator", "alloc_cpu"], "PyTorch (CPU allocator)"),
+    (
+        &["defaultcpuallocator", "alloc_cpu"],
+        "PyTorch (CPU allocator)",
+    ),
     (&["tensorview", "spconv"], "tensorview"),
     (&["deepspeed"], "DeepSpeed"),
     (&["megatron"], "Megatron"),
     (&["bitsandbytes"], "bitsandbytes"),
     (&["xformers"], "xformers"),
-    (&["flash_attn", "flash-attn", "flashattention", "flash attention"], "flash-attention"),
+    (
+        &[
+            "flash_attn",
+            "flash-attn",
+            "flashattention",
+            "flash attention",
+        ],
+        "flash-attention",
+    ),
     (&["onnxruntime"], "ONNX Runtime"),
     (&["mxnet", "mshadow"], "MXNet"),
     (&["sglang"], "SGLang"),
@@ -196,21 +217,25 @@ fn memory_space(lower: &str) -> MemorySpace {
         MemorySpace::TpuHbm
     } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
         MemorySpace::SharedMemory
-    } else if any(&[
-        "defaultcpuallocator",
-        "alloc_cpu",
-        "cpu buffer",
-        "cpu allocator",
-        "host memory",
-        "on host",
-        "(cannot allocate memory)",
-        "error code 12",
-        "for an array with shape",
-        "memoryerror",
-        "bad_alloc",
-        "killed process",
-        "oom-kill",
-    ]) {
+    } else if lower.starts_with("memoryerror")
+        || any(&[
+            "defaultcpuallocator",
+            "alloc_cpu",
+            "cpu buffer",
+            "cpu allocator",
+            "host memory",
+            "on host",
+            "(cannot allocate memory)",
+            "error code 12",
+            "for an array with shape",
+            // Python's `MemoryError`, not the end of `OutOfMemoryError`.
+            " memoryerror",
+            "arraymemoryerror",
+            "bad_alloc",
+            "killed process",
+            "oom-kill",
+        ])
+    {
         MemorySpace::HostRam
     } else {
         MemorySpace::Device
@@ -240,7 +265,11 @@ fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
     LINE_ENDS.with(|l| {
         let l = l.borrow();
         let first = l.partition_point(|&e| e < from);
-        l[first..].iter().take_while(|&&e| e < to).copied().collect()
+        l[first..]
+            .iter()
+            .take_while(|&&e| e < to)
+            .copied()
+            .collect()
     })
 }
 
@@ -288,37 +317,53 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     };
     let mut end = stop(anchor_end);
     for _ in 0..MORE_SENTENCES {
-        let from_here = if ends.contains(&end) { end + 1 } else { end };
+        let new_line = ends.contains(&end);
+        let from_here = if new_line { end + 1 } else { end };
         let next = stop(from_here.min(to));
         let sentence = &text[end..next];
         let lower = sentence.to_ascii_lowercase();
-        // A traceback, or another message's wording: this one has ended.
-        if sentence.contains("Traceback")
+        let wording = PHRASES.iter().any(|p| lower.contains(p));
+        let sized = figures::read(sentence).iter().any(|f| f.label.is_some());
+        // A traceback ends it; on its own line, so does another message's wording or a line
+        // without a labelled size; on the same line, a sentence with neither.
+        let ends_here = sentence.contains("Traceback")
             || sentence.contains(" File \"")
-            || PHRASES.iter().any(|p| lower.contains(p))
-        {
-            break;
-        }
-        let sized = figures::read(sentence)
-            .iter()
-            .any(|f| f.label.is_some());
-        if !sized || next == end {
+            || next == end
+            || if new_line {
+                wording || !sized
+            } else {
+                !(wording || sized)
+            };
+        if ends_here {
             break;
         }
         end = next;
     }
     let end = end.max(anchor_end);
+    // An exception's name alone ("Exception Type: torch.OutOfMemoryError") is a label for a
+    // message elsewhere, not one: left to the specific readers (or the unrecognized list).
+    let after_name = text[anchor_end..end]
+        .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        .trim();
+    if name_len > 0 && matches!(after_name, "" | ":") {
+        return None;
+    }
     let mut found: Vec<Figure> = figures::read(&text[start..end]);
     for f in &mut found {
         f.at += start;
         f.end += start;
     }
     // The message starts with the wording's sentence (on its line), or at the name holding it.
-    let first = found.first().map_or(at, |f| f.at.min(at)).min(start.max(from));
+    let first = found
+        .first()
+        .map_or(at, |f| f.at.min(at))
+        .min(start.max(from));
     let first = first + text[first..].len() - text[first..].trim_start().len();
     // It ends with its sentence (or line), or with its last figure past that.
     let sentence_end = anchor_end + text[anchor_end..end].trim_end().len();
-    let span_end = found.last().map_or(sentence_end, |f| f.end.max(sentence_end));
+    let span_end = found
+        .last()
+        .map_or(sentence_end, |f| f.end.max(sentence_end));
     let lower = text[start.min(first)..end].to_ascii_lowercase();
     Some(Found {
         start: first,
@@ -337,11 +382,78 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
 mod tests {
     use super::*;
 
+    fn read_one(text: &str) -> (MemorySpace, Vec<(Option<&'static str>, String)>) {
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        match &found[0].detail {
+            Detail::Generic {
+                memory, figures, ..
+            } => (
+                *memory,
+                figures
+                    .iter()
+                    .map(|f| (f.label.map(|l| l.as_str()), f.quantity.printed.clone()))
+                    .collect(),
+            ),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_runtime_that_says_out_of_memory_gets_its_figures_labelled() {
+        let (memory, figures) = read_one(
+            "2025-01-02 03:04:05 [fooml] ERROR: Out of memory: requested 1.5 GB, only 200 MB free of 8 GB total; peak 3.2 GB\nnext line 99 GB\n",
+        );
+        assert_eq!(memory, MemorySpace::Device);
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "1.5 GB".to_string()),
+                (Some("free"), "200 MB".to_string()),
+                (Some("total"), "8 GB".to_string()),
+                (None, "3.2 GB".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn host_ram_tpu_hbm_and_shared_memory_are_named() {
+        let (memory, figures) = read_one(
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 132426121216 bytes. Error code 12 (Cannot allocate memory)",
+        );
+        assert_eq!(memory, MemorySpace::HostRam);
+        assert_eq!(
+            figures[0],
+            (Some("requested"), "132426121216 bytes".to_string())
+        );
+        let (memory, figures) = read_one(
+            "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G.",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        assert_eq!(figures[1], (Some("total"), "7.48G".to_string()));
+        let (memory, figures) = read_one(
+            "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 163842, Hardware limitation: 101376.",
+        );
+        assert_eq!(memory, MemorySpace::SharedMemory);
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "163842".to_string()),
+                (Some("limit"), "101376".to_string())
+            ]
+        );
+    }
+
     #[test]
     fn wordings_match_in_every_case_form() {
         assert_eq!(
             case_forms("out of memory"),
-            ["out of memory", "Out of memory", "Out Of Memory", "OUT OF MEMORY"]
+            [
+                "out of memory",
+                "Out of memory",
+                "Out Of Memory",
+                "OUT OF MEMORY"
+            ]
         );
     }
 }

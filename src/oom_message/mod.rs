@@ -33,9 +33,9 @@ mod xla;
 
 use serde::Serialize;
 
-pub use generic::MemorySpace;
-pub use figures::{Figure, Label};
 pub use detail::{BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TorchHint};
+pub use figures::{Figure, Label};
+pub use generic::MemorySpace;
 pub use scan::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 pub use size::{ByteRange, Quantity};
 pub use sources::SOURCES;

@@ -171,7 +171,7 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
             let holds_all = their_sizes.iter().all(|&(low, high)| {
                 figures
                     .iter()
-                    .any(|g| g.quantity.bytes.low == low && g.quantity.bytes.high == high)
+                    .any(|g| g.quantity.bytes.low <= low && high <= g.quantity.bytes.high)
             });
             let labelled = figures.iter().filter(|g| g.label.is_some()).count();
             if !theirs.iter().all(|k| stopped_short(&k.detail))

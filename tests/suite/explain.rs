@@ -44,6 +44,15 @@ fn figures(message: &Value) -> serde_json::Map<String, Value> {
                     serde_json::json!([u["low"], u["high"]]),
                 );
             }
+        } else if k == "figures" {
+            // The reading by principle: each figure under its label.
+            for (i, f) in v.as_array().unwrap().iter().enumerate() {
+                let label = f["label"].as_str().unwrap_or("unlabelled");
+                out.insert(
+                    format!("figures[{i}].{label}"),
+                    serde_json::json!([f["low"], f["high"]]),
+                );
+            }
         } else if k.ends_with("_bytes") && v.is_u64() {
             out.insert(k.clone(), serde_json::json!([v, v]));
         }
@@ -300,7 +309,11 @@ fn terminal_control_characters_in_the_input_are_escaped() {
     assert!(!out.stdout.contains('\u{7}'));
     assert!(out.stdout.contains("GPU_0_\\u{1b}[31mbfc"));
     // The second line is read by principle; its colour codes are not part of it.
-    assert!(out.stdout.contains("· generic (raised as RuntimeError)"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("  \"RuntimeError: out of memory\""),
+        "{}",
+        out.stdout
+    );
     let out = run(&["explain", "--json"], Some(evil));
     assert!(!out.stdout.contains('\u{1b}'));
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -516,10 +529,13 @@ fn a_long_log_is_streamed_in_bounded_memory() {
     // 6 MB, past the 4 MiB read whole: 3,000 messages among training output.
     let filler = "step 1234 loss 0.1234 lr 0.0001 throughput 123.4 samples/s\n".repeat(30);
     // Each message its own (a repeat would be counted, not explained again).
-    let message = |i: usize| format!("RuntimeError: CUDA out of memory. Tried to allocate {i}.00 MiB\n");
+    let message =
+        |i: usize| format!("RuntimeError: CUDA out of memory. Tried to allocate {i}.00 MiB\n");
     let messages = 3000;
     let block = format!("{filler}{}", message(0));
-    let log: String = (1..=messages).map(|i| format!("{filler}{}", message(i))).collect();
+    let log: String = (1..=messages)
+        .map(|i| format!("{filler}{}", message(i)))
+        .collect();
     assert!(log.len() > 4 << 20);
     let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(["explain", "-"])
@@ -591,14 +607,42 @@ fn every_known_wording_no_specific_reader_takes_is_read_by_principle() {
     // parses (a cut-off paste, a library without a reader, the host): each is still read,
     // with its figures and the memory it is about.
     let lines = [
-        ("RuntimeError: CUDA out of memory. Tried to allocate", "device", 0),
+        (
+            "RuntimeError: CUDA out of memory. Tried to allocate",
+            "device",
+            0,
+        ),
         ("ERROR: CudaCustomAllocator out of memory", "device", 0),
-        ("2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer", "device", 0),
-        ("terminate called after throwing an instance of 'std::bad_alloc'", "host-ram", 0),
-        ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array with shape (1000, 420000)", "host-ram", 1),
-        ("\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m", "device", 0),
-        ("paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:", "device", 0),
-        ("[12345.678] Out of memory: Killed process 4242 (python)", "host-ram", 0),
+        (
+            "2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer",
+            "device",
+            0,
+        ),
+        (
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "host-ram",
+            0,
+        ),
+        (
+            "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array with shape (1000, 420000)",
+            "host-ram",
+            1,
+        ),
+        (
+            "\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m",
+            "device",
+            0,
+        ),
+        (
+            "paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:",
+            "device",
+            0,
+        ),
+        (
+            "[12345.678] Out of memory: Killed process 4242 (python)",
+            "host-ram",
+            0,
+        ),
     ];
     let text: Vec<&str> = lines.iter().map(|l| l.0).collect();
     let r = explain_text(&text.join("\n"));

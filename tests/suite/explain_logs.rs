@@ -15,7 +15,8 @@ const TORCH: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to alloca
     memory, this process has 79.18 GiB memory in use. Of the allocated memory 78.20 GiB is \
     allocated by PyTorch, and 395.42 MiB is reserved by PyTorch but unallocated.";
 const DRIVER: &str = "RuntimeError: CUDA error: out of memory";
-const FILLER: &str = "2024-05-01 12:00:01 INFO trainer step 1234 loss 0.1234 lr 3.0e-4 tokens/s 10432";
+const FILLER: &str =
+    "2024-05-01 12:00:01 INFO trainer step 1234 loss 0.1234 lr 3.0e-4 tokens/s 10432";
 
 /// `headroom explain ARGS` with `input` on stdin: stdout and the exit code.
 fn explain_stdin(args: &[&str], input: String) -> (String, Option<i32>) {

@@ -151,16 +151,24 @@ fn figure_misses(
             if p.starts_with("shape") {
                 // A tensor's shape: read when headroom has the same dimensions.
                 let dims = |s: &str| -> String {
-                    s.chars().filter(|c| c.is_ascii_digit() || *c == ',').collect()
+                    s.chars()
+                        .filter(|c| c.is_ascii_digit() || *c == ',')
+                        .collect()
                 };
-                if !shapes.iter().any(|s| dims(s) == dims(p.split(']').next().unwrap_or(p))) {
+                if !shapes
+                    .iter()
+                    .any(|s| dims(s) == dims(p.split(']').next().unwrap_or(p)))
+                {
                     misses.push(format!("{label} = {p:?}"));
                 }
                 continue;
             }
             // "3457/3576 MiB": two sizes in one unit.
             if let Some((a, b)) = p.split_once('/')
-                && let Some(unit) = b.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.').split_whitespace().next()
+                && let Some(unit) = b
+                    .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+                    .split_whitespace()
+                    .next()
             {
                 for q in [format!("{a} {unit}"), b.to_string()] {
                     let inside = nominal(&q).is_some_and(|iv| {
@@ -320,7 +328,11 @@ fn the_held_out_reports_and_the_whole_are_scored() {
     whole.add(&fitted);
     whole.add(&held_out);
     println!("{}", whole.line("whole"));
-    let runtimes: Vec<String> = whole.runtimes.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let runtimes: Vec<String> = whole
+        .runtimes
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
     println!("reports by runtime: {}", runtimes.join(", "));
     // No repository on both sides: the split is by repository.
     assert!(fitted.repositories.is_disjoint(&held_out.repositories));

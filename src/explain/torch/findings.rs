@@ -66,7 +66,8 @@ pub(super) fn sentence_form(
             "NVML gave no figure for the process (2^64 bytes is its \"not available\") or counted another device.",
         );
         // A cap is decided by the request, free memory and the cap, none of them this figure.
-        d.contradiction_spares.push(crate::explain::cause::FRACTION_CAP);
+        d.contradiction_spares
+            .push(crate::explain::cause::FRACTION_CAP);
     }
     let listed = processes
         .iter()
