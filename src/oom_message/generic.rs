@@ -340,12 +340,20 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         end = next;
     }
     let end = end.max(anchor_end);
-    // An exception's name alone ("Exception Type: torch.OutOfMemoryError") is a label for a
-    // message elsewhere, not one: left to the specific readers (or the unrecognized list).
-    let after_name = text[anchor_end..end]
-        .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
-        .trim();
-    if name_len > 0 && matches!(after_name, "" | ":") {
+    // An exception's name given as a field ("Exception Type: torch.OutOfMemoryError") names a
+    // message printed elsewhere, not one: left to the specific readers (or the unrecognized
+    // list).
+    let rest = &text[anchor_end..end];
+    let name_end = anchor_end + rest.len()
+        - rest
+            .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            .len();
+    let name = &text[at..name_end];
+    let exception = name.ends_with("Error") || name.ends_with("Exception");
+    let labelled_as_type = text[start.min(at)..at]
+        .trim_end_matches([' ', '*', '`'])
+        .ends_with(':');
+    if exception && labelled_as_type && matches!(text[name_end..end].trim(), "" | ":") {
         return None;
     }
     let mut found: Vec<Figure> = figures::read(&text[start..end]);
