@@ -230,7 +230,7 @@ fn label_before(before: &str) -> Option<Label> {
     // memory (15485030400 bytes)").
     let before = before.trim_end().strip_suffix('(').unwrap_or(before);
     let clause = before
-        .rfind(|c: char| matches!(c, '.' | ';' | '|' | '\n' | '(' | ','))
+        .rfind(['.', ';', '|', '\n', '(', ','])
         .map_or(before, |i| &before[i + 1..]);
     words(clause).rev().take(6).find_map(|w| lookup(&w, BEFORE))
 }
