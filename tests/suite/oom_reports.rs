@@ -315,6 +315,17 @@ fn the_fitted_reports_are_read() {
     let fitted = score("fitted");
     print("fitted", &fitted);
     assert!(fitted.reports >= 200, "{}", fitted.reports);
+    // The figures docs/oom.md gives, as floors: a change that reads fewer fails here.
+    assert!(
+        fitted.parsed * 100 >= fitted.reports * 95,
+        "{}",
+        fitted.line("fitted")
+    );
+    assert!(
+        fitted.agreed * 100 >= fitted.decided * 95,
+        "{}",
+        fitted.line("fitted")
+    );
 }
 
 /// `cargo test --test suite oom_reports:: -- --nocapture` prints the held-out part and the
