@@ -352,7 +352,8 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let exception = name.ends_with("Error") || name.ends_with("Exception");
     let labelled_as_type = text[start.min(at)..at]
         .trim_end_matches([' ', '*', '`'])
-        .ends_with(':');
+        .to_ascii_lowercase()
+        .ends_with("type:");
     if exception && labelled_as_type && matches!(text[name_end..end].trim(), "" | ":") {
         return None;
     }
