@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 use crate::cli::ExplainArgs;
-use crate::explain::{Explanation, FORMAT_VERSION, Report, explain_text, render};
+use crate::explain::{Explanation, FORMAT_VERSION, Groups, Report, explain_text, render};
 use crate::oom_message::{Format, StreamScanner, Unrecognized};
 
 /// The first read: texts up to this size are explained whole.
@@ -44,7 +44,7 @@ fn binary_bytes(bytes: &[u8]) -> u64 {
     binary_search().find_iter(bytes).count() as u64
 }
 
-/// Unrecognized lines kept for the report; the rest are counted.
+/// Distinct unrecognized lines kept for the report; the rest are counted.
 const MAX_UNRECOGNIZED: usize = 1000;
 
 /// Explanations kept for later messages to lean on (a TensorFlow tensor OOM on the BFC
@@ -214,13 +214,15 @@ fn report_whole(args: &ExplainArgs, text: &str) -> anyhow::Result<i32> {
     Ok(if report.explanations.is_empty() { 1 } else { 0 })
 }
 
-/// Reads chunk by chunk and prints each explanation as its message completes.
+/// Reads chunk by chunk and prints each explanation as its message completes; a repeat of a
+/// message already explained is counted, and the counts follow the explanations.
 fn stream(args: &ExplainArgs, input: &mut Input, first: String) -> anyhow::Result<i32> {
     let mut scanner = StreamScanner::new();
     let mut earlier: Vec<Explanation> = Vec::new();
     let mut unrecognized: Vec<Unrecognized> = Vec::new();
     let mut left_out = 0u64;
     let mut count = 0usize;
+    let (mut messages_seen, mut lines_seen) = (Groups::new(), Groups::new());
     if args.json {
         crate::out!("{{\n  \"format_version\": {FORMAT_VERSION},\n  \"explanations\": [")?;
     }
@@ -236,13 +238,18 @@ fn stream(args: &ExplainArgs, input: &mut Input, first: String) -> anyhow::Resul
             scanner.push(&piece)
         };
         for u in settled.unrecognized {
-            if unrecognized.len() < MAX_UNRECOGNIZED {
-                unrecognized.push(u);
+            if lines_seen.distinct() < MAX_UNRECOGNIZED || lines_seen.knows(&u.text) {
+                if lines_seen.see_line(&u) {
+                    unrecognized.push(u);
+                }
             } else {
                 left_out += 1;
             }
         }
         for m in settled.messages {
+            if !messages_seen.see_message(&m) {
+                continue;
+            }
             let e = crate::explain::explain(m, &earlier);
             count += 1;
             if args.json {
@@ -267,15 +274,19 @@ fn stream(args: &ExplainArgs, input: &mut Input, first: String) -> anyhow::Resul
     let tail = Report {
         format_version: FORMAT_VERSION,
         explanations: Vec::new(),
+        repeats: messages_seen.repeats(),
         unrecognized,
+        unrecognized_repeats: lines_seen.repeats(),
         unrecognized_left_out: left_out,
         known_formats: Format::ALL.iter().map(|f| f.name()).collect(),
     };
     if args.json {
         let v = serde_json::to_value(&tail)?;
         crate::outln!(
-            "\n  ],\n  \"unrecognized\": {},\n  \"unrecognized_left_out\": {left_out},\n  \"known_formats\": {}\n}}",
+            "\n  ],\n  \"repeats\": {},\n  \"unrecognized\": {},\n  \"unrecognized_repeats\": {},\n  \"unrecognized_left_out\": {left_out},\n  \"known_formats\": {}\n}}",
+            serde_json::to_string(&v["repeats"])?,
             serde_json::to_string(&v["unrecognized"])?,
+            serde_json::to_string(&v["unrecognized_repeats"])?,
             serde_json::to_string(&v["known_formats"])?
         )?;
     } else {

@@ -8,6 +8,8 @@
 
 mod context;
 mod frameworks;
+mod generic;
+pub mod group;
 mod interval;
 mod other;
 pub mod render;
@@ -19,6 +21,7 @@ mod torch;
 use serde::Serialize;
 
 use crate::oom_message::{Detail, OomMessage, Unrecognized};
+pub use group::{Groups, Repeat};
 pub use interval::{Iv, Verdict};
 
 /// Version of the `--json` layout.
@@ -121,6 +124,9 @@ pub struct Explanation {
     pub undecided: Vec<Undecided>,
     /// Facts from the numbers that are not a cause (sentences).
     pub findings: Vec<String>,
+    /// Two figures cannot both hold (a finding names them): the cause is undecided unless the
+    /// other figures decide it alone.
+    pub contradicted: bool,
     pub next_checks: Vec<Check>,
 }
 
@@ -128,9 +134,16 @@ pub struct Explanation {
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub format_version: u32,
+    /// One per distinct message, in order of first appearance (a repeated message is
+    /// explained once, at its first line).
     pub explanations: Vec<Explanation>,
+    /// The messages printed more than once: how often, first and last line.
+    pub repeats: Vec<Repeat>,
     /// Lines that mention out-of-memory in a format none of the readers knows.
     pub unrecognized: Vec<Unrecognized>,
+    /// The unrecognized lines printed more than once (`message` is the 1-based index in
+    /// `unrecognized`).
+    pub unrecognized_repeats: Vec<Repeat>,
     /// Unrecognized lines past the first 1,000 of a streamed text, counted but not listed.
     pub unrecognized_left_out: u64,
     pub known_formats: Vec<&'static str>,
@@ -139,10 +152,21 @@ pub struct Report {
 /// Reads `text` (a message or a whole log) and explains every message in it.
 pub fn explain_text(text: &str) -> Report {
     let (messages, unrecognized) = crate::oom_message::scan_text(text);
+    let (mut messages_seen, mut lines_seen) = (Groups::new(), Groups::new());
+    let distinct = messages
+        .into_iter()
+        .filter(|m| messages_seen.see_message(m))
+        .collect();
+    let unrecognized = unrecognized
+        .into_iter()
+        .filter(|u| lines_seen.see_line(u))
+        .collect();
     Report {
         format_version: FORMAT_VERSION,
-        explanations: explain_all(messages),
+        explanations: explain_all(distinct),
+        repeats: messages_seen.repeats(),
         unrecognized,
+        unrecognized_repeats: lines_seen.repeats(),
         unrecognized_left_out: 0,
         known_formats: crate::oom_message::Format::ALL
             .iter()
@@ -184,6 +208,7 @@ pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
         | Detail::OnnxruntimeBfcArena { .. }
         | Detail::XlaAllocateRequest { .. }
         | Detail::TfGpuOomBytes { .. } => frameworks::diagnose(&message.detail, &mut d),
+        Detail::Generic { .. } => generic::diagnose(&message.detail, &mut d),
         _ => other::diagnose(&message.detail, earlier, &mut d),
     }
     d.finish(message)
@@ -200,6 +225,12 @@ pub(crate) struct Diagnosis {
     pub undecided: Vec<Undecided>,
     pub findings: Vec<String>,
     pub next_checks: Vec<Check>,
+    /// Two figures of the message cannot both hold (a finding names them): the arithmetic that
+    /// would name a cause rests on them, so the cause is left undecided.
+    pub contradicted: bool,
+    /// Causes the figures that do not contradict decide alone (a cap decided by the request,
+    /// free memory and the cap, when only the process's own figure is wrong): kept.
+    pub contradiction_spares: Vec<Cause>,
 }
 
 fn saturating_i64(v: i128) -> i64 {
@@ -279,6 +310,20 @@ impl Diagnosis {
 
     /// The reproduction of the primary cause first, then the rest in order of insertion.
     fn finish(mut self, message: OomMessage) -> Explanation {
+        if self.contradicted
+            && self
+                .cause
+                .is_some_and(|c| !self.contradiction_spares.contains(&c))
+            && let Some(c) = self.cause.take()
+        {
+            let mut candidates = vec![c];
+            candidates.append(&mut self.secondary_causes);
+            self.undecided(
+                "Which cause?".into(),
+                candidates,
+                "the figures contradict each other (see the findings), and the arithmetic that would name the cause rests on them".into(),
+            );
+        }
         let mut checks = Vec::new();
         if let Some(path) = self.cause.and_then(scenario) {
             checks.push(Check {
@@ -313,6 +358,7 @@ impl Diagnosis {
             ruled_out: self.ruled_out,
             undecided: self.undecided,
             findings: self.findings,
+            contradicted: self.contradicted,
             next_checks: checks,
         }
     }

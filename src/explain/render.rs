@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::{CheckKind, Explanation, Iv, Report, Value};
+use super::{CheckKind, Explanation, Iv, Repeat, Report, Value};
 use crate::oom_message::Format;
 
 /// Control characters (and bidirectional overrides) as visible escapes; `\n` as `\n`.
@@ -52,7 +52,21 @@ fn bytes_text(low: u64, high: u64) -> String {
     }
 }
 
-fn render_one(o: &mut String, e: &Explanation, index: usize, count: Option<usize>) {
+/// How often a repeated message was printed, for its heading.
+fn times(r: &Repeat) -> String {
+    format!(
+        "printed {} times, lines {}–{}",
+        r.count, r.first_line, r.last_line
+    )
+}
+
+fn render_one(
+    o: &mut String,
+    e: &Explanation,
+    index: usize,
+    count: Option<usize>,
+    repeat: Option<&Repeat>,
+) {
     let m = &e.message;
     let raised = m
         .raised_as
@@ -60,9 +74,12 @@ fn render_one(o: &mut String, e: &Explanation, index: usize, count: Option<usize
         .map(|r| format!(" (raised as {})", escape(r)))
         .unwrap_or_default();
     let of = count.map(|n| format!(" of {n}")).unwrap_or_default();
+    let repeated = repeat
+        .map(|r| format!(" · {}", times(r)))
+        .unwrap_or_default();
     let _ = writeln!(
         o,
-        "message {index}{of} · line {} · {}{raised}",
+        "message {index}{of} · line {} · {}{raised}{repeated}",
         m.span.line,
         m.format().name()
     );
@@ -152,11 +169,14 @@ fn render_one(o: &mut String, e: &Explanation, index: usize, count: Option<usize
 pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let count = r.explanations.len();
+    // Repeats are in order of the message they repeat.
+    let mut repeats = r.repeats.iter().peekable();
     for (i, e) in r.explanations.iter().enumerate() {
         if i > 0 {
             o.push('\n');
         }
-        render_one(&mut o, e, i + 1, Some(count));
+        let repeat = repeats.next_if(|x| x.message == i + 1);
+        render_one(&mut o, e, i + 1, Some(count), repeat);
     }
     o.push_str(&render_tail(r, count));
     o
@@ -165,25 +185,43 @@ pub fn render_text(r: &Report) -> String {
 /// One explanation on its own, for a streamed report (`count` unknown while streaming).
 pub fn render_message(e: &Explanation, index: usize, count: Option<usize>) -> String {
     let mut o = String::new();
-    render_one(&mut o, e, index, count);
+    render_one(&mut o, e, index, count, None);
     o
 }
 
-/// What follows the explanations: the unrecognized lines, and the known formats when
-/// nothing was recognized. `count` is the number of messages explained.
+/// What follows the explanations: the repeated messages when the explanations were printed
+/// before their repeats were counted (a streamed report holds none of them), the unrecognized
+/// lines, and the known formats when nothing was recognized. `count` is the number of distinct
+/// messages explained.
 pub fn render_tail(r: &Report, count: usize) -> String {
     let mut o = String::new();
     if count == 0 {
         o.push_str("No out-of-memory message recognized.\n");
     }
+    if r.explanations.is_empty() && !r.repeats.is_empty() {
+        let _ = writeln!(o, "\nrepeated messages (each explained once, above):");
+        for x in &r.repeats {
+            let _ = writeln!(o, "  message {}: {}", x.message, times(x));
+        }
+    }
     if !r.unrecognized.is_empty() {
         let _ = writeln!(
             o,
             "\n{} line(s) mention running out of memory in a format headroom does not know (not recognized, so not explained):",
-            r.unrecognized.len() as u64 + r.unrecognized_left_out
+            r.unrecognized.len() as u64
+                + r.unrecognized_repeats
+                    .iter()
+                    .map(|x| x.count - 1)
+                    .sum::<u64>()
+                + r.unrecognized_left_out
         );
-        for u in &r.unrecognized {
-            let _ = writeln!(o, "  line {}: {}", u.line, escape(&u.text));
+        let mut repeats = r.unrecognized_repeats.iter().peekable();
+        for (i, u) in r.unrecognized.iter().enumerate() {
+            let repeat = repeats.next_if(|x| x.message == i + 1);
+            let repeated = repeat
+                .map(|x| format!(" ({})", times(x)))
+                .unwrap_or_default();
+            let _ = writeln!(o, "  line {}: {}{repeated}", u.line, escape(&u.text));
         }
         if r.unrecognized_left_out > 0 {
             let _ = writeln!(o, "  … and {} more", r.unrecognized_left_out);

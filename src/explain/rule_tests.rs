@@ -113,9 +113,10 @@ fn one_context_per_process_is_discounted() {
     assert_eq!(e.cause, Some(cause::CAPACITY));
 }
 
-/// Figures that cannot all hold are a finding naming both: 14.50 GiB reserved on an
-/// 8.00 GiB card (magic-animate-for-windows#26, Windows' shared GPU memory), and a total of
-/// 2^64 − 1 bytes from a wrapped counter (tensorflow#14475).
+/// Figures that cannot all hold are a finding naming both, and the cause is undecided with the
+/// one the arithmetic would have named among the candidates: 14.50 GiB reserved on an 8.00 GiB
+/// card (magic-animate-for-windows#26, Windows' shared GPU memory), and a total of 2^64 − 1
+/// bytes from a wrapped counter (tensorflow#14475).
 #[test]
 fn impossible_figures_are_a_finding_naming_the_two() {
     let e = one(corpus!("magic-animate-for-windows-26.log"));
@@ -126,6 +127,16 @@ fn impossible_figures_are_a_finding_naming_the_two() {
         ),
         "{:?}",
         e.findings
+    );
+    assert!(e.contradicted);
+    assert_eq!(e.cause, None);
+    assert!(
+        e.undecided
+            .iter()
+            .any(|u| u.candidates.contains(&cause::CAPACITY)
+                && u.why.contains("the figures contradict each other")),
+        "{:?}",
+        e.undecided
     );
     let e = one(corpus!("tensorflow-14475.log"));
     assert_eq!(e.message.format(), Format::StreamExecutorContext);

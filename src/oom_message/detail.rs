@@ -4,6 +4,8 @@
 use serde::Serialize;
 
 use super::Quantity;
+use super::figures::Figure;
+use super::generic::MemorySpace;
 
 /// A process in PyTorch's list (NVML's compute processes on the device).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -299,6 +301,18 @@ pub enum Detail {
     /// ONNX Runtime's arena: "BFCArena::AllocateRawInternal … Failed to allocate memory for
     /// requested buffer of size N".
     OnnxruntimeBfcArena { requested_bytes: u64 },
+    /// Any other out-of-memory wording, read by principle (`generic`): every size figure of
+    /// its sentences, labelled by the words around it.
+    Generic {
+        /// The words that say memory ran out, as printed ("out of memory", `OutOfMemory`…).
+        wording: String,
+        /// The runtime its words name, when they name one.
+        runtime: Option<String>,
+        /// Which memory ran out: the GPU's device memory, or memory headroom does not measure.
+        memory: MemorySpace,
+        /// Every size figure, labelled (`label` null when no word around it says what it is).
+        figures: Vec<Figure>,
+    },
     /// The driver's or runtime's own error, with nothing else said.
     CudaDriver {
         /// As printed: `CUDA_ERROR_OUT_OF_MEMORY`, `cudaErrorMemoryAllocation`,
@@ -388,6 +402,8 @@ formats! {
         "CuPy: Out of memory allocating N bytes (allocated so far: N bytes)";
     OnnxruntimeBfcArena => "onnxruntime-bfc-arena",
         "ONNX Runtime: BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N";
+    Generic => "generic",
+        "Any runtime: a sentence that says memory ran out (out of memory, OutOfMemory, ALLOC_FAILED, not enough memory, …) and the sizes around it, each labelled by its words";
     CudaDriver => "cuda-driver",
         "CUDA: CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation, CUDA error: out of memory";
 }

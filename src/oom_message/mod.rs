@@ -16,6 +16,8 @@
 mod cursor;
 mod detail;
 mod driver;
+pub mod figures;
+mod generic;
 mod ggml;
 mod nccl;
 mod others;
@@ -32,6 +34,8 @@ mod xla;
 use serde::Serialize;
 
 pub use detail::{BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TorchHint};
+pub use figures::{Figure, Label};
+pub use generic::MemorySpace;
 pub use scan::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 pub use size::{ByteRange, Quantity};
 pub use sources::SOURCES;

@@ -10,8 +10,8 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
 use super::shadow::Shadow;
 use super::{
-    Detail, OomMessage, Span, Unrecognized, driver, ggml, nccl, others, pytorch, pytorch_legacy,
-    tensorflow, vllm, xla,
+    Detail, OomMessage, Span, Unrecognized, driver, generic, ggml, nccl, others, pytorch,
+    pytorch_legacy, tensorflow, vllm, xla,
 };
 
 /// A reader's find, in folded-text offsets, before line numbers are known.
@@ -28,7 +28,9 @@ pub(super) type Reader = fn(text: &str, at: usize, anchor_end: usize) -> Option<
 
 /// Most specific first: a span claimed by an earlier reader is not read again by a later one
 /// (the `CUDA_ERROR_OUT_OF_MEMORY` inside a StreamExecutor line is not a second message).
-fn families() -> [&'static [(&'static str, Reader)]; 10] {
+/// The reader by principle comes twice: with figures before the bare driver errors (which
+/// carry none), and with none at all last.
+fn families() -> [&'static [(&'static str, Reader)]; 12] {
     [
         pytorch::ANCHORS,
         pytorch_legacy::ANCHORS,
@@ -39,7 +41,9 @@ fn families() -> [&'static [(&'static str, Reader)]; 10] {
         xla::ANCHORS,
         nccl::ANCHORS,
         driver::SPECIFIC_ANCHORS,
+        generic::with_figures_anchors(),
         driver::GENERIC_ANCHORS,
+        generic::any_anchors(),
     ]
 }
 
@@ -83,30 +87,117 @@ fn candidates(text: &str) -> Vec<(usize, Found)> {
     out
 }
 
-/// The non-overlapping readings, most specific first, in order of position.
+/// The byte intervals of every size a reading holds (printed sizes and exact byte counts).
+fn sizes(detail: &Detail) -> Vec<(u64, u64)> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<(u64, u64)>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let (Some(low), Some(high)) = (
+                    o.get("low").and_then(serde_json::Value::as_u64),
+                    o.get("high").and_then(serde_json::Value::as_u64),
+                ) {
+                    out.push((low, high));
+                    return;
+                }
+                for (k, x) in o {
+                    match x.as_u64() {
+                        Some(b) if k.ends_with("_bytes") => out.push((b, b)),
+                        _ => walk(x, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::to_value(detail) {
+        walk(&v, &mut out);
+    }
+    out
+}
+
+/// A specific reading that stopped short: the driver's bare error, or PyTorch's message cut
+/// (by the paste, or by a word its reader did not know). Only these give way to a reading by
+/// principle that holds every size they hold and more.
+fn stopped_short(detail: &Detail) -> bool {
+    matches!(
+        detail,
+        Detail::CudaDriver { .. }
+            | Detail::PytorchCaching {
+                truncated: true,
+                ..
+            }
+            | Detail::PytorchCaching {
+                device_free: None,
+                ..
+            }
+            | Detail::PytorchCachingLegacy {
+                truncated: true,
+                ..
+            }
+    )
+}
+
+/// The non-overlapping readings, most specific first, in order of position; a reading by
+/// principle replaces the specific readings it overlaps when they stopped short (a typo, a
+/// wording their reader does not know, `stopped_short`) and it holds each of their sizes and
+/// more labelled ones.
 fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
     found.sort_by_key(|(rank, f)| (*rank, f.start));
-    let mut taken: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut kept = Vec::new();
+    // Start → (end, index in `kept`).
+    let mut taken: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut kept: Vec<Option<Found>> = Vec::new();
     for (_, f) in found {
-        let overlaps_before = taken
+        let mut overlapping: Vec<usize> = taken
             .range(..=f.start)
             .next_back()
-            .is_some_and(|(_, &end)| end > f.start);
-        let overlaps_after = taken.range(f.start..f.end).next().is_some();
-        if overlaps_before || overlaps_after {
-            continue;
+            .filter(|(_, (end, _))| *end > f.start)
+            .map(|(&s, _)| s)
+            .into_iter()
+            .collect();
+        overlapping.extend(taken.range(f.start..f.end).map(|(&s, _)| s));
+        overlapping.dedup();
+        if !overlapping.is_empty() {
+            let Detail::Generic { figures, .. } = &f.detail else {
+                continue;
+            };
+            let theirs: Vec<&Found> = overlapping
+                .iter()
+                .filter_map(|s| kept[taken[s].1].as_ref())
+                .collect();
+            let their_sizes: Vec<(u64, u64)> =
+                theirs.iter().flat_map(|k| sizes(&k.detail)).collect();
+            let holds_all = their_sizes.iter().all(|&(low, high)| {
+                figures
+                    .iter()
+                    .any(|g| g.quantity.bytes.low <= low && high <= g.quantity.bytes.high)
+            });
+            let labelled = figures.iter().filter(|g| g.label.is_some()).count();
+            if !theirs.iter().all(|k| stopped_short(&k.detail))
+                || !holds_all
+                || labelled <= their_sizes.len()
+            {
+                continue;
+            }
+            for s in overlapping {
+                if let Some((_, i)) = taken.remove(&s) {
+                    kept[i] = None;
+                }
+            }
         }
-        taken.insert(f.start, f.end);
-        kept.push(f);
+        taken.insert(f.start, (f.end, kept.len()));
+        kept.push(Some(f));
     }
+    let mut kept: Vec<Found> = kept.into_iter().flatten().collect();
     kept.sort_by_key(|f| f.start);
     kept
 }
 
 pub(super) fn find_all(text: &str) -> Vec<OomMessage> {
     let shadow = Shadow::new(text);
-    let kept = select(candidates(&shadow.text));
+    let found = generic::with_line_ends(&shadow.line_ends, || candidates(&shadow.text));
+    let kept = select(found);
     to_messages(text, &shadow, kept)
 }
 
@@ -271,23 +362,29 @@ fn suspect_offsets(text: &str) -> Vec<usize> {
 
 pub(super) fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecognized> {
     let hits = suspect_offsets(text);
+    let bytes = text.as_bytes();
     let mut out: Vec<Unrecognized> = Vec::new();
     let mut spans = found.iter().map(|m| m.span).peekable();
-    let (mut line, mut line_start) = (1usize, 0usize);
+    // The line reached so far, its start and end, and the offset its newlines are counted
+    // to: every byte is looked at a bounded number of times, whatever the shape of the lines
+    // (a million phrases on one line cost what a million lines do).
+    let (mut line, mut line_start, mut line_end) = (1usize, 0usize, None::<usize>);
+    let mut counted_to = 0usize;
     for at in hits {
-        // Walk to the line holding `at`.
-        let newlines = text.as_bytes()[line_start..at]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
-        if newlines > 0 {
-            line += newlines;
-            line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        if line_end.is_none_or(|end| at > end) {
+            let newlines = memchr::memchr_iter(b'\n', &bytes[counted_to..at]).count();
+            if newlines > 0 {
+                line += newlines;
+                line_start = memchr::memrchr(b'\n', &bytes[counted_to..at])
+                    .map_or(0, |i| counted_to + i + 1);
+            }
+            counted_to = at;
+            line_end = Some(memchr::memchr(b'\n', &bytes[at..]).map_or(text.len(), |i| at + i));
         }
+        let line_end = line_end.unwrap_or(text.len());
         if out.last().is_some_and(|u| u.line == line) {
             continue;
         }
-        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
         while spans.peek().is_some_and(|s| s.end_byte <= line_start) {
             spans.next();
         }

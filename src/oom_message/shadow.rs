@@ -11,6 +11,9 @@
 #[derive(Debug, Clone, Default)]
 pub struct Shadow {
     pub text: String,
+    /// Offsets of the spaces that stand for a run holding a line break, ascending: where the
+    /// input's lines end, for the reader that reads by lines (`generic`).
+    pub line_ends: Vec<usize>,
     /// `(shadow offset, input offset)` of the first byte after every fold, ascending.
     breaks: Vec<(usize, usize)>,
 }
@@ -107,6 +110,7 @@ impl Shadow {
         let bytes = input.as_bytes();
         let mut text = Vec::with_capacity(bytes.len());
         let mut breaks = Vec::new();
+        let mut line_ends = Vec::new();
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes[i];
@@ -119,12 +123,14 @@ impl Shadow {
             // A run of whitespace and escapes: one space if it held any whitespace.
             let run_start = i;
             let mut spaced = false;
+            let mut line_end = false;
             loop {
                 if i >= bytes.len() {
                     break;
                 }
                 if bytes[i] == b'\n' {
                     spaced = true;
+                    line_end = true;
                     i += 1 + quote_marker_len(bytes, i + 1);
                 } else if is_space(bytes[i]) {
                     spaced = true;
@@ -147,6 +153,9 @@ impl Shadow {
                 continue;
             }
             if spaced {
+                if line_end {
+                    line_ends.push(text.len());
+                }
                 text.push(b' ');
             }
             let consumed = i - run_start;
@@ -158,6 +167,7 @@ impl Shadow {
         Shadow {
             // Only whole ASCII bytes were dropped or replaced by ASCII: still UTF-8.
             text: String::from_utf8(text).unwrap_or_default(),
+            line_ends,
             breaks,
         }
     }

@@ -44,6 +44,15 @@ fn figures(message: &Value) -> serde_json::Map<String, Value> {
                     serde_json::json!([u["low"], u["high"]]),
                 );
             }
+        } else if k == "figures" {
+            // The reading by principle: each figure under its label.
+            for (i, f) in v.as_array().unwrap().iter().enumerate() {
+                let label = f["label"].as_str().unwrap_or("unlabelled");
+                out.insert(
+                    format!("figures[{i}].{label}"),
+                    serde_json::json!([f["low"], f["high"]]),
+                );
+            }
         } else if k.ends_with("_bytes") && v.is_u64() {
             out.insert(k.clone(), serde_json::json!([v, v]));
         }
@@ -263,7 +272,7 @@ fn exit_codes_say_explained_nothing_recognized_or_unreadable() {
     assert!(out.stdout.contains("No out-of-memory message recognized."));
     assert!(
         out.stdout
-            .contains("line 1: RuntimeError: DefaultCPUAllocator: not enough memory")
+            .contains("line 1: Killed process 4242 (python) total-vm:81234567kB: OOM killer")
     );
     assert!(out.stdout.contains("Known formats:"));
     assert!(out.stdout.contains("pytorch-caching-legacy"));
@@ -299,7 +308,12 @@ fn terminal_control_characters_in_the_input_are_escaped() {
     );
     assert!(!out.stdout.contains('\u{7}'));
     assert!(out.stdout.contains("GPU_0_\\u{1b}[31mbfc"));
-    assert!(out.stdout.contains("\\u{1b}[1mRuntimeError: out of memory"));
+    // The second line is read by principle; its colour codes are not part of it.
+    assert!(
+        out.stdout.contains("  \"RuntimeError: out of memory\""),
+        "{}",
+        out.stdout
+    );
     let out = run(&["explain", "--json"], Some(evil));
     assert!(!out.stdout.contains('\u{1b}'));
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -418,7 +432,7 @@ fn a_long_adversarial_input_stays_fast() {
 }
 
 /// CPU time the calling thread has used.
-fn thread_cpu_time() -> Duration {
+pub(crate) fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -514,10 +528,14 @@ fn a_long_log_is_streamed_in_bounded_memory() {
     use std::io::{BufRead, BufReader};
     // 6 MB, past the 4 MiB read whole: 3,000 messages among training output.
     let filler = "step 1234 loss 0.1234 lr 0.0001 throughput 123.4 samples/s\n".repeat(30);
-    let message = "RuntimeError: CUDA error: out of memory\n";
+    // Each message its own (a repeat would be counted, not explained again).
+    let message =
+        |i: usize| format!("RuntimeError: CUDA out of memory. Tried to allocate {i}.00 MiB\n");
     let messages = 3000;
-    let block = format!("{filler}{message}");
-    let log = block.repeat(messages);
+    let block = format!("{filler}{}", message(0));
+    let log: String = (1..=messages)
+        .map(|i| format!("{filler}{}", message(i)))
+        .collect();
     assert!(log.len() > 4 << 20);
     let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(["explain", "-"])
@@ -547,7 +565,7 @@ fn a_long_log_is_streamed_in_bounded_memory() {
             assert_eq!(
                 rest,
                 format!(
-                    "{seen} · line {} · cuda-driver (raised as RuntimeError)",
+                    "{seen} · line {} · pytorch-caching (raised as RuntimeError)",
                     seen * lines_per_block
                 )
             );
@@ -584,23 +602,67 @@ fn binary_input_is_refused_after_a_mebibyte_of_nul_bytes() {
 }
 
 #[test]
-fn every_known_wording_no_reader_takes_is_listed() {
-    // Each line says memory ran out, in words headroom knows, in a form no reader parses
-    // (a cut-off paste, a library without a reader, the host).
+fn every_known_wording_no_specific_reader_takes_is_read_by_principle() {
+    // Each line says memory ran out, in words headroom knows, in a form no specific reader
+    // parses (a cut-off paste, a library without a reader, the host): each is still read,
+    // with its figures and the memory it is about.
     let lines = [
-        "RuntimeError: CUDA out of memory. Tried to allocate",
-        "ERROR: CudaCustomAllocator out of memory",
-        "2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer",
-        "terminate called after throwing an instance of 'std::bad_alloc'",
-        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array",
-        "\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m",
-        "paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:",
-        "ggml_backend_cuda_buffer_type_alloc_buffer: cudaMalloc failed",
-        "[12345.678] Out of memory: Killed process 4242 (python)",
+        (
+            "RuntimeError: CUDA out of memory. Tried to allocate",
+            "device",
+            0,
+        ),
+        ("ERROR: CudaCustomAllocator out of memory", "device", 0),
+        (
+            "2024-03-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:514] Failed to allocate memory for requested buffer",
+            "device",
+            0,
+        ),
+        (
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "host-ram",
+            0,
+        ),
+        (
+            "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.13 GiB for an array with shape (1000, 420000)",
+            "host-ram",
+            1,
+        ),
+        (
+            "\u{1b}[31mXlaRuntimeError: RESOURCE_EXHAUSTED\u{1b}[0m",
+            "device",
+            0,
+        ),
+        (
+            "paddle.fluid.core_avx.EnforceNotMet: ResourceExhaustedError:",
+            "device",
+            0,
+        ),
+        (
+            "[12345.678] Out of memory: Killed process 4242 (python)",
+            "host-ram",
+            0,
+        ),
     ];
-    let text = lines.join("\n");
-    let r = explain_text(&text);
-    assert!(r.explanations.is_empty(), "{:?}", r.explanations);
-    let listed: Vec<usize> = r.unrecognized.iter().map(|u| u.line).collect();
-    assert_eq!(listed, (1..=lines.len()).collect::<Vec<_>>());
+    let text: Vec<&str> = lines.iter().map(|l| l.0).collect();
+    let r = explain_text(&text.join("\n"));
+    assert!(r.unrecognized.is_empty(), "{:?}", r.unrecognized);
+    let read: Vec<(usize, String, usize)> = r
+        .explanations
+        .iter()
+        .map(|e| {
+            let m = serde_json::to_value(&e.message).unwrap();
+            (
+                e.message.span.line,
+                m["memory"].as_str().unwrap_or("").to_string(),
+                m["figures"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    let want: Vec<(usize, String, usize)> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.1.to_string(), l.2))
+        .collect();
+    assert_eq!(read, want);
 }

@@ -190,7 +190,8 @@ fn the_corpus_of_real_messages_reads_and_diagnoses_as_judged_by_hand() {
     );
     assert!(parsed_share >= 0.97, "parsed {parsed_share:.3}");
     assert!(agreed_share >= 0.90, "cause agreement {agreed_share:.3}");
-    for f in Format::ALL {
+    // The reader by principle is measured on the recorded reports (`oom_reports`).
+    for f in Format::ALL.iter().filter(|f| **f != Format::Generic) {
         let k = per_format.get(f.name()).copied().unwrap_or(0);
         assert!(k >= 3, "{}: {k} messages in the corpus", f.name());
     }

@@ -326,6 +326,20 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
         Detail::OnnxruntimeBfcArena { requested_bytes } => {
             bytes(&mut f, "requested", Some(*requested_bytes));
         }
+        Detail::Generic {
+            wording,
+            runtime,
+            memory,
+            figures,
+        } => {
+            text(&mut f, "wording", Some(wording));
+            text(&mut f, "runtime", runtime.as_ref());
+            text(&mut f, "memory", Some(memory.words()));
+            for x in figures {
+                let name = x.label.map_or("unlabelled", |l| l.as_str());
+                f.push((name.to_string(), Field::Size(&x.quantity)));
+            }
+        }
         Detail::CudaDriver {
             error,
             context_creation,

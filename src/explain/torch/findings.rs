@@ -12,6 +12,7 @@ fn exceeds(a: Iv, b: Iv) -> bool {
 }
 
 fn contradiction(d: &mut Diagnosis, big: &str, big_iv: Iv, small: &str, small_iv: Iv, why: &str) {
+    d.contradicted = true;
     d.findings.push(format!(
         "The figures contradict each other: {big} ({big_iv}) exceeds {small} ({small_iv}); {why}"
     ));
@@ -52,6 +53,21 @@ pub(super) fn sentence_form(
             Iv::of(q),
             "NVML counted the process at another instant, or the device shares memory with the host.",
         );
+    }
+    if let Some(q) = this
+        && exceeds(Iv::of(q), e.total)
+    {
+        contradiction(
+            d,
+            "this process's memory in use",
+            Iv::of(q),
+            "the device total",
+            e.total,
+            "NVML gave no figure for the process (2^64 bytes is its \"not available\") or counted another device.",
+        );
+        // A cap is decided by the request, free memory and the cap, none of them this figure.
+        d.contradiction_spares
+            .push(crate::explain::cause::FRACTION_CAP);
     }
     let listed = processes
         .iter()

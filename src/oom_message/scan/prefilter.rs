@@ -30,10 +30,11 @@ pub(super) const WORDS: &[&str] = &[
     "runtime error",
     "max seq len",
     "serve at least",
+    "resource",
 ];
 
 /// Searched as written, besides the three forms of each word.
-pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck"];
+pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck", "hipError_t(1002)", "with error 2"];
 
 /// Every form searched.
 pub(super) fn forms() -> Vec<String> {
@@ -102,7 +103,11 @@ pub(crate) fn scan(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
             if h.saturating_sub(BEFORE_BYTES) > end {
                 break;
             }
-            end = end.max(line_end(text, h + AFTER_BYTES));
+            // `end` is a line's end: a word whose reach stops before it cannot move it, and
+            // skipping the search then keeps a line of a million words linear.
+            if h + AFTER_BYTES >= end {
+                end = line_end(text, h + AFTER_BYTES);
+            }
             hits.next();
         }
         let mut found = find_all(&text[start..end]);

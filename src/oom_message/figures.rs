@@ -1,0 +1,481 @@
+//! Size figures read by principle rather than by format: every number with a size unit (or a
+//! bare byte count after a size word) in a stretch of text, with the interval its printed
+//! precision allows, labelled by the words around it (requested, free, total, in use,
+//! allocated, reserved, reserved-unallocated, cached, limit) and left unlabelled when no word
+//! says what it is. Words match within one edit ("fre" for "free"), so a user's typo does not
+//! lose a label.
+//!
+//! The interval allows every formatter a runtime may use: rounding to nearest or truncating at
+//! the printed precision, and for `KB`/`MB`/`GB` (and `K`/`M`/`G`), which runtimes print for
+//! both powers, either 1000 or 1024 a step.
+
+use serde::Serialize;
+
+use super::size::{ByteRange, Decimal, Quantity};
+
+/// What a figure is, from the words around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Label {
+    /// The allocation that failed ("tried to allocate", "requested", "size of").
+    Requested,
+    /// Free on the device (or pool): "is free", "available".
+    Free,
+    /// The device's (or pool's) whole memory: "total", "capacity".
+    Total,
+    /// What the process or allocator has in use: "in use", "used".
+    InUse,
+    /// Allocated by the framework: "allocated".
+    Allocated,
+    /// Reserved by the framework's allocator: "reserved".
+    Reserved,
+    /// Reserved but not allocated: "reserved … but unallocated".
+    ReservedUnallocated,
+    /// "cached" (older allocators' word for reserved-but-unallocated).
+    Cached,
+    /// A cap: "limit", "allowed", "max".
+    Limit,
+}
+
+impl Label {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Label::Requested => "requested",
+            Label::Free => "free",
+            Label::Total => "total",
+            Label::InUse => "in_use",
+            Label::Allocated => "allocated",
+            Label::Reserved => "reserved",
+            Label::ReservedUnallocated => "reserved_unallocated",
+            Label::Cached => "cached",
+            Label::Limit => "limit",
+        }
+    }
+}
+
+/// One size figure of a message: what the words around it say it is (`None`: they do not
+/// say), as printed and as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Figure {
+    pub label: Option<Label>,
+    #[serde(flatten)]
+    pub quantity: Quantity,
+    /// Offset of the figure in the text it was read from.
+    #[serde(skip)]
+    pub at: usize,
+    #[serde(skip)]
+    pub end: usize,
+}
+
+/// Words of no weight between a figure and its label ("X *is* free", "X *of memory* in use").
+const FILLER: &[&str] = &[
+    "is",
+    "are",
+    "was",
+    "of",
+    "memory",
+    "gpu",
+    "device",
+    "in",
+    "has",
+    "have",
+    "been",
+    "the",
+    "a",
+    "an",
+    "by",
+    "bytes",
+    "mem",
+    "vram",
+    "ram",
+    "cuda",
+    "already",
+    "currently",
+    "so",
+    "far",
+];
+
+/// Words after a figure, and what they make it.
+const AFTER: &[(&str, Label)] = &[
+    ("free", Label::Free),
+    ("available", Label::Free),
+    ("remaining", Label::Free),
+    ("total", Label::Total),
+    ("capacity", Label::Total),
+    ("allocated", Label::Allocated),
+    ("reserved", Label::Reserved),
+    ("cached", Label::Cached),
+    ("use", Label::InUse),
+    ("used", Label::InUse),
+    ("allowed", Label::Limit),
+    ("limit", Label::Limit),
+    ("requested", Label::Requested),
+];
+
+/// Words before a figure (the nearest decides), and what they make it.
+const BEFORE: &[(&str, Label)] = &[
+    ("allocate", Label::Requested),
+    ("allocating", Label::Requested),
+    ("allocation", Label::Requested),
+    ("alloc", Label::Requested),
+    ("malloc", Label::Requested),
+    ("request", Label::Requested),
+    ("requested", Label::Requested),
+    ("requesting", Label::Requested),
+    ("requires", Label::Requested),
+    ("required", Label::Requested),
+    ("need", Label::Requested),
+    ("needs", Label::Requested),
+    ("needed", Label::Requested),
+    ("size", Label::Requested),
+    ("buffer", Label::Requested),
+    ("total", Label::Total),
+    ("capacity", Label::Total),
+    ("free", Label::Free),
+    ("available", Label::Free),
+    ("remaining", Label::Free),
+    ("limit", Label::Limit),
+    ("limitation", Label::Limit),
+    ("allowed", Label::Limit),
+    ("max", Label::Limit),
+    ("maximum", Label::Limit),
+    ("allocated", Label::Allocated),
+    ("reserved", Label::Reserved),
+    ("cached", Label::Cached),
+    ("using", Label::InUse),
+    ("use", Label::InUse),
+    ("used", Label::InUse),
+];
+
+/// Whether `word` is `known` or one edit from it (for known words of four letters or more).
+pub(super) fn near(word: &str, known: &str) -> bool {
+    if word == known {
+        return true;
+    }
+    if known.len() < 4 || word.len() < 3 {
+        return false;
+    }
+    let (a, b) = (word.as_bytes(), known.as_bytes());
+    if a.len().abs_diff(b.len()) > 1 {
+        return false;
+    }
+    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    // What is left between the common prefix and suffix is the edit: at most one byte each.
+    a.len() - prefix - suffix <= 1 && b.len() - prefix - suffix <= 1
+}
+
+fn lookup(word: &str, table: &[(&str, Label)]) -> Option<Label> {
+    table
+        .iter()
+        .find(|(w, _)| *w == word)
+        .or_else(|| table.iter().find(|(w, _)| w.len() >= 4 && near(word, w)))
+        .map(|&(_, l)| l)
+}
+
+/// Lower-case words of `s`, in order.
+fn words(s: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
+    s.split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_lowercase())
+}
+
+/// Where a clause ends: the label of a figure is looked for no further.
+fn is_clause_break(c: char) -> bool {
+    matches!(
+        c,
+        '.' | ';' | ',' | '(' | ')' | '|' | '\n' | '[' | ']' | '=' | '"' | '\''
+    )
+}
+
+fn label_after(after: &str) -> Option<Label> {
+    let clause = after.find(is_clause_break).map_or(after, |i| &after[..i]);
+    let mut seen = 0;
+    let ws: Vec<String> = words(clause).take(8).collect();
+    for (i, w) in ws.iter().enumerate() {
+        if FILLER.contains(&w.as_str()) {
+            continue;
+        }
+        if let Some(l) = lookup(w, AFTER) {
+            let rest = &ws[i + 1..];
+            if l == Label::Reserved && rest.iter().any(|w| near(w, "unallocated")) {
+                return Some(Label::ReservedUnallocated);
+            }
+            return Some(l);
+        }
+        seen += 1;
+        if seen >= 1 {
+            return None;
+        }
+    }
+    None
+}
+
+fn label_before(before: &str) -> Option<Label> {
+    // "Used 41.74G of 16.00G": a size of a size is out of a total.
+    if let Some(head) = before.trim_end().strip_suffix(" of")
+        && head
+            .rsplit(' ')
+            .next()
+            .is_some_and(|t| t.bytes().any(|b| b.is_ascii_digit()))
+    {
+        return Some(Label::Total);
+    }
+    // A figure in parentheses is named by the words before them ("Requested amount of GPU
+    // memory (15485030400 bytes)").
+    let before = before.trim_end().strip_suffix('(').unwrap_or(before);
+    let clause = before
+        .rfind(['.', ';', '|', '\n', '(', ','])
+        .map_or(before, |i| &before[i + 1..]);
+    words(clause).rev().take(6).find_map(|w| lookup(&w, BEFORE))
+}
+
+/// What the words around `text[at..end]` make the figure there.
+fn label(text: &str, at: usize, end: usize) -> Option<Label> {
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(80));
+    let to = super::cursor::floor_boundary(text, (end + 80).min(text.len()));
+    label_after(&text[end..to]).or_else(|| label_before(&text[from..at]))
+}
+
+/// The scale of a unit word, as `(low, high)` bytes a unit: equal for `B`, `KiB`…, 1000 and
+/// 1024 powers for `KB`/`MB`/`GB`, whose meaning varies by runtime. `spaced`: the unit was
+/// printed after a space (single letters then are words, not units).
+fn unit_scale(unit: &str, spaced: bool) -> Option<(u128, u128)> {
+    let k = match unit {
+        "B" | "b" | "bytes" | "byte" | "Bytes" => return Some((1, 1)),
+        "KiB" | "kiB" => return Some((1 << 10, 1 << 10)),
+        "MiB" => return Some((1 << 20, 1 << 20)),
+        "GiB" => return Some((1 << 30, 1 << 30)),
+        "TiB" => return Some((1 << 40, 1 << 40)),
+        "KB" | "kB" | "kb" | "Kb" => 1,
+        "MB" | "Mb" | "mb" => 2,
+        "GB" | "Gb" | "gb" => 3,
+        "TB" | "tb" => 4,
+        "K" | "k" if !spaced => 1,
+        "M" if !spaced => 2,
+        "G" if !spaced => 3,
+        "T" if !spaced => 4,
+        _ => return None,
+    };
+    Some((1000u128.pow(k), 1024u128.pow(k)))
+}
+
+/// The bytes `number` (as digits) times the unit can stand for: rounded to nearest or cut at
+/// the printed places.
+fn interval(d: Decimal, low_scale: u128, high_scale: u128) -> Option<ByteRange> {
+    let p = 10u128.checked_pow(d.places)?;
+    if low_scale == 1 && high_scale == 1 {
+        // Bytes are whole: a fraction of a byte is no byte count.
+        if d.places != 0 {
+            return None;
+        }
+        return u64::try_from(d.mantissa).ok().map(ByteRange::exact);
+    }
+    // [(m − ½)/p · low, (m + 1)/p · high]: the values that round or truncate to the text.
+    let low = (d.mantissa.checked_mul(2)?.saturating_sub(1))
+        .checked_mul(low_scale)?
+        .div_ceil(p.checked_mul(2)?);
+    // The largest whole byte count below (m + 1)/p · high.
+    let high = (d.mantissa.checked_add(1)?.checked_mul(high_scale)? - 1) / p;
+    Some(ByteRange {
+        low: u64::try_from(low).unwrap_or(u64::MAX),
+        high: u64::try_from(high).unwrap_or(u64::MAX),
+    })
+}
+
+/// Every size figure in `text`, labelled.
+pub fn read(text: &str) -> Vec<Figure> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let starts = b.is_ascii_digit()
+            && !(i > 0
+                && (bytes[i - 1].is_ascii_alphanumeric()
+                    || matches!(bytes[i - 1], b'.' | b'_' | b':' | b'-' | b'/' | b'x')));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        match figure_at(text, i) {
+            Some(f) => {
+                i = f.end;
+                out.push(f);
+            }
+            None => {
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'.' | b',' | b':'))
+                {
+                    i += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The figure whose number starts at `at`, if a size is printed there.
+fn figure_at(text: &str, at: usize) -> Option<Figure> {
+    let bytes = text.as_bytes();
+    let mut j = at;
+    let mut digits = String::new();
+    while j < bytes.len() {
+        let c = bytes[j];
+        if c.is_ascii_digit() {
+            digits.push(c as char);
+            j += 1;
+        } else if c == b','
+            && bytes
+                .get(j + 1..j + 4)
+                .is_some_and(|g| g.iter().all(u8::is_ascii_digit))
+            && !bytes.get(j + 4).is_some_and(u8::is_ascii_digit)
+        {
+            j += 1;
+        } else if c == b'.'
+            && !digits.contains('.')
+            && bytes.get(j + 1).is_some_and(u8::is_ascii_digit)
+        {
+            digits.push('.');
+            j += 1;
+        } else {
+            break;
+        }
+    }
+    let number_end = j;
+    let d = Decimal::parse(&digits)?;
+    let spaced = bytes.get(j) == Some(&b' ');
+    // "15485030400-byte": a unit joined by a hyphen.
+    if bytes.get(j) == Some(&b'-') && text[j + 1..].starts_with("byte") {
+        let d = Decimal::parse(&digits)?;
+        let end = j
+            + 1
+            + if text[j + 1..].starts_with("bytes") {
+                5
+            } else {
+                4
+            };
+        return Some(Figure {
+            label: label(text, at, end),
+            quantity: Quantity {
+                printed: text[at..end].to_string(),
+                bytes: interval(d, 1, 1)?,
+            },
+            at,
+            end,
+        });
+    }
+    let unit_start = if spaced { j + 1 } else { j };
+    let mut k = unit_start;
+    while k < bytes.len() && bytes[k].is_ascii_alphabetic() {
+        k += 1;
+    }
+    let unit = &text[unit_start..k];
+    let (range, end) = match unit_scale(unit, spaced) {
+        Some((low, high)) if !unit.is_empty() => (interval(d, low, high)?, k),
+        _ => {
+            // A bare count: bytes only when whole, of four digits or more, and a size word
+            // comes right before it ("allocate buffer: 655360000").
+            let whole = d.places == 0 && digits.len() >= 4;
+            // A word may follow without a space where a paste lost it ("110592Hardware").
+            let after_ok = !matches!(bytes.get(number_end), Some(b':' | b'-' | b'/' | b'x'))
+                && !bytes.get(number_end).is_some_and(u8::is_ascii_lowercase);
+            let from = super::cursor::floor_boundary(text, at.saturating_sub(32));
+            let before = text[from..at].to_ascii_lowercase();
+            let last_word = before
+                .trim_end_matches([' ', ':', '='])
+                .rsplit(|c: char| !c.is_ascii_alphabetic())
+                .next()
+                .unwrap_or("");
+            let sized = [
+                "alloc", "size", "buffer", "request", "bytes", "memory", "required", "limit",
+            ]
+            .iter()
+            .any(|w| last_word.starts_with(w));
+            if !(whole && after_ok && sized) {
+                return None;
+            }
+            (interval(d, 1, 1)?, number_end)
+        }
+    };
+    Some(Figure {
+        label: label(text, at, end),
+        quantity: Quantity {
+            printed: text[at..end].to_string(),
+            bytes: range,
+        },
+        at,
+        end,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(text: &str) -> Vec<(Option<&'static str>, String, u64, u64)> {
+        read(text)
+            .into_iter()
+            .map(|f| {
+                (
+                    f.label.map(Label::as_str),
+                    f.quantity.printed,
+                    f.quantity.bytes.low,
+                    f.quantity.bytes.high,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn figures_are_labelled_by_the_words_around_them() {
+        let got = labels(
+            "Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.69 GiB of which 5.06 MiB is fre. \
+             Including non-PyTorch memory, this process has 23.67 GiB memory in use. Of the allocated \
+             memory 22.1 GiB is allocated by PyTorch, and 1.1 GiB is reserved by PyTorch but unallocated.",
+        );
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                Some("requested"),
+                Some("total"),
+                Some("free"),
+                Some("in_use"),
+                Some("allocated"),
+                Some("reserved_unallocated")
+            ]
+        );
+        // 20.00 MiB rounded or cut: [19.995, 20.01) MiB.
+        assert_eq!((got[0].2, got[0].3), (20_966_278, 20_982_005));
+    }
+
+    #[test]
+    fn bare_counts_need_a_size_word_and_units_keep_their_ambiguity() {
+        let got =
+            labels("Memory not available to allocate buffer: 655360000 at line 70, pid 12345");
+        assert_eq!(
+            got,
+            [(Some("requested"), "655360000".into(), 655360000, 655360000)]
+        );
+        let got = labels("you tried to allocate 1.5GB");
+        assert_eq!(got[0].2, 1_450_000_000);
+        assert_eq!(got[0].3, 1_717_986_918);
+        assert!(labels("2018-07-17 09:05:55.622488: step 1234").is_empty());
+        // A number with a unit but no word that says what it is.
+        assert_eq!(labels("warning: 3.00 GiB").first().map(|g| g.0), Some(None));
+    }
+
+    #[test]
+    fn one_edit_is_a_typo_two_are_another_word() {
+        assert!(near("fre", "free"));
+        assert!(near("alocated", "allocated"));
+        assert!(near("totl", "total"));
+        assert!(!near("frame", "free"));
+    }
+}

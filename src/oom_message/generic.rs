@@ -1,0 +1,468 @@
+//! The reader under the specific ones: any out-of-memory wording, in any runtime's vocabulary,
+//! yields the size figures of its sentence and the sentences after it that carry sizes, each
+//! labelled by the words around it (`figures`), with the memory it is about (device, host RAM,
+//! TPU HBM, on-chip shared memory) and the runtime its words name. It claims what no specific
+//! reader took; where it finds more figures than the specific reading of the same text (a typo
+//! inside a known phrase, a wording a release changed), it is kept instead (`scan::select`).
+//!
+//! The wordings are the runtimes' own, learnt from their sources and listed in docs/oom.md:
+//! "out of memory" and its spellings (`OutOfMemory`, `OUT_OF_MEMORY`, HIP's
+//! `hipError_t(1002)`), `RESOURCE_EXHAUSTED`, cuDNN's `CUDNN_STATUS_ALLOC_FAILED`, Triton's
+//! "out of resource: shared memory", XLA TPU's "Ran out of memory in memory space hbm",
+//! PyTorch's `DefaultCPUAllocator: not enough memory`, TensorRT's "Requested amount of GPU
+//! memory (N bytes) could not be allocated", Theano's "Error allocating N bytes of device
+//! memory", MIOpen's "Memory not available to allocate buffer", and the plain English ones
+//! ("failed to allocate", "unable to allocate", "insufficient memory", …).
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+use super::figures::{self, Figure};
+use super::scan::{Found, Reader, raised_as};
+use super::{Detail, cursor::floor_boundary};
+
+/// Which memory a message is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemorySpace {
+    /// A GPU's device memory: what headroom's views measure.
+    Device,
+    /// The host's RAM (a CPU allocator, pinned host memory, the kernel's `ENOMEM`).
+    HostRam,
+    /// A TPU's high-bandwidth memory: not a CUDA device.
+    TpuHbm,
+    /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
+    /// limit, not device memory.
+    SharedMemory,
+}
+
+impl MemorySpace {
+    /// How a person names it.
+    pub fn words(self) -> &'static str {
+        match self {
+            MemorySpace::Device => "GPU device memory",
+            MemorySpace::HostRam => "host RAM",
+            MemorySpace::TpuHbm => "TPU HBM",
+            MemorySpace::SharedMemory => "on-chip shared memory",
+        }
+    }
+}
+
+/// Out-of-memory wordings, in lower case; each is also matched capitalized, in title case and
+/// upper case.
+const PHRASES: &[&str] = &[
+    "out of memory",
+    "out of gpu memory",
+    "out of device memory",
+    "out of resource",
+    "outofmemory",
+    "outofresources",
+    "out_of_memory",
+    "resource exhausted",
+    "resource_exhausted",
+    "resourceexhausted",
+    "alloc_failed",
+    "not enough memory",
+    "failed to allocate",
+    "failed to alloc ",
+    "could not allocate",
+    "could not be allocated",
+    "cannot allocate",
+    "can't allocate",
+    "unable to allocate",
+    "memory allocation failed",
+    "allocation failed",
+    "insufficient memory",
+    "memory not available",
+    "error allocating",
+    "bad_alloc",
+    "memory exhausted",
+];
+
+/// Written as the runtimes print them, besides the case forms of `PHRASES`.
+const EXACT: &[&str] = &[
+    "OutOfMemory",
+    "ResourceExhausted",
+    "OutOfResources",
+    "MemoryError",
+    "hipError_t(1002)",
+    "failed with error 2",
+];
+
+fn case_forms(p: &str) -> Vec<String> {
+    let cap = |w: &str| {
+        let mut c = w.to_string();
+        if let Some(f) = c.get_mut(..1) {
+            f.make_ascii_uppercase();
+        }
+        c
+    };
+    let title: Vec<String> = p.split(' ').map(cap).collect();
+    let mut v = vec![
+        p.to_string(),
+        cap(p),
+        title.join(" "),
+        p.to_ascii_uppercase(),
+    ];
+    v.dedup();
+    v
+}
+
+/// Every anchor phrase, as the reader that claims only readings with figures (or about memory
+/// other than the device) and as the one that claims any.
+fn anchors(with_figures: bool) -> &'static [(&'static str, Reader)] {
+    static WITH: OnceLock<Vec<(&'static str, Reader)>> = OnceLock::new();
+    static ANY: OnceLock<Vec<(&'static str, Reader)>> = OnceLock::new();
+    let build = |reader: Reader| {
+        let mut out: Vec<(&'static str, Reader)> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for p in PHRASES
+            .iter()
+            .flat_map(|p| case_forms(p))
+            .chain(EXACT.iter().map(|s| s.to_string()))
+        {
+            if seen.insert(p.clone()) {
+                out.push((Box::leak(p.into_boxed_str()), reader));
+            }
+        }
+        out
+    };
+    if with_figures {
+        WITH.get_or_init(|| build(read_with_figures))
+    } else {
+        ANY.get_or_init(|| build(read_any))
+    }
+}
+
+/// Ranked before the bare driver errors: a reading with figures.
+pub(super) fn with_figures_anchors() -> &'static [(&'static str, Reader)] {
+    anchors(true)
+}
+
+/// Ranked last: any wording no other reader took.
+pub(super) fn any_anchors() -> &'static [(&'static str, Reader)] {
+    anchors(false)
+}
+
+/// How far before the wording its sentence is looked for, and how far after it the sentences
+/// that carry sizes.
+const BEFORE_BYTES: usize = 240;
+const AFTER_BYTES: usize = 720;
+/// Sentences after the wording's own that are read while they carry sizes.
+const MORE_SENTENCES: usize = 5;
+
+/// The runtimes by the words their messages carry, most specific first.
+const RUNTIMES: &[(&[&str], &str)] = &[
+    (&["tensorrt-llm", "tensorrt_llm", "tllm"], "TensorRT-LLM"),
+    (
+        &[
+            "tensorrt",
+            "[trt]",
+            "rtsafe",
+            "nvinfer",
+            "defaultallocator.cpp",
+            "virtualmemorybuffer",
+            "globwriter",
+        ],
+        "TensorRT",
+    ),
+    (&["miopen"], "MIOpen (ROCm)"),
+    (&["hip ", "hip_", "hiperror", "rocm"], "ROCm/HIP"),
+    (&["cudnn"], "cuDNN"),
+    (&["cublas"], "cuBLAS"),
+    (&["syncedmem", "caffe"], "Caffe"),
+    (&["theano", "driver report"], "Theano"),
+    (&["outofresources", "out of resource", "triton"], "Triton"),
+    (&["memory space hbm", "tpu"], "XLA (TPU)"),
+    (
+        &["defaultcpuallocator", "alloc_cpu"],
+        "PyTorch (CPU allocator)",
+    ),
+    (&["tensorview", "spconv"], "tensorview"),
+    (&["deepspeed"], "DeepSpeed"),
+    (&["megatron"], "Megatron"),
+    (&["bitsandbytes"], "bitsandbytes"),
+    (&["xformers"], "xformers"),
+    (
+        &[
+            "flash_attn",
+            "flash-attn",
+            "flashattention",
+            "flash attention",
+        ],
+        "flash-attention",
+    ),
+    (&["onnxruntime"], "ONNX Runtime"),
+    (&["mxnet", "mshadow"], "MXNet"),
+    (&["sglang"], "SGLang"),
+    (&["vllm"], "vLLM"),
+    (&["ggml", "llama"], "ggml (llama.cpp)"),
+    (&["torch"], "PyTorch"),
+    (&["tensorflow"], "TensorFlow"),
+    (&["jax", "xla"], "XLA"),
+];
+
+fn runtime(lower: &str) -> Option<String> {
+    RUNTIMES
+        .iter()
+        .find(|(words, _)| words.iter().any(|w| lower.contains(w)))
+        .map(|(_, name)| name.to_string())
+}
+
+fn memory_space(lower: &str) -> MemorySpace {
+    let any = |ws: &[&str]| ws.iter().any(|w| lower.contains(w));
+    if any(&["memory space hbm", " hbm", "tpu"]) {
+        MemorySpace::TpuHbm
+    } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
+        MemorySpace::SharedMemory
+    } else if lower.starts_with("memoryerror")
+        || any(&[
+            "defaultcpuallocator",
+            "alloc_cpu",
+            "cpu buffer",
+            "cpu allocator",
+            "host memory",
+            "on host",
+            "(cannot allocate memory)",
+            "error code 12",
+            "for an array with shape",
+            // Python's `MemoryError`, not the end of `OutOfMemoryError`.
+            " memoryerror",
+            "arraymemoryerror",
+            "bad_alloc",
+            "killed process",
+            "oom-kill",
+        ])
+    {
+        MemorySpace::HostRam
+    } else {
+        MemorySpace::Device
+    }
+}
+
+thread_local! {
+    /// The folded text's line ends while its readers run (`with_line_ends`).
+    static LINE_ENDS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (the readers over a folded text) with that text's line ends known: a message read
+/// by principle ends with its line unless the next lines carry its figures.
+pub(super) fn with_line_ends<T>(line_ends: &[usize], f: impl FnOnce() -> T) -> T {
+    LINE_ENDS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.clear();
+        l.extend_from_slice(line_ends);
+    });
+    let out = f();
+    LINE_ENDS.with(|l| l.borrow_mut().clear());
+    out
+}
+
+/// The line ends (folded offsets) in `from..to`.
+fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
+    LINE_ENDS.with(|l| {
+        let l = l.borrow();
+        let first = l.partition_point(|&e| e < from);
+        l[first..]
+            .iter()
+            .take_while(|&&e| e < to)
+            .copied()
+            .collect()
+    })
+}
+
+/// Where the sentence holding `at` starts, no further back than `from` nor than its line.
+fn sentence_start(text: &str, from: usize, at: usize) -> usize {
+    let line = line_ends_within(from, at).last().map_or(from, |&e| e + 1);
+    let from = from.max(line);
+    text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
+}
+
+fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let f = read(text, at, anchor_end)?;
+    match &f.detail {
+        Detail::Generic {
+            figures, memory, ..
+        } if !figures.is_empty() || *memory != MemorySpace::Device => Some(f),
+        _ => None,
+    }
+}
+
+fn read_any(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    read(text, at, anchor_end)
+}
+
+fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    // A wording inside a name (`torch.OutOfMemoryError`, `ResourceExhaustedError`) reads from
+    // the name's start, so the message after it, when a specific reader takes it, wins.
+    let name_len = text[..at]
+        .bytes()
+        .rev()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'))
+        .take(64)
+        .count();
+    let at = at - name_len;
+    let from = floor_boundary(text, at.saturating_sub(BEFORE_BYTES));
+    let start = sentence_start(text, from, at);
+    let to = floor_boundary(text, (anchor_end + AFTER_BYTES).min(text.len()));
+    // The wording's own sentence (to its line's end at most), then each following sentence or
+    // line that carries a labelled size.
+    let ends = line_ends_within(anchor_end, to);
+    let stop = |from: usize| {
+        let sentence = text[from..to].find(". ").map_or(to, |i| from + i + 1);
+        let line = ends.iter().find(|&&e| e >= from).map_or(to, |&e| e);
+        sentence.min(line).max(from)
+    };
+    let mut end = stop(anchor_end);
+    for _ in 0..MORE_SENTENCES {
+        let new_line = ends.contains(&end);
+        let from_here = if new_line { end + 1 } else { end };
+        let next = stop(from_here.min(to));
+        let sentence = &text[end..next];
+        let lower = sentence.to_ascii_lowercase();
+        let wording = PHRASES.iter().any(|p| lower.contains(p));
+        let sized = figures::read(sentence).iter().any(|f| f.label.is_some());
+        // A traceback ends it; on its own line, so does another message's wording or a line
+        // without a labelled size; on the same line, a sentence with neither.
+        let ends_here = sentence.contains("Traceback")
+            || sentence.contains(" File \"")
+            || next == end
+            || if new_line {
+                wording || !sized
+            } else {
+                !(wording || sized)
+            };
+        if ends_here {
+            break;
+        }
+        end = next;
+    }
+    let end = end.max(anchor_end);
+    // An exception's name given as a field ("Exception Type: torch.OutOfMemoryError") names a
+    // message printed elsewhere, not one: left to the specific readers (or the unrecognized
+    // list).
+    let rest = &text[anchor_end..end];
+    let name_end = anchor_end + rest.len()
+        - rest
+            .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            .len();
+    let name = &text[at..name_end];
+    let exception = name.ends_with("Error") || name.ends_with("Exception");
+    let labelled_as_type = text[start.min(at)..at]
+        .trim_end_matches([' ', '*', '`'])
+        .to_ascii_lowercase()
+        .ends_with("type:");
+    if exception && labelled_as_type && matches!(text[name_end..end].trim(), "" | ":") {
+        return None;
+    }
+    let mut found: Vec<Figure> = figures::read(&text[start..end]);
+    for f in &mut found {
+        f.at += start;
+        f.end += start;
+    }
+    // The message starts with the wording's sentence (on its line), or at the name holding it.
+    let first = found
+        .first()
+        .map_or(at, |f| f.at.min(at))
+        .min(start.max(from));
+    let first = first + text[first..].len() - text[first..].trim_start().len();
+    // It ends with its sentence (or line), or with its last figure past that.
+    let sentence_end = anchor_end + text[anchor_end..end].trim_end().len();
+    let span_end = found
+        .last()
+        .map_or(sentence_end, |f| f.end.max(sentence_end));
+    let lower = text[start.min(first)..end].to_ascii_lowercase();
+    Some(Found {
+        start: first,
+        end: span_end,
+        raised_as: raised_as(text, first),
+        detail: Detail::Generic {
+            wording: text[at..anchor_end].trim().to_string(),
+            runtime: runtime(&lower),
+            memory: memory_space(&lower),
+            figures: found,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_one(text: &str) -> (MemorySpace, Vec<(Option<&'static str>, String)>) {
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        match &found[0].detail {
+            Detail::Generic {
+                memory, figures, ..
+            } => (
+                *memory,
+                figures
+                    .iter()
+                    .map(|f| (f.label.map(|l| l.as_str()), f.quantity.printed.clone()))
+                    .collect(),
+            ),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_runtime_that_says_out_of_memory_gets_its_figures_labelled() {
+        let (memory, figures) = read_one(
+            "2025-01-02 03:04:05 [fooml] ERROR: Out of memory: requested 1.5 GB, only 200 MB free of 8 GB total; peak 3.2 GB\nnext line 99 GB\n",
+        );
+        assert_eq!(memory, MemorySpace::Device);
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "1.5 GB".to_string()),
+                (Some("free"), "200 MB".to_string()),
+                (Some("total"), "8 GB".to_string()),
+                (None, "3.2 GB".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn host_ram_tpu_hbm_and_shared_memory_are_named() {
+        let (memory, figures) = read_one(
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 132426121216 bytes. Error code 12 (Cannot allocate memory)",
+        );
+        assert_eq!(memory, MemorySpace::HostRam);
+        assert_eq!(
+            figures[0],
+            (Some("requested"), "132426121216 bytes".to_string())
+        );
+        let (memory, figures) = read_one(
+            "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G.",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        assert_eq!(figures[1], (Some("total"), "7.48G".to_string()));
+        let (memory, figures) = read_one(
+            "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 163842, Hardware limitation: 101376.",
+        );
+        assert_eq!(memory, MemorySpace::SharedMemory);
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "163842".to_string()),
+                (Some("limit"), "101376".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn wordings_match_in_every_case_form() {
+        assert_eq!(
+            case_forms("out of memory"),
+            [
+                "out of memory",
+                "Out of memory",
+                "Out Of Memory",
+                "OUT OF MEMORY"
+            ]
+        );
+    }
+}
