@@ -30,6 +30,11 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         cuda_info: args.cuda_info,
         sim_script: args.sim_script.clone(),
         job_stdout_to_stderr: args.json,
+        on_record: |late| {
+            let record =
+                late.map(|(late, origin)| crate::run::watchdog::watch_record(late, origin));
+            crate::run::watchdog::on_fire(record);
+        },
     };
     let report = crate::watch::watch(dev, &opts, interrupted)?;
     if args.json {

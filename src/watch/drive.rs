@@ -21,6 +21,8 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 const STDERR_GRACE: Duration = Duration::from_secs(1);
 /// How often exited orphans of the job are reaped.
 const REAP_EVERY: Duration = Duration::from_secs(2);
+/// How often `summary.json` is brought up to date while the job runs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Signals listed in the summary; more are counted in events.csv only.
 const MAX_SIGNALS: usize = 100;
 
@@ -108,6 +110,14 @@ pub fn drive(
             sim.end();
         }
         stop_samplers.store(true, Ordering::Relaxed);
+        // The job's end on disk before the samplers are joined: one stuck in a call never
+        // returns, and the watchdog's record starts from this.
+        for m in rx.try_iter() {
+            s.handle(m);
+        }
+        s.watch.job.exit = exit;
+        s.watch.job.ended_by = ended_by;
+        s.checkpoint(true);
         let device_stats = match (device_thread, cuda, &inputs.cuda) {
             (Some(h), _, _) => h.join().unwrap_or_default(),
             (None, Some((sampler, offset)), Some(c)) => {
@@ -167,6 +177,7 @@ fn watch_loop(
     let (mut kill_at, mut signalled, mut timed_out) = (None::<Instant>, false, false);
     let mut buf = Vec::new();
     let mut next_reap = Instant::now();
+    let mut next_checkpoint = Instant::now() + CHECKPOINT_EVERY;
     loop {
         if let Ok(m) = rx.recv_timeout(Duration::from_millis(5)) {
             s.handle(m);
@@ -206,6 +217,10 @@ fn watch_loop(
             }
         }
         let now = Instant::now();
+        if now >= next_checkpoint {
+            s.checkpoint(false);
+            next_checkpoint = now + CHECKPOINT_EVERY;
+        }
         if let Job::Child { pid, .. } = job
             && now >= next_reap
         {

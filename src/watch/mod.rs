@@ -77,6 +77,23 @@ pub struct WatchOptions {
     pub sim_script: Option<PathBuf>,
     /// Send a launched job's stdout to headroom's stderr (`--json`: stdout holds one document).
     pub job_stdout_to_stderr: bool,
+    /// Hears the folder's late-write handle (with the watch's clock origin) once its record
+    /// has begun, and `None` when the watch has finished it: the command arms the watchdog's
+    /// record with it, so that a driver call that never returns still leaves the folder
+    /// `failed`.
+    pub on_record: OnRecord,
+}
+
+/// See `WatchOptions::on_record`.
+pub type OnRecord = fn(Option<(crate::folder::LateWrite, Instant)>);
+
+/// Tells `on_record` that the watch no longer writes the folder, however `run` returns.
+struct RecordArmed(OnRecord);
+
+impl Drop for RecordArmed {
+    fn drop(&mut self) {
+        (self.0)(None);
+    }
 }
 
 /// A finished watch.
@@ -296,6 +313,8 @@ fn run(
     );
     let mut folder = record.with_summary(summary);
     folder.set_watch(watch.clone());
+    (opts.on_record)(Some((folder.late_write(), origin)));
+    let _armed = RecordArmed(opts.on_record);
     folder
         .write_summary()
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;

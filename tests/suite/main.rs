@@ -54,4 +54,5 @@ mod snapshot_unknowns;
 mod torch_import;
 mod watch_fake;
 mod watch_sim;
+mod watch_watchdog;
 mod watchdog;

@@ -17,7 +17,7 @@
 
 mod record;
 
-pub use record::{early_record, run_record};
+pub use record::{early_record, run_record, watch_record};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

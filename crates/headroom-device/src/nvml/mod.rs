@@ -31,7 +31,6 @@ impl NvmlDevice {
 
     /// As `open`, with NVML's error when it fails.
     pub fn try_open(uuid: &str) -> Result<NvmlDevice, NvmlError> {
-        let _watched = crate::watch::call("nvmlInit_v2");
         let nvml = Nvml::init()?;
         nvml.device_by_uuid(uuid)?;
         Ok(NvmlDevice {
@@ -249,7 +248,6 @@ fn instances(gpu: &Device<'_>) -> Vec<NvmlInstance> {
 
 /// NVML's memory info (v2) of a device handle: one call.
 pub fn read_memory(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
-    let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
     let m = match d.memory_v2() {
         Err(NvmlError::MissingSymbol(_)) => return read_memory_v1(d),
         other => other?,
@@ -277,7 +275,6 @@ fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
 /// The compute processes NVML lists on a device handle, this process marked.
 pub fn read_processes(d: &Device<'_>) -> Result<Vec<ProcessUsage>, NvmlError> {
     let me = std::process::id();
-    let _watched = crate::watch::call("nvmlDeviceGetComputeRunningProcesses");
     // Drivers before R510 have only the v2 of the list (the same record, one function older).
     let listed = match d.processes_v3() {
         Err(NvmlError::MissingSymbol(_)) => d.processes_v2(),
