@@ -150,6 +150,11 @@ pub struct WatchArgs {
     /// simulated device.
     #[arg(long, value_name = "FILE")]
     pub sim_script: Option<PathBuf>,
+    /// End the watch when the job's own process exits and leave the processes it started
+    /// running (named on stderr). By default they are the job's: watched until they end, and
+    /// sent the signal that ended the job, if one did.
+    #[arg(long)]
+    pub keep_orphans: bool,
     /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
     /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
     /// document.

@@ -30,6 +30,7 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         cuda_info: args.cuda_info,
         sim_script: args.sim_script.clone(),
         job_stdout_to_stderr: args.json,
+        keep_orphans: args.keep_orphans,
         on_record: |late| {
             let record =
                 late.map(|(late, origin)| crate::run::watchdog::watch_record(late, origin));

@@ -77,6 +77,9 @@ pub struct WatchOptions {
     pub sim_script: Option<PathBuf>,
     /// Send a launched job's stdout to headroom's stderr (`--json`: stdout holds one document).
     pub job_stdout_to_stderr: bool,
+    /// `--keep-orphans`: end the watch when the job's own process exits, leaving the processes
+    /// it started running (named on stderr and in `events.csv`).
+    pub keep_orphans: bool,
     /// Hears the folder's late-write handle (with the watch's clock origin) once its record
     /// has begun, and `None` when the watch has finished it: the command arms the watchdog's
     /// record with it, so that a driver call that never returns still leaves the folder
@@ -354,6 +357,7 @@ fn run(
         process_interval_ns: lp.error.is_none().then_some(lp.interval_ns),
         duration_ns: opts.duration_ns,
         tree,
+        keep_orphans: opts.keep_orphans,
     };
     let end = drive::drive(
         &mut session,

@@ -53,6 +53,7 @@ mod snapshot_pickler;
 mod snapshot_unknowns;
 mod torch_import;
 mod watch_fake;
+mod watch_orphans;
 mod watch_sim;
 mod watch_watchdog;
 mod watchdog;
