@@ -266,4 +266,10 @@ steps = [{ op = "free", name = "b" }]
     );
     let rows = csv_rows(&out_dir.join("events.csv"));
     assert_eq!(rows.last().unwrap()["result"], "wedged");
+    // The stopped phase's times are its first and last rows' (the stuck step's).
+    let stuck = &s["phases"][1];
+    let t = |r: &std::collections::HashMap<String, String>| r["t_ns"].parse::<u64>().unwrap();
+    let first = rows.iter().find(|r| r["phase"] == "stuck").unwrap();
+    assert_eq!(u(&stuck["start_ns"]), t(first), "{stuck}");
+    assert_eq!(u(&stuck["end_ns"]), t(rows.last().unwrap()), "{stuck}");
 }
