@@ -326,3 +326,42 @@ impl<W: Write> PyPickler<W> {
         Ok(self.out)
     }
 }
+
+#[test]
+fn a_snapshot_whose_last_frame_runs_past_the_end_of_the_file_is_refused() {
+    // Many frames (one about every 64 KiB), the entries read by the fast path; the last
+    // frame's length is made 1000 bytes longer than what the file holds.
+    let n = 4_321usize;
+    let entries = (0..n as u64).map(|i| PyEntry {
+        action: ["alloc", "free_requested", "free_completed"][(i % 3) as usize],
+        addr: 0x7f00_0000_0000 + (i % 97) * (2 << 20),
+        size: 512,
+        time_us: 1_760_000_000_000_000 + 3 * i as i64,
+        stack: (i % 50) as u32,
+    });
+    let mut bytes = PyPickler::new(Vec::new()).snapshot(entries, n, 4).unwrap();
+    assert!(headroom::import::torch::read_pickle_bytes(&bytes, "whole").is_ok());
+    let total = bytes.len() as u64;
+    let last = (0..bytes.len() - 9)
+        .rev()
+        .find(|&p| {
+            bytes[p] == 0x95
+                && p as u64 + 9 + u64::from_le_bytes(bytes[p + 1..p + 9].try_into().unwrap())
+                    == total
+        })
+        .expect("a last frame");
+    let len = u64::from_le_bytes(bytes[last + 1..last + 9].try_into().unwrap());
+    assert!(len > 1000, "{len}");
+    bytes[last + 1..last + 9].copy_from_slice(&(len + 1000).to_le_bytes());
+    let e = headroom::import::torch::read_pickle_bytes(&bytes, "long")
+        .map(|_| ())
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains(&format!(
+            "byte {last}: FRAME: its {} bytes run past the end of the file, 1000 bytes short",
+            len + 1000
+        )),
+        "{msg}"
+    );
+}

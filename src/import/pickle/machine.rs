@@ -96,6 +96,9 @@ pub struct FastDict {
     /// which is then used instead of `memo`'s (no lookup by content or identity).
     pub stored: [u32; FastDict::MEMO_MAX],
     pub memoized: usize,
+    /// The last `FRAME` passed among the bytes looked at: its position in `Fast::bytes` and
+    /// its length, for the check at `STOP` that the file holds it whole.
+    pub last_frame: Option<(usize, u64)>,
 }
 
 impl FastDict {
@@ -431,6 +434,7 @@ impl<'a, S: Sink> Machine<'a, S> {
         let list = list.clone();
         let mut first = true;
         loop {
+            let window_at = input.offset();
             let bytes = input.window(1 << 16)?;
             let fast = Fast {
                 bytes,
@@ -440,6 +444,7 @@ impl<'a, S: Sink> Machine<'a, S> {
             let out = &mut self.fast_out;
             out.consumed = 0;
             out.memoized = 0;
+            out.last_frame = None;
             if !self.sink.fast_dict(&list, &fast, out) {
                 if first {
                     return Ok(false);
@@ -449,6 +454,10 @@ impl<'a, S: Sink> Machine<'a, S> {
             }
             first = false;
             input.consume(self.fast_out.consumed);
+            if let Some((pos, n)) = self.fast_out.last_frame {
+                self.frame_at = window_at + pos as u64;
+                self.frame_end = self.frame_at.saturating_add(9).saturating_add(n);
+            }
             for k in 0..self.fast_out.memoized {
                 let id = self.memo.len();
                 let v = self.fast_out.memo[k].take();
