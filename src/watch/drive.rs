@@ -354,8 +354,8 @@ fn watch_loop(
 
 /// Sends `signal` to each of `pids`; whether any got it.
 fn send_all(pids: &[u32], signal: i32) -> bool {
-    pids.iter()
-        .fold(false, |any, p| signals::send(*p, signal) || any)
+    // Every one is sent it: no short-circuit.
+    pids.iter().filter(|p| signals::send(**p, signal)).count() > 0
 }
 
 fn record_signal(
