@@ -16,6 +16,7 @@ const HR: &str = env!("CARGO_BIN_EXE_headroom");
 
 /// headroom's bound from a first signal to the exit while a call is stuck, plus what a
 /// loaded test machine may add.
+/// The 2 s promised: `watchdog::SIGNAL_BOUND_NS` (1.5 s) and the record written.
 const SIGNAL_BOUND: Duration = Duration::from_secs(2);
 const SCHEDULING_SLACK: Duration = Duration::from_secs(3);
 
