@@ -239,6 +239,11 @@ pub struct WatchArgs {
     /// With --torch: the trace entries each process keeps (PyTorch's `max_entries`).
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "torch")]
     pub torch_max_entries: u64,
+    /// End the watch when the job's own process exits and leave the processes it started
+    /// running (named on stderr). By default they are the job's: watched until they end, and
+    /// sent the signal that ended the job, if one did.
+    #[arg(long)]
+    pub keep_orphans: bool,
     /// Print summary.json to stdout when the job has ended, and nothing else: the job's own
     /// stdout goes to headroom's stderr instead (`2>job.log` keeps it), so `| jq` reads one
     /// document.

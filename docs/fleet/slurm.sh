@@ -4,7 +4,7 @@
 # Install headroom first (README, "Install"), then, from the repository's root:
 #
 #   jid=$(sbatch --parsable docs/fleet/slurm.sh)
-#   sbatch --dependency=afterany:"$jid" --job-name=headroom-merge --output=/dev/null --wrap "docs/fleet/slurm.sh merge $jid"
+#   env -u SBATCH_ARRAY_INX sbatch --dependency=afterany:"$jid" --job-name=headroom-merge --output=/dev/null --wrap "docs/fleet/slurm.sh merge $jid"
 #
 # Each task writes $RESULTS/<array job id>/node-<task id>/ (a node folder: gpu<i>-<uuid>/ per
 # GPU, node.json, node.md) and exits with the worst GPU's code (0 ok, 1 an expectation failed,
@@ -37,6 +37,11 @@ fi
 if [ "${1:-}" = merge ]; then
   # The final step: every node folder of the array job, incomplete ones listed and skipped.
   job=${2:?usage: slurm.sh merge ARRAY_JOB_ID}
+  # A merge submitted as an array (an exported SBATCH_ARRAY_INX makes every sbatch one): only
+  # its first task merges, so that one merge writes fleet.csv and fleet.md.
+  if [ -n "${SLURM_ARRAY_TASK_ID:-}" ] && [ "$SLURM_ARRAY_TASK_ID" != "${SLURM_ARRAY_TASK_MIN:-$SLURM_ARRAY_TASK_ID}" ]; then
+    exit 0
+  fi
   dir="$RESULTS/$job"
   mkdir -p "$dir/logs"
   exec 2>>"$dir/logs/merge.log"

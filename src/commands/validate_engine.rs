@@ -175,6 +175,8 @@ pub fn validate(
         sim_script: None,
         job_stdout_to_stderr: json,
         job_env: Vec::new(),
+        keep_orphans: false,
+        on_record: super::watch::arm_watchdog_record,
     };
     let report = crate::watch::watch(dev, &opts, &interrupted)?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();

@@ -42,6 +42,8 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         sim_script: args.sim_script.clone(),
         job_stdout_to_stderr: args.json,
         job_env: torch.as_ref().map(|t| t.job_env()).unwrap_or_default(),
+        keep_orphans: args.keep_orphans,
+        on_record: arm_watchdog_record,
     };
     let report = crate::watch::watch(dev, &opts, interrupted)?;
     if let Some(t) = &torch {
@@ -62,4 +64,11 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
         ));
     }
     Ok(report.exit_code)
+}
+
+/// What the watchdog writes when a driver call of the watch never returns: the watch's folder,
+/// `failed` with the call's row (armed once the folder's record has begun, disarmed at its end).
+pub(super) fn arm_watchdog_record(late: Option<(crate::folder::LateWrite, std::time::Instant)>) {
+    let record = late.map(|(late, origin)| crate::run::watchdog::watch_record(late, origin));
+    crate::run::watchdog::on_fire(record);
 }

@@ -319,6 +319,8 @@ fn finish(
 ) -> anyhow::Result<i32> {
     node.status = if interrupted {
         NodeStatus::Interrupted
+    } else if node.gpus.iter().any(|g| g.outcome == Outcome::Failed) {
+        NodeStatus::Failed
     } else {
         NodeStatus::Completed
     };

@@ -44,8 +44,11 @@ impl NodeCommand {
 pub enum NodeStatus {
     /// Workers are running (or the node's own process was killed before it finished).
     Running,
-    /// Every worker ended.
+    /// Every worker ended with a complete result (or its GPU was skipped).
     Completed,
+    /// Every worker ended, and at least one failed: it died (killed, crashed), could not
+    /// start, or left an incomplete result (its row's `outcome` is `failed`).
+    Failed,
     /// Ctrl-C or SIGTERM was forwarded to the workers.
     Interrupted,
 }

@@ -18,8 +18,11 @@ const TAIL_BYTES: u64 = 64 << 10;
 pub fn incomplete_reasons(dir: &Path) -> Vec<String> {
     let mut reasons = Vec::new();
     for f in ORIGINAL_FILES {
-        if !dir.join(f).is_file() {
+        let path = dir.join(f);
+        if std::fs::symlink_metadata(&path).is_err() {
             reasons.push(format!("{f} is missing"));
+        } else if !path.is_file() {
+            reasons.push(format!("{f}{} is not a file", link_note(&path)));
         }
     }
     if dir.join("summary.json").is_file() {
@@ -39,14 +42,40 @@ pub fn describe(reasons: &[String]) -> String {
     reasons.join("; ")
 }
 
+/// " (a link to TARGET)" when `path` is a symbolic link, else nothing.
+fn link_note(path: &Path) -> String {
+    std::fs::read_link(path)
+        .map(|t| format!(" (a link to {})", t.display()))
+        .unwrap_or_default()
+}
+
+/// The most of a `summary.json` read (a summary is a few hundred KiB at most); a file past it
+/// is not one headroom wrote.
+const SUMMARY_MAX_BYTES: u64 = 64 << 20;
+
 fn summary_reason(path: &Path) -> Option<String> {
+    // A link is followed, and said: what it names may be no summary at all.
+    let link = link_note(path);
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > SUMMARY_MAX_BYTES => {
+            return Some(format!(
+                "summary.json{link} is {} bytes, more than any summary (at most {SUMMARY_MAX_BYTES})",
+                m.len()
+            ));
+        }
+        _ => {}
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) => return Some(format!("summary.json cannot be read: {e}")),
+        Err(e) => return Some(format!("summary.json{link} cannot be read: {e}")),
     };
     let value: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
-        Err(_) => return Some("summary.json is not whole JSON (cut short?)".into()),
+        // Only a document that ends early is one cut short; anything else is not JSON.
+        Err(e) if e.is_eof() => {
+            return Some(format!("summary.json{link} is not whole JSON (cut short?)"));
+        }
+        Err(e) => return Some(format!("summary.json{link} is not JSON ({e})")),
     };
     match value.get("status").and_then(|s| s.as_str()) {
         Some("running") => Some(
@@ -108,6 +137,39 @@ mod tests {
 
     const TL: &str = "t_ns,phase,source\n1,p,idle\n2,p,event\n";
     const EV: &str = "t_ns,op,detail\n1,allocate,\"a, b\"\n";
+
+    #[test]
+    fn a_linked_summary_is_followed_and_only_an_early_end_is_cut_short() {
+        let d = folder(r#"{"status": "completed"}"#, TL, EV);
+        let real = d.path().join("real.json");
+        std::fs::rename(d.path().join("summary.json"), &real).unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("summary.json")).unwrap();
+        assert!(incomplete_reasons(d.path()).is_empty());
+        // A link to a file that is no JSON at all, and to something that is not a file.
+        std::fs::write(&real, "#!/bin/sh\n").unwrap();
+        let r = incomplete_reasons(d.path());
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(
+            r[0].starts_with(&format!(
+                "summary.json (a link to {}) is not JSON (",
+                real.display()
+            )),
+            "{r:?}"
+        );
+        std::fs::remove_file(d.path().join("summary.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("summary.json")).unwrap();
+        assert_eq!(
+            incomplete_reasons(d.path()),
+            vec!["summary.json (a link to /dev/zero) is not a file".to_string()]
+        );
+        // Written to its middle: cut short.
+        std::fs::remove_file(d.path().join("summary.json")).unwrap();
+        std::fs::write(d.path().join("summary.json"), r#"{"status": "compl"#).unwrap();
+        assert_eq!(
+            incomplete_reasons(d.path()),
+            vec!["summary.json is not whole JSON (cut short?)".to_string()]
+        );
+    }
 
     #[test]
     fn a_finished_folder_has_no_reason() {

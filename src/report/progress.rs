@@ -18,6 +18,9 @@ pub struct PhaseProgress {
     pub rows: u64,
     /// The result of its last row (`ok`, `oom`, `wedged`, …).
     pub last_result: String,
+    /// The time of its first and last rows (`None`: a row without one).
+    pub first_t_ns: Option<u64>,
+    pub last_t_ns: Option<u64>,
 }
 
 /// Results that mean the step did not run to its end.
@@ -39,6 +42,7 @@ pub fn events_progress(path: &Path) -> anyhow::Result<Vec<PhaseProgress>> {
             .with_context(|| format!("{}: no {name:?} column", path.display()))
     };
     let (phase_col, step_col, result_col) = (col("phase")?, col("step")?, col("result")?);
+    let t_col = col("t_ns")?;
     let mut out: Vec<PhaseProgress> = Vec::new();
     let mut done: HashSet<(usize, String)> = HashSet::new();
     let mut rec = csv::StringRecord::new();
@@ -57,6 +61,8 @@ pub fn events_progress(path: &Path) -> anyhow::Result<Vec<PhaseProgress>> {
                     actions_done: 0,
                     rows: 0,
                     last_result: String::new(),
+                    first_t_ns: None,
+                    last_t_ns: None,
                 });
                 out.len() - 1
             }
@@ -64,6 +70,9 @@ pub fn events_progress(path: &Path) -> anyhow::Result<Vec<PhaseProgress>> {
         let p = &mut out[i];
         p.rows += 1;
         p.last_result = result.to_string();
+        let t_ns = rec.get(t_col).and_then(|t| t.parse::<u64>().ok());
+        p.first_t_ns = p.first_t_ns.or(t_ns);
+        p.last_t_ns = t_ns.or(p.last_t_ns);
         let top = step.split('.').next().unwrap_or(step);
         if !UNFINISHED.contains(&result) && !top.is_empty() && done.insert((i, top.to_string())) {
             p.actions_done += 1;
@@ -73,7 +82,8 @@ pub fn events_progress(path: &Path) -> anyhow::Result<Vec<PhaseProgress>> {
 }
 
 /// Sets the phases of `summary` that it left pending or running to what `events.csv` holds:
-/// the phase the run stopped in is `stopped` with its steps done; phases after it `skipped`.
+/// the phase the run stopped in is `stopped` with its steps done and the times of its first
+/// and last rows (where the summary has none); phases after it `skipped`.
 pub fn apply_events(summary: &mut Summary, progress: &[PhaseProgress]) {
     let last_seen = summary
         .phases
@@ -87,6 +97,8 @@ pub fn apply_events(summary: &mut Summary, progress: &[PhaseProgress]) {
             Some(p) => {
                 ps.actions_run = p.actions_done;
                 ps.status = PhaseStatus::Stopped;
+                ps.start_ns = ps.start_ns.or(p.first_t_ns);
+                ps.end_ns = ps.end_ns.or(p.last_t_ns);
             }
             None if last_seen.is_some_and(|l| i > l) => ps.status = PhaseStatus::Skipped,
             None => {}

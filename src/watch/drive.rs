@@ -19,8 +19,12 @@ use crate::watch::{Inputs, Job, Msg, job_exit, proctree, signals, stderr};
 const KILL_GRACE: Duration = Duration::from_secs(10);
 /// How long the job's stderr may stay open after it exited (a grandchild may hold it).
 const STDERR_GRACE: Duration = Duration::from_secs(1);
+/// How often the job's orphans are looked for once its own process has exited.
+const ORPHANS_EVERY: Duration = Duration::from_millis(50);
 /// How often exited orphans of the job are reaped.
 const REAP_EVERY: Duration = Duration::from_secs(2);
+/// How often `summary.json` is brought up to date while the job runs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Signals listed in the summary; more are counted in events.csv only.
 const MAX_SIGNALS: usize = 100;
 
@@ -30,6 +34,9 @@ pub struct Plan {
     pub process_interval_ns: Option<u64>,
     pub duration_ns: Option<u64>,
     pub tree: Tree,
+    /// `--keep-orphans`: the watch ends when the job's own process exits, and the processes
+    /// it left running are named and left alone.
+    pub keep_orphans: bool,
 }
 
 /// How the watch ended.
@@ -108,6 +115,14 @@ pub fn drive(
             sim.end();
         }
         stop_samplers.store(true, Ordering::Relaxed);
+        // The job's end on disk before the samplers are joined: one stuck in a call never
+        // returns, and the watchdog's record starts from this.
+        for m in rx.try_iter() {
+            s.handle(m);
+        }
+        s.watch.job.exit = exit;
+        s.watch.job.ended_by = ended_by;
+        s.checkpoint(true);
         let device_stats = match (device_thread, cuda, &inputs.cuda) {
             (Some(h), _, _) => h.join().unwrap_or_default(),
             (None, Some((sampler, offset)), Some(c)) => {
@@ -167,6 +182,10 @@ fn watch_loop(
     let (mut kill_at, mut signalled, mut timed_out) = (None::<Instant>, false, false);
     let mut buf = Vec::new();
     let mut next_reap = Instant::now();
+    let mut next_checkpoint = Instant::now() + CHECKPOINT_EVERY;
+    // The job's own exit while its orphans still run, and when to look at them next.
+    let mut child_exit: Option<crate::report::watch::JobExit> = None;
+    let mut next_orphans = Instant::now();
     loop {
         if let Ok(m) = rx.recv_timeout(Duration::from_millis(5)) {
             s.handle(m);
@@ -187,6 +206,14 @@ fn watch_loop(
             let t = s.now_ns();
             let name = signals::name(r.signal);
             let (forwarded, detail) = match job {
+                Job::Child { .. } if child_exit.is_some() => {
+                    let orphans = proctree::live_descendants(std::process::id());
+                    let sent = send_all(&orphans, r.signal);
+                    (
+                        sent,
+                        format!("passed on to the job's processes {orphans:?}"),
+                    )
+                }
                 Job::Child { pid, .. } => {
                     if signals::must_forward(r, signals::process_group(*pid), own_pgid) {
                         let sent = signals::send(*pid, r.signal);
@@ -206,23 +233,83 @@ fn watch_loop(
             }
         }
         let now = Instant::now();
+        if now >= next_checkpoint {
+            s.checkpoint(false);
+            next_checkpoint = now + CHECKPOINT_EVERY;
+        }
         if let Job::Child { pid, .. } = job
             && now >= next_reap
         {
             proctree::reap_orphans(*pid);
             next_reap = now + REAP_EVERY;
         }
+        let by = if signalled {
+            EndedBy::Signal
+        } else if timed_out {
+            EndedBy::Duration
+        } else {
+            EndedBy::Exit
+        };
         match job {
-            Job::Child { child, .. } => match child.try_wait() {
+            Job::Child { .. } if child_exit.is_some() => {
+                if now >= next_orphans {
+                    next_orphans = now + ORPHANS_EVERY;
+                    proctree::reap_orphans(0);
+                    if proctree::live_descendants(std::process::id()).is_empty() {
+                        let t = s.now_ns();
+                        s.job_event(
+                            t,
+                            "orphans",
+                            "",
+                            EventResult::Ok,
+                            "the job's last process ended",
+                        );
+                        return (t, by, child_exit);
+                    }
+                }
+            }
+            Job::Child { child, pid } => match child.try_wait() {
                 Ok(Some(status)) => {
-                    let by = if signalled {
-                        EndedBy::Signal
-                    } else if timed_out {
-                        EndedBy::Duration
-                    } else {
-                        EndedBy::Exit
+                    let exit = job_exit(status);
+                    let orphans = proctree::live_descendants(std::process::id());
+                    if orphans.is_empty() {
+                        return (s.now_ns(), by, Some(exit));
+                    }
+                    let t = s.now_ns();
+                    let listed = orphans
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    if plan.keep_orphans {
+                        let detail = format!(
+                            "pid {pid} exited; its processes {listed} still run and are left \
+                             running (--keep-orphans)"
+                        );
+                        crate::errln!("note: the job's {detail}");
+                        s.job_event(t, "orphans", &listed, EventResult::Ok, &detail);
+                        return (t, by, Some(exit));
+                    }
+                    // Ended by a signal: its processes get the same; otherwise they are the
+                    // job's work, watched until they end.
+                    let detail = match exit.signal {
+                        Some(sig) => {
+                            send_all(&orphans, sig);
+                            kill_at = Some(now + KILL_GRACE);
+                            format!(
+                                "pid {pid} was killed by {}; its processes {listed} still ran \
+                                 and are sent it too",
+                                signals::name(sig)
+                            )
+                        }
+                        None => format!(
+                            "pid {pid} exited; its processes {listed} still run and are watched \
+                             until they end (--keep-orphans leaves them)"
+                        ),
                     };
-                    return (s.now_ns(), by, Some(job_exit(status)));
+                    crate::errln!("note: the job's {detail}");
+                    s.job_event(t, "orphans", &listed, EventResult::Ok, &detail);
+                    child_exit = Some(exit);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -242,7 +329,10 @@ fn watch_loop(
             match job {
                 Job::Attached { .. } => return (t, EndedBy::Duration, None),
                 Job::Child { pid, .. } => {
-                    let sent = signals::send(*pid, libc::SIGTERM);
+                    // A reaped pid may be another process's by now.
+                    let sent = child_exit.is_none() && signals::send(*pid, libc::SIGTERM);
+                    let orphans = proctree::live_descendants(std::process::id());
+                    send_all(&orphans, libc::SIGTERM);
                     record_duration_signal(s, t, "SIGTERM", sent, *pid);
                     kill_at = Some(now + KILL_GRACE);
                 }
@@ -251,11 +341,21 @@ fn watch_loop(
         if let (Some(k), Job::Child { pid, .. }) = (kill_at, &*job)
             && now >= k
         {
-            let sent = signals::send(*pid, libc::SIGKILL);
+            let sent = child_exit.is_none() && signals::send(*pid, libc::SIGKILL);
+            send_all(
+                &proctree::live_descendants(std::process::id()),
+                libc::SIGKILL,
+            );
             record_duration_signal(s, s.now_ns(), "SIGKILL", sent, *pid);
             kill_at = None;
         }
     }
+}
+
+/// Sends `signal` to each of `pids`; whether any got it.
+fn send_all(pids: &[u32], signal: i32) -> bool {
+    // Every one is sent it: no short-circuit.
+    pids.iter().filter(|p| signals::send(**p, signal)).count() > 0
 }
 
 fn record_signal(

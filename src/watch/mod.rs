@@ -79,6 +79,26 @@ pub struct WatchOptions {
     pub job_stdout_to_stderr: bool,
     /// Variables set in a launched job's environment (`--torch`: its bootstrap).
     pub job_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// `--keep-orphans`: end the watch when the job's own process exits, leaving the processes
+    /// it started running (named on stderr and in `events.csv`).
+    pub keep_orphans: bool,
+    /// Hears the folder's late-write handle (with the watch's clock origin) once its record
+    /// has begun, and `None` when the watch has finished it: the command arms the watchdog's
+    /// record with it, so that a driver call that never returns still leaves the folder
+    /// `failed`.
+    pub on_record: OnRecord,
+}
+
+/// See `WatchOptions::on_record`.
+pub type OnRecord = fn(Option<(crate::folder::LateWrite, Instant)>);
+
+/// Tells `on_record` that the watch no longer writes the folder, however `run` returns.
+struct RecordArmed(OnRecord);
+
+impl Drop for RecordArmed {
+    fn drop(&mut self) {
+        (self.0)(None);
+    }
 }
 
 /// A finished watch.
@@ -298,6 +318,8 @@ fn run(
     );
     let mut folder = record.with_summary(summary);
     folder.set_watch(watch.clone());
+    (opts.on_record)(Some((folder.late_write(), origin)));
+    let _armed = RecordArmed(opts.on_record);
     folder
         .write_summary()
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;
@@ -337,6 +359,7 @@ fn run(
         process_interval_ns: lp.error.is_none().then_some(lp.interval_ns),
         duration_ns: opts.duration_ns,
         tree,
+        keep_orphans: opts.keep_orphans,
     };
     let end = drive::drive(
         &mut session,

@@ -79,15 +79,36 @@ pub fn reap_orphans(keep: u32) {
         }
         if let Some(st) = stat(pid)
             && parse_ppid(&st) == Some(me)
-            && st
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
+            && zombie(&st)
         {
             // SAFETY: waits without blocking for one exited child of this process.
             unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
         }
     }
+}
+
+/// The processes still running (not zombies) that descend from `root`, `root` left out, in
+/// PID order: after the job's own process exits, those are its orphans (re-parented to
+/// headroom, the job's subreaper) and what they started.
+pub fn live_descendants(root: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != root)
+        .filter(|&pid| stat(pid).is_some_and(|st| !zombie(&st)))
+        .filter(|&pid| descends_from(pid, root) == Some(true))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn zombie(stat: &str) -> bool {
+    stat.rsplit(')')
+        .next()
+        .is_some_and(|r| r.trim_start().starts_with('Z'))
 }
 
 #[cfg(test)]

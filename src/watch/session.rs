@@ -370,6 +370,19 @@ impl Session {
         }
     }
 
+    /// What is known so far into `summary.json` (the peaks, the job's processes and, once it
+    /// has exited, its exit), with every row held on disk when `flush`: what the watchdog's
+    /// record starts from if a driver call never returns.
+    pub fn checkpoint(&mut self, flush: bool) {
+        if flush {
+            self.folder.record_mut().flush_timeline().ok();
+        }
+        self.watch.job_processes = self.job_processes();
+        self.folder.fill_peaks();
+        self.folder.set_watch(self.watch.clone());
+        self.folder.checkpoint();
+    }
+
     /// The job ended at `t_ns`: the phase running then ends too.
     pub fn end_phases(&mut self, t_ns: u64) {
         self.close_phase(t_ns);

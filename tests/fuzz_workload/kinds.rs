@@ -26,12 +26,15 @@ pub enum Extra {
         text: String,
         signal_after_us: Option<u64>,
     },
+    /// A hostile pickle for the snapshot reader (`what` says how it was made).
+    Pickle { what: String, bytes: Vec<u8> },
 }
 
 impl Extra {
     pub fn text(&self) -> &str {
         match self {
             Extra::Explain(t) | Extra::Run { text: t, .. } => t,
+            Extra::Pickle { what, .. } => what,
         }
     }
 }
@@ -128,6 +131,53 @@ pub fn run_case() -> impl Strategy<Value = Extra> {
         })
 }
 
+/// A memo-heavy pickle: `count` memoized objects of one kind (empty dicts, empty lists, short
+/// strings, `(0, 0)` tuples), held on the stack or put in one list, with `FRAME` headers
+/// every `frame_every` objects whose lengths may lie past the end of the file; ends with
+/// `STOP`, or is cut short.
+pub fn pickle_case() -> impl Strategy<Value = Extra> {
+    (
+        0..4u8,
+        1..50_000usize,
+        any::<bool>(),
+        prop::option::of((1..5_000usize, any::<u16>())),
+        any::<bool>(),
+    )
+        .prop_map(|(kind, count, in_list, frames, cut)| {
+            let object: &[u8] = match kind {
+                0 => b"}\x94",
+                1 => b"]\x94",
+                2 => b"\x8c\x03N/A\x94",
+                _ => b"K\x00K\x00\x86\x94",
+            };
+            let mut bytes = vec![0x80, 4];
+            if in_list {
+                bytes.extend_from_slice(b"](");
+            }
+            for i in 0..count {
+                if let Some((every, lie)) = frames
+                    && i % every == 0
+                {
+                    bytes.push(0x95);
+                    let honest = (every.min(count - i) * object.len()) as u64;
+                    bytes.extend_from_slice(&(honest + u64::from(lie % 3) * u64::from(lie)).to_le_bytes());
+                }
+                bytes.extend_from_slice(object);
+            }
+            if in_list {
+                bytes.push(b'e');
+            }
+            if !cut {
+                bytes.push(b'.');
+            }
+            let what = format!(
+                "pickle: {count} memoized objects of kind {kind}, in a list: {in_list}, frames: {frames:?}, cut short: {cut} ({} bytes)",
+                bytes.len()
+            );
+            Extra::Pickle { what, bytes }
+        })
+}
+
 /// Checks one case; `Err` says which rule it broke.
 pub fn check(e: &Extra) -> Result<(), String> {
     match e {
@@ -154,6 +204,14 @@ pub fn check(e: &Extra) -> Result<(), String> {
             text,
             signal_after_us,
         } => run(text, *signal_after_us),
+        // Not a snapshot: refused with a message (never a panic; the case's heap is metered).
+        Extra::Pickle { bytes, .. } => {
+            match headroom::import::torch::read_pickle_bytes(bytes, "fuzz.pickle") {
+                Ok(_) => Err("a pickle that is no snapshot was read as one".into()),
+                Err(e) if format!("{e:#}").is_empty() => Err("refused without a message".into()),
+                Err(_) => Ok(()),
+            }
+        }
     }
 }
 

@@ -83,8 +83,8 @@ enum AnyCase {
     Extra(kinds::Extra),
 }
 
-/// One case in `load_weight + 4` is a workload loaded; of the rest, three are texts explained
-/// and one a run on the simulator. The smoke run keeps to a few of the slower kinds (so that
+/// One case in `load_weight + 5` is a workload loaded; of the rest, three are texts explained,
+/// one a run on the simulator and one a hostile pickle for the snapshot reader. The smoke run keeps to a few of the slower kinds (so that
 /// `cargo test` takes about what it took before they were added); a long run mixes them in
 /// at one in eleven.
 fn any_case(load_weight: u32) -> impl Strategy<Value = AnyCase> {
@@ -92,6 +92,7 @@ fn any_case(load_weight: u32) -> impl Strategy<Value = AnyCase> {
         load_weight => case().prop_map(AnyCase::Load),
         3 => kinds::explain_case().prop_map(AnyCase::Extra),
         1 => kinds::run_case().prop_map(AnyCase::Extra),
+        1 => kinds::pickle_case().prop_map(AnyCase::Extra),
     ]
 }
 
@@ -121,6 +122,8 @@ struct Tally {
     /// Texts explained, and long-step runs on the simulator.
     explained: u64,
     runs: u64,
+    /// Hostile pickles read by the snapshot reader (their time counts with the runs').
+    pickles: u64,
     /// Time in each kind of case: loads, explains, runs.
     took: [Duration; 3],
 }
@@ -204,6 +207,10 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
                         t.runs += 1;
                         t.took[2] += took;
                     }
+                    kinds::Extra::Pickle { .. } => {
+                        t.pickles += 1;
+                        t.took[2] += took;
+                    }
                 }
                 return Ok(());
             }
@@ -220,12 +227,13 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let t = tally.into_inner();
     let peak_rss = meter::peak_rss_bytes();
     println!(
-        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals; {} loaded ({} actions; {} read in one pass), refused {} parsing, {} checking, {} for the device; \
+        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals, {} hostile pickles; {} loaded ({} actions; {} read in one pass), refused {} parsing, {} checking, {} for the device; \
          slowest case {:.0} ms of CPU ({:.0} ms the longest in wall time), most heap in one case {} MiB, peak RSS {} MiB; CPU time in loads {:.1} s, explains {:.1} s, runs {:.1} s",
         t.cases,
         start.elapsed().as_secs_f64(),
         t.explained,
         t.runs,
+        t.pickles,
         t.accepted,
         t.actions,
         t.one_pass,

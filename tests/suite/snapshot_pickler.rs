@@ -326,3 +326,110 @@ impl<W: Write> PyPickler<W> {
         Ok(self.out)
     }
 }
+
+#[test]
+fn a_snapshot_whose_last_frame_runs_past_the_end_of_the_file_is_refused() {
+    // Many frames (one about every 64 KiB), the entries read by the fast path; the last
+    // frame's length is made 1000 bytes longer than what the file holds.
+    let n = 4_321usize;
+    let entries = (0..n as u64).map(|i| PyEntry {
+        action: ["alloc", "free_requested", "free_completed"][(i % 3) as usize],
+        addr: 0x7f00_0000_0000 + (i % 97) * (2 << 20),
+        size: 512,
+        time_us: 1_760_000_000_000_000 + 3 * i as i64,
+        stack: (i % 50) as u32,
+    });
+    let mut bytes = PyPickler::new(Vec::new()).snapshot(entries, n, 4).unwrap();
+    assert!(headroom::import::torch::read_pickle_bytes(&bytes, "whole").is_ok());
+    let total = bytes.len() as u64;
+    let last = (0..bytes.len() - 9)
+        .rev()
+        .find(|&p| {
+            bytes[p] == 0x95
+                && p as u64 + 9 + u64::from_le_bytes(bytes[p + 1..p + 9].try_into().unwrap())
+                    == total
+        })
+        .expect("a last frame");
+    let len = u64::from_le_bytes(bytes[last + 1..last + 9].try_into().unwrap());
+    assert!(len > 1000, "{len}");
+    bytes[last + 1..last + 9].copy_from_slice(&(len + 1000).to_le_bytes());
+    let e = headroom::import::torch::read_pickle_bytes(&bytes, "long")
+        .map(|_| ())
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains(&format!(
+            "byte {last}: FRAME: its {} bytes run past the end of the file, 1000 bytes short",
+            len + 1000
+        )),
+        "{msg}"
+    );
+}
+
+/// A protocol-2 pickle of `{"segments": [], "device_traces": [[{"action": "alloc", "addr": 1,
+/// "size": 512, "frames": FRAMES}]]}`, `frames` given as its opcodes.
+fn one_entry_snapshot(frames: &[u8]) -> Vec<u8> {
+    let s = |out: &mut Vec<u8>, text: &str| {
+        out.push(b'X');
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    };
+    let int = |out: &mut Vec<u8>, v: i32| {
+        out.push(b'J');
+        out.extend_from_slice(&v.to_le_bytes());
+    };
+    let mut p = vec![0x80, 2, b'}', b'('];
+    s(&mut p, "segments");
+    p.push(b']');
+    s(&mut p, "device_traces");
+    p.extend_from_slice(b"](](}(");
+    s(&mut p, "action");
+    s(&mut p, "alloc");
+    s(&mut p, "addr");
+    int(&mut p, 1);
+    s(&mut p, "size");
+    int(&mut p, 512);
+    s(&mut p, "frames");
+    p.extend_from_slice(frames);
+    p.extend_from_slice(b"ueeu.");
+    p
+}
+
+/// A frames list of one frame dict with `line` given as its opcodes.
+fn one_frame(filename: &[u8], line: &[u8]) -> Vec<u8> {
+    let mut f = b"](}(X\x08\x00\x00\x00filename".to_vec();
+    f.extend_from_slice(filename);
+    f.extend_from_slice(b"X\x04\x00\x00\x00line");
+    f.extend_from_slice(line);
+    f.extend_from_slice(b"X\x04\x00\x00\x00nameX\x01\x00\x00\x00fue");
+    f
+}
+
+#[test]
+fn wrong_types_in_frames_are_refused_naming_them() {
+    let read = |frames: &[u8]| {
+        headroom::import::torch::read_pickle_bytes(&one_entry_snapshot(frames), "hand")
+            .map(|s| s.entries.len())
+            .map_err(|e| format!("{e:#}"))
+    };
+    let good = one_frame(b"X\x04\x00\x00\x00a.py", b"J\x07\x00\x00\x00");
+    assert_eq!(read(&good), Ok(1));
+    for (frames, want) in [
+        (
+            one_frame(b"J\x07\x00\x00\x00", b"J\x07\x00\x00\x00"),
+            "a frame's `filename` is a int, not a str",
+        ),
+        (
+            one_frame(b"X\x04\x00\x00\x00a.py", b"X\x01\x00\x00\x007"),
+            "a frame's `line` is a str, not an int",
+        ),
+        (b"J\x07\x00\x00\x00".to_vec(), "`frames` is not a list"),
+        (
+            b"](J\x07\x00\x00\x00e".to_vec(),
+            "a frame is a int, not a dict",
+        ),
+    ] {
+        let e = read(&frames).unwrap_err();
+        assert!(e.contains(want), "{e}");
+    }
+}

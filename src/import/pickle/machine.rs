@@ -96,6 +96,9 @@ pub struct FastDict {
     /// which is then used instead of `memo`'s (no lookup by content or identity).
     pub stored: [u32; FastDict::MEMO_MAX],
     pub memoized: usize,
+    /// The last `FRAME` passed among the bytes looked at: its position in `Fast::bytes` and
+    /// its length, for the check at `STOP` that the file holds it whole.
+    pub last_frame: Option<(usize, u64)>,
 }
 
 impl FastDict {
@@ -115,6 +118,11 @@ pub struct Machine<'a, S: Sink> {
     spare: Vec<Value>,
     /// What the sink's last fast dict used.
     fast_out: FastDict,
+    /// Where the last `FRAME` ends in the file (0: none yet): at `STOP` the file must hold it
+    /// whole, as Python's reader, which reads a frame at once, requires.
+    frame_end: u64,
+    /// Where that `FRAME` began, for the message.
+    frame_at: u64,
 }
 
 impl<'a, S: Sink> Machine<'a, S> {
@@ -128,7 +136,31 @@ impl<'a, S: Sink> Machine<'a, S> {
             scratch: Vec::new(),
             spare: Vec::new(),
             fast_out: FastDict::default(),
+            frame_end: 0,
+            frame_at: 0,
         }
+    }
+
+    /// At `STOP`: the last `FRAME`'s bytes are all in the file (read through, never kept).
+    fn frame_held<R: Read>(&mut self, input: &mut Input<R>) -> Result<(), PickleError> {
+        let mut need = self.frame_end.saturating_sub(input.offset());
+        while need > 0 {
+            let w = input.window(need.min(1 << 20) as usize)?.len();
+            if w == 0 {
+                return Err(PickleError::at(
+                    self.frame_at,
+                    format!(
+                        "FRAME: its {} bytes run past the end of the file, {need} bytes short \
+                         (truncated?)",
+                        self.frame_end - self.frame_at - 9
+                    ),
+                ));
+            }
+            let take = (w as u64).min(need);
+            input.consume(take as usize);
+            need -= take;
+        }
+        Ok(())
     }
 
     /// Runs the pickle in `input` to its `STOP` and returns the value it built.
@@ -171,10 +203,12 @@ impl<'a, S: Sink> Machine<'a, S> {
             let err = |m: String| PickleError::at(at, format!("{}: {m}", op.name));
             match b {
                 b'.' => {
-                    return self
+                    let value = self
                         .stack
                         .pop()
-                        .ok_or_else(|| err("nothing on the stack to return".into()));
+                        .ok_or_else(|| err("nothing on the stack to return".into()))?;
+                    self.frame_held(&mut input)?;
+                    return Ok(value);
                 }
                 0x80 => {
                     let p = input.array::<1>(op.name)?[0];
@@ -186,7 +220,9 @@ impl<'a, S: Sink> Machine<'a, S> {
                     self.protocol = p;
                 }
                 0x95 => {
-                    input.array::<8>(op.name)?;
+                    let n = u64::from_le_bytes(input.array::<8>(op.name)?);
+                    self.frame_at = at;
+                    self.frame_end = input.offset().saturating_add(n);
                 }
                 b'(' => {
                     if self.marks.len() >= MAX_DEPTH as usize {
@@ -398,6 +434,7 @@ impl<'a, S: Sink> Machine<'a, S> {
         let list = list.clone();
         let mut first = true;
         loop {
+            let window_at = input.offset();
             let bytes = input.window(1 << 16)?;
             let fast = Fast {
                 bytes,
@@ -407,6 +444,7 @@ impl<'a, S: Sink> Machine<'a, S> {
             let out = &mut self.fast_out;
             out.consumed = 0;
             out.memoized = 0;
+            out.last_frame = None;
             if !self.sink.fast_dict(&list, &fast, out) {
                 if first {
                     return Ok(false);
@@ -416,6 +454,10 @@ impl<'a, S: Sink> Machine<'a, S> {
             }
             first = false;
             input.consume(self.fast_out.consumed);
+            if let Some((pos, n)) = self.fast_out.last_frame {
+                self.frame_at = window_at + pos as u64;
+                self.frame_end = self.frame_at.saturating_add(9).saturating_add(n);
+            }
             for k in 0..self.fast_out.memoized {
                 let id = self.memo.len();
                 let v = self.fast_out.memo[k].take();
@@ -430,13 +472,21 @@ impl<'a, S: Sink> Machine<'a, S> {
             // The next opcode, past any `FRAME`s: another `EMPTY_DICT` is offered at once.
             let bytes = input.window(64)?;
             let mut i = 0;
+            let mut frame = None;
             while bytes.get(i) == Some(&0x95) && bytes.len() >= i + 9 {
+                let n = u64::from_le_bytes(bytes[i + 1..i + 9].try_into().expect("8 bytes"));
+                frame = Some((i, n));
                 i += 9;
             }
             if bytes.get(i) != Some(&b'}') {
                 return Ok(true);
             }
+            let at = input.offset();
             input.consume(i);
+            if let Some((f, n)) = frame {
+                self.frame_at = at + f as u64;
+                self.frame_end = self.frame_at + 9 + n;
+            }
             input.op_offset = input.offset();
             input.consume(1);
         }

@@ -147,6 +147,38 @@ fn broken_streams_say_where() {
 }
 
 #[test]
+fn a_frame_that_runs_past_the_end_of_the_file_is_refused() {
+    // `{}` then STOP in a frame of their 2 bytes; a frame longer than the file is refused,
+    // whether STOP comes by the slow path (a `}` read alone) or by the dicts' fast path.
+    let framed = |n: u64, body: &[u8]| {
+        let mut p = vec![0x80, 4, 0x95];
+        p.extend_from_slice(&n.to_le_bytes());
+        p.extend_from_slice(body);
+        p
+    };
+    assert!(load(&framed(2, b"}.")).is_ok());
+    // Bytes past STOP that the frame covers are read through, as Python's reader does.
+    assert!(load(&framed(5, b"}.abc")).is_ok());
+    let e = load(&framed(1000, b"}.")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "byte 2: FRAME: its 1000 bytes run past the end of the file, 998 bytes short (truncated?)"
+    );
+    let e = load(&framed(u64::MAX, b"}.")).unwrap_err();
+    assert!(
+        e.to_string().contains("run past the end of the file"),
+        "{e}"
+    );
+    // A second frame after a list's first item (the dict fast path skips it).
+    let mut two = framed(2, b"](}");
+    two.extend_from_slice(&[0x95]);
+    two.extend_from_slice(&500u64.to_le_bytes());
+    two.extend_from_slice(b"}e.");
+    let e = load(&two).unwrap_err();
+    assert!(e.to_string().contains("its 500 bytes run past"), "{e}");
+}
+
+#[test]
 fn a_sink_can_take_list_items() {
     struct TakeInts(Vec<i64>);
     impl Sink for TakeInts {

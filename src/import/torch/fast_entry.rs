@@ -123,6 +123,8 @@ struct Decoder<'a, 'f, 'o> {
     fast: &'a Fast<'f>,
     /// Per `MEMOIZE`, in order: its value (`None`: the entry dict, taken).
     out: &'o mut FastDict,
+    /// The last `FRAME` passed (`FastDict::last_frame`).
+    frame: std::cell::Cell<Option<(usize, u64)>>,
 }
 
 impl<'a> Decoder<'a, '_, '_> {
@@ -131,6 +133,12 @@ impl<'a> Decoder<'a, '_, '_> {
     #[inline]
     fn past_frames(&self, mut i: usize) -> usize {
         while self.b.get(i) == Some(&0x95) {
+            if let Some(n) = self.b.get(i + 1..i + 9) {
+                let n = u64::from_le_bytes(n.try_into().expect("8 bytes"));
+                if self.frame.get().is_none_or(|(at, _)| at < i) {
+                    self.frame.set(Some((i, n)));
+                }
+            }
             i += 9;
         }
         i
@@ -368,6 +376,7 @@ pub(super) fn decode(
         i: 0,
         fast,
         out,
+        frame: std::cell::Cell::new(None),
     };
     // The dict itself is taken: its memo slot holds nothing (a snapshot never reads an
     // entry back).
@@ -448,6 +457,7 @@ pub(super) fn decode(
         e.meta = meta_id(snap, compile.map(str::to_string), user.map(str::to_string));
     }
     d.out.consumed = d.i;
+    d.out.last_frame = d.frame.get();
     Some(e)
 }
 

@@ -192,15 +192,23 @@ fn stack_of(snap: &mut Snapshot, buf: &mut Vec<u32>, v: &Value) -> Result<u32, S
             line: 0,
             name: String::new(),
         };
+        let wrong = |key: &str, v: &Value, want: &str| {
+            format!("a frame's `{key}` is a {}, not {want}", v.type_name())
+        };
         for (k, v) in fd.items.borrow().iter() {
-            match (k.as_str(), v) {
-                (Some("filename"), v) if v.as_str().is_some() => {
-                    frame.filename = v.as_str().unwrap_or_default().to_string()
+            match k.as_str() {
+                Some("filename") => {
+                    frame.filename = v
+                        .as_str()
+                        .ok_or_else(|| wrong("filename", v, "a str"))?
+                        .into()
                 }
-                (Some("name"), v) if v.as_str().is_some() => {
-                    frame.name = v.as_str().unwrap_or_default().to_string()
+                Some("name") => {
+                    frame.name = v.as_str().ok_or_else(|| wrong("name", v, "a str"))?.into()
                 }
-                (Some("line"), v) => frame.line = v.as_int().unwrap_or(0),
+                Some("line") => {
+                    frame.line = v.as_int().ok_or_else(|| wrong("line", v, "an int"))?
+                }
                 _ => {}
             }
         }
@@ -414,9 +422,9 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
                 ),
             };
             let stack = match bd.get("frames") {
-                Some(f @ Value::List(_)) => stack_of(snap, &mut Vec::new(), &f)
+                Some(f) => stack_of(snap, &mut Vec::new(), &f)
                     .map_err(|e| anyhow::anyhow!("blocks[{i}]: {e}"))?,
-                _ => 0,
+                None => 0,
             };
             seg.blocks.push(Block {
                 address: addr,

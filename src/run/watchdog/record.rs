@@ -3,6 +3,7 @@
 //! `events.csv` has them — through the folder's `LateWrite`, from the last summary written.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::folder::{LateEnd, LateWrite};
 use crate::record::timeline::EventRow;
@@ -18,6 +19,31 @@ pub fn early_record(dir: PathBuf) -> OnFire {
 /// The record of the run writing through `late`.
 pub fn run_record(late: LateWrite) -> OnFire {
     Box::new(move |f: &Fired| write(&late, f))
+}
+
+/// The record of a watch writing through `late`, whose clock began at `origin`: the run's
+/// (the stuck call's row at the watch's time, named), then the derived reports from the
+/// folder as it now is (the readings so far, the job's exit when it had exited).
+pub fn watch_record(late: LateWrite, origin: Instant) -> OnFire {
+    Box::new(move |f: &Fired| {
+        let mut at = f.clone();
+        at.t_ns = origin.elapsed().as_nanos() as u64;
+        if at.op.is_empty() {
+            at.op = "call".into();
+            at.name = f.call.unwrap_or_default().into();
+        }
+        write(&late, &at);
+        if late.begun() {
+            let reports = crate::report::rundata::RunData::load(late.dir())
+                .and_then(|run| crate::report::artifacts::write_run(&run));
+            if let Err(e) = reports {
+                crate::errln!(
+                    "warning: the reports were not written ({e:#}); `headroom report {}` writes them",
+                    late.dir().display()
+                );
+            }
+        }
+    })
 }
 
 fn nothing_yet(dir: &Path) {

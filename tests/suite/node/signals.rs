@@ -95,6 +95,11 @@ fn a_killed_worker_is_a_failed_gpu_and_the_others_results_are_kept() {
         "the worst worker: a killed one counts as 2"
     );
     let n = node_json(&out);
+    // The node as a whole failed, not completed, with the killed worker's 2.
+    assert_eq!(
+        (&n["status"], &n["exit_code"]),
+        (&"failed".into(), &2.into())
+    );
     let g = n["gpus"].as_array().unwrap();
     assert_eq!(g[1]["outcome"], "failed");
     assert_eq!(g[1]["signal"], 9);

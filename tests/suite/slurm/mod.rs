@@ -34,8 +34,8 @@ fn documented_lines() -> (String, String) {
         .to_string();
     let second = doc
         .lines()
-        .find(|l| l.starts_with("sbatch --dependency="))
-        .expect("docs/fleet.md: sbatch --dependency=…")
+        .find(|l| l.starts_with("env -u SBATCH_ARRAY_INX sbatch --dependency="))
+        .expect("docs/fleet.md: env -u SBATCH_ARRAY_INX sbatch --dependency=…")
         .to_string();
     let command = |l: &str| l.split("  #").next().unwrap().trim().to_string();
     for l in [&first, &second] {
@@ -139,7 +139,7 @@ fn the_documented_slurm_array_runs_on_a_real_slurm_and_scancel_and_time_limits_i
             ("WORKLOAD", "workloads/quickstart.toml".into()),
         ],
         &format!(
-            "set -euo pipefail\nexport SBATCH_ARRAY_INX=0-3\n{first}\nunset SBATCH_ARRAY_INX\n{second}\necho \"$jid\"\n"
+            "set -euo pipefail\nexport SBATCH_ARRAY_INX=0-3\n{first}\n{second}\necho \"$jid\"\n"
         ),
     );
     assert_eq!(r.code, 0, "{}{}", r.stderr, cluster.logs());
@@ -275,5 +275,39 @@ fn the_documented_slurm_array_runs_on_a_real_slurm_and_scancel_and_time_limits_i
         "slurm: real Slurm: 4 array tasks and the merge as documented, scancel and a time limit \
          interrupted, no process left; {:?}",
         t0.elapsed()
+    );
+}
+
+#[test]
+fn a_merge_run_as_an_array_merges_in_its_first_task_only() {
+    // No Slurm needed: the script's merge branch with a stand-in binary that records its call.
+    let tmp = tempfile::tempdir().unwrap();
+    let calls = tmp.path().join("calls");
+    let bin = tmp.path().join("headroom");
+    std::fs::write(
+        &bin,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", calls.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for task in ["3", "1", "2"] {
+        let r = sh(std::process::Command::new("bash")
+            .arg(root().join("docs/fleet/slurm.sh"))
+            .args(["merge", "77"])
+            .env("RESULTS", tmp.path())
+            .env("HEADROOM", &bin)
+            .env("SLURM_ARRAY_TASK_ID", task)
+            .env("SLURM_ARRAY_TASK_MIN", "1"));
+        assert_eq!(r.code, 0, "task {task}: {}", r.stderr);
+    }
+    let merged = std::fs::read_to_string(&calls).unwrap();
+    let dir = tmp.path().join("77");
+    assert_eq!(
+        merged,
+        format!(
+            "merge {} --skip-incomplete --out {}/fleet.csv --force\n",
+            dir.display(),
+            dir.display()
+        )
     );
 }

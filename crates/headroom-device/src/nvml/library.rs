@@ -408,8 +408,10 @@ impl Nvml {
         // SAFETY: `nvmlInit_v2` takes no arguments and returns an `nvmlReturn_t`.
         let init: unsafe extern "C" fn() -> Return =
             unsafe { sym(&lib, "nvmlInit_v2") }.ok_or(NvmlError::MissingSymbol("nvmlInit_v2"))?;
+        let watched = crate::watch::call("nvmlInit_v2");
         // SAFETY: the library is loaded; `nvmlInit_v2` may be called at any time.
         check(unsafe { init() })?;
+        drop(watched);
         Ok(Nvml {
             fns,
             memory_v2_usable: std::sync::atomic::AtomicBool::new(true),
@@ -418,13 +420,13 @@ impl Nvml {
     }
 
     pub fn sys_driver_version(&self) -> Result<String, NvmlError> {
-        let f = need(self.fns.driver_version, "nvmlSystemGetDriverVersion")?;
+        let (f, _watched) = need(self.fns.driver_version, "nvmlSystemGetDriverVersion")?;
         // SAFETY: NVML writes at most `len` bytes, NUL included, into the buffer.
         read_string(DRIVER_VERSION_BYTES, |buf, len| unsafe { f(buf, len) })
     }
 
     pub fn device_count(&self) -> Result<u32, NvmlError> {
-        let f = need(self.fns.count, "nvmlDeviceGetCount_v2")?;
+        let (f, _watched) = need(self.fns.count, "nvmlDeviceGetCount_v2")?;
         let mut n: c_uint = 0;
         // SAFETY: one uint is written through a valid pointer.
         check(unsafe { f(&mut n) })?;
@@ -432,7 +434,7 @@ impl Nvml {
     }
 
     pub fn device_by_index(&self, index: u32) -> Result<Device<'_>, NvmlError> {
-        let f = need(self.fns.by_index, "nvmlDeviceGetHandleByIndex_v2")?;
+        let (f, _watched) = need(self.fns.by_index, "nvmlDeviceGetHandleByIndex_v2")?;
         let mut h: Handle = std::ptr::null_mut();
         // SAFETY: one handle is written through a valid pointer.
         check(unsafe { f(index, &mut h) })?;
@@ -440,7 +442,7 @@ impl Nvml {
     }
 
     pub fn device_by_uuid(&self, uuid: &str) -> Result<Device<'_>, NvmlError> {
-        let f = need(self.fns.by_uuid, "nvmlDeviceGetHandleByUUID")?;
+        let (f, _watched) = need(self.fns.by_uuid, "nvmlDeviceGetHandleByUUID")?;
         let c = std::ffi::CString::new(uuid).map_err(|_| NvmlError::Code(2))?;
         let mut h: Handle = std::ptr::null_mut();
         // SAFETY: the UUID is a NUL-terminated string; one handle is written through `h`.
@@ -461,14 +463,18 @@ impl Nvml {
 impl Drop for Nvml {
     fn drop(&mut self) {
         if let Some(f) = self.fns.shutdown {
+            let _watched = crate::watch::call("nvmlShutdown");
             // SAFETY: this session initialized NVML and makes no call after this one.
             unsafe { f() };
         }
     }
 }
 
-fn need<T>(f: Option<T>, name: &'static str) -> Result<T, NvmlError> {
-    f.ok_or(NvmlError::MissingSymbol(name))
+/// The entry point `name`, watched (`crate::watch`) until the guard returned with it is
+/// dropped: every NVML call goes through here, so a hung one is named.
+fn need<T>(f: Option<T>, name: &'static str) -> Result<(T, crate::watch::CallGuard), NvmlError> {
+    let f = f.ok_or(NvmlError::MissingSymbol(name))?;
+    Ok((f, crate::watch::call(name)))
 }
 
 /// A string NVML writes into a buffer of `bytes` bytes.
@@ -519,13 +525,13 @@ impl Device<'_> {
     }
 
     pub fn name(&self) -> Result<String, NvmlError> {
-        let f = need(self.fns().name, "nvmlDeviceGetName")?;
+        let (f, _watched) = need(self.fns().name, "nvmlDeviceGetName")?;
         // SAFETY: the handle is this session's; NVML writes at most `len` bytes.
         read_string(DEVICE_STRING_BYTES, |b, l| unsafe { f(self.handle, b, l) })
     }
 
     pub fn uuid(&self) -> Result<String, NvmlError> {
-        let f = need(self.fns().uuid, "nvmlDeviceGetUUID")?;
+        let (f, _watched) = need(self.fns().uuid, "nvmlDeviceGetUUID")?;
         // SAFETY: the handle is this session's; NVML writes at most `len` bytes.
         read_string(DEVICE_STRING_BYTES, |b, l| unsafe { f(self.handle, b, l) })
     }
@@ -540,7 +546,7 @@ impl Device<'_> {
         f: Option<unsafe extern "C" fn(Handle, *mut c_uint) -> Return>,
         name: &'static str,
     ) -> Result<u32, NvmlError> {
-        let f = need(f, name)?;
+        let (f, _watched) = need(f, name)?;
         let mut v: c_uint = 0;
         // SAFETY: the handle is this session's; one uint is written through a valid pointer.
         check(unsafe { f(self.handle, &mut v) })?;
@@ -571,7 +577,7 @@ impl Device<'_> {
 
     /// `nvmlDeviceGetMemoryInfo_v2`.
     pub fn memory_v2(&self) -> Result<MemoryV2, NvmlError> {
-        let f = need(self.fns().memory_v2, "nvmlDeviceGetMemoryInfo_v2")?;
+        let (f, _watched) = need(self.fns().memory_v2, "nvmlDeviceGetMemoryInfo_v2")?;
         let mut m = MemoryV2 {
             version: MEMORY_V2_VERSION,
             ..MemoryV2::default()
@@ -583,7 +589,7 @@ impl Device<'_> {
 
     /// `nvmlDeviceGetMemoryInfo`.
     pub fn memory_v1(&self) -> Result<MemoryV1, NvmlError> {
-        let f = need(self.fns().memory_v1, "nvmlDeviceGetMemoryInfo")?;
+        let (f, _watched) = need(self.fns().memory_v1, "nvmlDeviceGetMemoryInfo")?;
         let mut m = MemoryV1::default();
         // SAFETY: the handle is this session's and `m` is the v1 struct NVML fills.
         check(unsafe { f(self.handle, &mut m) })?;
@@ -592,7 +598,7 @@ impl Device<'_> {
 
     /// `nvmlDeviceGetComputeRunningProcesses_v3`.
     pub fn processes_v3(&self) -> Result<Vec<ProcessInfo>, NvmlError> {
-        let f = need(
+        let (f, _watched) = need(
             self.fns().processes_v3,
             "nvmlDeviceGetComputeRunningProcesses_v3",
         )?;
@@ -602,7 +608,7 @@ impl Device<'_> {
     /// `nvmlDeviceGetComputeRunningProcesses_v2`: every branch from R450 on has it, with the
     /// 24-byte `nvmlProcessInfo_v2_t` in every nvml.h since.
     pub fn processes_v2(&self) -> Result<Vec<ProcessInfo>, NvmlError> {
-        let f = need(
+        let (f, _watched) = need(
             self.fns().processes_v2,
             "nvmlDeviceGetComputeRunningProcesses_v2",
         )?;
@@ -641,7 +647,7 @@ impl Device<'_> {
 
     /// MIG mode: (current, pending), 1 for enabled.
     pub fn mig_mode(&self) -> Result<(u32, u32), NvmlError> {
-        let f = need(self.fns().mig_mode, "nvmlDeviceGetMigMode")?;
+        let (f, _watched) = need(self.fns().mig_mode, "nvmlDeviceGetMigMode")?;
         let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
         // SAFETY: the handle is this session's; two uints are written through valid pointers.
         check(unsafe { f(self.handle, &mut current, &mut pending) })?;
@@ -653,7 +659,7 @@ impl Device<'_> {
     }
 
     pub fn mig_device_by_index(&self, index: u32) -> Result<Device<'_>, NvmlError> {
-        let f = need(
+        let (f, _watched) = need(
             self.fns().mig_by_index,
             "nvmlDeviceGetMigDeviceHandleByIndex",
         )?;
@@ -666,7 +672,7 @@ impl Device<'_> {
     }
 
     pub fn mig_parent(&self) -> Result<Device<'_>, NvmlError> {
-        let f = need(
+        let (f, _watched) = need(
             self.fns().mig_parent,
             "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
         )?;

@@ -32,7 +32,6 @@ impl NvmlDevice {
 
     /// As `open`, with NVML's error when it fails.
     pub fn try_open(uuid: &str) -> Result<NvmlDevice, NvmlError> {
-        let _watched = crate::watch::call("nvmlInit_v2");
         let nvml = Nvml::init()?;
         let handle = nvml.device_by_uuid(uuid)?.raw();
         Ok(NvmlDevice { nvml, handle })
@@ -250,7 +249,6 @@ fn instances(gpu: &Device<'_>) -> Vec<NvmlInstance> {
 /// asks v1 directly.
 pub fn read_memory(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
     if d.memory_v2_usable() {
-        let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo_v2");
         match d.memory_v2() {
             Ok(m) => {
                 return Ok(NvmlMemory {
@@ -285,7 +283,6 @@ pub fn read_memory(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
 /// the driver's reserved share): `used` there includes that share, whose size it does not
 /// give, so `reserved_bytes` is `None`.
 fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
-    let _watched = crate::watch::call("nvmlDeviceGetMemoryInfo");
     let m = d.memory_v1()?;
     Ok(NvmlMemory {
         total_bytes: m.total,
@@ -298,7 +295,6 @@ fn read_memory_v1(d: &Device<'_>) -> Result<NvmlMemory, NvmlError> {
 /// The compute processes NVML lists on a device handle, this process marked.
 pub fn read_processes(d: &Device<'_>) -> Result<Vec<ProcessUsage>, NvmlError> {
     let me = std::process::id();
-    let _watched = crate::watch::call("nvmlDeviceGetComputeRunningProcesses");
     // `_v2` first: every branch from R450 on exports it, with the same 24-byte record in every
     // nvml.h; `_v3` only where `_v2` is gone. Either way the record size is read from what the
     // driver wrote (535.43.02–535.86 wrote 32-byte records through `_v3`).
