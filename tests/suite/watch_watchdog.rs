@@ -108,8 +108,8 @@ const BEFORE_THE_FOLDER: &[(&str, &str)] = &[
         "nvmlDeviceGetMemoryInfo_v2",
     ),
     (
-        "nvmlDeviceGetComputeRunningProcesses_v3@1=hang:forever",
-        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2@1=hang:forever",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
     ),
 ];
 
@@ -150,8 +150,8 @@ fn a_sampler_stuck_while_the_job_runs_leaves_the_folder_failed_with_the_readings
             "nvmlDeviceGetMemoryInfo_v2",
         ),
         (
-            "nvmlDeviceGetComputeRunningProcesses_v3@40=hang:forever",
-            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2@40=hang:forever",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
         ),
     ];
     let running: Vec<_> = stuck
@@ -207,8 +207,8 @@ fn a_sigterm_during_a_stuck_sampler_ends_the_watch_within_the_bound() {
             "nvmlDeviceGetMemoryInfo_v2",
         ),
         (
-            "nvmlDeviceGetComputeRunningProcesses_v3@40=hang:forever",
-            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2@40=hang:forever",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
         ),
     ];
     // No budget set: the default (120 s) is far away, only the signal ends them.
