@@ -421,13 +421,15 @@ fn a_long_adversarial_input_stays_fast() {
         }
     }
     assert!(text.len() > 4 << 20);
-    // This thread's CPU time, not the wall clock: the bound is on the work (a quadratic scan
-    // would take minutes), whatever else the machine runs beside it.
+    // This thread's CPU time, not the wall clock: the bound is on the work, whatever else the
+    // machine runs beside it. A quadratic scan takes minutes (20,000 fragments took 149 s
+    // before the long-line fix); the principled reader, which labels every figure of each
+    // of these 20,000 near-messages, takes about 18 s of a debug build's CPU.
     let start = thread_cpu_time();
     let r = explain_text(&text);
     let _ = render::render_text(&r);
     let took = thread_cpu_time() - start;
-    assert!(took < Duration::from_secs(20), "took {took:?} of CPU");
+    assert!(took < Duration::from_secs(60), "took {took:?} of CPU");
     assert!(!r.explanations.is_empty());
 }
 
