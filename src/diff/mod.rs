@@ -23,7 +23,7 @@ use side::{Held, Side};
 pub const LINES_LISTED: usize = 20;
 
 /// One side as the diff reports it.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct SideInfo {
     pub source: String,
     /// `snapshot`, `import`, `watch` or `run`.
@@ -123,22 +123,6 @@ pub fn load(a: &Path, b: &Path) -> anyhow::Result<Diff> {
     Ok(diff(&side::load(a)?, &side::load(b)?))
 }
 
-fn info(s: &Side) -> SideInfo {
-    SideInfo {
-        source: s.source.clone(),
-        kind: s.kind.clone(),
-        device_index: s.device_index,
-        allocated_peak_bytes: s.allocated_peak_bytes,
-        peak_entry: s.peak_entry,
-        reserved_peak_bytes: s.reserved_peak_bytes,
-        device_used_peak_bytes: s.device_used_peak_bytes,
-        job_used_peak_bytes: s.job_used_peak_bytes,
-        segments_held: s.segments_held,
-        segment_allocs: s.segment_allocs,
-        notes: s.notes.clone(),
-    }
-}
-
 #[derive(Default)]
 struct Sum {
     path: String,
@@ -180,26 +164,30 @@ pub fn diff(a: &Side, b: &Side) -> Diff {
     let figures = vec![
         Delta::new(
             "allocated_peak_bytes",
-            a.allocated_peak_bytes,
-            b.allocated_peak_bytes,
+            a.info.allocated_peak_bytes,
+            b.info.allocated_peak_bytes,
         ),
         Delta::new(
             "reserved_peak_bytes",
-            a.reserved_peak_bytes,
-            b.reserved_peak_bytes,
+            a.info.reserved_peak_bytes,
+            b.info.reserved_peak_bytes,
         ),
         Delta::new(
             "device_used_peak_bytes",
-            a.device_used_peak_bytes,
-            b.device_used_peak_bytes,
+            a.info.device_used_peak_bytes,
+            b.info.device_used_peak_bytes,
         ),
         Delta::new(
             "job_used_peak_bytes",
-            a.job_used_peak_bytes,
-            b.job_used_peak_bytes,
+            a.info.job_used_peak_bytes,
+            b.info.job_used_peak_bytes,
         ),
-        Delta::new("segments_held", a.segments_held, b.segments_held),
-        Delta::new("segment_allocs", a.segment_allocs, b.segment_allocs),
+        Delta::new("segments_held", a.info.segments_held, b.info.segments_held),
+        Delta::new(
+            "segment_allocs",
+            a.info.segment_allocs,
+            b.info.segment_allocs,
+        ),
     ]
     .into_iter()
     .filter(|d| d.a.is_some() || d.b.is_some())
@@ -256,8 +244,8 @@ pub fn diff(a: &Side, b: &Side) -> Diff {
     }
 
     Diff {
-        a: info(a),
-        b: info(b),
+        a: a.info.clone(),
+        b: b.info.clone(),
         figures,
         by_category,
         lines,

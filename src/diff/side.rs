@@ -15,6 +15,7 @@ use crate::import::torch::model::{Action, DeviceTrace, Snapshot};
 use crate::import::torch::requests::TorchRequests;
 use crate::record::View;
 
+use super::SideInfo;
 use super::category::{Category, classify};
 
 /// One allocation live at the peak, by where it was made.
@@ -28,36 +29,16 @@ pub struct Held {
     pub requested_bytes: u64,
 }
 
-/// What one side says.
+/// What one side says: what the diff reports of it (`info`), and what it compares.
 #[derive(Debug, Clone, Default)]
 pub struct Side {
-    /// The path as given.
-    pub source: String,
-    /// `snapshot`, `import`, `watch` or `run`.
-    pub kind: String,
-    /// The CUDA device the figures are of, where known.
-    pub device_index: Option<u32>,
-    /// PyTorch's allocated bytes at their peak (the live set summed).
-    pub allocated_peak_bytes: Option<u64>,
-    /// The trace entry of that peak.
-    pub peak_entry: Option<u64>,
-    /// PyTorch's reserved bytes at their peak.
-    pub reserved_peak_bytes: Option<u64>,
-    /// The device's used bytes at their true peak (folders of a run or watch).
-    pub device_used_peak_bytes: Option<u64>,
-    /// The job's processes at their peak (a watch).
-    pub job_used_peak_bytes: Option<u64>,
-    /// Segments the allocator held when the snapshot was taken.
-    pub segments_held: Option<u64>,
-    /// `segment_alloc` entries in the trace (cudaMalloc calls).
-    pub segment_allocs: Option<u64>,
+    pub info: SideInfo,
     /// The allocator settings as recorded (`PYTORCH_CUDA_ALLOC_CONF` and the parsed values).
     pub settings: BTreeMap<String, String>,
     /// Allocations live at the peak (a snapshot), or one row per source line (an import).
     pub held: Vec<Held>,
     /// Whether `held` is one row per allocation (a snapshot) or per line (a folder).
     pub held_per_allocation: bool,
-    pub notes: Vec<String>,
 }
 
 /// Reads a side: a folder by its `summary.json`, a file as a snapshot.
@@ -107,10 +88,10 @@ fn from_folder(dir: &Path, source: String) -> anyhow::Result<Side> {
         let snap = crate::import::torch::read(&path)?;
         let mut side = from_snapshot(&snap, source)?;
         let peak = |v: View| summary.peaks().run.get(v.key()).map(|p| p.bytes);
-        side.kind = "watch".into();
-        side.device_used_peak_bytes = peak(View::DeviceUsed);
-        side.job_used_peak_bytes = peak(View::JobUsed);
-        side.notes.push(format!(
+        side.info.kind = "watch".into();
+        side.info.device_used_peak_bytes = peak(View::DeviceUsed);
+        side.info.job_used_peak_bytes = peak(View::JobUsed);
+        side.info.notes.push(format!(
             "PyTorch's figures from {}{}",
             path.display(),
             if processes > 1 {
@@ -123,28 +104,31 @@ fn from_folder(dir: &Path, source: String) -> anyhow::Result<Side> {
     }
     let peak = |v: View| summary.peaks().run.get(v.key()).map(|p| p.bytes);
     let mut side = Side {
-        source,
-        kind: if summary.import().is_some() {
-            "import"
-        } else if summary.watch().is_some() {
-            "watch"
-        } else {
-            "run"
-        }
-        .into(),
-        device_used_peak_bytes: peak(View::DeviceUsed),
-        job_used_peak_bytes: peak(View::JobUsed),
+        info: SideInfo {
+            source,
+            kind: if summary.import().is_some() {
+                "import"
+            } else if summary.watch().is_some() {
+                "watch"
+            } else {
+                "run"
+            }
+            .into(),
+            device_used_peak_bytes: peak(View::DeviceUsed),
+            job_used_peak_bytes: peak(View::JobUsed),
+            ..SideInfo::default()
+        },
         ..Side::default()
     };
     if let Some(i) = summary.import() {
-        side.device_index = Some(i.device_index);
-        side.reserved_peak_bytes = Some(i.pytorch_reserved_peak_bytes);
+        side.info.device_index = Some(i.device_index);
+        side.info.reserved_peak_bytes = Some(i.pytorch_reserved_peak_bytes);
         if let Some(s) = &i.recorded_settings {
             side.settings.insert("recorded".into(), s.clone());
         }
         if let Some(at) = &i.at_peak {
-            side.allocated_peak_bytes = Some(at.live_bytes);
-            side.peak_entry = Some(at.entry);
+            side.info.allocated_peak_bytes = Some(at.live_bytes);
+            side.info.peak_entry = Some(at.entry);
             side.held = at
                 .by_origin
                 .iter()
@@ -155,16 +139,16 @@ fn from_folder(dir: &Path, source: String) -> anyhow::Result<Side> {
                     requested_bytes: o.bytes,
                 })
                 .collect();
-            side.notes.push(
+            side.info.notes.push(
                 "an imported folder keeps the lines that held memory at the peak, not their stacks: categories are unknown (diff the snapshots for them)".into(),
             );
         }
     } else {
-        side.allocated_peak_bytes = peak(View::AllocAllocated);
-        side.reserved_peak_bytes = peak(View::AllocReserved);
-        side.notes.push(format!(
+        side.info.allocated_peak_bytes = peak(View::AllocAllocated);
+        side.info.reserved_peak_bytes = peak(View::AllocReserved);
+        side.info.notes.push(format!(
             "a {} folder holds no stacks: no source lines to compare (watch with --torch, or diff snapshots, for them)",
-            side.kind
+            side.info.kind
         ));
     }
     Ok(side)
@@ -209,15 +193,18 @@ fn allocated_peak_entry(snap: &Snapshot, trace: DeviceTrace) -> u64 {
 fn from_snapshot(snap: &Snapshot, source: String) -> anyhow::Result<Side> {
     let traced = snap.traced_devices();
     let mut side = Side {
-        source,
-        kind: "snapshot".into(),
+        info: SideInfo {
+            source,
+            kind: "snapshot".into(),
+            ..SideInfo::default()
+        },
         held_per_allocation: true,
         ..Side::default()
     };
     let trace = match traced.as_slice() {
         [] => {
             let device = snap.segments.first().map_or(0, |s| s.device.max(0) as u32);
-            side.notes.push(
+            side.info.notes.push(
                 "the snapshot records no trace (taken without memory history): the live set is the one it was taken at".into(),
             );
             DeviceTrace {
@@ -228,7 +215,7 @@ fn from_snapshot(snap: &Snapshot, source: String) -> anyhow::Result<Side> {
         }
         [t, rest @ ..] => {
             if !rest.is_empty() {
-                side.notes.push(format!(
+                side.info.notes.push(format!(
                     "the snapshot traces {} devices: device {} is compared",
                     traced.len(),
                     t.device
@@ -237,15 +224,15 @@ fn from_snapshot(snap: &Snapshot, source: String) -> anyhow::Result<Side> {
             *t
         }
     };
-    side.device_index = Some(trace.device);
+    side.info.device_index = Some(trace.device);
     let at = if trace.is_empty() {
         0
     } else {
         allocated_peak_entry(snap, trace)
     };
     let live = live_at(snap, trace, at);
-    side.allocated_peak_bytes = Some(live.iter().map(|l| l.bytes).sum());
-    side.peak_entry = (!trace.is_empty()).then_some(at);
+    side.info.allocated_peak_bytes = Some(live.iter().map(|l| l.bytes).sum());
+    side.info.peak_entry = (!trace.is_empty()).then_some(at);
     side.held = live
         .iter()
         .map(|l| {
@@ -263,15 +250,15 @@ fn from_snapshot(snap: &Snapshot, source: String) -> anyhow::Result<Side> {
         .iter()
         .filter(|s| s.device == trace.device as i64)
         .collect();
-    side.segments_held = Some(segments.len() as u64);
+    side.info.segments_held = Some(segments.len() as u64);
     if trace.is_empty() {
-        side.reserved_peak_bytes = Some(segments.iter().map(|s| s.total_size).sum());
+        side.info.reserved_peak_bytes = Some(segments.iter().map(|s| s.total_size).sum());
     } else {
         let pre = TorchRequests::new(snap, trace).pre_trace_segment_bytes;
         let mut peak = 0u64;
         crate::import::torch::device::pytorch_reserved(snap, trace, pre, |_, r| peak = peak.max(r));
-        side.reserved_peak_bytes = Some(peak);
-        side.segment_allocs = Some(
+        side.info.reserved_peak_bytes = Some(peak);
+        side.info.segment_allocs = Some(
             (trace.start..trace.end)
                 .filter(|&i| snap.entries.action(i) == Action::SegmentAlloc)
                 .count() as u64,
