@@ -246,6 +246,30 @@ fn every_report_has_its_source_and_every_format_its_row_in_the_oom_page() {
         assert!(!r.message.trim().is_empty(), "{}: empty message", r.id);
         assert!(r.shape.iter().all(|s| !s.trim().is_empty()), "{}", r.id);
     }
+    // Kept apart: no thread of the corpus is among the fitted or held-out reports.
+    let corpus_sources: BTreeSet<String> = reports().into_iter().map(|(_, r)| r.source).collect();
+    for part in ["fitted", "held-out"] {
+        for entry in std::fs::read_dir(corpus().with_file_name(part)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let other: toml::Table = toml::from_str(&text).unwrap();
+            let source = other["source"].as_str().unwrap_or("");
+            assert!(
+                !corpus_sources.contains(source),
+                "{}: {source} is also in corpus-1",
+                path.display()
+            );
+            assert_ne!(
+                other.get("origin").and_then(|o| o.as_str()),
+                Some("corpus-1"),
+                "{}",
+                path.display()
+            );
+        }
+    }
     let page =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/oom.md")).unwrap();
     let section = page
