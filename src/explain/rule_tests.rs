@@ -1,17 +1,24 @@
-//! Each rule of the diagnosis, checked on a real message from the corpus
-//! (`tests/fixtures/oom-messages/corpus/`, sources in its `SOURCES.md`).
+//! Each rule of the diagnosis, checked on a real report from the readers' tuning corpus
+//! (`tests/fixtures/oom-messages/reports/corpus-1/`, each report naming its source).
 
 use super::{Explanation, cause, explain_text};
 use crate::oom_message::Format;
 
+/// The message of the report `$id` in the corpus.
 macro_rules! corpus {
-    ($name:literal) => {
-        include_str!(concat!(
+    ($id:literal) => {
+        message(include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/oom-messages/corpus/",
-            $name
-        ))
+            "/tests/fixtures/oom-messages/reports/corpus-1/",
+            $id,
+            ".toml"
+        )))
     };
+}
+
+fn message(report: &str) -> String {
+    let report: toml::Table = toml::from_str(report).unwrap();
+    report["message"].as_str().unwrap().to_string()
 }
 
 fn one(text: &str) -> Explanation {
@@ -42,7 +49,7 @@ const MIB: i64 = 1 << 20;
 /// meaning, and reserved is their sum (daitao/SAN#39: 9.94 GiB allocated, 160.79 MiB cached).
 #[test]
 fn cached_is_what_the_allocator_held_beyond_the_allocated_bytes() {
-    let e = one(corpus!("san-39.log"));
+    let e = one(&corpus!("pytorch-daitao-san-39"));
     assert_eq!(e.message.format(), Format::PytorchCachingLegacy);
     let (low, high) = step(&e, "reserved_bytes");
     // 9.94 GiB + 160.79 MiB, each to its printed precision.
@@ -66,7 +73,7 @@ fn cached_is_what_the_allocator_held_beyond_the_allocated_bytes() {
 /// beyond its context, against a 2.44 GiB shortfall.
 #[test]
 fn every_holder_is_compared_before_the_largest_is_named() {
-    let e = one(corpus!("ap-pa-3.log"));
+    let e = one(&corpus!("pytorch-jiaweilian-ap-pa-3"));
     assert_eq!(e.secondary_causes, [cause::FRAGMENTATION]);
     // The larger holder is not split between this process and others: undecided, not
     // fragmentation.
@@ -76,7 +83,7 @@ fn every_holder_is_compared_before_the_largest_is_named() {
         [cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR]
     );
     // kerrj/lerf#73: 4.84 GiB unallocated beats 3.2 GiB outside the allocator.
-    let e = one(corpus!("lerf-73.log"));
+    let e = one(&corpus!("pytorch-kerrj-lerf-73"));
     assert_eq!(e.cause, Some(cause::FRAGMENTATION));
     assert_eq!(e.secondary_causes, [cause::OUTSIDE_ALLOCATOR]);
 }
@@ -85,7 +92,7 @@ fn every_holder_is_compared_before_the_largest_is_named() {
 /// the pool's slack, Stripformer#21's 33% is fragmentation.
 #[test]
 fn fragmentation_needs_its_floor() {
-    let e = one(corpus!("mmsegmentation-944.log"));
+    let e = one(&corpus!("pytorch-open-mmlab-mmsegmentation-944"));
     assert_ne!(e.cause, Some(cause::FRAGMENTATION));
     assert!(!e.secondary_causes.contains(&cause::FRAGMENTATION));
     assert!(
@@ -93,7 +100,7 @@ fn fragmentation_needs_its_floor() {
         "{:?}",
         e.ruled_out
     );
-    let e = one(corpus!("stripformer-21.log"));
+    let e = one(&corpus!("pytorch-pp00704831-stripformer-eccv-2022-21"));
     assert_eq!(e.cause, Some(cause::FRAGMENTATION));
 }
 
@@ -101,7 +108,7 @@ fn fragmentation_needs_its_floor() {
 /// 585–605 MiB this process holds outside PyTorch is less than one 640 MiB context.
 #[test]
 fn one_context_per_process_is_discounted() {
-    let e = one(corpus!("wan2-1-465.log"));
+    let e = one(&corpus!("pytorch-wan-video-wan2-1-465"));
     let (low, high) = step(&e, "outside_allocator_bytes");
     assert!(low > 580 * MIB && high < 610 * MIB, "{low}–{high}");
     assert_eq!(step(&e, "outside_allocator_beyond_context_bytes"), (0, 0));
@@ -119,7 +126,7 @@ fn one_context_per_process_is_discounted() {
 /// bytes from a wrapped counter (tensorflow#14475).
 #[test]
 fn impossible_figures_are_a_finding_naming_the_two() {
-    let e = one(corpus!("magic-animate-for-windows-26.log"));
+    let e = one(&corpus!("pytorch-sdbds-magic-animate-for-windows-26"));
     assert!(
         said(
             &e.findings,
@@ -138,7 +145,7 @@ fn impossible_figures_are_a_finding_naming_the_two() {
         "{:?}",
         e.undecided
     );
-    let e = one(corpus!("tensorflow-14475.log"));
+    let e = one(&corpus!("tensorflow-tensorflow-tensorflow-14475"));
     assert_eq!(e.message.format(), Format::StreamExecutorContext);
     assert!(
         said(&e.findings, "18446744073709551615 bytes"),
@@ -154,15 +161,19 @@ fn impossible_figures_are_a_finding_naming_the_two() {
 /// same flux-webui message with 81.00 MiB free has none, and its shortfall goes to the holders.
 #[test]
 fn a_margin_below_one_page_is_no_room() {
-    for text in [corpus!("flux-webui-25.log"), corpus!("neurosim-28.log")] {
-        let e = one(text);
+    for text in [
+        corpus!("pytorch-rocm-pinokiofactory-flux-webui-25"),
+        corpus!("pytorch-neurosim-dnn-neurosim-v1-3-28"),
+    ] {
+        let e = one(&text);
         assert!(e.summary.contains("a page to spare"), "{}", e.summary);
         assert_eq!(
             e.undecided[0].candidates,
             [cause::OTHER_PROCESS, cause::FRAGMENTATION]
         );
     }
-    let edited = corpus!("flux-webui-25.log").replace("of which 84.00 MiB", "of which 81.00 MiB");
+    let edited = corpus!("pytorch-rocm-pinokiofactory-flux-webui-25")
+        .replace("of which 84.00 MiB", "of which 81.00 MiB");
     let e = one(&edited);
     assert!(!e.summary.contains("a page to spare"), "{}", e.summary);
     // 80.00 MiB + one page − 81.00 MiB, each to its printed precision.
@@ -179,11 +190,11 @@ fn a_margin_below_one_page_is_no_room() {
 #[test]
 fn a_context_creation_oom_blames_whoever_holds_the_device() {
     for text in [
-        corpus!("cuda-jl-1346.log"),
-        corpus!("reid-mgn-9.log"),
-        corpus!("keras-12695.log"),
+        corpus!("cuda-driver-juliagpu-cuda-jl-1346"),
+        corpus!("pytorch-levyfan-reid-mgn-9"),
+        corpus!("tensorflow-keras-team-keras-12695"),
     ] {
-        let e = one(text);
+        let e = one(&text);
         assert_eq!(e.cause, Some(cause::OTHER_PROCESS), "{}", e.summary);
     }
 }

@@ -103,12 +103,12 @@ fn every_fixture_parses_and_diagnoses_as_expected() {
             .collect();
         assert_eq!(Value::from(lines), expected["unrecognized_lines"], "{name}");
     }
-    // Every format has at least one fixture here or in the corpus of real messages (which
+    // Every format has at least one fixture here or in the corpus of real reports (which
     // `oom_corpus` holds to at least three each).
-    let index = std::fs::read_to_string(fixtures().join("corpus/index.toml")).unwrap();
-    let index: toml::Value = toml::from_str(&index).unwrap();
-    for m in index["message"].as_array().unwrap() {
-        formats.insert(m["format"].as_str().unwrap().to_string());
+    for entry in std::fs::read_dir(fixtures().join("reports/corpus-1")).unwrap() {
+        let report = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let report: toml::Value = toml::from_str(&report).unwrap();
+        formats.insert(report["format"].as_str().unwrap().to_string());
     }
     for f in headroom::oom_message::Format::ALL {
         assert!(formats.contains(f.name()), "no fixture for {}", f.name());
