@@ -210,7 +210,11 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         "calibrated sizes: page_bytes 2097152, small_alloc_limit_bytes 1048576, \
          small_alloc_spacing_bytes 512"
     );
-    assert_eq!(settled.len(), 6, "{settled:#?}");
+    assert_eq!(
+        settled[6],
+        "a training step under watch --torch: not run: a simulated device has no CUDA for PyTorch"
+    );
+    assert_eq!(settled.len(), 7, "{settled:#?}");
     // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
     let w = watch_summary(&dry_dir);
     assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);

@@ -247,7 +247,7 @@ fn uuid_hex(uuid: &str) -> String {
 pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str) {
     let card = SimProfile::resolve(profile).unwrap();
     let gpu = &json(&dir.join("devices.json"))["gpus"][0];
-    assert_eq!(lines.len(), 6, "{profile}: {lines:#?}");
+    assert_eq!(lines.len(), 7, "{profile}: {lines:#?}");
     assert_eq!(
         lines[0],
         "graph relaunch with live allocations: CUDA_ERROR_INVALID_VALUE (a graph allocating 2 \
@@ -324,6 +324,15 @@ pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str
         lines[5] == format!("{imports}works") || lines[5].starts_with(&format!("{imports}fails: ")),
         "{profile}: {}",
         lines[5]
+    );
+    // No torch with CUDA on the fake driver (torch's own check finds its driver too old):
+    // the training step is not run, and says why.
+    let train =
+        "a training step under watch --torch: not run: torch with CUDA is absent (python3: ";
+    assert!(
+        lines[6].starts_with(train) && lines[6].ends_with(')'),
+        "{profile}: {}",
+        lines[6]
     );
 }
 

@@ -504,6 +504,48 @@ mod real_wheel {
         assert_eq!(the_one_note(&out), format!("{}\n", no_snapshot(&version)));
     }
 
+    /// scripts/gpu-check's training step (scripts/torch_train_step.py) with the real wheel: where
+    /// CUDA is absent it says so and exits 3, which gpu-check records as not run; its model and
+    /// optimizer step runs on the CPU.
+    #[test]
+    fn the_training_step_says_cuda_is_absent_and_its_model_runs_on_the_cpu() {
+        let Some((python, version)) = real_python_or_skip() else {
+            return;
+        };
+        let script = root().join("scripts/torch_train_step.py");
+        let script = script.to_str().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (o, out) = watch_torch(dir.path(), &[python.to_str().unwrap(), script], false, None);
+        assert_eq!(o.code, 3, "{}", o.stderr);
+        assert_eq!(
+            o.stdout,
+            format!("not run: torch {version}: torch.cuda.is_available() is False\n")
+        );
+        assert!(!out.join("torch.md").exists());
+
+        let cpu = direct(&python, &[script, "--cpu"], None);
+        assert_eq!(cpu.code, 0, "{}", cpu.stderr);
+        let lines: Vec<&str> = cpu.stdout.lines().collect();
+        // Linear(1024, 4096) and Linear(4096, 1024) in float32: weights and biases.
+        let params = 4 * (2 * 1024 * 4096 + 4096 + 1024);
+        assert_eq!(
+            lines[..4],
+            [
+                format!("torch_version {version}"),
+                "device cpu".to_string(),
+                format!("parameter_bytes {params}"),
+                "steps 1".to_string()
+            ]
+        );
+        let loss: f64 = lines[4]
+            .strip_prefix("final_loss ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(loss.is_finite() && loss > 0.0, "{}", cpu.stdout);
+        assert_eq!(lines.len(), 5, "{}", cpu.stdout);
+    }
+
     /// Every signature the bootstrap uses, printed by the real wheel and by the stand-in
     /// (tests/torch-standin/signatures.py under each): identical, line for line.
     #[test]
