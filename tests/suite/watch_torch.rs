@@ -2,7 +2,8 @@
 //! exit status, the user's own sitecustomize, a job without torch or without CUDA), and on the
 //! stand-in torch (`tests/torch-standin`, allocating its segments from the fake driver) the
 //! folder's PyTorch section: every view apart at the OOM with exact bytes, the top lines,
-//! explain with the snapshot's figures, one snapshot per rank.
+//! explain with the snapshot's figures, one snapshot per rank. `real_wheel`: the same with PyPI's
+//! own torch wheel (HEADROOM_TORCH_PYTHON), and the stand-in's signatures compared with it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
