@@ -321,10 +321,19 @@ mod real_wheel {
     use super::{root, watch_torch};
     use crate::common::Out;
 
-    /// HEADROOM_TORCH_PYTHON and the version of the real torch it imports; or a skip (a failure
-    /// under CI=true) naming what is missing. Asked once: each import takes seconds.
-    fn real_python_or_skip() -> Option<(PathBuf, String)> {
-        static REAL: OnceLock<Result<(PathBuf, String), String>> = OnceLock::new();
+    /// The real torch, as a job sees it alone.
+    #[derive(Clone)]
+    struct Real {
+        python: PathBuf,
+        version: String,
+        /// What `import torch` writes on stderr (nothing where numpy is installed beside it).
+        import_stderr: String,
+    }
+
+    /// HEADROOM_TORCH_PYTHON and the real torch it imports; or a skip (a failure under CI=true)
+    /// naming what is missing. Asked once: each import takes seconds.
+    fn real_python_or_skip() -> Option<Real> {
+        static REAL: OnceLock<Result<Real, String>> = OnceLock::new();
         let found = REAL.get_or_init(|| {
             let python = std::env::var_os("HEADROOM_TORCH_PYTHON").ok_or(
                 "HEADROOM_TORCH_PYTHON is not set (scripts/torch-venv makes the venv and prints \
@@ -335,9 +344,11 @@ mod real_wheel {
             let o = direct(&python, &["-c", job], None);
             let standin = root().join("tests/torch-standin").display().to_string();
             match o.stdout.lines().collect::<Vec<_>>()[..] {
-                [version, file] if o.code == 0 && !file.starts_with(&standin) => {
-                    Ok((python, version.to_string()))
-                }
+                [version, file] if o.code == 0 && !file.starts_with(&standin) => Ok(Real {
+                    python,
+                    version: version.to_string(),
+                    import_stderr: o.stderr.clone(),
+                }),
                 _ => Err(format!(
                     "HEADROOM_TORCH_PYTHON={}: import torch: exit {}, {}{}",
                     python.display(),
@@ -395,7 +406,12 @@ mod real_wheel {
 
     #[test]
     fn import_torch_prints_the_version_unchanged_and_the_folder_says_no_snapshot_was_taken() {
-        let Some((python, version)) = real_python_or_skip() else {
+        let Some(Real {
+            python,
+            version,
+            import_stderr,
+        }) = real_python_or_skip()
+        else {
             return;
         };
         let py = python.to_str().unwrap();
@@ -405,10 +421,14 @@ mod real_wheel {
         assert_eq!(o.code, 0, "{}", o.stderr);
         // The job's stdout, as it prints it alone.
         assert_eq!(o.stdout, format!("{version}\n"));
-        // The job's stderr is empty: headroom's lines only, the notes among them.
-        assert!(o.stderr.starts_with("note: "), "{}", o.stderr);
-        let notes: Vec<&str> = o
-            .stderr
+        // The job's stderr (import torch's alone), then headroom's lines, the notes among them.
+        assert!(
+            o.stderr.starts_with(&import_stderr)
+                && o.stderr[import_stderr.len()..].starts_with("note: "),
+            "{}",
+            o.stderr
+        );
+        let notes: Vec<&str> = o.stderr[import_stderr.len()..]
             .lines()
             .filter(|l| l.contains("snapshot"))
             .collect();
@@ -434,7 +454,12 @@ mod real_wheel {
 
     #[test]
     fn a_job_that_raises_or_exits_keeps_its_code_and_its_traceback() {
-        let Some((python, _)) = real_python_or_skip() else {
+        let Some(Real {
+            python,
+            import_stderr,
+            ..
+        }) = real_python_or_skip()
+        else {
             return;
         };
         let py = python.to_str().unwrap();
@@ -443,16 +468,19 @@ mod real_wheel {
         let alone = direct(&python, &["-c", raises], None);
         assert_eq!(alone.code, 1, "{}", alone.stderr);
         assert!(
-            alone
-                .stderr
-                .starts_with("Traceback (most recent call last):\n")
-                && alone.stderr.ends_with("KeyError: 'boom from torch'\n"),
+            alone.stderr.starts_with(&format!(
+                "{import_stderr}Traceback (most recent call last):\n"
+            )) && alone.stderr.ends_with("KeyError: 'boom from torch'\n"),
             "{}",
             alone.stderr
         );
         for (job, code, stderr) in [
             (raises, 1, alone.stderr.as_str()),
-            ("import sys, torch; print('before'); sys.exit(7)", 7, ""),
+            (
+                "import sys, torch; print('before'); sys.exit(7)",
+                7,
+                import_stderr.as_str(),
+            ),
         ] {
             let here = dir.path().join(format!("exit-{code}"));
             std::fs::create_dir(&here).unwrap();
@@ -470,7 +498,10 @@ mod real_wheel {
 
     #[test]
     fn a_users_sitecustomize_that_imports_torch_still_runs() {
-        let Some((python, version)) = real_python_or_skip() else {
+        let Some(Real {
+            python, version, ..
+        }) = real_python_or_skip()
+        else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -510,7 +541,10 @@ mod real_wheel {
     /// optimizer step runs on the CPU.
     #[test]
     fn the_training_step_says_cuda_is_absent_and_its_model_runs_on_the_cpu() {
-        let Some((python, version)) = real_python_or_skip() else {
+        let Some(Real {
+            python, version, ..
+        }) = real_python_or_skip()
+        else {
             return;
         };
         let script = root().join("scripts/torch_train_step.py");
@@ -551,7 +585,12 @@ mod real_wheel {
     /// (tests/torch-standin/signatures.py under each): identical, line for line.
     #[test]
     fn the_real_wheel_and_the_standin_agree_on_every_signature_the_bootstrap_calls() {
-        let Some((python, version)) = real_python_or_skip() else {
+        let Some(Real {
+            python,
+            version,
+            import_stderr,
+        }) = real_python_or_skip()
+        else {
             return;
         };
         let script = root().join("tests/torch-standin/signatures.py");
@@ -565,7 +604,7 @@ mod real_wheel {
         );
         assert_eq!(standin.code, 0, "{}", standin.stderr);
         // Each says which torch it read (the rest of its stderr is empty).
-        assert_eq!(real.stderr, format!("torch {version}\n"));
+        assert_eq!(real.stderr, format!("{import_stderr}torch {version}\n"));
         assert_eq!(standin.stderr, "torch 0.0.0+headroom.standin\n");
         assert_eq!(real.stdout.lines().count(), 4, "{}", real.stdout);
         for (r, s) in real.stdout.lines().zip(standin.stdout.lines()) {
