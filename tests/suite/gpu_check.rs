@@ -141,6 +141,11 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The training step on the stand-in torch, its segments from the fake driver.
+    let torch_python = root()
+        .join("tests/torch-standin/gpu-check-python")
+        .display()
+        .to_string();
     let fake = start(
         &fake_dir,
         Some("scripts/fake-gpu"),
@@ -149,6 +154,7 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             ("BANDWIDTH_SIZE", "256MiB"),
             ("WORKLOADS", &dry_workloads),
             ("PATH", &path),
+            ("TORCH_PYTHON", &torch_python),
         ],
     );
     // The fake's default card, on R535 (the long-term branch CI runners have): only the
@@ -210,7 +216,11 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
         "calibrated sizes: page_bytes 2097152, small_alloc_limit_bytes 1048576, \
          small_alloc_spacing_bytes 512"
     );
-    assert_eq!(settled.len(), 6, "{settled:#?}");
+    assert_eq!(
+        settled[6],
+        "a training step under watch --torch: not run: a simulated device has no CUDA for PyTorch"
+    );
+    assert_eq!(settled.len(), 7, "{settled:#?}");
     // The watch of a scripted job on the simulated device: its 1 GiB, exactly.
     let w = watch_summary(&dry_dir);
     assert_eq!(w["peaks"]["run"]["job_used_bytes"]["bytes"], 1u64 << 30);
@@ -278,7 +288,20 @@ fn the_gpu_check_runs_dry_on_the_simulator_and_for_real_on_the_fake_driver() {
             .map(String::as_str)
             .collect::<Vec<_>>(),
         "pid, used_memory [MiB] / 4242, 768 MiB",
+        Some(&format!(
+            "a training step under watch --torch: 4 snapshots (one at the OOM), max allocated \
+             {0} B, max reserved {0} B, OOM of {1} B caught; {2}",
+            96 * MIB,
+            u(&serde_json::from_str::<serde_json::Value>(
+                &std::fs::read_to_string(fake_dir.join("devices.json")).unwrap()
+            )
+            .unwrap()["gpus"][0]["total_bytes"]),
+            fake_dir.join("torch-train").display()
+        )),
     );
+    // Its folder is kept: the PyTorch section's OOM of the device's whole memory.
+    let md = std::fs::read_to_string(fake_dir.join("torch-train/torch.md")).unwrap();
+    assert!(md.contains("#### Out of memory at trace entry"), "{md}");
     // The watch of a small CUDA job: `headroom hold 512MiB` and its context (h100-80g's
     // 512 MiB), seen through NVML by a headroom that took no device memory itself.
     let w = watch_summary(&fake_dir);

@@ -228,6 +228,7 @@ pub(crate) fn check_card(
         profile,
         &lines.collect::<Vec<_>>(),
         "absent (no nvidia-smi on PATH)",
+        None,
     );
     (ran, skipped)
 }
@@ -244,10 +245,18 @@ fn uuid_hex(uuid: &str) -> String {
 /// threads, half of it left free; the process list while `hold 256MiB` runs (its context
 /// included), next to `smi` (nvidia-smi's answer); the calibrated sizes the fake models; and
 /// whether torch and vllm import.
-pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str) {
+/// `train`: the training step's line where gpu-check ran it (TORCH_PYTHON given); `None` where
+/// the machine's python3 has no torch with CUDA.
+pub(crate) fn check_settled(
+    dir: &Path,
+    profile: &str,
+    lines: &[&str],
+    smi: &str,
+    train: Option<&str>,
+) {
     let card = SimProfile::resolve(profile).unwrap();
     let gpu = &json(&dir.join("devices.json"))["gpus"][0];
-    assert_eq!(lines.len(), 6, "{profile}: {lines:#?}");
+    assert_eq!(lines.len(), 7, "{profile}: {lines:#?}");
     assert_eq!(
         lines[0],
         "graph relaunch with live allocations: CUDA_ERROR_INVALID_VALUE (a graph allocating 2 \
@@ -325,6 +334,18 @@ pub(crate) fn check_settled(dir: &Path, profile: &str, lines: &[&str], smi: &str
         "{profile}: {}",
         lines[5]
     );
+    match train {
+        Some(line) => assert_eq!(lines[6], line, "{profile}"),
+        // No torch with CUDA on the fake driver (torch's own check finds its driver too old):
+        // the training step is not run, and says why.
+        None => assert!(
+            lines[6].starts_with(
+                "a training step under watch --torch: not run: torch with CUDA is absent (python3: "
+            ) && lines[6].ends_with(')'),
+            "{profile}: {}",
+            lines[6]
+        ),
+    }
 }
 
 #[test]

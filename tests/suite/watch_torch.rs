@@ -2,7 +2,8 @@
 //! exit status, the user's own sitecustomize, a job without torch or without CUDA), and on the
 //! stand-in torch (`tests/torch-standin`, allocating its segments from the fake driver) the
 //! folder's PyTorch section: every view apart at the OOM with exact bytes, the top lines,
-//! explain with the snapshot's figures, one snapshot per rank.
+//! explain with the snapshot's figures, one snapshot per rank. `real_wheel`: the same with PyPI's
+//! own torch wheel (HEADROOM_TORCH_PYTHON), and the stand-in's signatures compared with it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -282,9 +283,9 @@ fn two_ranks_leave_their_own_snapshots_at_a_signal_and_at_exit() {
     }
 }
 
-/// The stand-in's signatures are PyTorch's (torch/cuda/memory.py, torch/cuda/__init__.py at
-/// v2.5, as cited in the stand-in); with the real wheel installed, its signatures accept the
-/// bootstrap's calls too.
+/// The stand-in's signatures are PyTorch's (torch/cuda/memory.py, torch/cuda/__init__.py of
+/// PyPI's torch 2.15.0, as cited in the stand-in); `real_wheel::the_real_wheel_and_the_standin…`
+/// requires that wheel to print the same lines.
 #[test]
 fn the_standin_has_the_signatures_the_bootstrap_calls() {
     if !python_or_skip() {
@@ -299,34 +300,319 @@ fn the_standin_has_the_signatures_the_bootstrap_calls() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
-        "torch.cuda.memory._record_memory_history(enabled='all', context='all', stacks='all', max_entries=9223372036854775807, device=None)\n\
-         torch.cuda.memory._dump_snapshot(filename='dump_snapshot.pickle')\n\
+        "torch.cuda.memory._record_memory_history(enabled: str | None = 'all', context: str | None = 'all', \
+         stacks: str = 'all', max_entries: int = 9223372036854775807, device: 'Device' = None, \
+         clear_history: bool = False, compile_context: bool = False, global_record_annotations: bool = False, \
+         skip_actions: list[str] | None = None, record_pinned_host_memory: bool = False, record_cuda: bool = True)\n\
+         torch.cuda.memory._dump_snapshot(filename='dump_snapshot.pickle', augment_with_fx_traces=False)\n\
          torch.cuda._lazy_call(callable, **kwargs)\n\
-         torch._C._cuda_attach_out_of_memory_observer: True\n"
+         torch._C._cuda_attach_out_of_memory_observer: callable True, refuses 0 and 2 arguments\n"
     );
 }
 
-/// The real wheel accepts the bootstrap's calls with the stand-in's signatures. Ignored: PyPI's
-/// x86_64 torch is the CUDA build with several GB of NVIDIA wheels, too large for CI; with torch
-/// installed, `cargo test --test suite -- --ignored watch_torch::the_real_wheel` runs it.
-#[test]
-#[ignore = "needs the real torch wheel: pip install torch, then cargo test --test suite -- --ignored watch_torch::the_real_wheel"]
-fn the_real_wheel_has_the_signatures_the_bootstrap_calls() {
-    let script = root().join("tests/torch-standin/signatures.py");
-    let real = Command::new("python3")
-        .arg(&script)
-        .env_remove("PYTHONPATH")
-        .output()
+/// PyPI's own torch wheel (the CUDA build, which on a machine without a GPU imports and says CUDA
+/// is not available), from the venv `scripts/torch-venv` makes; HEADROOM_TORCH_PYTHON names its
+/// python. `.ci/run` makes the venv beside the build and runs these after the suite.
+mod real_wheel {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::OnceLock;
+
+    use super::{root, watch_torch};
+    use crate::common::Out;
+
+    /// The real torch, as a job sees it alone.
+    #[derive(Clone)]
+    struct Real {
+        python: PathBuf,
+        version: String,
+        /// What `import torch` writes on stderr (nothing where numpy is installed beside it).
+        import_stderr: String,
+    }
+
+    /// HEADROOM_TORCH_PYTHON and the real torch it imports; or a skip (a failure under CI=true)
+    /// naming what is missing. Asked once: each import takes seconds.
+    fn real_python_or_skip() -> Option<Real> {
+        static REAL: OnceLock<Result<Real, String>> = OnceLock::new();
+        let found = REAL.get_or_init(|| {
+            let python = std::env::var_os("HEADROOM_TORCH_PYTHON").ok_or(
+                "HEADROOM_TORCH_PYTHON is not set (scripts/torch-venv makes the venv and prints \
+                 its python)",
+            )?;
+            let python = PathBuf::from(python);
+            let job = "import torch; print(torch.__version__); print(torch.__file__)";
+            let o = direct(&python, &["-c", job], None);
+            let standin = root().join("tests/torch-standin").display().to_string();
+            match o.stdout.lines().collect::<Vec<_>>()[..] {
+                [version, file] if o.code == 0 && !file.starts_with(&standin) => Ok(Real {
+                    python,
+                    version: version.to_string(),
+                    import_stderr: o.stderr.clone(),
+                }),
+                _ => Err(format!(
+                    "HEADROOM_TORCH_PYTHON={}: import torch: exit {}, {}{}",
+                    python.display(),
+                    o.code,
+                    o.stdout.trim(),
+                    o.stderr.trim()
+                )),
+            }
+        });
+        match found {
+            Ok(found) => Some(found.clone()),
+            Err(why) => {
+                crate::common::skip::missing("watch_torch::real_wheel: PyPI's torch wheel", why);
+                None
+            }
+        }
+    }
+
+    /// The job run as it is, without headroom (no PYTHONPATH but `path`).
+    fn direct(python: &Path, args: &[&str], path: Option<&Path>) -> Out {
+        let mut cmd = Command::new(python);
+        cmd.args(args).env_remove("PYTHONPATH");
+        if let Some(p) = path {
+            cmd.env("PYTHONPATH", p);
+        }
+        let o = cmd.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    /// The notes file the bootstrap left for the job's one process.
+    fn the_one_note(out: &Path) -> String {
+        let notes: Vec<PathBuf> = std::fs::read_dir(out.join("torch"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let name = notes[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("rank0-pid") && name.ends_with(".notes"),
+            "{name}"
+        );
+        std::fs::read_to_string(&notes[0]).unwrap()
+    }
+
+    fn no_snapshot(version: &str) -> String {
+        format!(
+            "no CUDA snapshot was taken: torch {version} was imported but CUDA was never \
+             initialized in this process"
+        )
+    }
+
+    #[test]
+    fn import_torch_prints_the_version_unchanged_and_the_folder_says_no_snapshot_was_taken() {
+        let Some(Real {
+            python,
+            version,
+            import_stderr,
+        }) = real_python_or_skip()
+        else {
+            return;
+        };
+        let py = python.to_str().unwrap();
+        let job = "import torch; print(torch.__version__)";
+        let dir = tempfile::tempdir().unwrap();
+        let (o, out) = watch_torch(dir.path(), &[py, "-c", job], false, None);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        // The job's stdout, as it prints it alone.
+        assert_eq!(o.stdout, format!("{version}\n"));
+        // The job's stderr (import torch's alone), then headroom's lines, the notes among them.
+        assert!(
+            o.stderr.starts_with(&import_stderr)
+                && o.stderr[import_stderr.len()..].starts_with("note: "),
+            "{}",
+            o.stderr
+        );
+        let notes: Vec<&str> = o.stderr[import_stderr.len()..]
+            .lines()
+            .filter(|l| l.contains("snapshot"))
+            .collect();
+        assert_eq!(notes.len(), 2, "{}", o.stderr);
+        assert!(
+            notes[0].starts_with("note: torch (rank0-pid")
+                && notes[0].ends_with(&format!("): {}", no_snapshot(&version))),
+            "{}",
+            o.stderr
+        );
+        assert_eq!(
+            notes[1],
+            "note: no CUDA snapshot was taken: no process of the job initialized CUDA through torch"
+        );
+        // The folder says so: the process's notes, and no snapshot, no section.
+        assert_eq!(the_one_note(&out), format!("{}\n", no_snapshot(&version)));
+        assert!(!out.join("torch.md").exists());
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["exit_code"], 0);
+    }
+
+    #[test]
+    fn a_job_that_raises_or_exits_keeps_its_code_and_its_traceback() {
+        let Some(Real {
+            python,
+            import_stderr,
+            ..
+        }) = real_python_or_skip()
+        else {
+            return;
+        };
+        let py = python.to_str().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let raises = "import torch\nprint('before')\nraise KeyError('boom from ' + torch.__name__)";
+        let alone = direct(&python, &["-c", raises], None);
+        assert_eq!(alone.code, 1, "{}", alone.stderr);
+        assert!(
+            alone.stderr.starts_with(&format!(
+                "{import_stderr}Traceback (most recent call last):\n"
+            )) && alone.stderr.ends_with("KeyError: 'boom from torch'\n"),
+            "{}",
+            alone.stderr
+        );
+        for (job, code, stderr) in [
+            (raises, 1, alone.stderr.as_str()),
+            (
+                "import sys, torch; print('before'); sys.exit(7)",
+                7,
+                import_stderr.as_str(),
+            ),
+        ] {
+            let here = dir.path().join(format!("exit-{code}"));
+            std::fs::create_dir(&here).unwrap();
+            let (o, _) = watch_torch(&here, &[py, "-c", job], false, None);
+            assert_eq!(o.code, code, "{}", o.stderr);
+            assert_eq!(o.stdout, "before\n");
+            // Its stderr, byte for byte, then headroom's own lines.
+            assert!(
+                o.stderr.starts_with(stderr) && o.stderr[stderr.len()..].starts_with("note: "),
+                "alone:\n{stderr}\nwatched:\n{}",
+                o.stderr
+            );
+        }
+    }
+
+    #[test]
+    fn a_users_sitecustomize_that_imports_torch_still_runs() {
+        let Some(Real {
+            python, version, ..
+        }) = real_python_or_skip()
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let site = dir.path().join("site");
+        std::fs::create_dir(&site).unwrap();
+        let mark = dir.path().join("user-site-ran");
+        std::fs::write(
+            site.join("sitecustomize.py"),
+            format!(
+                "import torch\nopen({:?}, 'w').write('torch ' + torch.__version__)\n",
+                mark.display().to_string()
+            ),
+        )
         .unwrap();
-    assert!(
-        real.status.success(),
-        "{}",
-        String::from_utf8_lossy(&real.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&real.stdout).lines().count(),
-        4,
-        "{}",
-        String::from_utf8_lossy(&real.stdout)
-    );
+        let job = "import sys, torch; print(sys.modules['sitecustomize'].__file__)";
+        let (o, out) = watch_torch(
+            dir.path(),
+            &[python.to_str().unwrap(), "-c", job],
+            false,
+            Some(&site),
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert_eq!(
+            o.stdout,
+            format!("{}\n", site.join("sitecustomize.py").display())
+        );
+        assert_eq!(
+            std::fs::read_to_string(&mark).unwrap(),
+            format!("torch {version}")
+        );
+        // torch, first imported by the user's sitecustomize, was seen by headroom's hook.
+        assert_eq!(the_one_note(&out), format!("{}\n", no_snapshot(&version)));
+    }
+
+    /// scripts/gpu-check's training step (scripts/torch_train_step.py) with the real wheel: where
+    /// CUDA is absent it says so and exits 3, which gpu-check records as not run; its model and
+    /// optimizer step runs on the CPU.
+    #[test]
+    fn the_training_step_says_cuda_is_absent_and_its_model_runs_on_the_cpu() {
+        let Some(Real {
+            python, version, ..
+        }) = real_python_or_skip()
+        else {
+            return;
+        };
+        let script = root().join("scripts/torch_train_step.py");
+        let script = script.to_str().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (o, out) = watch_torch(dir.path(), &[python.to_str().unwrap(), script], false, None);
+        assert_eq!(o.code, 3, "{}", o.stderr);
+        assert_eq!(
+            o.stdout,
+            format!("not run: torch {version}: torch.cuda.is_available() is False\n")
+        );
+        assert!(!out.join("torch.md").exists());
+
+        let cpu = direct(&python, &[script, "--cpu"], None);
+        assert_eq!(cpu.code, 0, "{}", cpu.stderr);
+        let lines: Vec<&str> = cpu.stdout.lines().collect();
+        // Linear(1024, 4096) and Linear(4096, 1024) in float32: weights and biases.
+        let params = 4 * (2 * 1024 * 4096 + 4096 + 1024);
+        assert_eq!(
+            lines[..4],
+            [
+                format!("torch_version {version}"),
+                "device cpu".to_string(),
+                format!("parameter_bytes {params}"),
+                "steps 1".to_string()
+            ]
+        );
+        let loss: f64 = lines[4]
+            .strip_prefix("final_loss ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(loss.is_finite() && loss > 0.0, "{}", cpu.stdout);
+        assert_eq!(lines.len(), 5, "{}", cpu.stdout);
+    }
+
+    /// Every signature the bootstrap uses, printed by the real wheel and by the stand-in
+    /// (tests/torch-standin/signatures.py under each): identical, line for line.
+    #[test]
+    fn the_real_wheel_and_the_standin_agree_on_every_signature_the_bootstrap_calls() {
+        let Some(Real {
+            python,
+            version,
+            import_stderr,
+        }) = real_python_or_skip()
+        else {
+            return;
+        };
+        let script = root().join("tests/torch-standin/signatures.py");
+        let script = script.to_str().unwrap();
+        let real = direct(&python, &[script], None);
+        assert_eq!(real.code, 0, "{}", real.stderr);
+        let standin = direct(
+            Path::new("python3"),
+            &[script],
+            Some(&root().join("tests/torch-standin")),
+        );
+        assert_eq!(standin.code, 0, "{}", standin.stderr);
+        // Each says which torch it read (the rest of its stderr is empty).
+        assert_eq!(real.stderr, format!("{import_stderr}torch {version}\n"));
+        assert_eq!(standin.stderr, "torch 0.0.0+headroom.standin\n");
+        assert_eq!(real.stdout.lines().count(), 4, "{}", real.stdout);
+        for (r, s) in real.stdout.lines().zip(standin.stdout.lines()) {
+            assert_eq!(
+                r, s,
+                "the real wheel (left) and the stand-in (right) differ"
+            );
+        }
+        assert_eq!(real.stdout, standin.stdout);
+    }
 }

@@ -1,6 +1,7 @@
-"""torch.cuda's lazy initialization, as torch/cuda/__init__.py (pytorch/pytorch v2.5) does it:
-`_lazy_call(callable, **kwargs)` runs the callable now if CUDA is initialized, else queues it
-for `_lazy_init`, where a queued call that raises makes initialization raise."""
+"""torch.cuda's lazy initialization, as torch/cuda/__init__.py (pytorch/pytorch v2.5, and PyPI's
+torch 2.15.0 wheel with the same signature) does it: `_lazy_call(callable, **kwargs)` runs the
+callable now if CUDA is initialized, else queues it for `_lazy_init`, where a queued call that
+raises makes initialization raise."""
 
 import ctypes
 import os

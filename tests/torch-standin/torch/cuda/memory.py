@@ -1,9 +1,12 @@
 """torch.cuda.memory's two private functions the bootstrap calls, with the signatures of
-torch/cuda/memory.py (pytorch/pytorch v2.5): `_record_memory_history(enabled="all", context="all",
-stacks="all", max_entries=sys.maxsize, device=None)` and `_dump_snapshot(filename=
-"dump_snapshot.pickle")`, which pickles `_snapshot()`'s dict (the keys of
-torch/csrc/cuda/Module.cpp `THCPModule_memorySnapshot`, built by the project's fixture builder,
-scripts/build-torch-snapshot-fixtures)."""
+torch/cuda/memory.py as PyPI's torch 2.15.0 wheel ships it (the version scripts/torch-venv pins;
+the tests compare the two with inspect.signature): `_record_memory_history`, whose
+`__signature__` is `_record_memory_history_impl`'s (enabled="all", context="all", stacks="all",
+max_entries=sys.maxsize, device=None, and six later keywords, from clear_history to
+record_cuda, which the stand-in accepts and ignores), and `_dump_snapshot(filename=
+"dump_snapshot.pickle", augment_with_fx_traces=False)`, which pickles `_snapshot()`'s dict (the
+keys of torch/csrc/cuda/Module.cpp `THCPModule_memorySnapshot`, built by the project's fixture
+builder, scripts/build-torch-snapshot-fixtures)."""
 
 import importlib.machinery
 import importlib.util
@@ -15,7 +18,17 @@ _recording = {"enabled": None, "stacks": None, "max_entries": 0, "start": 0}
 
 
 def _record_memory_history(
-    enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None
+    enabled: str | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device: "Device" = None,  # noqa: F821 (a string, as PyTorch annotates it)
+    clear_history: bool = False,
+    compile_context: bool = False,
+    global_record_annotations: bool = False,
+    skip_actions: list[str] | None = None,
+    record_pinned_host_memory: bool = False,
+    record_cuda: bool = True,
 ):
     from . import _allocator
 
@@ -52,7 +65,7 @@ def _snapshot(device=None):
     }
 
 
-def _dump_snapshot(filename="dump_snapshot.pickle"):
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
     s = _snapshot()
     with open(filename, "wb") as f:
         pickle.dump(s, f)
