@@ -175,8 +175,25 @@ fn compressed_tensors(q: &Map<String, Value>) -> Result<Quant, String> {
         .and_then(|v| v.as_str())
         .unwrap_or("int");
     let group = weights.get("group_size").and_then(|v| v.as_u64());
+    let strategy = weights
+        .get("strategy")
+        .and_then(|v| v.as_str())
+        .unwrap_or("tensor");
+    let block = weights
+        .get("block_structure")
+        .and_then(|v| v.as_array())
+        .and_then(|b| b.first())
+        .and_then(|v| v.as_u64());
     match (bits, kind) {
-        (8, "float") => Ok(Quant::Fp8 { block: 0 }),
+        (8, "float") => match (strategy, block) {
+            ("channel", _) => Ok(Quant::Fp8Channel),
+            ("block", Some(block)) => Ok(Quant::Fp8 { block }),
+            ("tensor", _) => Ok(Quant::Fp8 { block: 0 }),
+            (other, _) => Err(format!(
+                "compressed-tensors fp8 weights with strategy {other:?}: not a layout headroom \
+                 knows (tensor, channel, block)"
+            )),
+        },
         (4 | 8, "int") => Ok(Quant::Gptq {
             bits,
             group_size: group.unwrap_or(128),

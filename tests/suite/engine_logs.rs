@@ -68,6 +68,9 @@ fn quantization_config(text: &str) -> Option<serde_json::Value> {
     let t = text.to_ascii_lowercase();
     let v = if t.contains("mxfp4") {
         serde_json::json!({"quant_method": "mxfp4"})
+    } else if t.contains("fp8") && t.contains("per-channel") {
+        serde_json::json!({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})
     } else if t.contains("fp8") && t.contains("128") {
         serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]})
     } else if t.contains("fp8") {
@@ -82,8 +85,12 @@ fn quantization_config(text: &str) -> Option<serde_json::Value> {
     Some(v)
 }
 
-/// The report's model: the catalogue entry of its id, else its `[model_config]`.
+/// The report's model: the catalogue entry of its id, else its `[model_config]`. A report
+/// whose checkpoint cannot be known (`checkpoint_unknown` says why) is not planned.
 fn model_of(r: &Record) -> Result<ModelSpec, String> {
+    if let Some(why) = r.doc.get("checkpoint_unknown").and_then(|v| v.as_str()) {
+        return Err(format!("the checkpoint is not known: {why}"));
+    }
     let id = s(&r.doc, "model");
     if let Some(e) = model::catalogue::find(id) {
         return model::catalogue::spec(e).map_err(|e| e.to_string());
@@ -387,4 +394,28 @@ fn corpus_scores_fitted_and_held_out() {
         doc.contains(&table),
         "docs/model-plans.md must hold the corpus scores as computed:\n{table}"
     );
+}
+
+/// Every report sits in the folder its family's line in `HELD_OUT_FAMILIES` puts it in.
+#[test]
+fn reports_sit_in_the_folder_their_family_decides() {
+    let base = root().join("tests/fixtures/engine-logs");
+    let list = std::fs::read_to_string(base.join("HELD_OUT_FAMILIES")).unwrap();
+    let held: Vec<&str> = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    for (dir, want_held) in [("fitted", false), ("held-out", true)] {
+        for r in records(&base.join(dir)) {
+            let family = s(&r.doc, "family");
+            assert_eq!(
+                held.contains(&family),
+                want_held,
+                "{}: family {family:?} belongs in {}",
+                r.id,
+                if want_held { "fitted/" } else { "held-out/" }
+            );
+        }
+    }
 }

@@ -18,7 +18,7 @@
 
 use super::kv::{self, Groups};
 use super::{EngineKind, EnginePlan, EngineSettings, Failure, Term, Version};
-use crate::model::weights::bytes_per_rank;
+use crate::model::weights::{ExpertPadding, bytes_per_rank_padded};
 use crate::model::{ModelSpec, Quant};
 use crate::units::{GIB, MIB};
 
@@ -91,20 +91,60 @@ pub fn effective_quant(model: &ModelSpec, setting: Option<&str>) -> Quant {
     }
 }
 
-/// The weights one rank holds, and whether they came from the checkpoint's own size.
-pub fn weights_per_rank(model: &ModelSpec, tp: u64, dtype_bytes: u64, quant: Quant) -> (u64, bool) {
-    let computed = bytes_per_rank(&model.tensors, quant, dtype_bytes, tp);
+/// The weights one rank holds, and whether they came from the checkpoint's own size. `pad` is
+/// how the MoE kernel pads mxfp4 experts on this card ([`mxfp4_expert_padding`]); a
+/// checkpoint's own bytes are the unpadded layout, shared out as the padded one is.
+pub fn weights_per_rank(
+    model: &ModelSpec,
+    tp: u64,
+    dtype_bytes: u64,
+    quant: Quant,
+    pad: ExpertPadding,
+) -> (u64, bool) {
+    let computed = bytes_per_rank_padded(&model.tensors, quant, dtype_bytes, tp, pad);
     match model.checkpoint_bytes {
         Some(ckpt) if model.tensors.is_empty() => (ckpt.div_ceil(tp), true),
         Some(ckpt) if quant == model.quant && dtype_bytes == model.dtype_bytes => {
-            // The checkpoint's bytes, shared out as the computed layout shares them.
-            let whole = bytes_per_rank(&model.tensors, quant, dtype_bytes, 1).max(1);
+            let whole =
+                bytes_per_rank_padded(&model.tensors, quant, dtype_bytes, 1, ExpertPadding::NONE)
+                    .max(1);
             (
                 (ckpt as u128 * computed as u128 / whole as u128) as u64,
                 tp == 1,
             )
         }
         _ => (computed, false),
+    }
+}
+
+/// How vLLM's mxfp4 MoE method pads the experts on a card, by its compute capability as its
+/// name tells it (vllm/model_executor/layers/quantization/mxfp4.py `get_mxfp4_backend` and
+/// `create_weights`): Marlin below 9.0 (Ampere, Ada: A100, A10, A40, L4, L40, RTX 30/40) and
+/// on the consumer Blackwell cards (RTX 50, compute capability 12.0, which the Triton kernels
+/// do not take); FlashInfer's TRT-LLM kernels on data-centre Blackwell (B100, B200, B300,
+/// GB200, GB300); Hopper's rule otherwise (H100, H200, H20, GH200, and a card not named).
+pub fn mxfp4_expert_padding(device_name: &str) -> ExpertPadding {
+    let n = device_name.to_ascii_uppercase();
+    let has = |w: &str| n.contains(w);
+    let ampere_ada = [
+        "A100", "A800", "A10", "A30", "A40", "A6000", "A5000", "A4000", "L40", "L4", "L20",
+    ]
+    .iter()
+    .any(|w| has(w))
+        || has("RTX 30")
+        || has("RTX 40")
+        || has("RTX 50")
+        || has("RTX A")
+        || has("RTX PRO");
+    let blackwell = ["B100", "B200", "B300", "GB200", "GB300"]
+        .iter()
+        .any(|w| has(w));
+    if ampere_ada {
+        ExpertPadding::MARLIN
+    } else if blackwell {
+        ExpertPadding::BLACKWELL
+    } else {
+        ExpertPadding::HOPPER
     }
 }
 
@@ -190,7 +230,8 @@ pub fn plan(
     let max_num_batched_tokens = s.max_num_batched_tokens.unwrap_or(d_tokens);
 
     let usable = (total_bytes as f64 * util) as u64;
-    let (ckpt_weights, exact) = weights_per_rank(model, tp, dtype, quant);
+    let pad = mxfp4_expert_padding(&device_name);
+    let (ckpt_weights, exact) = weights_per_rank(model, tp, dtype, quant, pad);
     let rotary = rotary_cache_bytes(model, dtype);
     let weights = ckpt_weights + rotary;
     let base_non_torch = if era == Era::V1 {
