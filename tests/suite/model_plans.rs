@@ -353,6 +353,8 @@ fn every_family_plans_with_its_own_kv_rule() {
         // sliding and full layers alike hold a page per token in vLLM's one group
         ("google/gemma-2-9b-it", 42 * 2 * 8 * 256 * 2, 0),
         ("openai/gpt-oss-20b", 24 * 2 * 8 * 64 * 2, 0),
+        // Phi-2: multi-head, 80-wide heads, biases everywhere
+        ("microsoft/phi-2", 32 * 2 * 32 * 80 * 2, 0),
         // multi-head attention with learned positions
         ("facebook/opt-125m", 12 * 2 * 12 * 64 * 2, 0),
         // MoE: the experts change the weights, not the cache (Mixtral's 93 GB do not load)
