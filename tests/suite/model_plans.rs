@@ -423,3 +423,39 @@ fn mxfp4_experts_are_padded_by_the_card_s_kernel() {
     let per_matrix = (3072 * 2944 / 2 + 3072 * 2944 / 32) - (2880 * 3072 / 2 + 2880 * 3072 / 32);
     assert_eq!(weights("a100-40g") - weights("h100-80g"), 2304 * per_matrix);
 }
+
+/// From vLLM 0.19 the sampler's dummy run stands apart from the forward pass: the activation
+/// peak is its four float32 copies of the logits, `max_num_seqs × vocab × 4 × 4` bytes, at every
+/// tensor-parallel size (0.11 adds its eight copies to a forward pass that shrinks with TP).
+#[test]
+fn vllm_0_19_activation_is_the_sampler_s_at_every_tp() {
+    let activation = |engine: &str, tp: &str| {
+        let r = headroom(
+            &root(),
+            &[
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--engine",
+                engine,
+                "--profile",
+                "h100-80g",
+                "--json",
+                "--",
+                "--max-model-len",
+                "8192",
+                "--tensor-parallel-size",
+                tp,
+            ],
+        );
+        assert!(r.code <= 1, "{}", r.stderr);
+        u(&json(&r.stdout)["plan"]["activation_peak_bytes"])
+    };
+    let sampler = 1024 * 128_256 * 4 * 4;
+    assert_eq!(activation("vllm@0.19.0", "1"), sampler);
+    assert_eq!(activation("vllm@0.19.0", "2"), sampler);
+    assert_ne!(
+        activation("vllm@0.11.0", "1"),
+        activation("vllm@0.11.0", "2")
+    );
+}
