@@ -12,6 +12,9 @@ const CATALOGUE: &str = include_str!("../../models/catalogue.toml");
 pub struct Entry {
     pub id: String,
     pub config_source: String,
+    /// A public copy of the config its memory fields were compared with, when one was found.
+    #[serde(default)]
+    pub checked_against: Option<String>,
     pub config: toml::Table,
 }
 
@@ -94,6 +97,19 @@ mod tests {
             let id = e.id.clone();
             let s = spec(e).unwrap_or_else(|err| panic!("{id}: {err}"));
             assert!(s.parameter_count() > 100_000_000, "{id}");
+        }
+    }
+
+    #[test]
+    fn checked_entries_name_an_address() {
+        let checked: Vec<Entry> = entries()
+            .into_iter()
+            .filter(|e| e.checked_against.is_some())
+            .collect();
+        assert!(checked.len() >= 8, "{}", checked.len());
+        for e in checked {
+            let at = e.checked_against.unwrap_or_default();
+            assert!(at.starts_with("https://"), "{}: {at}", e.id);
         }
     }
 }

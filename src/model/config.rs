@@ -175,8 +175,25 @@ fn compressed_tensors(q: &Map<String, Value>) -> Result<Quant, String> {
         .and_then(|v| v.as_str())
         .unwrap_or("int");
     let group = weights.get("group_size").and_then(|v| v.as_u64());
+    let strategy = weights
+        .get("strategy")
+        .and_then(|v| v.as_str())
+        .unwrap_or("tensor");
+    let block = weights
+        .get("block_structure")
+        .and_then(|v| v.as_array())
+        .and_then(|b| b.first())
+        .and_then(|v| v.as_u64());
     match (bits, kind) {
-        (8, "float") => Ok(Quant::Fp8 { block: 0 }),
+        (8, "float") => match (strategy, block) {
+            ("channel", _) => Ok(Quant::Fp8Channel),
+            ("block", Some(block)) => Ok(Quant::Fp8 { block }),
+            ("tensor", _) => Ok(Quant::Fp8 { block: 0 }),
+            (other, _) => Err(format!(
+                "compressed-tensors fp8 weights with strategy {other:?}: not a layout headroom \
+                 knows (tensor, channel, block)"
+            )),
+        },
         (4 | 8, "int") => Ok(Quant::Gptq {
             bits,
             group_size: group.unwrap_or(128),
@@ -383,6 +400,7 @@ fn text_model(f: &Fields, model_type: &str, architecture: &str) -> Result<ModelS
         "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "qwen2_vl" | "qwen2_5_vl" | "gemma"
         | "gemma2" | "gemma3_text" => dense(f, model_type),
         "opt" => opt(f),
+        "phi" => phi(f),
         "mixtral" | "qwen2_moe" | "qwen3_moe" => moe(f, model_type),
         "gpt_oss" => gpt_oss(f),
         "deepseek_v2" | "deepseek_v3" | "kimi_k2" => deepseek(f, model_type),
@@ -486,6 +504,40 @@ fn opt(f: &Fields) -> Result<ModelSpec, ModelError> {
     tensors.push(norms("final norm", 2, t.hidden));
     let layers = cache_layers(&t, &vec![false; n as usize], 0);
     Ok(spec_from(&t, "opt", layers, tensors, tied, 0, ffn, 0))
+}
+
+/// Phi-1/1.5/2 (`PhiForCausalLM`): multi-head attention and a plain fc1/fc2 MLP in parallel
+/// after one LayerNorm per layer, biases on every linear layer and on the untied LM head,
+/// rotary on `partial_rotary_factor` of each head (transformers' `PhiConfig`; vLLM's
+/// vllm/model_executor/models/phi.py builds the same tensors).
+fn phi(f: &Fields) -> Result<ModelSpec, ModelError> {
+    let t = common(f)?;
+    let n = t.layers;
+    let inter = f.positive("intermediate_size")?;
+    let tied = f.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    let partial = f.opt_f64("partial_rotary_factor")?.unwrap_or(0.5);
+    if f.opt_bool("qk_layernorm")?.unwrap_or(false) {
+        return Err(ModelError::Field {
+            place: f.place.clone(),
+            message: "qk_layernorm = true: a Phi variant headroom does not read".into(),
+        });
+    }
+    let mut tensors = embeddings(&t, tied);
+    if !tied {
+        tensors.push(norms("lm_head bias", 1, t.vocab));
+    }
+    tensors.extend(attention(&t, n, true, true));
+    tensors.push(group("fc1", TensorKind::Column, n, t.hidden, inter));
+    tensors.push(group("fc2", TensorKind::Row, n, inter, t.hidden));
+    tensors.push(norms("fc biases", n, inter + t.hidden));
+    // LayerNorm weight and bias: one per layer, and the final one.
+    tensors.push(norms("layer norms", 2 * n, t.hidden));
+    tensors.push(norms("final norm", 2, t.hidden));
+    let layers = cache_layers(&t, &vec![false; n as usize], 0);
+    let rotary = (t.head_dim as f64 * partial) as u64;
+    Ok(spec_from(
+        &t, "phi", layers, tensors, tied, rotary, inter, 0,
+    ))
 }
 
 fn moe(f: &Fields, model_type: &str) -> Result<ModelSpec, ModelError> {

@@ -5,8 +5,9 @@
 //! - unquantized: `in × out × dtype_bytes`;
 //! - AWQ / GPTQ (`bits`, `group_size`): `in × out × bits / 8` packed, plus per group and output
 //!   an fp16 scale and a `bits`-wide zero point (GPTQ adds a 4-byte `g_idx` per input row);
-//! - fp8: one byte per value, plus one fp32 scale per tensor, or per `block × block` tile when
-//!   the checkpoint gives `weight_block_size` (DeepSeek V3);
+//! - fp8: one byte per value, plus one fp32 scale per tensor, per output channel
+//!   (compressed-tensors' `strategy = "channel"`, llm-compressor's FP8_DYNAMIC scheme), or per
+//!   `block × block` tile when the checkpoint gives `weight_block_size` (DeepSeek V3);
 //! - bitsandbytes 4-bit: half a byte per value plus one fp32 absmax per 64 values;
 //!   bitsandbytes 8-bit: one byte per value plus one fp32 scale per output row;
 //! - mxfp4 (gpt-oss's experts): half a byte per value plus one e8m0 byte per 32 values.
@@ -32,6 +33,8 @@ pub enum Quant {
     Fp8 {
         block: u64,
     },
+    /// fp8 values with one fp32 scale per output channel.
+    Fp8Channel,
     BitsAndBytes4,
     BitsAndBytes8,
     /// Only the MoE experts are mxfp4; everything else keeps the dtype.
@@ -97,6 +100,7 @@ fn packed_bytes(quant: Quant, rows: u64, cols: u64, dtype_bytes: u64, expert: bo
         }
         Quant::Fp8 { block: 0 } => values + 4,
         Quant::Fp8 { block } => values + rows.div_ceil(block) * cols.div_ceil(block) * 4,
+        Quant::Fp8Channel => values + cols * 4,
         Quant::BitsAndBytes4 => values / 2 + values.div_ceil(64) * 4,
         Quant::BitsAndBytes8 => values + cols * 4,
         Quant::Mxfp4 if expert => values / 2 + values.div_ceil(32),
@@ -104,8 +108,53 @@ fn packed_bytes(quant: Quant, rows: u64, cols: u64, dtype_bytes: u64, expert: bo
     }
 }
 
+/// How an mxfp4 MoE kernel pads every expert's matrices on one rank: the rank's share of the
+/// intermediate width and the hidden size are rounded up to these multiples before the
+/// weights are allocated (vLLM's `Mxfp4MoEMethod.create_weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertPadding {
+    pub intermediate_multiple: u64,
+    pub hidden_multiple: u64,
+}
+
+impl ExpertPadding {
+    /// No padding: the checkpoint's own layout.
+    pub const NONE: ExpertPadding = ExpertPadding {
+        intermediate_multiple: 1,
+        hidden_multiple: 1,
+    };
+    /// The width padded to 256, the hidden size kept: what vLLM 0.10–0.11 allocated on
+    /// Hopper (the corpus's H100 reports vllm-0016/0017 match it within 0.3 %).
+    pub const HOPPER: ExpertPadding = ExpertPadding {
+        intermediate_multiple: 256,
+        hidden_multiple: 1,
+    };
+    /// The Marlin kernel, vLLM's mxfp4 backend below compute capability 9.0: the width to a
+    /// multiple of 128 and the hidden size to 256 ("n % 256 == 0 and k % 128 == 0").
+    pub const MARLIN: ExpertPadding = ExpertPadding {
+        intermediate_multiple: 128,
+        hidden_multiple: 256,
+    };
+    /// FlashInfer's TRT-LLM kernels on compute capability 10.x: both to 256.
+    pub const BLACKWELL: ExpertPadding = ExpertPadding {
+        intermediate_multiple: 256,
+        hidden_multiple: 256,
+    };
+}
+
 /// Bytes of one group on one rank of `tp` tensor-parallel ranks.
 pub fn group_bytes_per_rank(g: &TensorGroup, quant: Quant, dtype_bytes: u64, tp: u64) -> u64 {
+    group_bytes_per_rank_padded(g, quant, dtype_bytes, tp, ExpertPadding::HOPPER)
+}
+
+/// [`group_bytes_per_rank`] with the mxfp4 experts padded as `pad` says.
+pub fn group_bytes_per_rank_padded(
+    g: &TensorGroup,
+    quant: Quant,
+    dtype_bytes: u64,
+    tp: u64,
+    pad: ExpertPadding,
+) -> u64 {
     let tp = tp.max(1);
     let per = match g.kind {
         TensorKind::Vocab => {
@@ -121,14 +170,17 @@ pub fn group_bytes_per_rank(g: &TensorGroup, quant: Quant, dtype_bytes: u64, tp:
         TensorKind::Row => packed_bytes(quant, g.rows.div_ceil(tp), g.cols, dtype_bytes, false),
         TensorKind::Expert => {
             let cols = g.cols.div_ceil(tp);
-            // vLLM's mxfp4 MoE kernels pad each expert's intermediate width to 256
-            // (vllm/model_executor/layers/quantization/mxfp4.py).
-            let cols = if quant == Quant::Mxfp4 {
-                cols.next_multiple_of(256)
+            // vLLM's mxfp4 MoE kernels pad each expert's matrices
+            // (vllm/model_executor/layers/quantization/mxfp4.py, `create_weights`).
+            let (rows, cols) = if quant == Quant::Mxfp4 {
+                (
+                    g.rows.next_multiple_of(pad.hidden_multiple.max(1)),
+                    cols.next_multiple_of(pad.intermediate_multiple.max(1)),
+                )
             } else {
-                cols
+                (g.rows, cols)
             };
-            packed_bytes(quant, g.rows, cols, dtype_bytes, true)
+            packed_bytes(quant, rows, cols, dtype_bytes, true)
         }
         TensorKind::Replicated | TensorKind::Tower => g.rows * g.cols * dtype_bytes,
     };
@@ -137,9 +189,20 @@ pub fn group_bytes_per_rank(g: &TensorGroup, quant: Quant, dtype_bytes: u64, tp:
 
 /// The weights of one rank: every group, sharded and packed.
 pub fn bytes_per_rank(groups: &[TensorGroup], quant: Quant, dtype_bytes: u64, tp: u64) -> u64 {
+    bytes_per_rank_padded(groups, quant, dtype_bytes, tp, ExpertPadding::HOPPER)
+}
+
+/// [`bytes_per_rank`] with the mxfp4 experts padded as `pad` says.
+pub fn bytes_per_rank_padded(
+    groups: &[TensorGroup],
+    quant: Quant,
+    dtype_bytes: u64,
+    tp: u64,
+    pad: ExpertPadding,
+) -> u64 {
     groups
         .iter()
-        .map(|g| group_bytes_per_rank(g, quant, dtype_bytes, tp))
+        .map(|g| group_bytes_per_rank_padded(g, quant, dtype_bytes, tp, pad))
         .sum()
 }
 
@@ -202,6 +265,26 @@ mod tests {
             padded / 2 + padded / 32
         );
         assert_eq!(group_bytes_per_rank(&c, Quant::Mxfp4, 2, 1), v * 2);
+    }
+
+    #[test]
+    fn marlin_pads_the_hidden_size_to_256_and_the_width_to_128() {
+        // gpt-oss-120b's down projection at TP 4: 720 columns a rank pad to 768, the hidden
+        // size 2880 to 3072 (Hopper's rule keeps 2880 rows).
+        let e = g(TensorKind::Expert, 2880, 2880);
+        let marlin = group_bytes_per_rank_padded(&e, Quant::Mxfp4, 2, 4, ExpertPadding::MARLIN);
+        assert_eq!(marlin, 3072 * 768 / 2 + 3072 * 768 / 32);
+        let hopper = group_bytes_per_rank(&e, Quant::Mxfp4, 2, 4);
+        assert_eq!(hopper, 2880 * 768 / 2 + 2880 * 768 / 32);
+        // At TP 1 Marlin pads 2880 to 2944, Hopper's rule to 3072.
+        let m1 = group_bytes_per_rank_padded(&e, Quant::Mxfp4, 2, 1, ExpertPadding::MARLIN);
+        assert_eq!(m1, 3072 * 2944 / 2 + 3072 * 2944 / 32);
+    }
+
+    #[test]
+    fn fp8_per_channel_has_one_fp32_scale_per_output() {
+        let b = packed_bytes(Quant::Fp8Channel, 8192, 28672, 2, false);
+        assert_eq!(b, 8192 * 28672 + 28672 * 4);
     }
 
     #[test]

@@ -68,6 +68,9 @@ fn quantization_config(text: &str) -> Option<serde_json::Value> {
     let t = text.to_ascii_lowercase();
     let v = if t.contains("mxfp4") {
         serde_json::json!({"quant_method": "mxfp4"})
+    } else if t.contains("fp8") && t.contains("per-channel") {
+        serde_json::json!({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})
     } else if t.contains("fp8") && t.contains("128") {
         serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]})
     } else if t.contains("fp8") {
@@ -82,8 +85,12 @@ fn quantization_config(text: &str) -> Option<serde_json::Value> {
     Some(v)
 }
 
-/// The report's model: the catalogue entry of its id, else its `[model_config]`.
+/// The report's model: the catalogue entry of its id, else its `[model_config]`. A report
+/// whose checkpoint cannot be known (`checkpoint_unknown` says why) is not planned.
 fn model_of(r: &Record) -> Result<ModelSpec, String> {
+    if let Some(why) = r.doc.get("checkpoint_unknown").and_then(|v| v.as_str()) {
+        return Err(format!("the checkpoint is not known: {why}"));
+    }
     let id = s(&r.doc, "model");
     if let Some(e) = model::catalogue::find(id) {
         return model::catalogue::spec(e).map_err(|e| e.to_string());
@@ -102,6 +109,10 @@ fn model_of(r: &Record) -> Result<ModelSpec, String> {
                 obj.insert("quantization_config".into(), q);
             }
             "layer_types" if v.is_str() => {}
+            // TOML has no null: a recorded "null" is the config's null.
+            _ if v.as_str() == Some("null") => {
+                obj.insert(k.clone(), serde_json::Value::Null);
+            }
             _ => {
                 obj.insert(k.clone(), model::catalogue::to_json(v));
             }
@@ -358,6 +369,15 @@ fn fitted_reports_one_by_one() {
     assert!(sc.planned > 0, "no fitted report could be planned");
 }
 
+/// The held-out reports one by one (scored, never fitted on).
+#[test]
+fn held_out_reports_one_by_one() {
+    let base = root().join("tests/fixtures/engine-logs");
+    let cards = cards(&base.join("fitted"));
+    let sc = score(&base.join("held-out"), &cards, false, true);
+    assert!(sc.planned > 0, "no held-out report could be planned");
+}
+
 /// Both sets' scores, as docs/model-plans.md states them.
 #[test]
 fn corpus_scores_fitted_and_held_out() {
@@ -387,4 +407,28 @@ fn corpus_scores_fitted_and_held_out() {
         doc.contains(&table),
         "docs/model-plans.md must hold the corpus scores as computed:\n{table}"
     );
+}
+
+/// Every report sits in the folder its family's line in `HELD_OUT_FAMILIES` puts it in.
+#[test]
+fn reports_sit_in_the_folder_their_family_decides() {
+    let base = root().join("tests/fixtures/engine-logs");
+    let list = std::fs::read_to_string(base.join("HELD_OUT_FAMILIES")).unwrap();
+    let held: Vec<&str> = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    for (dir, want_held) in [("fitted", false), ("held-out", true)] {
+        for r in records(&base.join(dir)) {
+            let family = s(&r.doc, "family");
+            assert_eq!(
+                held.contains(&family),
+                want_held,
+                "{}: family {family:?} belongs in {}",
+                r.id,
+                if want_held { "fitted/" } else { "held-out/" }
+            );
+        }
+    }
 }

@@ -329,3 +329,133 @@ fn validate_engine_command_prints_three_columns_on_the_fake() {
         assert!(r.stdout.contains(col), "{}", r.stdout);
     }
 }
+
+/// One catalogue model of every architecture family, planned for vLLM on an H100: the KV
+/// bytes per token are the family's own rule, worked out by hand from its config.
+#[test]
+fn every_family_plans_with_its_own_kv_rule() {
+    let cases: &[(&str, u64, i32)] = &[
+        // dense GQA: layers × 2 × kv heads × head_dim × 2 bytes
+        (
+            "meta-llama/Meta-Llama-3-8B-Instruct",
+            32 * 2 * 8 * 128 * 2,
+            0,
+        ),
+        ("Qwen/Qwen2.5-7B-Instruct", 28 * 2 * 4 * 128 * 2, 0),
+        ("Qwen/Qwen3-8B", 36 * 2 * 8 * 128 * 2, 0),
+        (
+            "mistralai/Mistral-7B-Instruct-v0.3",
+            32 * 2 * 8 * 128 * 2,
+            0,
+        ),
+        ("microsoft/Phi-3-mini-4k-instruct", 32 * 2 * 32 * 96 * 2, 0),
+        ("microsoft/phi-4", 40 * 2 * 10 * 128 * 2, 0),
+        // sliding and full layers alike hold a page per token in vLLM's one group
+        ("google/gemma-2-9b-it", 42 * 2 * 8 * 256 * 2, 0),
+        ("openai/gpt-oss-20b", 24 * 2 * 8 * 64 * 2, 0),
+        // Phi-2: multi-head, 80-wide heads, biases everywhere
+        ("microsoft/phi-2", 32 * 2 * 32 * 80 * 2, 0),
+        // multi-head attention with learned positions
+        ("facebook/opt-125m", 12 * 2 * 12 * 64 * 2, 0),
+        // MoE: the experts change the weights, not the cache (Mixtral's 93 GB do not load)
+        (
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            32 * 2 * 8 * 128 * 2,
+            1,
+        ),
+        ("Qwen/Qwen3-30B-A3B", 48 * 2 * 4 * 128 * 2, 0),
+        // MLA: one latent of kv_lora_rank + rope per layer
+        ("deepseek-ai/DeepSeek-V2-Lite-Chat", 27 * (512 + 64) * 2, 0),
+        ("deepseek-ai/DeepSeek-V3", 61 * (512 + 64) * 2, 1),
+        ("moonshotai/Kimi-K2-Instruct", 61 * (512 + 64) * 2, 1),
+        // hybrid: only the attention layers (one in 8 of 32) hold KV
+        ("ai21labs/AI21-Jamba-Mini-1.5", 4 * 2 * 8 * 128 * 2, 1),
+        // vision-language: the language model's cache; the tower is weights
+        ("Qwen/Qwen2.5-VL-7B-Instruct", 28 * 2 * 4 * 128 * 2, 0),
+        // AWQ: packed weights, the cache in 16 bits
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", 28 * 2 * 4 * 128 * 2, 0),
+    ];
+    for (id, per_token, code) in cases {
+        let r = headroom(
+            &root(),
+            &[
+                "plan",
+                "--model",
+                id,
+                "--engine",
+                "vllm",
+                "--profile",
+                "h100-80g",
+                "--json",
+            ],
+        );
+        assert_eq!(r.code, *code, "{id}: {}", r.stderr);
+        let p = &json(&r.stdout)["plan"];
+        assert_eq!(u(&p["kv_bytes_per_token"]), *per_token, "{id}");
+        assert!(u(&p["weights_bytes"]) > 0, "{id}");
+    }
+}
+
+/// vLLM pads mxfp4 experts by the card's kernel: Marlin on an A100 pads gpt-oss-20b's hidden
+/// size 2880 to 3072 and its width to 2944; the Hopper rule pads the width to 3072 only. Each
+/// of its 2304 expert matrices grows by 3072 × 2944 × 17/32 − 2880 × 3072 × 17/32 bytes.
+#[test]
+fn mxfp4_experts_are_padded_by_the_card_s_kernel() {
+    let weights = |profile: &str| {
+        let r = headroom(
+            &root(),
+            &[
+                "plan",
+                "--model",
+                "openai/gpt-oss-20b",
+                "--engine",
+                "vllm",
+                "--profile",
+                profile,
+                "--json",
+                "--",
+                "--max-model-len",
+                "4096",
+            ],
+        );
+        u(&json(&r.stdout)["plan"]["weights_bytes"])
+    };
+    let per_matrix = (3072 * 2944 / 2 + 3072 * 2944 / 32) - (2880 * 3072 / 2 + 2880 * 3072 / 32);
+    assert_eq!(weights("a100-40g") - weights("h100-80g"), 2304 * per_matrix);
+}
+
+/// From vLLM 0.19 the sampler's dummy run stands apart from the forward pass: the activation
+/// peak is its four float32 copies of the logits, `max_num_seqs × vocab × 4 × 4` bytes, at every
+/// tensor-parallel size (0.11 adds its eight copies to a forward pass that shrinks with TP).
+#[test]
+fn vllm_0_19_activation_is_the_sampler_s_at_every_tp() {
+    let activation = |engine: &str, tp: &str| {
+        let r = headroom(
+            &root(),
+            &[
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--engine",
+                engine,
+                "--profile",
+                "h100-80g",
+                "--json",
+                "--",
+                "--max-model-len",
+                "8192",
+                "--tensor-parallel-size",
+                tp,
+            ],
+        );
+        assert!(r.code <= 1, "{}", r.stderr);
+        u(&json(&r.stdout)["plan"]["activation_peak_bytes"])
+    };
+    let sampler = 1024 * 128_256 * 4 * 4;
+    assert_eq!(activation("vllm@0.19.0", "1"), sampler);
+    assert_eq!(activation("vllm@0.19.0", "2"), sampler);
+    assert_ne!(
+        activation("vllm@0.11.0", "1"),
+        activation("vllm@0.11.0", "2")
+    );
+}

@@ -67,6 +67,22 @@ fn llama_gqa_with_explicit_head_dim() {
 }
 
 #[test]
+fn phi_has_biases_everywhere_and_partial_rotary() {
+    // microsoft/phi-2: 2,779,683,840 parameters (its model card's 2.7B; embeddings and an
+    // untied LM head with bias, biased q/k/v/dense and fc1/fc2, one LayerNorm per layer).
+    assert_eq!(catalogue_params("microsoft/phi-2"), 2_779_683_840);
+    let s = catalogue::spec(catalogue::find("microsoft/phi-2").unwrap()).unwrap();
+    // 80-wide heads, 40 % of them rotary.
+    assert_eq!(s.rotary_dim, 32);
+    let bad = read(
+        json!({"model_type": "phi", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10,
+        "qk_layernorm": true}),
+    );
+    assert!(bad.unwrap_err().to_string().contains("qk_layernorm"));
+}
+
+#[test]
 fn opt_is_multi_head_with_learned_positions_and_biases() {
     let s = read(json!({
         "model_type": "opt", "hidden_size": 32, "ffn_dim": 64, "num_hidden_layers": 1,
@@ -264,6 +280,25 @@ fn quantized_layouts_are_read_from_quantization_config() {
     );
     let v3 = catalogue::spec(catalogue::find("deepseek-ai/DeepSeek-V3").unwrap()).unwrap();
     assert_eq!(v3.quant, Quant::Fp8 { block: 128 });
+    // compressed-tensors fp8 by its weights' strategy: per channel, per tensor, per block.
+    let ct = |weights: serde_json::Value| {
+        read(
+            json!({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10,
+            "quantization_config": {"quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": weights}}}}),
+        )
+    };
+    let channel = ct(json!({"num_bits": 8, "type": "float", "strategy": "channel"})).unwrap();
+    assert_eq!(channel.quant, Quant::Fp8Channel);
+    let tensor = ct(json!({"num_bits": 8, "type": "float", "strategy": "tensor"})).unwrap();
+    assert_eq!(tensor.quant, Quant::Fp8 { block: 0 });
+    let block = ct(json!({"num_bits": 8, "type": "float", "strategy": "block",
+        "block_structure": [128, 128]}))
+    .unwrap();
+    assert_eq!(block.quant, Quant::Fp8 { block: 128 });
+    let odd = ct(json!({"num_bits": 8, "type": "float", "strategy": "token"})).unwrap_err();
+    assert!(odd.to_string().contains("\"token\""), "{odd}");
     let bad = read(
         json!({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
         "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10,

@@ -9,6 +9,7 @@
 
 use super::vllm::weights_per_rank;
 use super::{EngineKind, EnginePlan, EngineSettings, Failure, Term};
+use crate::model::weights::ExpertPadding;
 use crate::model::{LayerCache, ModelSpec, Quant};
 
 /// Bytes per value of a `-ctk` / `-ctv` type (ggml block sizes).
@@ -59,7 +60,13 @@ pub fn plan(model: &ModelSpec, s: &EngineSettings, total_bytes: u64) -> Result<E
             layers + if ngl > n_layer { g.output_bytes } else { 0 }
         }
         None => {
-            let (all, _) = weights_per_rank(model, 1, model.dtype_bytes.min(2), model.quant);
+            let (all, _) = weights_per_rank(
+                model,
+                1,
+                model.dtype_bytes.min(2),
+                model.quant,
+                ExpertPadding::NONE,
+            );
             (all as u128 * on_gpu as u128 / n_layer.max(1) as u128) as u64
         }
     };

@@ -12,6 +12,7 @@
 use super::kv;
 use super::vllm::{compute_dtype_bytes, effective_quant, kv_dtype_bytes, weights_per_rank};
 use super::{EngineKind, EnginePlan, EngineSettings, Failure, Term, Version};
+use crate::model::weights::ExpertPadding;
 use crate::model::{LayerCache, ModelSpec};
 use crate::units::MIB;
 
@@ -44,7 +45,7 @@ pub fn plan(
     let page = s.page_size.unwrap_or(1).max(1);
     let before =
         total_bytes.saturating_sub(CONTEXT_BYTES + if tp > 1 { TP_EXTRA_BYTES } else { 0 });
-    let (weights, exact) = weights_per_rank(model, tp, dtype, quant);
+    let (weights, exact) = weights_per_rank(model, tp, dtype, quant, ExpertPadding::HOPPER);
     let after = before as i64 - weights as i64;
     let reserve = (before as f64 * (1.0 - frac)) as i64;
     let rest = after - reserve;

@@ -9,7 +9,8 @@
 //! - 0.8 on (V1, `vllm/v1/worker/gpu_worker.py` `determine_available_memory`, `vllm/v1/core/
 //!   kv_cache_utils.py`): the same budget, blocks per KV cache group, tokens and maximum
 //!   concurrency as `kv_cache_utils.py` reports them; from 0.11 the sampler's profile run keeps
-//!   more of the vocabulary-wide buffers (fitted, below).
+//!   more of the vocabulary-wide buffers, and from 0.19 its peak stands apart from the forward
+//!   pass's (fitted, [`profile_rules`]).
 //!
 //! Weights are exact from the checkpoint or the config (plus the rotary cos/sin cache of
 //! `max_position_embeddings × rotary_dim` values); the activation peak, non-torch memory and
@@ -18,7 +19,7 @@
 
 use super::kv::{self, Groups};
 use super::{EngineKind, EnginePlan, EngineSettings, Failure, Term, Version};
-use crate::model::weights::bytes_per_rank;
+use crate::model::weights::{ExpertPadding, bytes_per_rank_padded};
 use crate::model::{ModelSpec, Quant};
 use crate::units::{GIB, MIB};
 
@@ -91,20 +92,60 @@ pub fn effective_quant(model: &ModelSpec, setting: Option<&str>) -> Quant {
     }
 }
 
-/// The weights one rank holds, and whether they came from the checkpoint's own size.
-pub fn weights_per_rank(model: &ModelSpec, tp: u64, dtype_bytes: u64, quant: Quant) -> (u64, bool) {
-    let computed = bytes_per_rank(&model.tensors, quant, dtype_bytes, tp);
+/// The weights one rank holds, and whether they came from the checkpoint's own size. `pad` is
+/// how the MoE kernel pads mxfp4 experts on this card ([`mxfp4_expert_padding`]); a
+/// checkpoint's own bytes are the unpadded layout, shared out as the padded one is.
+pub fn weights_per_rank(
+    model: &ModelSpec,
+    tp: u64,
+    dtype_bytes: u64,
+    quant: Quant,
+    pad: ExpertPadding,
+) -> (u64, bool) {
+    let computed = bytes_per_rank_padded(&model.tensors, quant, dtype_bytes, tp, pad);
     match model.checkpoint_bytes {
         Some(ckpt) if model.tensors.is_empty() => (ckpt.div_ceil(tp), true),
         Some(ckpt) if quant == model.quant && dtype_bytes == model.dtype_bytes => {
-            // The checkpoint's bytes, shared out as the computed layout shares them.
-            let whole = bytes_per_rank(&model.tensors, quant, dtype_bytes, 1).max(1);
+            let whole =
+                bytes_per_rank_padded(&model.tensors, quant, dtype_bytes, 1, ExpertPadding::NONE)
+                    .max(1);
             (
                 (ckpt as u128 * computed as u128 / whole as u128) as u64,
                 tp == 1,
             )
         }
         _ => (computed, false),
+    }
+}
+
+/// How vLLM's mxfp4 MoE method pads the experts on a card, by its compute capability as its
+/// name tells it (vllm/model_executor/layers/quantization/mxfp4.py `get_mxfp4_backend` and
+/// `create_weights`): Marlin below 9.0 (Ampere, Ada: A100, A10, A40, L4, L40, RTX 30/40) and
+/// on the consumer Blackwell cards (RTX 50, compute capability 12.0, which the Triton kernels
+/// do not take); FlashInfer's TRT-LLM kernels on data-centre Blackwell (B100, B200, B300,
+/// GB200, GB300); Hopper's rule otherwise (H100, H200, H20, GH200, and a card not named).
+pub fn mxfp4_expert_padding(device_name: &str) -> ExpertPadding {
+    let n = device_name.to_ascii_uppercase();
+    let has = |w: &str| n.contains(w);
+    let ampere_ada = [
+        "A100", "A800", "A10", "A30", "A40", "A6000", "A5000", "A4000", "L40", "L4", "L20",
+    ]
+    .iter()
+    .any(|w| has(w))
+        || has("RTX 30")
+        || has("RTX 40")
+        || has("RTX 50")
+        || has("RTX A")
+        || has("RTX PRO");
+    let blackwell = ["B100", "B200", "B300", "GB200", "GB300"]
+        .iter()
+        .any(|w| has(w));
+    if ampere_ada {
+        ExpertPadding::MARLIN
+    } else if blackwell {
+        ExpertPadding::BLACKWELL
+    } else {
+        ExpertPadding::HOPPER
     }
 }
 
@@ -136,18 +177,70 @@ const ACTIVATION_WORKSPACE_BYTES: u64 = 128 * MIB;
 /// MLP's gate/up and activation outputs of one layer: `tokens × (2 × hidden + 3 × mlp width ÷
 /// TP)` values, the MLP width times the experts per token for MoE), a fixed workspace, and
 /// the sampler's float32 logits for `seqs` requests, `copies` times.
+/// When `rules.sampler_apart`, the sampler's peak stands beside the forward pass's instead of on
+/// top of it (the larger of the two is the peak).
 fn activation_bytes(
     model: &ModelSpec,
     tp: u64,
     tokens: u64,
     seqs: u64,
-    copies: u64,
+    rules: &ProfileRules,
     dtype: u64,
 ) -> u64 {
     let width = model.intermediate_size * model.experts_per_token.max(1) / tp;
-    let forward = tokens * (2 * model.hidden_size + 3 * width) * dtype;
-    let logits = seqs * model.vocab_size * 4 * copies;
-    forward + ACTIVATION_WORKSPACE_BYTES + logits
+    let forward = tokens * (2 * model.hidden_size + 3 * width) * dtype + ACTIVATION_WORKSPACE_BYTES;
+    let logits = seqs * model.vocab_size * 4 * rules.logits_copies;
+    if rules.sampler_apart {
+        forward.max(logits)
+    } else {
+        forward + logits
+    }
+}
+
+/// The release-dependent constants of the profile run and of the memory outside PyTorch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileRules {
+    /// How many `max_num_seqs × vocab` float32 buffers the sampler's dummy run holds at once.
+    pub logits_copies: u64,
+    /// Whether the sampler's peak is apart from the forward pass's (the larger counts).
+    pub sampler_apart: bool,
+    pub non_torch_tp1_bytes: u64,
+    pub non_torch_tp_extra_bytes: u64,
+}
+
+/// vLLM 0.19's non-torch memory at TP 1: 0.25 and 0.24 GiB (corpus vllm-0061, -0066).
+const NON_TORCH_TP1_019_BYTES: u64 = 250 * MIB;
+/// Added at TP ≥ 2 in 0.19 (NCCL and custom all-reduce buffers): 2.06–2.13 GiB printed at TP 2
+/// and 4 against 0.24–0.25 at TP 1 (corpus vllm-0071..0074).
+const NON_TORCH_TP_EXTRA_019_BYTES: u64 = 1_850 * MIB;
+
+/// The rules of a release. Before 0.11 the sampler adds one copy of the logits to the forward
+/// pass; 0.11 eight (fitted on the corpus's 0.11 reports); from 0.19 the activation peak no
+/// longer moves with the tensor-parallel size (the same 1.89 GiB for Llama-3.1-8B at TP 1, 2
+/// and 4, 2.21 GiB for Qwen2.5-7B: corpus vllm-0061, -0066, -0071..0074), so the sampler's
+/// four copies stand apart from the forward pass (fitted: 3.87 and 3.81 copies printed). The
+/// releases between 0.11 and 0.19 are not in the corpus and keep the 0.11 rules.
+pub fn profile_rules(v: Version, era: Era) -> ProfileRules {
+    let (tp1, extra) = match era {
+        Era::V1 if v >= Version(0, 19, 0) => {
+            (NON_TORCH_TP1_019_BYTES, NON_TORCH_TP_EXTRA_019_BYTES)
+        }
+        Era::V1 => (NON_TORCH_TP1_BYTES, NON_TORCH_TP_EXTRA_BYTES),
+        _ => (NON_TORCH_V0_BYTES, NON_TORCH_TP_EXTRA_BYTES),
+    };
+    let (logits_copies, sampler_apart) = if v >= Version(0, 19, 0) {
+        (4, true)
+    } else if v >= Version(0, 11, 0) {
+        (8, false)
+    } else {
+        (1, false)
+    };
+    ProfileRules {
+        logits_copies,
+        sampler_apart,
+        non_torch_tp1_bytes: tp1,
+        non_torch_tp_extra_bytes: extra,
+    }
 }
 
 /// vLLM's captured batch sizes: 1, 2, 4, then every 8 up to the largest (V1: 512, capped at
@@ -190,22 +283,23 @@ pub fn plan(
     let max_num_batched_tokens = s.max_num_batched_tokens.unwrap_or(d_tokens);
 
     let usable = (total_bytes as f64 * util) as u64;
-    let (ckpt_weights, exact) = weights_per_rank(model, tp, dtype, quant);
+    let pad = mxfp4_expert_padding(&device_name);
+    let (ckpt_weights, exact) = weights_per_rank(model, tp, dtype, quant, pad);
     let rotary = rotary_cache_bytes(model, dtype);
     let weights = ckpt_weights + rotary;
-    let base_non_torch = if era == Era::V1 {
-        NON_TORCH_TP1_BYTES
-    } else {
-        NON_TORCH_V0_BYTES
-    };
-    let non_torch = base_non_torch + if tp > 1 { NON_TORCH_TP_EXTRA_BYTES } else { 0 };
-    let copies = if v >= Version(0, 11, 0) { 8 } else { 1 };
+    let rules = profile_rules(v, era);
+    let non_torch = rules.non_torch_tp1_bytes
+        + if tp > 1 {
+            rules.non_torch_tp_extra_bytes
+        } else {
+            0
+        };
     let activation = activation_bytes(
         model,
         tp,
         max_num_batched_tokens,
         max_num_seqs,
-        copies,
+        &rules,
         dtype,
     );
     let layers_kv = kv::layers(model, tp, kv_dtype, era != Era::V1);
@@ -278,17 +372,22 @@ pub fn plan(
             name: "non_torch",
             bytes: non_torch as i64,
             formula: format!(
-                "{NON_TORCH_TP1_BYTES} at TP 1, + {NON_TORCH_TP_EXTRA_BYTES} at TP ≥ 2"
+                "{} at TP 1, + {} at TP ≥ 2",
+                rules.non_torch_tp1_bytes, rules.non_torch_tp_extra_bytes
             ),
         },
         Term {
             name: "activation_peak",
             bytes: activation as i64,
             formula: format!(
-                "{max_num_batched_tokens} tokens × (2 × {} + 3 × {} ÷ {tp}) × {dtype} + {ACTIVATION_WORKSPACE_BYTES} + {max_num_seqs} × {} × 4 × {copies}",
+                "{}({max_num_batched_tokens} tokens × (2 × {} + 3 × {} ÷ {tp}) × {dtype} + {ACTIVATION_WORKSPACE_BYTES}{} {max_num_seqs} × {} × 4 × {}{}",
+                if rules.sampler_apart { "max" } else { "" },
                 model.hidden_size,
                 model.intermediate_size * model.experts_per_token.max(1),
-                model.vocab_size
+                if rules.sampler_apart { "," } else { ") +" },
+                model.vocab_size,
+                rules.logits_copies,
+                if rules.sampler_apart { ")" } else { "" },
             ),
         },
         Term {
