@@ -30,6 +30,11 @@ pub trait DeviceCore: Send {
     /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
     fn sleep(&mut self, duration_ns: u64);
 
+    /// How this device rounds its allocations: the one rule every size check asks.
+    fn alloc_rounding(&self) -> crate::rounding::AllocRounding {
+        crate::rounding::AllocRounding::DRIVER
+    }
+
     /// What only the simulator can do, where this device is the simulator.
     fn simulated(&self) -> Option<&dyn Simulated> {
         None

@@ -391,6 +391,10 @@ impl DeviceCore for SimDevice {
         self.advance(duration_ns);
     }
 
+    fn alloc_rounding(&self) -> crate::rounding::AllocRounding {
+        crate::rounding::AllocRounding::of_profile(&self.profile)
+    }
+
     fn simulated(&self) -> Option<&dyn Simulated> {
         Some(self)
     }
