@@ -127,7 +127,7 @@ pub fn drive(
             (Some(h), _, _) => h.join().unwrap_or_default(),
             (None, Some((sampler, offset)), Some(c)) => {
                 let mut buf = Vec::new();
-                let stats = sampler.stop(&*c.device, &mut buf);
+                let stats = sampler.stop(c.device.now_ns(), &mut buf);
                 for mut r in buf {
                     r.t_ns = (r.t_ns as i64 + offset).max(0) as u64;
                     s.on_reading(r);
@@ -194,7 +194,7 @@ fn watch_loop(
             s.handle(m);
         }
         if let (Some((sampler, offset)), Some(c)) = (cuda.as_mut(), &inputs.cuda) {
-            sampler.drain(&*c.device, &mut buf);
+            sampler.drain(c.device.now_ns(), &mut buf);
             for mut r in buf.drain(..) {
                 r.t_ns = (r.t_ns as i64 + *offset).max(0) as u64;
                 s.on_reading(r);
