@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
-use crate::report::text_table::{Align, TextTable};
+use crate::text_table::{Align, TextTable};
 use crate::units::Bytes;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
