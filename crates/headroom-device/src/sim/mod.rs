@@ -144,10 +144,7 @@ impl SimDevice {
             sizes: HashMap::new(),
             events: SimEvents::default(),
             vmm: SimVmm::new(m.pool_granularity_bytes.0),
-            graphs: SimGraphs::new(
-                profile.graphs.alloc_granularity_bytes.0,
-                profile.graphs.exec_bytes_per_node.0,
-            ),
+            graphs: SimGraphs::new(profile.graphs.exec_bytes_per_node.0),
             before_context: NvmlMemory {
                 total_bytes: 0,
                 reserved_bytes: Some(0),
