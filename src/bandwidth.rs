@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::device::prelude::*;
 
 use crate::device::{DevPtr, DeviceInfo, Kernel, StreamId};
-use crate::report::text_table::{Align, TextTable};
-use crate::units::{Bytes, checked_round_up};
+use crate::text_table::{Align, TextTable};
+use crate::units::Bytes;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Row {
@@ -105,7 +105,11 @@ fn check_room(
     );
     anyhow::ensure!(repeats > 0, "--repeats must be at least 1");
     let total = dev.info().total_bytes;
-    let need = checked_round_up(size_bytes, 2 << 20).and_then(|b| b.checked_mul(3));
+    // A size whose page multiple passes 2^64 saturates, and three of it overflow: refused.
+    let need = dev
+        .alloc_rounding()
+        .at_most_bytes(size_bytes)
+        .checked_mul(3);
     let Some(need) = need.filter(|&n| n <= total) else {
         anyhow::bail!(
             "--size {size_bytes}B ({}): three buffers of it need more than the device's {} in total; choose a smaller --size",

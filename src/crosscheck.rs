@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::record::View;
 use crate::report::summary::Summary;
-use crate::report::text_table::{Align, TextTable};
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, MIB, SignedBytes};
 
 /// One workload and view.

@@ -44,6 +44,7 @@ pub mod schema;
 pub mod shipped;
 pub mod signals;
 pub mod tenant;
+pub mod text_table;
 pub mod torch_job;
 
 pub use headroom_device::units;

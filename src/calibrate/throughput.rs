@@ -8,13 +8,17 @@ use crate::calibrate::Notes;
 use crate::device::profile::BandwidthModel;
 use crate::device::{Device, Kernel, StreamId};
 use crate::kernels;
-use crate::units::{Bytes, GIB, MIB};
+use crate::units::{Bytes, GIB};
 
 pub(super) fn measure(dev: &mut dyn Device, notes: &mut Notes) -> anyhow::Result<BandwidthModel> {
     // Bandwidth, with the harness's kernels and the driver's copy and memset.
+    let page = dev.alloc_rounding().page_bytes;
     let size = (GIB)
-        .min(dev.mem_info()?.free_bytes / 8 / (2 * MIB) * (2 * MIB))
-        .max(2 * MIB);
+        .min(
+            dev.alloc_rounding()
+                .whole_pages_in(dev.mem_info()?.free_bytes / 8),
+        )
+        .max(page);
     let bw = bandwidth::measure(dev, size, 5, 0).context("measuring bandwidth")?;
     let rate = |n: &str| {
         bw.rows

@@ -9,6 +9,7 @@ use crate::device::node_profile::NodeProfile;
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
 use crate::device::select::{self, Backend, Choice};
 use crate::node::inventory::{GpuIdentity, inventory};
+use crate::text_table::{Align, TextTable};
 use crate::units::Bytes;
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -78,25 +79,25 @@ pub fn devices(args: &DeviceArgs, json: bool) -> anyhow::Result<i32> {
     }
     if let Some(reason) = &listing.reason {
         crate::outln!("{reason}; simulated device profiles (use --profile NAME):")?;
-        crate::outln!(
-            "{:<20} {:<46} {:>12} {:>12} {:>6}",
-            "profile",
-            "models",
-            "total",
-            "context",
-            "SMs"
-        )?;
+        let mut t = TextTable::new(&[
+            ("profile", Align::Left),
+            ("models", Align::Left),
+            ("total", Align::Right),
+            ("context", Align::Right),
+            ("SMs", Align::Right),
+            ("", Align::Left),
+        ]);
         for p in &listing.profiles {
-            crate::outln!(
-                "{:<20} {:<46} {:>12} {:>12} {:>6}{}",
-                p.name,
-                p.gpu_name,
+            t.row([
+                p.name.clone(),
+                p.gpu_name.clone(),
                 Bytes(p.total_bytes).to_string(),
                 Bytes(p.context_overhead_bytes).to_string(),
-                p.multiprocessors,
-                if p.default { "  (default)" } else { "" }
-            )?;
+                p.multiprocessors.to_string(),
+                if p.default { "(default)" } else { "" }.to_string(),
+            ]);
         }
+        crate::out!("{}", t.render())?;
         return Ok(0);
     }
     if listing.backend == "cuda" && listing.gpus.iter().any(|g| g.mig.is_some()) {

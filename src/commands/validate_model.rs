@@ -20,6 +20,7 @@ use crate::plan::engine::{self, EnginePlan, words};
 use crate::record::View;
 use crate::report::summary::{RunStatus, Summary};
 use crate::run::{RunOptions, run_on};
+use crate::text_table::{Align, TextTable};
 use crate::units::{GIB, utc_folder_stamp};
 use crate::workload::Workload;
 
@@ -184,22 +185,22 @@ fn text(v: &ModelValidation, device: &str) -> String {
     for l in words::engine_lines(p) {
         let _ = writeln!(s, "  {l}");
     }
-    let _ = writeln!(
-        s,
-        "\n  {:<16} {:>12} {:>12}",
-        "category", "predicted", "measured"
-    );
+    let mut t = TextTable::new(&[
+        ("category", Align::Left),
+        ("predicted", Align::Right),
+        ("measured", Align::Right),
+    ]);
     for c in &v.categories {
-        let _ = writeln!(
-            s,
-            "  {:<16} {:>12} {:>12}",
-            c.name,
+        t.row([
+            c.name.to_string(),
             gib(c.predicted_bytes),
             c.measured_bytes
                 .map(gib)
-                .unwrap_or_else(|| "not reached".into())
-        );
+                .unwrap_or_else(|| "not reached".into()),
+        ]);
     }
+    let _ = writeln!(s);
+    s.push_str(&t.render());
     let _ = writeln!(s, "\ntrue peaks:");
     for view in [
         View::DeviceUsed,

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::report::md_table::{self, Left, Right, cell};
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, SignedBytes};
 
 use super::{Delta, Diff, HeldRow, SideInfo};
@@ -43,29 +44,25 @@ pub fn text(d: &Diff) -> String {
     let mut o = String::new();
     side_line(&mut o, "A", &d.a);
     side_line(&mut o, "B", &d.b);
-    let _ = writeln!(o, "\n{:<24} {:>12} {:>12}  B − A", "", "A", "B");
+    let mut figures = TextTable::new(&[
+        ("figure", Align::Left),
+        ("A", Align::Right),
+        ("B", Align::Right),
+        ("B − A", Align::Left),
+    ]);
     for f in &d.figures {
         let count = !f.name.ends_with("_bytes");
-        let _ = writeln!(
-            o,
-            "{:<24} {:>12} {:>12}  {}",
-            f.name,
-            opt(f.a, count),
-            opt(f.b, count),
-            delta(f)
-        );
+        figures.row([f.name.clone(), opt(f.a, count), opt(f.b, count), delta(f)]);
     }
+    let _ = writeln!(o);
+    o.push_str(&figures.render());
     if !d.by_category.is_empty() {
         let _ = writeln!(o, "\nat the peak, by category");
-        for r in &d.by_category {
-            row_text(&mut o, r, false);
-        }
+        o.push_str(&held_table("category", &d.by_category, false));
     }
     if !d.lines.is_empty() {
         let _ = writeln!(o, "\nsource lines whose memory at the peak changed most");
-        for r in &d.lines {
-            row_text(&mut o, r, true);
-        }
+        o.push_str(&held_table("source line", &d.lines, true));
         if d.lines_not_listed > 0 {
             let _ = writeln!(o, "  … and {} more lines", d.lines_not_listed);
         }
@@ -113,21 +110,35 @@ fn setting(v: Option<&str>) -> String {
     }
 }
 
-fn row_text(o: &mut String, r: &HeldRow, line: bool) {
-    let _ = writeln!(
-        o,
-        "  {:<40} {:>12} {:>12}  {} ({:+} B){}",
-        r.name,
-        Bytes(r.a_bytes).to_string(),
-        Bytes(r.b_bytes).to_string(),
-        SignedBytes(r.delta_bytes as i128),
-        r.delta_bytes,
+/// Memory held at the peak per category or source line, A against B.
+fn held_table(what: &str, rows: &[HeldRow], line: bool) -> String {
+    let mut columns = vec![
+        (what, Align::Left),
+        ("A", Align::Right),
+        ("B", Align::Right),
+        ("B − A", Align::Left),
+    ];
+    if line {
+        columns.push(("category", Align::Left));
+    }
+    let mut t = TextTable::new(&columns);
+    for r in rows {
+        let mut cells = vec![
+            r.name.clone(),
+            Bytes(r.a_bytes).to_string(),
+            Bytes(r.b_bytes).to_string(),
+            format!(
+                "{} ({:+} B)",
+                SignedBytes(r.delta_bytes as i128),
+                r.delta_bytes
+            ),
+        ];
         if line {
-            format!("  [{}]", r.category)
-        } else {
-            String::new()
+            cells.push(r.category.to_string());
         }
-    );
+        t.row(cells);
+    }
+    t.render()
 }
 
 /// The Markdown tables, for a pull-request comment.

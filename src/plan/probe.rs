@@ -9,24 +9,20 @@
 
 use std::fmt::Write as _;
 
-use crate::units::{MIB, round_up};
+use crate::device::rounding::AllocRounding;
 
 /// The part of the other peak that goes straight to the driver, like a cuBLAS or NCCL
-/// workspace: a quarter of it, in whole 2 MiB pages. The rest is activations through the
-/// workload's allocator.
+/// workspace: a quarter of it, in the driver's whole pages. The rest is activations through
+/// the workload's allocator.
 pub fn workspace_bytes(other_peak_bytes: u64) -> u64 {
-    (other_peak_bytes / 4) / (2 * MIB) * (2 * MIB)
+    AllocRounding::DRIVER.whole_pages_in(other_peak_bytes / 4)
 }
 
-/// What the driver is expected to charge for one allocation: whole 2 MiB pages above 1 MiB
-/// (FACTS, `cuMemAlloc` [obs]). Only used to choose where to probe first; every admission
-/// limit reported is measured, never predicted.
+/// What the driver is expected to charge for one allocation (`AllocRounding::DRIVER`: the
+/// plan is written before any device is open). Only used to choose where to probe first;
+/// every admission limit reported is measured, never predicted.
 pub fn expected_device_bytes(alloc_bytes: u64) -> u64 {
-    if alloc_bytes > MIB {
-        round_up(alloc_bytes, 2 * MIB)
-    } else {
-        alloc_bytes
-    }
+    AllocRounding::DRIVER.charged_bytes(alloc_bytes)
 }
 
 /// Everything a probe needs besides its request count.
@@ -198,7 +194,7 @@ impl ProbeShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::GIB;
+    use crate::units::{GIB, MIB};
     use crate::workload::Workload;
     use std::path::Path;
 

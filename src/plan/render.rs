@@ -9,7 +9,7 @@ use crate::device::DeviceInfo;
 use crate::plan::budget::{Budget, Short};
 use crate::plan::file::{CapacitySource, Plan};
 use crate::plan::validate::{Outcome, Validation};
-use crate::report::text_table::{Align, TextTable};
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, SignedBytes};
 
 fn device_words(d: &DeviceInfo) -> String {

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::plan::budget::Short;
 use crate::plan::file::PlanOverrides;
 use crate::plan::validate::{Outcome, Validation};
+use crate::text_table::{Align, TextTable};
 use crate::units::parse_size;
 
 /// The most points a sweep may have.
@@ -390,32 +391,28 @@ pub fn text(spec: &SweepSpec, points: &[Validation], dir: &Path) -> String {
             d.name
         );
     }
-    let _ = writeln!(
-        o,
-        "{:>14} {:>12} {:>8} {:>9}  {:<22} planned run",
-        spec.key.name(),
-        "KV budget",
-        "planned",
-        "admitted",
-        "first failure"
-    );
+    let mut t = TextTable::new(&[
+        (spec.key.name(), Align::Right),
+        ("KV budget", Align::Right),
+        ("planned", Align::Right),
+        ("admitted", Align::Right),
+        ("first failure", Align::Left),
+        ("planned run", Align::Left),
+    ]);
     for (value, v) in spec.values_bytes.iter().zip(points) {
         let a = &v.admission;
-        let _ = writeln!(
-            o,
-            "{:>14} {:>12} {:>8} {:>9}  {:<22} {}",
+        t.row([
             Short(*value as i128).to_string(),
             Short(v.plan.budget.kv_budget_bytes as i128).to_string(),
-            v.planned_requests,
+            v.planned_requests.to_string(),
             a.admitted_requests.map_or("none".into(), |x| x.to_string()),
-            a.first_failure.as_ref().map_or("-".into(), |f| format!(
-                "{} ({})",
-                f.requests,
-                f.outcome.word()
-            )),
-            v.planned_run.outcome.word()
-        );
+            a.first_failure.as_ref().map_or("-".into(), |f| {
+                format!("{} ({})", f.requests, f.outcome.word())
+            }),
+            v.planned_run.outcome.word().to_string(),
+        ]);
     }
+    o.push_str(&t.render());
     let _ = writeln!(
         o,
         "results: {} (sweep.csv, sweep.svg, validation.json; one folder per point)",

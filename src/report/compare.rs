@@ -14,6 +14,7 @@ use crate::report::markdown::{cell, status_name};
 use crate::report::md_table::{Left, Right, header};
 use crate::report::rundata::load_summary;
 use crate::report::summary::Summary;
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, SignedBytes};
 
 /// One side of the comparison.
@@ -313,30 +314,19 @@ pub fn render_text(c: &Comparison) -> String {
         );
     }
     for (title, rows) in sections(c) {
-        let w = rows
-            .iter()
-            .map(|r| line(&r.name).chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(title.len());
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "{title:<w$} {:>12} {:>12} {:>13} {:>9}",
-            "A", "B", "B − A", "%"
-        );
+        let mut t = TextTable::new(&[
+            (title, Align::Left),
+            ("A", Align::Right),
+            ("B", Align::Right),
+            ("B − A", Align::Right),
+            ("%", Align::Right),
+        ]);
         for r in rows {
             let (d, p) = delta(r);
-            let _ = writeln!(
-                o,
-                "{:<w$} {:>12} {:>12} {:>13} {:>9}",
-                line(&r.name),
-                human(r.a_bytes),
-                human(r.b_bytes),
-                d,
-                p
-            );
+            t.row([line(&r.name), human(r.a_bytes), human(r.b_bytes), d, p]);
         }
+        let _ = writeln!(o);
+        o.push_str(&t.render());
     }
     let _ = writeln!(o);
     let _ = writeln!(o, "OOM A: {}", line(&oom_line(&c.a)));

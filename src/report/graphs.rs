@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::device::{GraphMemUsage, GraphShape};
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, SignedBytes};
 use crate::workload::expand::GraphsSpec;
 
@@ -209,32 +210,29 @@ pub fn render(g: &GraphsSummary, o: &mut String) {
         return;
     }
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<20} {:>7} {:>6} {:>12} {:>12} {:>13} {:>13} {:>12}",
-        "graph",
-        "kernels",
-        "allocs",
-        "alloc nodes",
-        "executable",
-        "first map",
-        "pool growth",
-        "destroy"
-    );
+    let mut t = TextTable::new(&[
+        ("graph", Align::Left),
+        ("kernels", Align::Right),
+        ("allocs", Align::Right),
+        ("alloc nodes", Align::Right),
+        ("executable", Align::Right),
+        ("first map", Align::Right),
+        ("pool growth", Align::Right),
+        ("destroy", Align::Right),
+    ]);
     for r in g.graphs.iter().filter(|r| !r.sample) {
-        let _ = writeln!(
-            o,
-            "{:<20} {:>7} {:>6} {:>12} {:>12} {:>13} {:>13} {:>12}",
-            r.graph,
-            r.shape.kernel_nodes,
-            r.shape.alloc_nodes,
+        t.row([
+            r.graph.clone(),
+            r.shape.kernel_nodes.to_string(),
+            r.shape.alloc_nodes.to_string(),
             Bytes(r.shape.alloc_node_bytes).to_string(),
             signed(r.exec_bytes),
             signed(r.first_map_bytes),
             signed(r.graph_reserved_growth_bytes),
             signed(r.destroy_returned_bytes.map(|b| -b)),
-        );
+        ]);
     }
+    o.push_str(&t.render());
     let _ = writeln!(
         o,
         "(device used at each stage: the executable graph at instantiation, its allocation nodes made physical at the first upload or launch; pool growth is the graph allocator's reserved memory)"

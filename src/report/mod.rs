@@ -29,7 +29,6 @@ pub mod rundata;
 pub mod summary;
 mod summary_fields;
 pub mod table;
-pub mod text_table;
 pub mod timeline_downsample;
 pub mod trace;
 pub mod watch;

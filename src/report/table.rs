@@ -5,12 +5,8 @@ use std::fmt::Write as _;
 
 use crate::record::View;
 use crate::report::summary::{RunStatus, Summary};
-use crate::report::text_table::{Align, TextTable};
+use crate::text_table::{Align, PeakRow, TextTable, bytes_cell as cell, peaks_table};
 use crate::units::{Bytes, Nanos, SignedBytes};
-
-fn cell(v: Option<u64>) -> String {
-    v.map_or("-".to_string(), |b| Bytes(b).to_string())
-}
 
 /// Renders the terminal summary of a run.
 pub fn render(s: &Summary, dir: &std::path::Path) -> String {
@@ -78,28 +74,17 @@ pub fn render(s: &Summary, dir: &std::path::Path) -> String {
         );
     }
     let _ = writeln!(o);
-    let mut views = TextTable::new(&[
-        ("view", Align::Left),
-        ("idle", Align::Right),
-        ("true peak", Align::Right),
-        ("1 Hz poll", Align::Right),
-        ("10 Hz poll", Align::Right),
-    ]);
-    for v in View::ALL {
-        let peak = s.peaks.run.get(v.key()).map(|p| p.bytes);
-        if peak.is_none() {
-            continue;
-        }
-        let polled = |k: &str| s.polled_peak(k, v);
-        views.row([
-            v.key().to_string(),
-            cell(s.idle_view(v)),
-            cell(peak),
-            cell(polled("1hz")),
-            cell(polled("10hz")),
-        ]);
-    }
-    o.push_str(&views.render());
+    let views = View::ALL.into_iter().filter_map(|v| {
+        let peak = s.peaks.run.get(v.key())?;
+        Some(PeakRow {
+            view: v.key(),
+            idle_bytes: s.idle_view(v),
+            peak_bytes: Some(peak.bytes),
+            poll_1hz_bytes: s.polled_peak("1hz", v),
+            poll_10hz_bytes: s.polled_peak("10hz", v),
+        })
+    });
+    o.push_str(&peaks_table(views));
     match (s.peaks.headroom_at_peak_bytes, s.idle_basis_short()) {
         (Some(h), None) => {
             let _ = writeln!(o, "headroom at the device-used peak: {} free", Bytes(h));

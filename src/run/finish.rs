@@ -11,7 +11,7 @@ use crate::report::summary::{Release, RunStatus};
 use crate::run::actions::Done;
 use crate::run::recording::RowKey;
 use crate::run::{RunOptions, Runner, watchdog};
-use crate::units::{MIB, Nanos};
+use crate::units::Nanos;
 
 /// How long the release check waits for a stopped tenant's memory to come back.
 const TENANT_SETTLE_NS: u64 = 2_000_000_000;
@@ -179,11 +179,12 @@ impl Runner<'_, '_> {
     fn settle_after_tenants(&mut self) -> u64 {
         const POLL_NS: u64 = 20_000_000;
         let start = self.dev.now_ns();
+        let page = self.dev.alloc_rounding().page_bytes;
         loop {
             let back = self
                 .dev
                 .mem_info()
-                .is_ok_and(|m| m.free_bytes + 2 * MIB >= self.baseline.free_bytes);
+                .is_ok_and(|m| m.free_bytes + page >= self.baseline.free_bytes);
             let waited = self.dev.now_ns() - start;
             if back || waited >= TENANT_SETTLE_NS {
                 return waited;
@@ -221,7 +222,7 @@ impl Runner<'_, '_> {
             idle_device_free_bytes: self.baseline.free_bytes,
             final_device_free_bytes: mem.free_bytes,
             difference_bytes: diff,
-            within_one_page: diff.unsigned_abs() <= 2 * MIB,
+            within_one_page: diff.unsigned_abs() <= self.dev.alloc_rounding().page_bytes,
             note: if let Some(n) = others_note {
                 Some(n)
             } else if !released.errors.is_empty() {

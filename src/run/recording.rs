@@ -64,12 +64,15 @@ impl Recording {
     /// chunk at a time: however long the step before, no more than `PUMP_CHUNK` readings are
     /// held at once.
     pub fn pump(&mut self, dev: &dyn Device) {
-        let wm = dev.now_ns().saturating_sub(self.watermark_slack_ns);
+        // A simulated device's memory as it stands, for the readings modeled up to now.
+        dev.publish_memory();
+        let now_ns = dev.now_ns();
+        let wm = now_ns.saturating_sub(self.watermark_slack_ns);
         let mut buf = Vec::with_capacity(PUMP_CHUNK);
         loop {
             buf.clear();
             let more = match &mut self.sampler {
-                Some(s) => s.drain_some(dev, &mut buf, PUMP_CHUNK),
+                Some(s) => s.drain_some(now_ns, &mut buf, PUMP_CHUNK),
                 None => false,
             };
             let record = self.folder.record_mut();
@@ -97,7 +100,7 @@ impl Recording {
             return Default::default();
         };
         let mut buf = Vec::new();
-        let stats = s.stop(dev, &mut buf);
+        let stats = s.stop(dev.now_ns(), &mut buf);
         for r in buf {
             self.folder.record_mut().reading(r);
         }

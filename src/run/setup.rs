@@ -139,7 +139,8 @@ fn sampler_perturbation(device: &mut dyn Device) -> anyhow::Result<SamplerPertur
     let without = time_pairs(device)?;
     let sampler = device.start_sampler(0, Arc::new(LiveViews::default()))?;
     let with = time_pairs(device);
-    sampler.stop(&*device, &mut Vec::new());
+    device.publish_memory();
+    sampler.stop(device.now_ns(), &mut Vec::new());
     Ok(SamplerPerturbation {
         pairs: PAIRS,
         alloc_free_p50_without_sampler_ns: without,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::device::reading::{Reader, Readings};
+use crate::device::reading::{ModeledMemory, Reader, Readings};
 use crate::device::{DevResult, Device, DeviceError};
 use crate::record::{NO_PHASE, Reading, Source, View, ViewSet};
 
@@ -90,17 +90,19 @@ pub struct LiveCopy {
 
 /// Background readings of device free memory between the harness's own events.
 pub trait Sampler: Send {
-    /// Moves readings taken since the last call into `out`, in time order. `dev` is the
-    /// device that started the sampler.
-    fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>);
+    /// Moves readings taken up to the device's time `now_ns` into `out`, in time order. A
+    /// sampler never calls the device: a measured one reads the driver on its own thread, a
+    /// modeled one what the simulated device published.
+    fn drain(&mut self, now_ns: u64, out: &mut Vec<Reading>);
     /// As `drain`, but moves at most `max` readings; returns whether more are waiting (a long
     /// wait's readings are then taken in bounded chunks).
-    fn drain_some(&mut self, dev: &dyn Device, out: &mut Vec<Reading>, _max: usize) -> bool {
-        self.drain(dev, out);
+    fn drain_some(&mut self, now_ns: u64, out: &mut Vec<Reading>, _max: usize) -> bool {
+        self.drain(now_ns, out);
         false
     }
-    /// Stops sampling: the readings not drained yet go into `out`; returns what it achieved.
-    fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats;
+    /// Stops sampling at the device's time `now_ns`: the readings not drained yet go into
+    /// `out`; returns what it achieved.
+    fn stop(self: Box<Self>, now_ns: u64, out: &mut Vec<Reading>) -> SamplerStats;
     /// The first reading that failed so far (a device error between the run's own calls).
     fn first_error(&self) -> Option<SamplerError> {
         None
@@ -130,9 +132,11 @@ impl<D: Device + ?Sized> StartSampler for D {
                     DeviceError::Invalid(format!("cannot start the sampler thread: {e}"))
                 })?,
             ),
-            Readings::Modeled { query_ns, now_ns } => {
-                Box::new(VirtualSampler::new(interval_ns, query_ns, now_ns, live))
-            }
+            Readings::Modeled {
+                query_ns,
+                now_ns,
+                memory,
+            } => Box::new(VirtualSampler::new(interval_ns, query_ns, now_ns, live).reading(memory)),
         })
     }
 }
@@ -382,6 +386,8 @@ pub struct VirtualSampler {
     first_ns: Option<u64>,
     last_ns: u64,
     live: Arc<LiveViews>,
+    /// What the simulated device published, read at each tick.
+    memory: Arc<ModeledMemory>,
 }
 
 /// How the simulated device's free memory reads over time, for the virtual sampler.
@@ -413,7 +419,14 @@ impl VirtualSampler {
             first_ns: None,
             last_ns: now_ns,
             live,
+            memory: Arc::default(),
         }
+    }
+
+    /// Reads the memory a simulated device publishes (`Readings::Modeled`).
+    pub fn reading(mut self, memory: Arc<ModeledMemory>) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// Produces every tick up to `now_ns` (at most `max` readings into `out`; returns whether
@@ -498,11 +511,11 @@ impl VirtualSampler {
 }
 
 impl Sampler for ThreadSampler {
-    fn drain(&mut self, _dev: &dyn Device, out: &mut Vec<Reading>) {
+    fn drain(&mut self, _now_ns: u64, out: &mut Vec<Reading>) {
         ThreadSampler::drain(self, out);
     }
 
-    fn drain_some(&mut self, _dev: &dyn Device, out: &mut Vec<Reading>, max: usize) -> bool {
+    fn drain_some(&mut self, _now_ns: u64, out: &mut Vec<Reading>, max: usize) -> bool {
         ThreadSampler::drain_some(self, out, max)
     }
 
@@ -510,38 +523,35 @@ impl Sampler for ThreadSampler {
         ThreadSampler::first_error(self)
     }
 
-    fn stop(self: Box<Self>, _dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats {
+    fn stop(self: Box<Self>, _now_ns: u64, out: &mut Vec<Reading>) -> SamplerStats {
         ThreadSampler::stop(*self, out)
     }
 }
 
 impl Sampler for VirtualSampler {
-    fn drain(&mut self, dev: &dyn Device, out: &mut Vec<Reading>) {
-        while Sampler::drain_some(self, dev, out, usize::MAX) {}
+    fn drain(&mut self, now_ns: u64, out: &mut Vec<Reading>) {
+        while Sampler::drain_some(self, now_ns, out, usize::MAX) {}
     }
 
-    fn drain_some(&mut self, dev: &dyn Device, out: &mut Vec<Reading>, max: usize) -> bool {
-        self.poll_some(dev.now_ns(), &DeviceFree(dev), out, max)
+    fn drain_some(&mut self, now_ns: u64, out: &mut Vec<Reading>, max: usize) -> bool {
+        let memory = self.memory.clone();
+        self.poll_some(now_ns, &*memory, out, max)
     }
 
-    fn stop(self: Box<Self>, dev: &dyn Device, out: &mut Vec<Reading>) -> SamplerStats {
+    fn stop(self: Box<Self>, now_ns: u64, out: &mut Vec<Reading>) -> SamplerStats {
         let mut s = *self;
-        Sampler::drain(&mut s, dev, out);
+        Sampler::drain(&mut s, now_ns, out);
         s.stats()
     }
 }
 
-/// A device's free memory over time, as the virtual sampler reads it.
-struct DeviceFree<'a>(&'a dyn Device);
-
-impl FreeOverTime for DeviceFree<'_> {
+/// A simulated device's free memory over time, as it published it.
+impl FreeOverTime for ModeledMemory {
     fn free_at(&self, t_ns: u64) -> u64 {
-        self.0.simulated().map_or(0, |s| s.free_at_ns(t_ns))
+        self.free_at_ns(t_ns)
     }
     fn steady_until(&self, t_ns: u64) -> u64 {
-        self.0
-            .simulated()
-            .map_or(t_ns.saturating_add(1), |s| s.free_steady_until_ns(t_ns))
+        self.free_steady_until_ns(t_ns)
     }
 }
 

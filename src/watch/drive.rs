@@ -127,7 +127,7 @@ pub fn drive(
             (Some(h), _, _) => h.join().unwrap_or_default(),
             (None, Some((sampler, offset)), Some(c)) => {
                 let mut buf = Vec::new();
-                let stats = sampler.stop(&*c.device, &mut buf);
+                let stats = sampler.stop(c.device.now_ns(), &mut buf);
                 for mut r in buf {
                     r.t_ns = (r.t_ns as i64 + offset).max(0) as u64;
                     s.on_reading(r);
@@ -194,7 +194,7 @@ fn watch_loop(
             s.handle(m);
         }
         if let (Some((sampler, offset)), Some(c)) = (cuda.as_mut(), &inputs.cuda) {
-            sampler.drain(&*c.device, &mut buf);
+            sampler.drain(c.device.now_ns(), &mut buf);
             for mut r in buf.drain(..) {
                 r.t_ns = (r.t_ns as i64 + *offset).max(0) as u64;
                 s.on_reading(r);
@@ -260,7 +260,7 @@ fn watch_loop(
                         s.job_event(
                             t,
                             "orphans",
-                            "",
+                            &job_name(s),
                             EventResult::Ok,
                             "the job's last process ended",
                         );
@@ -287,7 +287,7 @@ fn watch_loop(
                              running (--keep-orphans)"
                         );
                         crate::errln!("note: the job's {detail}");
-                        s.job_event(t, "orphans", &listed, EventResult::Ok, &detail);
+                        s.job_event(t, "orphans", &job_name(s), EventResult::Ok, &detail);
                         return (t, by, Some(exit));
                     }
                     // Ended by a signal: its processes get the same; otherwise they are the
@@ -308,7 +308,7 @@ fn watch_loop(
                         ),
                     };
                     crate::errln!("note: the job's {detail}");
-                    s.job_event(t, "orphans", &listed, EventResult::Ok, &detail);
+                    s.job_event(t, "orphans", &job_name(s), EventResult::Ok, &detail);
                     child_exit = Some(exit);
                 }
                 Ok(None) => {}
@@ -388,4 +388,10 @@ fn record_duration_signal(s: &mut Session, t: u64, name: &str, sent: bool, pid: 
     }
     let detail = format!("--duration ran out: sent to pid {pid}");
     s.job_event(t, "signal", name, EventResult::Ok, &detail);
+}
+
+/// The job as `events.csv`'s `name` column gives it on every row of the job's own (its
+/// command, as on its `start` row): the pids it concerns go in `detail`.
+fn job_name(s: &Session) -> String {
+    s.folder.summary().workload().file.clone()
 }

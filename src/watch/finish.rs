@@ -42,11 +42,13 @@ pub fn finish(
         None => "its status could not be read".to_string(),
     };
     let ok = end.exit.is_none_or(|e| e.status == 0);
-    let pid = s.watch.job.pid.to_string();
+    // The row names the job, as its `start` row does; the pid goes with what became of it.
+    let job = s.folder.summary().workload().file.clone();
+    let exit_detail = format!("pid {} {exit_detail}", s.watch.job.pid);
     s.job_event(
         end.t_ns,
         "exit",
-        &pid,
+        &job,
         if ok {
             EventResult::Ok
         } else {

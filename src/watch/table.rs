@@ -9,11 +9,11 @@ use crate::report::markdown::status_name;
 use crate::report::summary::Summary;
 use crate::report::watch::WatchSection;
 use crate::report::watch_markdown::job_label;
+use crate::text_table::{Align, PeakRow, TextTable, bytes_cell, peaks_table};
 use crate::units::{Bytes, Nanos, SignedBytes};
 
 pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
     let mut o = String::new();
-    let b = |v: Option<u64>| v.map_or("-".to_string(), |x| Bytes(x).to_string());
     let _ = writeln!(
         o,
         "headroom · watch of {} on {} · {}{}",
@@ -38,28 +38,46 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
             Bytes(i.device_total_bytes)
         ))
     );
-    let _ = writeln!(
-        o,
-        "{:<20} {:>12} {:>12} {:>12} {:>12}",
-        "view", "idle", "true peak", "1 Hz poll", "10 Hz poll"
-    );
-    for v in [View::DeviceUsed, View::JobUsed] {
-        let Some(p) = s.peaks().run.get(v.key()) else {
-            continue;
-        };
-        let idle_v = match v {
-            View::DeviceUsed => idle.map(|i| i.device_used_bytes),
-            _ => w.job.job_used_at_start_bytes,
-        };
-        let _ = writeln!(
-            o,
-            "{:<20} {:>12} {:>12} {:>12} {:>12}",
-            v.key(),
-            b(idle_v),
-            Bytes(p.bytes).to_string(),
-            b(s.polled_peak("1hz", v)),
-            b(s.polled_peak("10hz", v))
-        );
+    let views = [View::DeviceUsed, View::JobUsed]
+        .into_iter()
+        .filter_map(|v| {
+            let p = s.peaks().run.get(v.key())?;
+            Some(PeakRow {
+                view: v.key(),
+                idle_bytes: match v {
+                    View::DeviceUsed => idle.map(|i| i.device_used_bytes),
+                    _ => w.job.job_used_at_start_bytes,
+                },
+                peak_bytes: Some(p.bytes),
+                poll_1hz_bytes: s.polled_peak("1hz", v),
+                poll_10hz_bytes: s.polled_peak("10hz", v),
+            })
+        });
+    o.push_str(&peaks_table(views));
+    if !s.phases().is_empty() {
+        let mut phases = TextTable::new(&[
+            ("phase", Align::Left),
+            ("status", Align::Left),
+            ("time", Align::Right),
+            ("device used", Align::Right),
+            ("job", Align::Right),
+        ]);
+        for p in s.phases() {
+            let peak = |v: View| bytes_cell(p.peaks.get(v.key()).map(|x| x.bytes));
+            let time = match (p.start_ns, p.end_ns) {
+                (Some(a), Some(b)) => Nanos(b.saturating_sub(a)).to_string(),
+                _ => "-".into(),
+            };
+            phases.row([
+                p.name.clone(),
+                crate::report::word(&p.status),
+                time,
+                peak(View::DeviceUsed),
+                peak(View::JobUsed),
+            ]);
+        }
+        let _ = writeln!(o);
+        o.push_str(&phases.render());
     }
     let pl = &w.sampling.process_list;
     let _ = writeln!(
@@ -84,16 +102,6 @@ pub fn render(s: &Summary, w: &WatchSection, dir: &Path) -> String {
             o,
             "job_used_bytes has the process list's resolution ({}), not --interval's",
             Nanos(pl.interval_ns)
-        );
-    }
-    for p in s.phases() {
-        let peak = |v: View| b(p.peaks.get(v.key()).map(|x| x.bytes));
-        let _ = writeln!(
-            o,
-            "phase {}: device {} · job {}",
-            p.name,
-            peak(View::DeviceUsed),
-            peak(View::JobUsed)
         );
     }
     for (i, m) in w.ooms.iter().enumerate() {

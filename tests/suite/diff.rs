@@ -152,10 +152,12 @@ fn the_planted_line_comes_first_with_its_exact_bytes_and_category() {
     let t = headroom(dir.path(), &["diff", "a.pickle", "b.pickle"]);
     assert_eq!(t.code, 0, "{}", t.stderr);
     let lines = t.stdout.split("changed most\n").nth(1).unwrap();
+    // A table as every command prints them: its header, then the line that changed most.
+    assert!(lines.starts_with("source line "), "{}", t.stdout);
     assert!(
         lines
             .lines()
-            .next()
+            .nth(1)
             .unwrap()
             .contains("attn.py:88 (forward)")
             && lines.contains("+536870912 B"),

@@ -4,7 +4,8 @@
 //! has every command and docs/architecture.md every module of src/. docs/formats.md lists every
 //! `result` value of events.csv, the columns of alloc-log.csv as the logging adaptor writes
 //! them (and `replay --help` uses the header's names), and says of `format_version` what the
-//! files carry; the guide states the driver floor headroom enforces.
+//! files carry; the guide states the driver floor headroom enforces. The run and watch
+//! summaries the README and the docs show are what the commands print, line for line.
 
 use std::path::{Path, PathBuf};
 
@@ -268,5 +269,122 @@ fn the_guide_states_the_driver_floor_headroom_enforces() {
             !doc(&d).contains("R550 or newer"),
             "{d} names another floor"
         );
+    }
+}
+
+/// The example blocks of `docs` that begin with `first`: their lines, the `$ command` line and
+/// `...` elisions left out.
+fn examples(docs: &[&str], first: &str) -> Vec<(String, Vec<String>)> {
+    let mut found = vec![];
+    for d in docs {
+        let text = doc(d);
+        for block in text.split("```").skip(1).step_by(2) {
+            let lines: Vec<String> = block
+                .lines()
+                .skip(1)
+                .filter(|l| !l.starts_with("$ ") && *l != "...")
+                .map(str::to_string)
+                .collect();
+            if lines.first().is_some_and(|l| l.starts_with(first)) {
+                found.push((d.to_string(), lines));
+            }
+        }
+    }
+    found
+}
+
+/// Every line of `shown` is a line of `printed`, in order.
+fn shown_as_printed(doc: &str, shown: &[String], printed: &str) {
+    let mut rest = printed.lines();
+    for l in shown {
+        assert!(
+            rest.any(|p| p == l),
+            "{doc} shows {l:?}, which is not printed (in this order):\n{printed}"
+        );
+    }
+}
+
+/// The run summary the README and the docs show is what `headroom run` prints, line for line
+/// (tables included: one table style for every command).
+#[test]
+fn the_documented_run_summary_is_what_run_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = headroom(
+        dir.path(),
+        &[
+            "run",
+            manifest()
+                .join("workloads/quickstart.toml")
+                .to_str()
+                .unwrap(),
+            "--profile",
+            "h200",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let printed = format!("{}{}", o.stdout, o.stderr);
+    let blocks = examples(
+        &["README.md", "docs/formats.md"],
+        "headroom · quickstart on NVIDIA H200",
+    );
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    for (d, shown) in &blocks {
+        shown_as_printed(d, shown, &printed);
+    }
+}
+
+/// The watch summary the README and the guide show is what `headroom watch` prints on the fake
+/// driver, line for line but for the achieved rates and the process list's call cost (`read:`).
+#[test]
+fn the_documented_watch_summary_is_what_watch_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_headroom")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = std::process::Command::new("bash")
+        .arg(manifest().join("scripts/fake-gpu"))
+        .args(["headroom", "watch", "--out"])
+        .arg(dir.path().join("out"))
+        .args([
+            "--",
+            "headroom",
+            "hold",
+            "1GiB",
+            "--for",
+            "300ms",
+            "--backend",
+            "cuda",
+        ])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env_remove("HEADROOM_FAKE_STATE")
+        .env_remove("HEADROOM_FAKE_PROFILE")
+        .env_remove("HEADROOM_MARK")
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0), "{printed}");
+    let blocks = examples(
+        &["README.md", "docs/guide.md"],
+        "headroom · watch of `headroom hold",
+    );
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    for (d, shown) in &blocks {
+        let steady: Vec<String> = shown
+            .iter()
+            .filter(|l| !l.starts_with("read: "))
+            .cloned()
+            .collect();
+        shown_as_printed(d, &steady, &printed);
     }
 }

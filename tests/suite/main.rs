@@ -13,6 +13,7 @@ mod alloc_conformance;
 mod caching_props;
 mod calibrate_crosscheck;
 mod ci_examples;
+mod csv_columns;
 mod diff;
 mod docs;
 mod driver_floor;

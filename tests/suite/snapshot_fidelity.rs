@@ -237,7 +237,7 @@ fn import_json_is_one_document_and_csv_columns_hold_one_kind() {
         .map(|d| u(&d["device"]))
         .collect();
     assert_eq!(devices, [0, 1]);
-    // Streams are integers throughout (the two-streams fixture has a non-default one).
+    // Streams are named alike throughout (the two-streams fixture has a non-default one).
     let fixture = root().join("tests/fixtures/torch/built-two-streams.pickle");
     let out = tmp.path().join("streams");
     let r = headroom(
@@ -252,13 +252,15 @@ fn import_json_is_one_document_and_csv_columns_hold_one_kind() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let rows = crate::common::csv_rows(&out.join("events.csv"));
-    let streams: std::collections::BTreeSet<i64> = rows
+    // A stream is named by its `cudaStream_t` in hex, never a bare number: `events.csv`'s
+    // `stream` column is text whoever wrote it (a run's `main`, a watch's `job`).
+    let streams: std::collections::BTreeSet<u64> = rows
         .iter()
         .filter(|r| !r["stream"].is_empty())
         .map(|r| {
-            r["stream"]
-                .parse::<i64>()
-                .unwrap_or_else(|_| panic!("{}", r["stream"]))
+            let hex = r["stream"].strip_prefix("0x");
+            hex.and_then(|h| u64::from_str_radix(h, 16).ok())
+                .unwrap_or_else(|| panic!("{}", r["stream"]))
         })
         .collect();
     assert_eq!(streams.len(), 2, "{streams:?}");

@@ -167,7 +167,7 @@ fn an_oom_snapshot_is_replayed_on_its_own_capacity_and_the_oom_recorded() {
     assert_eq!(u(&o["rounded_bytes"]), 1300 * MIB);
     assert_eq!(o["step"], "entry 329");
     assert_eq!(o["name"], "train.py:42 (step)");
-    assert_eq!(o["stream"], "0");
+    assert_eq!(o["stream"], "0x0");
     // Its retry chain released the cached segments PyTorch released.
     let retries = o["retries"].as_array().unwrap();
     assert!(

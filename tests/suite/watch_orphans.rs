@@ -165,7 +165,10 @@ fn keep_orphans_ends_the_watch_with_the_job_and_leaves_them_running() {
     let rows = csv_rows(&dir.path().join("out/events.csv"));
     assert!(
         rows.iter()
-            .any(|r| r["op"] == "orphans" && r["name"] == orphan.to_string()),
+            // `name` names the job, as on its `start` row; the pids are in `detail`.
+            .any(|r| r["op"] == "orphans"
+                && r["name"] == rows[0]["name"]
+                && r["detail"].contains(&orphan.to_string())),
         "{rows:?}"
     );
 }

@@ -30,6 +30,16 @@ pub trait DeviceCore: Send {
     /// The host thread waits (a `sleep`/`hold` step). Virtual on sim.
     fn sleep(&mut self, duration_ns: u64);
 
+    /// Writes this device's memory as it stands to what its modeled readings are read from
+    /// (`Readings::Modeled`); called at each of the harness's reading points. A measured device
+    /// is read from the driver and has nothing to publish.
+    fn publish_memory(&self) {}
+
+    /// How this device rounds its allocations: the one rule every size check asks.
+    fn alloc_rounding(&self) -> crate::rounding::AllocRounding {
+        crate::rounding::AllocRounding::DRIVER
+    }
+
     /// What only the simulator can do, where this device is the simulator.
     fn simulated(&self) -> Option<&dyn Simulated> {
         None
@@ -65,16 +75,8 @@ pub trait Observe {
     fn release_all(&mut self) -> DevResult<()>;
 }
 
-/// What only the simulated device can do: answer for a past instant (its memory between calls
-/// changes only through modeled other processes), and model another process.
+/// What only the simulated device can do: model another process.
 pub trait Simulated {
-    /// Device free memory at device time `t_ns`.
-    fn free_at_ns(&self, t_ns: u64) -> u64;
-
-    /// A time until which (exclusive) free memory stays what it is at `t_ns` (the next
-    /// arrival or departure of a modeled other process).
-    fn free_steady_until_ns(&self, t_ns: u64) -> u64;
-
     /// The simulator's stand-in for another process: `pid` holds `bytes` (and a context of
     /// its own) for `duration_ns` from now. A real GPU gets a real process instead (`headroom
     /// hold`).

@@ -23,6 +23,7 @@ pub mod notice;
 pub mod nvml;
 pub mod profile;
 pub mod reading;
+pub mod rounding;
 pub mod select;
 pub mod sim;
 pub mod units;

@@ -52,9 +52,66 @@ pub trait Reader: Send + Sync {
 pub enum Readings {
     /// Measured on a thread: the reader takes each reading when asked.
     Measured(Box<dyn Reader>),
-    /// Modeled in virtual time: the device answers for any past instant (`free_at_ns`), and
-    /// one query costs `query_ns`. `now_ns` is the device's time at the start.
-    Modeled { query_ns: u64, now_ns: u64 },
+    /// Modeled in virtual time: the device publishes its memory to `memory`, which answers for
+    /// any instant up to the device's clock, and one query costs `query_ns`. `now_ns` is the
+    /// device's time at the start.
+    Modeled {
+        query_ns: u64,
+        now_ns: u64,
+        memory: std::sync::Arc<ModeledMemory>,
+    },
+}
+
+/// A simulated device's memory as the device publishes it (`DeviceCore::publish_memory`): what
+/// this process holds as of its last call, and the modeled other processes with the span each
+/// holds its memory for. Between two calls only those others change free memory, so a reader
+/// answers for any instant since the last call from this alone, never asking the device.
+#[derive(Debug, Default)]
+pub struct ModeledMemory {
+    published: std::sync::Mutex<PublishedMemory>,
+}
+
+/// One publication of a simulated device's memory.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PublishedMemory {
+    pub total_bytes: u64,
+    /// This process's memory, its context included.
+    pub own_used_bytes: u64,
+    /// The other processes: `(start_ns, end_ns, bytes)`, each holding `bytes` from `start_ns`
+    /// until `end_ns` (exclusive; `u64::MAX`: to the end).
+    pub others: Vec<(u64, u64, u64)>,
+}
+
+impl ModeledMemory {
+    /// Replaces what was published.
+    pub fn publish(&self, memory: PublishedMemory) {
+        *self.lock() = memory;
+    }
+
+    /// Device free bytes at `t_ns`.
+    pub fn free_at_ns(&self, t_ns: u64) -> u64 {
+        let p = self.lock();
+        let others: u64 = p
+            .others
+            .iter()
+            .filter(|(start, end, _)| *start <= t_ns && t_ns < *end)
+            .map(|x| x.2)
+            .sum();
+        p.total_bytes.saturating_sub(p.own_used_bytes + others)
+    }
+
+    /// A time until which (exclusive) free memory stays what it is at `t_ns`: the next arrival
+    /// or departure of another process.
+    pub fn free_steady_until_ns(&self, t_ns: u64) -> u64 {
+        let p = self.lock();
+        let edges = p.others.iter().flat_map(|x| [x.0, x.1]);
+        edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PublishedMemory> {
+        // A poisoned lock only means another thread panicked mid-update of plain numbers.
+        self.published.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Nanoseconds from `origin` to now.

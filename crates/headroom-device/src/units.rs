@@ -338,7 +338,7 @@ impl SizeSpec {
             SizeSpec::Bytes(b) => b,
             SizeSpec::PercentOfTotal(hundredths) => {
                 let raw = (total_bytes as u128 * hundredths as u128 / 10_000) as u64;
-                raw / (2 * MIB) * (2 * MIB)
+                crate::rounding::AllocRounding::DRIVER.whole_pages_in(raw)
             }
         }
     }

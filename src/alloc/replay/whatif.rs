@@ -8,6 +8,7 @@ use crate::alloc::AllocatorSpec;
 use crate::alloc::caching::CachingConfig;
 use crate::device::profile::SimProfile;
 use crate::device::sim::SimDevice;
+use crate::text_table::{Align, TextTable};
 use crate::units::{Bytes, MIB};
 
 use super::recorded::{
@@ -291,17 +292,13 @@ pub fn settings_table(rows: &[SettingsTrial], device: &str) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "settings tried on {device}:");
-    let w = rows
-        .iter()
-        .map(|r| r.change.len())
-        .max()
-        .unwrap_or(0)
-        .max(7);
-    let _ = writeln!(
-        o,
-        "{:<w$}  {:<16} {:>13} {:>13} {:>22}",
-        "setting", "fits", "reserved peak", "allocated", "reserved − allocated"
-    );
+    let mut t = TextTable::new(&[
+        ("setting", Align::Left),
+        ("fits", Align::Left),
+        ("reserved peak", Align::Right),
+        ("allocated", Align::Right),
+        ("reserved − allocated", Align::Right),
+    ]);
     for r in rows {
         let fits = match (r.fits, r.refused_at) {
             (true, _) => "yes".to_string(),
@@ -317,16 +314,15 @@ pub fn settings_table(rows: &[SettingsTrial], device: &str) -> String {
                 r.fragmentation_at_peak_bytes as f64 * 100.0 / r.reserved_peak_bytes as f64
             )
         };
-        let _ = writeln!(
-            o,
-            "{:<w$}  {:<16} {:>13} {:>13} {:>22}",
-            r.change,
+        t.row([
+            r.change.clone(),
             fits,
             Bytes(r.reserved_peak_bytes).to_string(),
             Bytes(r.allocated_at_reserved_peak_bytes).to_string(),
-            frag
-        );
+            frag,
+        ]);
     }
+    o.push_str(&t.render());
     let _ = writeln!(
         o,
         "(allocated and reserved − allocated at the moment reserved peaked: fragmentation is a clue, not memory a request could be promised)"

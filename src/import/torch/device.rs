@@ -6,11 +6,10 @@
 use anyhow::Context;
 
 use crate::device::profile::{DEFAULT_PROFILE, SimProfile};
-use crate::units::{Bytes, round_up};
+use crate::device::rounding::AllocRounding;
+use crate::units::Bytes;
 
 use super::model::{Action, DeviceTrace, Snapshot};
-
-const PAGE: u64 = 2 << 20;
 
 /// A device for the replay and how it was chosen.
 #[derive(Debug, Clone)]
@@ -87,7 +86,7 @@ pub fn choose(
             capacity_from_oom_bytes: None,
         });
     };
-    let capacity = round_up(estimate.max(peak_before), PAGE);
+    let capacity = AllocRounding::of_profile(&base).at_most_bytes(estimate.max(peak_before));
     let mut p = base;
     p.name = "torch-snapshot".into();
     p.gpu_name = format!("PyTorch snapshot device {} (simulated)", trace.device);

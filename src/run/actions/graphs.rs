@@ -15,7 +15,7 @@ use crate::device::{DevPtr, Device, DeviceError, GraphId, GraphMemUsage, StreamI
 use crate::record::{View, ViewSet};
 use crate::report::graphs::{GraphRecord, GraphsSummary, TrimRecord, pattern_report};
 use crate::run::actions::{Done, Failure, Target};
-use crate::units::{Bytes, MIB, SignedBytes, round_up};
+use crate::units::{Bytes, SignedBytes};
 use crate::workload::{Action, Workload};
 
 /// The run's graphs: handles by name, graph allocations by name, and what was measured.
@@ -31,7 +31,7 @@ pub(crate) struct GraphRun {
     /// Index in `records` of the graph alive under each name.
     current: HashMap<String, usize>,
     /// The capture in progress: its stream, the bytes live in it now and its peak (each
-    /// allocation rounded to 2 MiB, for the free-memory floor at the first launch).
+    /// allocation in the device's granularity (`alloc_rounding`), for the free-memory floor at the first launch).
     capture: Option<(StreamId, u64, u64)>,
     peaks: HashMap<String, u64>,
     trims: Vec<TrimRecord>,
@@ -291,7 +291,7 @@ fn call(t: &mut Target, action: &Action, stream: StreamId, t0: u64) -> Result<Do
             let ptr = t.dev.graph_malloc(*bytes, stream)?;
             t.held.graphs.allocs.insert(name.clone(), (ptr, *bytes));
             if let Some((_, now, peak)) = &mut t.held.graphs.capture {
-                *now += round_up(*bytes, 2 * MIB);
+                *now += t.dev.alloc_rounding().graph_bytes(*bytes);
                 *peak = (*peak).max(*now);
             }
             Ok(Done {
@@ -308,7 +308,7 @@ fn call(t: &mut Target, action: &Action, stream: StreamId, t0: u64) -> Result<Do
                 .ok_or_else(|| Failure::Error(format!("{name:?} is not a graph allocation")))?;
             t.dev.graph_free(ptr, stream)?;
             if let Some((_, now, _)) = &mut t.held.graphs.capture {
-                *now = now.saturating_sub(round_up(bytes, 2 * MIB));
+                *now = now.saturating_sub(t.dev.alloc_rounding().graph_bytes(bytes));
             }
             Ok(Done {
                 requested_bytes: Some(bytes),

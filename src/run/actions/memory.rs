@@ -5,18 +5,7 @@ use crate::alloc::OomRequest;
 use crate::device::{DeviceError, StreamId};
 use crate::run::actions::{Done, Failure, Target};
 use crate::run::holdings::LiveAlloc;
-use crate::units::{MIB, round_up};
 use crate::workload::Via;
-
-/// The driver's rounding of a plain allocation: whole 2 MiB pages above 1 MiB.
-fn driver_rounded(bytes: u64) -> u64 {
-    if bytes > MIB {
-        round_up(bytes, 2 * MIB)
-    } else {
-        bytes
-    }
-}
-
 pub(super) fn allocate(
     t: &mut Target,
     name: &str,
@@ -24,10 +13,13 @@ pub(super) fn allocate(
     via: Via,
     stream: StreamId,
 ) -> Result<Done, Failure> {
-    let need = match via {
-        Via::Driver => round_up(bytes, 2 * MIB),
+    // What the step may newly take from the driver, in the device's whole pages: the same
+    // `cuMemAlloc` is checked alike whether the workload or a direct allocator makes it.
+    let rounding = t.dev.alloc_rounding();
+    let need = rounding.at_most_bytes(match via {
+        Via::Driver => bytes,
         Via::Allocator => t.alloc.driver_bytes_for(bytes),
-    };
+    });
     t.check_floor(need)?;
     let t0 = t.dev.now_ns();
     let result = match via {
@@ -39,7 +31,7 @@ pub(super) fn allocate(
                 DeviceError::OutOfMemory { .. } => Failure::Oom {
                     request: Box::new(OomRequest {
                         requested_bytes: bytes,
-                        rounded_bytes: driver_rounded(bytes),
+                        rounded_bytes: rounding.charged_bytes(bytes),
                         driver_request_bytes: bytes,
                         pool: "driver".into(),
                         stream,

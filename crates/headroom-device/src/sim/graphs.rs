@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::units::round_up;
+use crate::rounding::AllocRounding;
 use crate::{
     Capability, DevPtr, DevResult, DeviceError, GraphId, GraphMemUsage, GraphShape, Kernel,
     StreamId,
@@ -82,7 +82,6 @@ struct LiveAlloc {
 
 #[derive(Debug, Clone)]
 pub struct SimGraphs {
-    granularity: u64,
     exec_bytes_per_node: u64,
     captures: HashMap<StreamId, Capture>,
     graphs: BTreeMap<u32, Graph>,
@@ -105,9 +104,8 @@ fn invalid(msg: String) -> DeviceError {
 }
 
 impl SimGraphs {
-    pub fn new(granularity: u64, exec_bytes_per_node: u64) -> Self {
+    pub fn new(exec_bytes_per_node: u64) -> Self {
         SimGraphs {
-            granularity,
             exec_bytes_per_node,
             captures: HashMap::new(),
             graphs: BTreeMap::new(),
@@ -173,7 +171,7 @@ impl SimGraphs {
 }
 
 /// Shape, transient peak and unfreed allocations of a finished capture.
-fn summarize(nodes: &[Node], granularity: u64) -> (GraphShape, u64, Vec<(DevPtr, u64)>) {
+fn summarize(nodes: &[Node], rounding: AllocRounding) -> (GraphShape, u64, Vec<(DevPtr, u64)>) {
     let own: HashMap<DevPtr, u64> = nodes
         .iter()
         .filter_map(|n| match *n {
@@ -197,7 +195,7 @@ fn summarize(nodes: &[Node], granularity: u64) -> (GraphShape, u64, Vec<(DevPtr,
             Node::Alloc { ptr, bytes } => {
                 shape.alloc_nodes += 1;
                 shape.alloc_node_bytes = shape.alloc_node_bytes.saturating_add(bytes);
-                let rounded = round_up(bytes, granularity);
+                let rounded = rounding.graph_bytes(bytes);
                 if freed.contains(&ptr) {
                     now = now.saturating_add(rounded);
                     peak = peak.max(now);
@@ -209,7 +207,7 @@ fn summarize(nodes: &[Node], granularity: u64) -> (GraphShape, u64, Vec<(DevPtr,
             Node::Free { ptr } => {
                 shape.free_nodes += 1;
                 if freed.contains(&ptr) {
-                    now = now.saturating_sub(round_up(own[&ptr], granularity));
+                    now = now.saturating_sub(rounding.graph_bytes(own[&ptr]));
                 }
             }
         }
@@ -243,7 +241,8 @@ impl SimDevice {
             ))
         })?;
         self.advance(self.profile.latency.launch.0);
-        let (shape, transient_bytes, unfreed) = summarize(&capture.nodes, self.graphs.granularity);
+        let (shape, transient_bytes, unfreed) =
+            summarize(&capture.nodes, AllocRounding::of_profile(&self.profile));
         let id = self.graphs.next_id;
         self.graphs.next_id += 1;
         self.graphs.graphs.insert(
@@ -310,7 +309,7 @@ impl SimDevice {
             )));
         }
         self.advance(self.profile.latency.malloc_async.0);
-        let ptr = self.take_va(round_up(bytes, self.graphs.granularity))?;
+        let ptr = self.take_va(AllocRounding::of_profile(&self.profile).graph_bytes(bytes))?;
         let c = self
             .graphs
             .captures

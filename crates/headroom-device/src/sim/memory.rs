@@ -19,10 +19,10 @@ impl Memory for SimDevice {
                 .0
                 .saturating_add(per_gib_ns(lat.malloc_per_gib.0, bytes)),
         );
-        let m = &self.profile.memory;
         let free = self.free_at(self.host_ns);
-        let ptr = if bytes <= m.small_alloc_limit_bytes.0 {
-            let page = m.page_bytes.0;
+        let rounding = self.alloc_rounding();
+        let ptr = if rounding.shares_a_page(bytes) {
+            let page = rounding.page_bytes;
             let may_add = page <= free;
             let mut va = self.next_va;
             let placed = self.small.alloc(bytes, may_add, || {
@@ -41,7 +41,7 @@ impl Memory for SimDevice {
             }
         } else {
             // A size whose page multiple passes 2^64 fits nowhere (`round_up` saturates).
-            let rounded = crate::units::round_up(bytes, m.page_bytes.0);
+            let rounded = rounding.charged_bytes(bytes);
             if rounded > free {
                 return Err(DeviceError::OutOfMemory {
                     requested_bytes: bytes,

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use crate::prelude::*;
 use crate::profile::SimProfile;
-use crate::reading::Readings;
+use crate::reading::{ModeledMemory, PublishedMemory, Readings};
 use crate::{
     Capability, DevPtr, DevResult, DeviceError, DeviceInfo, EventId, GraphId, GraphMemUsage,
     GraphShape, Kernel, MemInfo, NvmlMemory, ProcessUsage, StreamId,
@@ -92,6 +92,8 @@ pub struct SimDevice {
     /// Device memory the loaded kernels hold: their modules and `verify`'s result buffer (a
     /// small allocation, modeled as the shared page it opens). Kept until the device closes.
     kernel_bytes: u64,
+    /// Where this device publishes its memory for its modeled readings.
+    memory: std::sync::Arc<ModeledMemory>,
 }
 
 impl SimDevice {
@@ -142,10 +144,7 @@ impl SimDevice {
             sizes: HashMap::new(),
             events: SimEvents::default(),
             vmm: SimVmm::new(m.pool_granularity_bytes.0),
-            graphs: SimGraphs::new(
-                profile.graphs.alloc_granularity_bytes.0,
-                profile.graphs.exec_bytes_per_node.0,
-            ),
+            graphs: SimGraphs::new(profile.graphs.exec_bytes_per_node.0),
             before_context: NvmlMemory {
                 total_bytes: 0,
                 reserved_bytes: Some(0),
@@ -154,6 +153,7 @@ impl SimDevice {
             },
             modules_loaded: [false; crate::kernels::Module::COUNT],
             kernel_bytes: 0,
+            memory: Default::default(),
             profile,
         };
         dev.before_context = dev.nvml_at(0);
@@ -391,6 +391,23 @@ impl DeviceCore for SimDevice {
         self.advance(duration_ns);
     }
 
+    fn publish_memory(&self) {
+        // Between calls only modeled other processes change free memory.
+        self.memory.publish(PublishedMemory {
+            total_bytes: self.info.total_bytes,
+            own_used_bytes: self.own_used_bytes(),
+            others: self
+                .tenants
+                .iter()
+                .map(|x| (x.start_ns, x.end_ns, x.bytes))
+                .collect(),
+        });
+    }
+
+    fn alloc_rounding(&self) -> crate::rounding::AllocRounding {
+        crate::rounding::AllocRounding::of_profile(&self.profile)
+    }
+
     fn simulated(&self) -> Option<&dyn Simulated> {
         Some(self)
     }
@@ -428,9 +445,11 @@ impl Observe for SimDevice {
     }
 
     fn readings(&mut self) -> DevResult<Readings> {
+        self.publish_memory();
         Ok(Readings::Modeled {
             query_ns: self.profile.latency.mem_get_info.0,
             now_ns: self.host_ns,
+            memory: self.memory.clone(),
         })
     }
 
@@ -459,16 +478,6 @@ impl Observe for SimDevice {
 }
 
 impl Simulated for SimDevice {
-    fn free_at_ns(&self, t_ns: u64) -> u64 {
-        self.free_at(t_ns)
-    }
-
-    fn free_steady_until_ns(&self, t_ns: u64) -> u64 {
-        // Between calls only modeled other processes change free memory.
-        let edges = self.tenants.iter().flat_map(|x| [x.start_ns, x.end_ns]);
-        edges.filter(|&b| b > t_ns).min().unwrap_or(u64::MAX)
-    }
-
     fn add_simulated_tenant(&mut self, pid: u32, bytes: u64, duration_ns: u64) -> DevResult<()> {
         // A tenant is a process with a context of its own, as a `headroom hold` child is.
         let held = bytes.saturating_add(self.profile.memory.context_overhead_bytes.0);

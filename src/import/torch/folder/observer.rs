@@ -213,17 +213,17 @@ impl<'a> Timeline<'a> {
     }
 }
 
-/// How a stream of the snapshot is named in outputs: `0` for the default stream, the
-/// `cudaStream_t` in hex otherwise.
-/// A stream as the files write it: the `cudaStream_t` as PyTorch records it, a decimal
-/// integer (0 is the default stream), so a column holds one kind of value.
+/// A stream as the files write it: the `cudaStream_t` PyTorch recorded, in hex (`0x0` is the
+/// default stream). It is a stream's name, as a run's workload names its streams (`main`) and
+/// a watch names its job's (`job`): `events.csv`'s `stream` column holds text whoever wrote it.
 pub fn stream_name(snap: &Snapshot, stream: u16) -> String {
-    snap.streams
+    let handle = snap
+        .streams
         .values
         .get(stream as usize)
         .copied()
-        .unwrap_or(0)
-        .to_string()
+        .unwrap_or(0);
+    format!("{handle:#x}")
 }
 
 impl Observer for Timeline<'_> {

@@ -1,6 +1,7 @@
-//! Aligned text tables for people (the run summary, the crosscheck, bandwidth), built on
-//! `comfy-table`: no borders, one space between columns, widths from the content, text
-//! columns left-aligned and figures right-aligned.
+//! Aligned text tables for people (the run and watch summaries, compare, the crosscheck,
+//! bandwidth), built on `comfy-table`: no borders, one space between columns, widths from the
+//! content, text columns left-aligned and figures right-aligned. Every command prints its
+//! tables through here, the peaks table through `peaks_table`, so they all read alike.
 
 use comfy_table::presets::NOTHING;
 use comfy_table::{CellAlignment, Table};
@@ -52,6 +53,42 @@ impl TextTable {
         }
         out
     }
+}
+
+/// A byte count for people, or `-` where there is none.
+pub fn bytes_cell(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |b| crate::units::Bytes(b).to_string())
+}
+
+/// One view's row of the peaks table.
+pub struct PeakRow<'a> {
+    pub view: &'a str,
+    pub idle_bytes: Option<u64>,
+    pub peak_bytes: Option<u64>,
+    pub poll_1hz_bytes: Option<u64>,
+    pub poll_10hz_bytes: Option<u64>,
+}
+
+/// The peaks table, as `run` and `watch` print it: per view, the idle reading, the true peak and
+/// what a 1 Hz and a 10 Hz poller would have shown (`-`: no figure).
+pub fn peaks_table<'a>(rows: impl IntoIterator<Item = PeakRow<'a>>) -> String {
+    let mut t = TextTable::new(&[
+        ("view", Align::Left),
+        ("idle", Align::Right),
+        ("true peak", Align::Right),
+        ("1 Hz poll", Align::Right),
+        ("10 Hz poll", Align::Right),
+    ]);
+    for r in rows {
+        t.row([
+            r.view.to_string(),
+            bytes_cell(r.idle_bytes),
+            bytes_cell(r.peak_bytes),
+            bytes_cell(r.poll_1hz_bytes),
+            bytes_cell(r.poll_10hz_bytes),
+        ]);
+    }
+    t.render()
 }
 
 #[cfg(test)]
