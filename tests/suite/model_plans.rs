@@ -278,7 +278,7 @@ fn validate_engine_command_prints_three_columns_on_the_fake() {
         &[
             "validate",
             "--engine",
-            "vllm",
+            "vllm@0.11.0",
             "--out",
             out.to_str().unwrap(),
             "--",

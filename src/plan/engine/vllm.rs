@@ -24,7 +24,7 @@ use crate::model::{ModelSpec, Quant};
 use crate::units::{GIB, MIB};
 
 /// The newest release whose rules headroom follows (the default of `--engine vllm`).
-pub const NEWEST: Version = Version(0, 11, 0);
+pub const NEWEST: Version = Version(0, 19, 0);
 
 /// Non-torch memory (cuBLAS workspaces, the CUDA runtime's own allocations after the
 /// baseline) at TP 1: 0.13–0.14 GiB printed by 0.11 on H100 (corpus vllm-0016..0026).
