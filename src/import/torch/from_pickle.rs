@@ -14,6 +14,18 @@ use super::model::{
     Segment, Snapshot,
 };
 
+/// What the values a snapshot's pickle builds may take (its trace entries, taken as they are
+/// read, are not values). The largest thing a snapshot builds is its segment table: counted
+/// the same way, a table of 100,000 blocks takes about 9 bytes per byte of pickle when each
+/// block has frames, about 17 when each has an empty frames list (each list an object of its
+/// own). PyTorch's lists hold only dicts and lists. A pickle past either bound is refused at
+/// once, whatever its size (docs/oom.md, "Bounds").
+pub const BUDGET: pickle::Budget = pickle::Budget {
+    per_file_byte: 32,
+    fixed_bytes: 32 << 20,
+    scalar_list_items: 1 << 20,
+};
+
 /// `List::aux` of a frames list whose stack id is known: the id with this bit set.
 pub(super) const STACK_TAG: u64 = 1 << 63;
 
@@ -250,7 +262,7 @@ fn read_from<R: std::io::Read>(input: R, mut snap: Snapshot) -> anyhow::Result<S
             stack_buf: Vec::new(),
             shared: Default::default(),
         };
-        let mut m = pickle::Machine::new(&mut sink);
+        let mut m = pickle::Machine::new(&mut sink).bounded(BUDGET, true);
         let v = m.run(input).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
         (v, m.protocol)
     };
