@@ -23,7 +23,7 @@ use super::model::{
 pub const BUDGET: pickle::Budget = pickle::Budget {
     per_file_byte: 32,
     fixed_bytes: 32 << 20,
-    scalar_list_items: 1 << 20,
+    scalar_list_items: 1 << 16,
 };
 
 /// `List::aux` of a frames list whose stack id is known: the id with this bit set.
