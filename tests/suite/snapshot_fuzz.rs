@@ -101,6 +101,39 @@ fn nested_pickles_are_refused_at_their_byte() {
     }
 }
 
+/// A dict of 100,000 keys where a segment belongs, and a snapshot of 100,000 keys: the
+/// message names the first 32 keys and how many there are, in under 1 KB.
+#[test]
+fn a_dict_of_a_hundred_thousand_keys_is_named_in_a_short_message() {
+    let mut seg = b"\x80\x04}\x94\x8c\x08segments\x94]\x94}\x94(".to_vec();
+    for k in 0..100_000u32 {
+        seg.push(b'J');
+        seg.extend_from_slice(&k.to_le_bytes());
+        seg.extend_from_slice(b"K\x00");
+    }
+    seg.extend_from_slice(b"uas.");
+    let e = read_must_not_panic(&seg, "keys").unwrap_err();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+    assert!(
+        e.ends_with("no `address` key (keys: <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, <int>, … (100000 keys in all))"),
+        "{e}"
+    );
+    let mut top = b"\x80\x04}\x94(".to_vec();
+    for k in 0..100_000u32 {
+        top.extend_from_slice(b"\x8c\x06");
+        top.extend_from_slice(format!("k{k:05}").as_bytes());
+        top.extend_from_slice(b"K\x00");
+    }
+    top.extend_from_slice(b"u.");
+    let e = read_must_not_panic(&top, "top keys").unwrap_err();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+    assert!(
+        e.starts_with("case: no `segments` key (keys: k00000, k00001,")
+            && e.ends_with(", k00031, … (100000 keys in all)): not a PyTorch memory snapshot"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_binary_exits_2_on_nested_pickles_naming_the_byte() {
     let tmp = tempfile::tempdir().unwrap();

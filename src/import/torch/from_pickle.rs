@@ -26,6 +26,9 @@ pub const BUDGET: pickle::Budget = pickle::Budget {
     scalar_list_items: 1 << 16,
 };
 
+/// The most keys of a dict a message names (a hostile dict may hold millions).
+const MESSAGE_KEYS: usize = 32;
+
 /// `List::aux` of a frames list whose stack id is known: the id with this bit set.
 pub(super) const STACK_TAG: u64 = 1 << 63;
 
@@ -283,7 +286,7 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     let Some(segments) = top.get("segments") else {
         bail!(
             "{src}: no `segments` key (keys: {}): not a PyTorch memory snapshot",
-            top.keys().join(", ")
+            top.keys_brief(MESSAGE_KEYS)
         );
     };
     let Value::List(segments) = segments else {
@@ -320,10 +323,16 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     if let Some(s) = top.get("allocator_settings") {
         snap.settings = Some(settings(&s).with_context(|| format!("{src}: allocator_settings"))?);
     }
-    for k in top.keys() {
-        if !["segments", "device_traces", "allocator_settings"].contains(&k.as_str()) {
-            snap.ignored_keys.push(k);
+    let ignored = top
+        .keys()
+        .into_iter()
+        .filter(|k| !["segments", "device_traces", "allocator_settings"].contains(&k.as_str()));
+    for (i, k) in ignored.enumerate() {
+        if i == MESSAGE_KEYS {
+            snap.ignored_keys.push("…".into());
+            break;
         }
+        snap.ignored_keys.push(k);
     }
     Ok(())
 }
@@ -380,7 +389,7 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
     };
     let address = match get_int(d, "address")? {
         Some(a) => u64::try_from(a).map_err(|_| anyhow::anyhow!("`address` is {a}"))?,
-        None => bail!("no `address` key (keys: {})", d.keys().join(", ")),
+        None => bail!("no `address` key (keys: {})", d.keys_brief(MESSAGE_KEYS)),
     };
     let total_size = get_u64(d, "total_size")?;
     let pool_id = match d.get("segment_pool_id") {
