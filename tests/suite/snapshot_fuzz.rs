@@ -125,6 +125,20 @@ fn a_dict_of_a_hundred_thousand_keys_is_named_in_a_short_message() {
         top.extend_from_slice(b"K\x00");
     }
     top.extend_from_slice(b"u.");
+    // With its segments, the same snapshot reads, and its notes name 32 keys not used.
+    let mut with_segments = top.clone();
+    with_segments.truncate(top.len() - 2);
+    with_segments.extend_from_slice(b"\x8c\x08segments]u.");
+    let snap = torch::read_pickle_bytes(&with_segments, "case").unwrap();
+    assert_eq!(snap.ignored_keys.len(), 33);
+    assert_eq!(
+        (
+            snap.ignored_keys[0].as_str(),
+            snap.ignored_keys[31].as_str()
+        ),
+        ("k00000", "k00031")
+    );
+    assert_eq!(snap.ignored_keys[32], "…");
     let e = read_must_not_panic(&top, "top keys").unwrap_err();
     assert!(e.len() < 1024, "{} bytes", e.len());
     assert!(

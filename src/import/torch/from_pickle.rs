@@ -323,16 +323,21 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     if let Some(s) = top.get("allocator_settings") {
         snap.settings = Some(settings(&s).with_context(|| format!("{src}: allocator_settings"))?);
     }
-    let ignored = top
-        .keys()
-        .into_iter()
-        .filter(|k| !["segments", "device_traces", "allocator_settings"].contains(&k.as_str()));
-    for (i, k) in ignored.enumerate() {
-        if i == MESSAGE_KEYS {
+    for (k, _) in top.items.borrow().iter() {
+        if matches!(
+            k.str_bytes(),
+            Some(b"segments" | b"device_traces" | b"allocator_settings")
+        ) {
+            continue;
+        }
+        if snap.ignored_keys.len() == MESSAGE_KEYS {
             snap.ignored_keys.push("…".into());
             break;
         }
-        snap.ignored_keys.push(k);
+        snap.ignored_keys.push(
+            k.as_str()
+                .map_or_else(|| format!("<{}>", k.type_name()), str::to_string),
+        );
     }
     Ok(())
 }
