@@ -32,6 +32,16 @@
 //! against 3.97 G, and this bench's `--test torch/` at 1,000,000 entries 6.23 G against 7.89 G.
 //! On the idle machine (load 1.1–1.6) after these changes: `torch/` **4.13 s (3.74–4.53 s)**,
 //! 264 MiB peak.
+//! With the pickle reader's bounds (every value built counted, a check every 64 KiB), against
+//! the code before on the same 1,435,801,210-byte file, alternated, while other builds ran:
+//! `torch/` 3.04, 3.42, 4.17, 2.76 and 2.63 s against 2.69, 2.82, 4.04, 2.51 and 2.49 s in
+//! five pairs (load average 2–8; each pair 1.03–1.21×, median 1.10×, while the work counted
+//! below is the same); the whole
+//! `headroom replay --backend sim` of that file, ten alternated pairs at load 3: the medians of
+//! the pairs' ratios 1.007× user CPU time, 1.001× CPU time and 0.96× wall time (2.25 s user
+//! both), 249 MiB peak both; counted by valgrind, which no load disturbs, the replay of the
+//! 1,000,000-entry file of this bench 3,239,871,961 instructions against 3,238,536,138
+//! (+0.04 %), and of the fidelity trace 2,986,928,787 against 2,986,541,664 (+0.01 %).
 //!
 //! `fidelity/1000000 entries`: scripts/torch_snapshot_long.py's trace (empty_cache with
 //! segments at lower addresses, two streams with record_stream, a late start, an OOM; and

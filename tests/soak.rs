@@ -409,3 +409,63 @@ fn a_one_gigabyte_line_is_refused_at_its_bound_in_bounded_memory() {
     );
     assert!(rss < RSS_BOUND_BYTES, "report: peak RSS {rss} bytes");
 }
+
+/// Writes `objects` copies of `object` (each a memoized value, as Python's pickler writes
+/// one) in batches of 1,000 into a list, itself the pickle's first value or the `segments`
+/// of a snapshot dict: about 60 MB for 30,000,000 empty dicts.
+fn memo_heavy_pickle(path: &Path, object: &[u8], objects: usize, in_snapshot: bool) {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    w.write_all(b"\x80\x04").unwrap();
+    if in_snapshot {
+        w.write_all(b"}\x94\x8c\x08segments\x94").unwrap();
+    }
+    w.write_all(b"]\x94").unwrap();
+    let batch: Vec<u8> = std::iter::once(b'(')
+        .chain(object.iter().copied().cycle().take(1000 * object.len()))
+        .chain(std::iter::once(b'e'))
+        .collect();
+    for _ in 0..objects / 1000 {
+        w.write_all(&batch).unwrap();
+    }
+    if in_snapshot {
+        w.write_all(b"s").unwrap();
+    }
+    w.write_all(b".").unwrap();
+}
+
+/// A pickle of 60 MB of memoized empty dicts (77 bytes of memory per byte of file when every
+/// value was built before its shape was looked at: 455 MiB for 6 MB, and 60 MB aborted under a
+/// 3 GiB limit) is refused in bounded memory: as a
+/// list, after 64 KiB (a snapshot is a dict); as a snapshot's `segments`, once its values pass
+/// the reader's budget (32 bytes per byte read, plus 32 MiB), after about a megabyte.
+#[test]
+fn a_sixty_megabyte_pickle_of_memoized_empty_dicts_is_refused_in_bounded_memory() {
+    const PICKLE_RSS_BOUND_BYTES: u64 = 200 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    for (in_snapshot, expect) in [
+        (
+            false,
+            "the pickle's first value is a list, not the dict torch.cuda.memory._snapshot() returns",
+        ),
+        (true, "in memory, more than the "),
+    ] {
+        let path = dir.path().join(format!("dicts-{in_snapshot}.pickle"));
+        memo_heavy_pickle(&path, b"}\x94", 30_000_000, in_snapshot);
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        assert!(bytes > 60_000_000, "{bytes}");
+        let (code, stderr, rss) = common::rusage::headroom_measured(
+            dir.path(),
+            &["import", "torch", path.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+        assert!(stderr.contains(expect), "{stderr}");
+        assert!(
+            rss < PICKLE_RSS_BOUND_BYTES,
+            "in a snapshot: {in_snapshot}: peak RSS {rss} bytes"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}

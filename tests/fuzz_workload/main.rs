@@ -21,6 +21,7 @@ mod kinds;
 mod meter;
 mod mutate;
 mod oracle;
+mod pickles;
 mod regressions;
 mod values;
 mod watchdog;
@@ -92,7 +93,7 @@ fn any_case(load_weight: u32) -> impl Strategy<Value = AnyCase> {
         load_weight => case().prop_map(AnyCase::Load),
         3 => kinds::explain_case().prop_map(AnyCase::Extra),
         1 => kinds::run_case().prop_map(AnyCase::Extra),
-        1 => kinds::pickle_case().prop_map(AnyCase::Extra),
+        1 => prop_oneof![kinds::pickle_case(), pickles::snapshot_case()].prop_map(AnyCase::Extra),
     ]
 }
 

@@ -6,10 +6,11 @@ use std::io::Read;
 use std::rc::Rc;
 
 use super::PickleError;
+use super::budget::{self, Budget, CHECK_EVERY_BYTES, CONTAINER_BYTES, ITEM_BYTES, PAIR_BYTES};
 use super::input::Input;
 use super::memo::Memo;
 use super::opcodes::{Refusal, table};
-use super::value::{Dict, List, MAX_DEPTH, Value, deepen};
+use super::value::{Dict, List, MAX_DEPTH, Short, Value, deepen};
 
 /// The refusal message for an opcode.
 pub(super) fn refusal(name: &str, code: u8, why: Refusal) -> String {
@@ -123,6 +124,17 @@ pub struct Machine<'a, S: Sink> {
     frame_end: u64,
     /// Where that `FRAME` began, for the message.
     frame_at: u64,
+    /// Heap bytes of the values built so far (`budget`), never taken back.
+    held_bytes: u64,
+    /// List items that are neither lists nor dicts, so far (`Budget::scalar_list_items`).
+    scalar_list_items: u64,
+    budget: Budget,
+    /// The first value built must be a dict (a memory snapshot's is): anything else is
+    /// refused at the first comparison with `budget` (a small pickle is read to its end, or to
+    /// an opcode refused, and said to be no snapshot then).
+    first_value_dict: bool,
+    /// The input offset of the next comparison with `budget`.
+    next_check: u64,
 }
 
 impl<'a, S: Sink> Machine<'a, S> {
@@ -138,7 +150,64 @@ impl<'a, S: Sink> Machine<'a, S> {
             fast_out: FastDict::default(),
             frame_end: 0,
             frame_at: 0,
+            held_bytes: 0,
+            scalar_list_items: 0,
+            budget: Budget::NONE,
+            first_value_dict: false,
+            next_check: u64::MAX,
         }
+    }
+
+    /// The values built may take at most `budget` (checked every `CHECK_EVERY_BYTES` of
+    /// input), and, with `first_value_dict`, the first value must be a dict.
+    pub fn bounded(mut self, budget: Budget, first_value_dict: bool) -> Machine<'a, S> {
+        self.budget = budget;
+        self.first_value_dict = first_value_dict;
+        self.next_check = CHECK_EVERY_BYTES;
+        self
+    }
+
+    /// What the values built so far take on the heap, as counted: everything built, the
+    /// stack and the memo as they are now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
+            + self.stack.capacity() as u64 * ITEM_BYTES
+            + self.marks.capacity() as u64 * 8
+            + self.memo.held_bytes()
+    }
+
+    /// The first value's type, then the budget; `next_check` moved on.
+    #[cold]
+    fn check_bounds(&mut self, read: u64) -> Result<(), PickleError> {
+        if self.first_value_dict
+            && let Some(first) = self.stack.first()
+        {
+            if !matches!(first, Value::Dict(_)) {
+                return Err(PickleError::at(
+                    read,
+                    format!(
+                        "the pickle's first value is a {}, not the dict torch.cuda.memory._snapshot() returns: not a PyTorch memory snapshot (refused before reading on)",
+                        first.type_name()
+                    ),
+                ));
+            }
+            self.first_value_dict = false;
+        }
+        let held = self.held_bytes();
+        let limit = self.budget.limit(read);
+        if held > limit {
+            return Err(PickleError::at(
+                read,
+                format!(
+                    "the values built from the first {read} bytes take about {held} bytes ({} MiB) in memory, more than the {limit} allowed ({} bytes per byte read, plus {} MiB): a memory snapshot is far more compact; refused before reading on",
+                    held >> 20,
+                    self.budget.per_file_byte,
+                    self.budget.fixed_bytes >> 20,
+                ),
+            ));
+        }
+        self.next_check = read.saturating_add(CHECK_EVERY_BYTES);
+        Ok(())
     }
 
     /// At `STOP`: the last `FRAME`'s bytes are all in the file (read through, never kept).
@@ -169,6 +238,9 @@ impl<'a, S: Sink> Machine<'a, S> {
         let mut input = Input::new(input);
         let mut first = true;
         loop {
+            if input.offset() >= self.next_check {
+                self.check_bounds(input.offset())?;
+            }
             input.op_offset = input.offset();
             let at = input.op_offset;
             let Some(b) = input.next_byte()? else {
@@ -304,14 +376,22 @@ impl<'a, S: Sink> Machine<'a, S> {
                     if self.fast_dicts(&mut input)? {
                         continue;
                     }
+                    self.held_bytes += CONTAINER_BYTES;
                     self.stack.push(Value::Dict(Rc::new(Dict::default())));
                 }
-                b']' | 0x8f => self.stack.push(Value::List(Rc::new(List::default()))),
-                b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()), 1)),
+                b']' | 0x8f => {
+                    self.held_bytes += CONTAINER_BYTES;
+                    self.stack.push(Value::List(Rc::new(List::default())))
+                }
+                b')' => {
+                    self.held_bytes += budget::tuple_bytes(0);
+                    self.stack.push(Value::Tuple(Rc::from(Vec::new()), 1))
+                }
                 b'd' => {
                     let m = self.mark().map_err(err)?;
                     let dict = Rc::new(Dict::default());
-                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                    let grown = set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                    self.held_bytes += CONTAINER_BYTES + grown * PAIR_BYTES;
                     self.stack.push(Value::Dict(dict));
                 }
                 b's' | b'u' => {
@@ -332,10 +412,12 @@ impl<'a, S: Sink> Machine<'a, S> {
                             )));
                         }
                     };
-                    set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                    let grown = set_items(&dict, self.stack.drain(m..)).map_err(err)?;
+                    self.held_bytes += grown * PAIR_BYTES;
                 }
                 b'l' => {
                     let m = self.mark().map_err(err)?;
+                    self.held_bytes += CONTAINER_BYTES;
                     let list = Rc::new(List::default());
                     self.stack.push(Value::List(list.clone()));
                     let items: Vec<Value> = self.stack.drain(m..self.stack.len() - 1).collect();
@@ -374,6 +456,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                 b't' | 0x91 => {
                     let m = self.mark().map_err(err)?;
                     let t: Rc<[Value]> = self.stack.drain(m..).collect();
+                    self.held_bytes += budget::tuple_bytes(t.len());
                     self.stack.push(Value::tuple(t).map_err(err)?);
                 }
                 0x85..=0x87 => {
@@ -382,6 +465,7 @@ impl<'a, S: Sink> Machine<'a, S> {
                         return Err(err(format!("needs {n} items on the stack")));
                     }
                     let t: Rc<[Value]> = self.stack.drain(self.stack.len() - n..).collect();
+                    self.held_bytes += budget::tuple_bytes(n);
                     self.stack.push(Value::tuple(t).map_err(err)?);
                 }
                 b'g' | b'h' | b'j' => {
@@ -521,14 +605,30 @@ impl<'a, S: Sink> Machine<'a, S> {
             }
             deepen(&list.depth, &item)?;
             if let Some(v) = self.sink.append(list, item)? {
-                list.items.borrow_mut().push(v);
+                if !matches!(v, Value::List(_) | Value::Dict(_)) {
+                    self.scalar_list_items += 1;
+                    if self.scalar_list_items > self.budget.scalar_list_items {
+                        return Err(format!(
+                            "more than {} list items that are neither dicts nor lists (this one is {}): a memory snapshot's lists hold only dicts and lists; refused before reading on",
+                            self.budget.scalar_list_items,
+                            v.brief()
+                        ));
+                    }
+                }
+                let mut items = list.items.borrow_mut();
+                let before = items.capacity();
+                items.push(v);
+                self.held_bytes += (items.capacity() - before) as u64 * ITEM_BYTES;
             }
         }
         Ok(())
     }
 
     /// The bytes just read as a `str` (text opcodes) or `bytes`.
-    fn text_or_bytes(&self, opcode: u8) -> Value {
+    fn text_or_bytes(&mut self, opcode: u8) -> Value {
+        if self.scratch.len() > Short::MAX {
+            self.held_bytes += budget::text_bytes(self.scratch.len());
+        }
         match opcode {
             // Python 3 reads protocol-1/2 byte strings as text too (encoding "ASCII" by
             // default); invalid sequences are replaced rather than refused.
@@ -541,12 +641,20 @@ impl<'a, S: Sink> Machine<'a, S> {
     }
 }
 
-fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Result<(), String> {
+/// Sets the key/value pairs of `items` in `dict`; returns by how many pairs its room grew.
+fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Result<u64, String> {
     if items.len() % 2 != 0 {
         return Err(format!("{} items do not make key/value pairs", items.len()));
     }
     let mut d = dict.items.borrow_mut();
-    d.reserve(items.len() / 2);
+    let before = d.capacity();
+    if before == 0 {
+        // Room for these pairs only (a dict is most often filled in one batch).
+        d.reserve_exact(items.len() / 2);
+    } else {
+        d.reserve(items.len() / 2);
+    }
+    let grown = (d.capacity() - before) as u64;
     let mut it = items;
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
         if !matches!(
@@ -565,7 +673,7 @@ fn set_items(dict: &Rc<Dict>, items: impl ExactSizeIterator<Item = Value>) -> Re
         // A repeated key is kept twice; lookups take the last, as Python keeps the last.
         d.push((k, v));
     }
-    Ok(())
+    Ok(grown)
 }
 
 /// A little-endian two's-complement integer (`LONG1`, `LONG4`) that must fit in 64 bits.

@@ -236,6 +236,21 @@ impl Memo {
         self.set(id, TAKEN)
     }
 
+    /// What the memo takes on the heap: its slots, its table of values and the maps that
+    /// find them (each entry and its control byte), at their capacity.
+    pub fn held_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let slots = match &self.slots {
+            Slots::Short(v) => v.capacity() * 2,
+            Slots::Wide(v) => v.capacity() * 4,
+        };
+        (slots
+            + self.values.capacity() * size_of::<Value>()
+            + self.shorts.capacity() * (size_of::<(Short, u32)>() + 1)
+            + self.strs.capacity() * (size_of::<(Rc<str>, u32)>() + 1)
+            + self.shared.capacity() * (size_of::<(usize, u32)>() + 1)) as u64
+    }
+
     /// How many times a defined slot was written again (a cache keyed by memo id is stale
     /// when this changed).
     pub fn generation(&self) -> u32 {

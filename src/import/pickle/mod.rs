@@ -9,8 +9,11 @@
 //! Reading is one pass. The memo keeps four bytes per slot (`memo`), so a snapshot that
 //! memoizes tens of millions of objects it never reads back stays small. A `Sink` sees every
 //! item appended to a list and may take it instead of the list (a trace entry turned into a
-//! compact record, for instance), or read a whole dict straight from the bytes.
+//! compact record, for instance), or read a whole dict straight from the bytes. A reader may
+//! bound what the values it builds take against the bytes read (`Budget`, `Machine::bounded`):
+//! a hostile pickle is then refused by its shape long before its size matters.
 
+mod budget;
 mod input;
 mod machine;
 mod memo;
@@ -23,6 +26,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::Path;
 
+pub use budget::Budget;
 pub use machine::{Fast, FastDict, Machine, Sink, long8};
 pub use value::{Dict, List, Short, Value};
 

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use super::{KeepAll, List, Sink, Value, load_bytes};
+use super::{Budget, KeepAll, List, Machine, Sink, Value, load_bytes};
 
 /// `pickle.dumps({'a': [1, -2, 3.5, None, True, False, 'x'*30, b'by', (1, 2)], 'big':
 /// 0x7f431b400000, 'neg': -(1<<40), 's': 'é'}, protocol=4)`.
@@ -201,4 +201,107 @@ fn a_sink_can_take_list_items() {
         d.get("a").unwrap().as_list().unwrap().items.borrow().len(),
         7
     );
+}
+
+/// `objects` copies of `object` in a list (batches of 1,000, as Python writes them), under
+/// `{"segments": ...}` when `in_dict`.
+fn memo_heavy(object: &[u8], objects: usize, in_dict: bool) -> Vec<u8> {
+    let mut b = b"\x80\x04".to_vec();
+    if in_dict {
+        b.extend_from_slice(b"}\x94\x8c\x08segments\x94");
+    }
+    b.extend_from_slice(b"]\x94");
+    for batch in 0..objects.div_ceil(1000) {
+        b.push(b'(');
+        for _ in 0..(objects - batch * 1000).min(1000) {
+            b.extend_from_slice(object);
+        }
+        b.push(b'e');
+    }
+    if in_dict {
+        b.push(b's');
+    }
+    b.push(b'.');
+    b
+}
+
+/// Runs `bytes` under `budget`, the first value required to be a dict: the error, and what the
+/// machine counted as held when it stopped.
+fn bounded(bytes: &[u8], budget: Budget) -> (Result<Value, super::PickleError>, u64) {
+    let mut sink = KeepAll;
+    let mut m = Machine::new(&mut sink).bounded(budget, true);
+    let r = m.run(bytes);
+    (r, m.held_bytes())
+}
+
+const TIGHT: Budget = Budget {
+    per_file_byte: 24,
+    fixed_bytes: 1 << 20,
+    scalar_list_items: 1_500_000,
+};
+
+#[test]
+fn a_first_value_other_than_a_dict_is_refused_at_the_first_check() {
+    for object in [&b"}\x94"[..], b"N"] {
+        let e = bounded(&memo_heavy(object, 100_000, false), TIGHT)
+            .0
+            .unwrap_err();
+        // The first opcode at or past 64 KiB.
+        assert!((65_536..65_536 + 3).contains(&e.offset), "{e}");
+        assert!(
+            e.message
+                .starts_with("the pickle's first value is a list, not the dict"),
+            "{e}"
+        );
+    }
+    // A small one is read to its end (its caller says what it is), or to an opcode refused.
+    assert!(bounded(&memo_heavy(b"}\x94", 1000, false), TIGHT).0.is_ok());
+    let e = bounded(EVIL4, TIGHT).0.unwrap_err();
+    assert!(e.refused, "{e}");
+}
+
+#[test]
+fn memo_heavy_values_past_the_budget_are_refused_within_a_check_of_it() {
+    // 2 MB of memoized empty dicts: each takes about 80 bytes per byte of its two opcodes.
+    let bytes = memo_heavy(b"}\x94", 1_000_000, true);
+    let (r, held) = bounded(&bytes, TIGHT);
+    let e = r.unwrap_err();
+    assert!(
+        e.message.contains("in memory, more than the ")
+            && e.message.contains("24 bytes per byte read, plus 1 MiB"),
+        "{e}"
+    );
+    // Refused at the first check past the bound (one every 64 KiB of input), long before the
+    // end of the file.
+    assert!(held > TIGHT.limit(e.offset), "{held}");
+    assert!(e.offset <= super::budget::CHECK_EVERY_BYTES + 16, "{e}");
+    // Without a budget the same pickle reads whole, a million dicts.
+    let (v, _) = load(&bytes).unwrap();
+    let segments = v.as_dict().unwrap().get("segments").unwrap();
+    assert_eq!(segments.as_list().unwrap().items.borrow().len(), 1_000_000);
+}
+
+#[test]
+fn values_within_the_budget_are_read_whatever_their_count() {
+    // Small ints take 12 bytes per byte (`K\x05`: a 24-byte list item), under 24.
+    let bytes = memo_heavy(b"K\x05", 1_000_000, true);
+    let (r, held) = bounded(&bytes, TIGHT);
+    let v = r.unwrap();
+    let segments = v.as_dict().unwrap().get("segments").unwrap();
+    assert_eq!(segments.as_list().unwrap().items.borrow().len(), 1_000_000);
+    assert!(held <= TIGHT.limit(bytes.len() as u64), "{held}");
+    // Empty lists, not memoized, take over 100 bytes per byte (each an `Rc` and a list item).
+    let (r, _) = bounded(&memo_heavy(b"]", 1_000_000, true), TIGHT);
+    assert!(r.unwrap_err().message.contains("in memory, more than"));
+    // Past the count of list items other than lists and dicts, the next is refused.
+    let e = bounded(&memo_heavy(b"K\x05", 2_000_000, true), TIGHT)
+        .0
+        .unwrap_err();
+    assert!(
+        e.message.starts_with(
+            "APPENDS: more than 1500000 list items that are neither dicts nor lists (this one is 5)"
+        ),
+        "{e}"
+    );
+    assert_eq!(e.offset, 2 + 13 + 2 + 1500 * 2002 + 2001, "{e}");
 }

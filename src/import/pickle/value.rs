@@ -153,11 +153,29 @@ impl Dict {
             .any(|(k, _)| k.str_bytes() == Some(key.as_bytes()))
     }
 
+    /// The first `max` keys joined for a message, and how many there are past them: a
+    /// hostile dict may hold millions.
+    pub fn keys_brief(&self, max: usize) -> String {
+        let keys = self.keys_upto(max);
+        let n = self.items.borrow().len();
+        if n > max {
+            format!("{}, … ({n} keys in all)", keys.join(", "))
+        } else {
+            keys.join(", ")
+        }
+    }
+
     /// The string keys, for messages.
     pub fn keys(&self) -> Vec<String> {
+        self.keys_upto(usize::MAX)
+    }
+
+    /// The first `max` keys, for messages.
+    pub fn keys_upto(&self, max: usize) -> Vec<String> {
         self.items
             .borrow()
             .iter()
+            .take(max)
             .map(|(k, _)| match k.as_str() {
                 Some(s) => s.to_string(),
                 None => format!("<{}>", k.type_name()),

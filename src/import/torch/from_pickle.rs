@@ -14,6 +14,21 @@ use super::model::{
     Segment, Snapshot,
 };
 
+/// What the values a snapshot's pickle builds may take (its trace entries, taken as they are
+/// read, are not values). The largest thing a snapshot builds is its segment table: counted
+/// the same way, a table of 100,000 blocks takes about 9 bytes per byte of pickle when each
+/// block has frames, about 17 when each has an empty frames list (each list an object of its
+/// own). PyTorch's lists hold only dicts and lists. A pickle past either bound is refused at
+/// once, whatever its size (docs/oom.md, "Bounds").
+pub const BUDGET: pickle::Budget = pickle::Budget {
+    per_file_byte: 32,
+    fixed_bytes: 32 << 20,
+    scalar_list_items: 1 << 16,
+};
+
+/// The most keys of a dict a message names (a hostile dict may hold millions).
+const MESSAGE_KEYS: usize = 32;
+
 /// `List::aux` of a frames list whose stack id is known: the id with this bit set.
 pub(super) const STACK_TAG: u64 = 1 << 63;
 
@@ -250,7 +265,7 @@ fn read_from<R: std::io::Read>(input: R, mut snap: Snapshot) -> anyhow::Result<S
             stack_buf: Vec::new(),
             shared: Default::default(),
         };
-        let mut m = pickle::Machine::new(&mut sink);
+        let mut m = pickle::Machine::new(&mut sink).bounded(BUDGET, true);
         let v = m.run(input).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
         (v, m.protocol)
     };
@@ -271,7 +286,7 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     let Some(segments) = top.get("segments") else {
         bail!(
             "{src}: no `segments` key (keys: {}): not a PyTorch memory snapshot",
-            top.keys().join(", ")
+            top.keys_brief(MESSAGE_KEYS)
         );
     };
     let Value::List(segments) = segments else {
@@ -308,10 +323,21 @@ fn from_value(snap: &mut Snapshot, top: &Value) -> anyhow::Result<()> {
     if let Some(s) = top.get("allocator_settings") {
         snap.settings = Some(settings(&s).with_context(|| format!("{src}: allocator_settings"))?);
     }
-    for k in top.keys() {
-        if !["segments", "device_traces", "allocator_settings"].contains(&k.as_str()) {
-            snap.ignored_keys.push(k);
+    for (k, _) in top.items.borrow().iter() {
+        if matches!(
+            k.str_bytes(),
+            Some(b"segments" | b"device_traces" | b"allocator_settings")
+        ) {
+            continue;
         }
+        if snap.ignored_keys.len() == MESSAGE_KEYS {
+            snap.ignored_keys.push("…".into());
+            break;
+        }
+        snap.ignored_keys.push(
+            k.as_str()
+                .map_or_else(|| format!("<{}>", k.type_name()), str::to_string),
+        );
     }
     Ok(())
 }
@@ -368,7 +394,7 @@ fn segment(snap: &mut Snapshot, v: &Value) -> anyhow::Result<Segment> {
     };
     let address = match get_int(d, "address")? {
         Some(a) => u64::try_from(a).map_err(|_| anyhow::anyhow!("`address` is {a}"))?,
-        None => bail!("no `address` key (keys: {})", d.keys().join(", ")),
+        None => bail!("no `address` key (keys: {})", d.keys_brief(MESSAGE_KEYS)),
     };
     let total_size = get_u64(d, "total_size")?;
     let pool_id = match d.get("segment_pool_id") {
