@@ -29,8 +29,12 @@ use super::{Detail, cursor::floor_boundary};
 pub enum MemorySpace {
     /// A GPU's device memory: what headroom's views measure.
     Device,
-    /// The host's RAM (a CPU allocator, pinned host memory, the kernel's `ENOMEM`).
+    /// The host's RAM (a CPU allocator, the kernel's `ENOMEM`).
     HostRam,
+    /// Pinned (page-locked) host RAM (`cudaHostAlloc`, `cuMemHostAlloc`, ggml's
+    /// `ggml_cuda_host_malloc`): host memory the driver locks for transfers, bounded by the
+    /// host's RAM and its lock limit, not by the GPU.
+    PinnedHostRam,
     /// A TPU's high-bandwidth memory: not a CUDA device.
     TpuHbm,
     /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
@@ -44,6 +48,7 @@ impl MemorySpace {
         match self {
             MemorySpace::Device => "GPU device memory",
             MemorySpace::HostRam => "host RAM",
+            MemorySpace::PinnedHostRam => "host RAM (pinned)",
             MemorySpace::TpuHbm => "TPU HBM",
             MemorySpace::SharedMemory => "on-chip shared memory",
         }
@@ -75,6 +80,7 @@ const PHRASES: &[&str] = &[
     "memory allocation failed",
     "allocation failed",
     "insufficient memory",
+    "insufficient gpu memory",
     "memory not available",
     "error allocating",
     "bad_alloc",
@@ -151,7 +157,7 @@ pub(super) fn any_anchors() -> &'static [(&'static str, Reader)] {
 const BEFORE_BYTES: usize = 240;
 const AFTER_BYTES: usize = 720;
 /// Sentences after the wording's own that are read while they carry sizes.
-const MORE_SENTENCES: usize = 5;
+const MORE_SENTENCES: usize = 8;
 
 /// The runtimes by the words their messages carry, most specific first.
 const RUNTIMES: &[(&[&str], &str)] = &[
@@ -215,6 +221,14 @@ fn memory_space(lower: &str) -> MemorySpace {
     let any = |ws: &[&str]| ws.iter().any(|w| lower.contains(w));
     if any(&["memory space hbm", " hbm", "tpu"]) {
         MemorySpace::TpuHbm
+    } else if any(&[
+        "pinned memory",
+        "pinned host",
+        "host_malloc",
+        "cudahostalloc",
+        "cumemhostalloc",
+    ]) {
+        MemorySpace::PinnedHostRam
     } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
         MemorySpace::SharedMemory
     } else if lower.starts_with("memoryerror")
@@ -248,15 +262,19 @@ thread_local! {
 }
 
 /// Runs `f` (the readers over a folded text) with that text's line ends known: a message read
-/// by principle ends with its line unless the next lines carry its figures.
+/// by principle ends with its line unless the next lines carry its figures. The readings
+/// remembered per anchor (`read_once`) last as long.
 pub(super) fn with_line_ends<T>(line_ends: &[usize], f: impl FnOnce() -> T) -> T {
     LINE_ENDS.with(|l| {
         let mut l = l.borrow_mut();
         l.clear();
         l.extend_from_slice(line_ends);
     });
+    // A reading remembered from another text is never reused (its address may be this one's).
+    LAST.with(|l| l.borrow_mut().take());
     let out = f();
     LINE_ENDS.with(|l| l.borrow_mut().clear());
+    LAST.with(|l| l.borrow_mut().take());
     out
 }
 
@@ -280,18 +298,47 @@ fn sentence_start(text: &str, from: usize, at: usize) -> usize {
     text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
 }
 
-fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
-    let f = read(text, at, anchor_end)?;
-    match &f.detail {
-        Detail::Generic {
-            figures, memory, ..
-        } if !figures.is_empty() || *memory != MemorySpace::Device => Some(f),
-        _ => None,
-    }
+/// An anchor as (the text's address and length, the anchor's start and end).
+type AnchorKey = (usize, usize, usize, usize);
+
+thread_local! {
+    /// The last reading and the anchor it was read at (the text's address and length, the
+    /// anchor's offsets): both families of anchors hold every wording, so each is read once.
+    static LAST: RefCell<Option<(AnchorKey, Option<Found>)>> =
+        const { RefCell::new(None) };
 }
 
+/// `read`, once per anchor.
+fn read_once(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let key: AnchorKey = (text.as_ptr() as usize, text.len(), at, anchor_end);
+    if let Some(found) = LAST.with(|l| {
+        l.borrow()
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, f)| f.clone())
+    }) {
+        return found;
+    }
+    let found = read(text, at, anchor_end);
+    LAST.with(|l| *l.borrow_mut() = Some((key, found.clone())));
+    found
+}
+
+/// Whether the with-figures family keeps a reading: it has figures, or is about memory other
+/// than the device's.
+fn has_figures(f: &Found) -> bool {
+    matches!(&f.detail, Detail::Generic { figures, memory, .. }
+        if !figures.is_empty() || *memory != MemorySpace::Device)
+}
+
+fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    read_once(text, at, anchor_end).filter(has_figures)
+}
+
+/// A reading with figures is the with-figures family's (ranked before this one, over the same
+/// span, so a second copy could never be kept).
 fn read_any(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
-    read(text, at, anchor_end)
+    read_once(text, at, anchor_end).filter(|f| !has_figures(f))
 }
 
 fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -316,6 +363,15 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         sentence.min(line).max(from)
     };
     let mut end = stop(anchor_end);
+    // A line ending in a colon introduces the lines after it ("Total hbm usage >= 9.60G:"):
+    // each of those that carries a size, labelled or not, belongs to the message.
+    let mut block = text[..end].trim_end().ends_with(':');
+    // Whether the sentences taken so far carry a size: on its line, a sentence with another
+    // out-of-memory wording then starts another message (a line of many messages is read one
+    // message at a time, not each to the line's end).
+    let mut sized_so_far = figures::read(&text[anchor_end..end])
+        .iter()
+        .any(|f| f.label.is_some());
     for _ in 0..MORE_SENTENCES {
         let new_line = ends.contains(&end);
         let from_here = if new_line { end + 1 } else { end };
@@ -323,20 +379,27 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         let sentence = &text[end..next];
         let lower = sentence.to_ascii_lowercase();
         let wording = PHRASES.iter().any(|p| lower.contains(p));
+        // A wording in parentheses names the same error ("Error code 12 (Cannot allocate
+        // memory)", strerror's words), not another message.
+        let head = lower.split('(').next().unwrap_or("");
+        let wording_outside_parentheses = wording && PHRASES.iter().any(|p| head.contains(p));
         let sized = figures::read(sentence).iter().any(|f| f.label.is_some());
         // A traceback ends it; on its own line, so does another message's wording or a line
         // without a labelled size; on the same line, a sentence with neither.
+        let in_block = block && new_line && !wording && !figures::read(sentence).is_empty();
         let ends_here = sentence.contains("Traceback")
             || sentence.contains(" File \"")
             || next == end
             || if new_line {
-                wording || !sized
+                (wording || !sized) && !in_block
             } else {
-                !(wording || sized)
+                !(wording || sized) || (sized_so_far && wording_outside_parentheses)
             };
         if ends_here {
             break;
         }
+        sized_so_far |= sized;
+        block = in_block || sentence.trim_end().ends_with(':');
         end = next;
     }
     let end = end.max(anchor_end);
@@ -451,6 +514,94 @@ mod tests {
                 (Some("limit"), "101376".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_size_table_after_a_colon_belongs_to_the_message() {
+        let (memory, figures) = read_one(
+            "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G.\n\nTotal hbm usage >= 9.60G:\n    reserved        530.00M \n    program           9.08G \n    arguments            0B \n",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        let printed: Vec<&str> = figures.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(
+            printed,
+            ["9.08G", "7.48G", "1.60G", "9.60G", "530.00M", "9.08G", "0B"]
+        );
+        assert_eq!(figures[3].0, Some("in_use"));
+    }
+
+    #[test]
+    fn pinned_host_memory_is_host_ram() {
+        let (memory, figures) = read_one(
+            "ggml_cuda_host_malloc: failed to allocate 1900,00 MiB of pinned memory: invalid argument",
+        );
+        assert_eq!(memory, MemorySpace::PinnedHostRam);
+        assert_eq!(figures, [(Some("requested"), "1900,00 MiB".to_string())]);
+    }
+
+    #[test]
+    fn paddle_s_failed_enforce_and_xla_s_async_allocator_are_read() {
+        let (_, figures) = read_one(
+            "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 10513462067 > 1369702144",
+        );
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "10513462067".to_string()),
+                (Some("free"), "1369702144".to_string())
+            ]
+        );
+        let (_, figures) = read_one(
+            "E1103 18:23:55.103160 1 gpu_cudamallocasync_allocator.cc:361] gpu_async_1 cuMemAllocAsync failed to allocate 1225195446464 bytes: RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory\n Reported by CUDA: Free memory/Total memory: 22635544576/85095874560\nE1103 18:23:55.103186 1 gpu_cudamallocasync_allocator.cc:366] Stats: Limit: 0\nInUse: 61982909300\nMaxInUse: 61982909300\nNumAllocs: 21841\nMaxAllocSize: 59743666176\nReserved: 0\nPeakReserved: 0\nLargestFreeBlock: 0\n",
+        );
+        let got: Vec<(Option<&str>, &str)> =
+            figures.iter().map(|(l, p)| (*l, p.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some("requested"), "1225195446464 bytes"),
+                (Some("free"), "22635544576"),
+                (Some("total"), "85095874560"),
+                (Some("limit"), "0"),
+                (Some("in_use"), "61982909300"),
+                (None, "61982909300"),
+                (None, "59743666176"),
+                (Some("reserved"), "0"),
+                (None, "0"),
+                (None, "0"),
+            ]
+        );
+    }
+
+    #[test]
+    fn tensorflow_s_tensor_wording_is_read_in_lower_case() {
+        let found = super::super::find_all(
+            "resource exhausted: oom when allocating tensor with shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:gpu:0 by allocator gpu_0_bfc",
+        );
+        assert_eq!(found.len(), 1);
+        let Detail::TfOomTensor {
+            shape,
+            tensor_bytes,
+            device_index,
+            ..
+        } = &found[0].detail
+        else {
+            panic!("{:?}", found[0].detail);
+        };
+        assert_eq!(shape, "[16,112,112,147]");
+        assert_eq!(*tensor_bytes, Some(16 * 112 * 112 * 147 * 4));
+        assert_eq!(*device_index, Some(0));
+    }
+
+    #[test]
+    fn a_message_cut_inside_a_figure_lists_it_as_cut() {
+        let found = super::super::find_all(
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 108.00 MiB. GPU 0 has a total capacity of 23.68 GiB of which 34.88 MiB is free. Process 1170126 has 2.25\n",
+        );
+        assert_eq!(found.len(), 1);
+        let cut = found[0].cut_figure.as_ref().expect("a cut figure");
+        assert_eq!(cut.quantity.printed, "2.25");
+        assert!(found[0].text.ends_with("has 2.25"));
     }
 
     #[test]

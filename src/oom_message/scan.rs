@@ -227,6 +227,7 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
                 text: text[start..end].to_string(),
                 raised_as: f.raised_as,
                 detail,
+                cut_figure: None,
             }
         })
         .collect()
