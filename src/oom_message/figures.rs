@@ -179,9 +179,10 @@ fn lookup(word: &str, table: &[(&str, Label)]) -> Option<Label> {
         .map(|&(_, l)| l)
 }
 
-/// Lower-case words of `s`, in order; a capital after a small letter starts a word, so words a
-/// paste or a log format ran together ("memoryRequired", "InUse") are still words.
-fn words(s: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
+/// The words of `s`, in order, as slices of `lower` (`s` in lower case); a capital after a
+/// small letter starts a word, so words a paste or a log format ran together
+/// ("memoryRequired", "InUse") are still words.
+fn words<'a>(s: &str, lower: &'a str) -> impl DoubleEndedIterator<Item = &'a str> {
     let b = s.as_bytes();
     let mut cuts = Vec::new();
     let mut start = None;
@@ -198,7 +199,7 @@ fn words(s: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
             start = Some(i);
         }
     }
-    cuts.into_iter().map(|(a, z)| s[a..z].to_ascii_lowercase())
+    cuts.into_iter().map(move |(a, z)| &lower[a..z])
 }
 
 /// Where a clause ends: the label of a figure is looked for no further.
@@ -212,12 +213,14 @@ fn is_clause_break(c: char) -> bool {
 fn label_after(after: &str) -> Option<Label> {
     // A colon right after a figure ends its clause too ("… >= 9.60G: reserved 530.00M").
     let clause = after
-        .find(|c| is_clause_break(c) || c == ':')
+        .bytes()
+        .position(|b| is_clause_break(b as char) || b == b':')
         .map_or(after, |i| &after[..i]);
     let mut seen = 0;
-    let ws: Vec<String> = words(clause).take(8).collect();
-    for (i, w) in ws.iter().enumerate() {
-        if FILLER.contains(&w.as_str()) {
+    let lower = clause.to_ascii_lowercase();
+    let ws: Vec<&str> = words(clause, &lower).take(8).collect();
+    for (i, &w) in ws.iter().enumerate() {
+        if FILLER.contains(&w) {
             continue;
         }
         if let Some(l) = lookup(w, AFTER) {
@@ -249,9 +252,14 @@ fn label_before(before: &str) -> Option<Label> {
     // memory (15485030400 bytes)").
     let before = before.trim_end().strip_suffix('(').unwrap_or(before);
     let clause = before
-        .rfind(['.', ';', '|', '\n', '(', ','])
+        .bytes()
+        .rposition(|b| matches!(b, b'.' | b';' | b'|' | b'\n' | b'(' | b','))
         .map_or(before, |i| &before[i + 1..]);
-    words(clause).rev().take(6).find_map(|w| lookup(&w, BEFORE))
+    let lower = clause.to_ascii_lowercase();
+    words(clause, &lower)
+        .rev()
+        .take(6)
+        .find_map(|w| lookup(w, BEFORE))
 }
 
 /// What the words around `text[at..end]` make the figure there.

@@ -17,6 +17,8 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder};
+
 use serde::Serialize;
 
 use super::figures::{self, Figure};
@@ -210,50 +212,129 @@ const RUNTIMES: &[(&[&str], &str)] = &[
     (&["jax", "xla"], "XLA"),
 ];
 
-fn runtime(lower: &str) -> Option<String> {
-    RUNTIMES
-        .iter()
-        .find(|(words, _)| words.iter().any(|w| lower.contains(w)))
-        .map(|(_, name)| name.to_string())
+/// Words naming memory other than the device's, by the space they name; `memoryerror` at the
+/// text's start is Python's `MemoryError` too.
+const TPU_WORDS: &[&str] = &["memory space hbm", " hbm", "tpu"];
+const PINNED_WORDS: &[&str] = &[
+    "pinned memory",
+    "pinned host",
+    "host_malloc",
+    "cudahostalloc",
+    "cumemhostalloc",
+];
+const SHARED_WORDS: &[&str] = &["out of resource", "outofresources"];
+const HOST_WORDS: &[&str] = &[
+    "defaultcpuallocator",
+    "alloc_cpu",
+    "cpu buffer",
+    "cpu allocator",
+    "host memory",
+    "on host",
+    "(cannot allocate memory)",
+    "error code 12",
+    "for an array with shape",
+    // Python's `MemoryError`, not the end of `OutOfMemoryError`.
+    " memoryerror",
+    "arraymemoryerror",
+    "bad_alloc",
+    "killed process",
+    "oom-kill",
+];
+
+/// Which of the words of `RUNTIMES` and of the memory spaces a span holds, found in one pass.
+struct Vocabulary {
+    search: AhoCorasick,
+    /// Per pattern: the index in `RUNTIMES` it names, or a memory-space group (`usize::MAX - g`).
+    meaning: Vec<usize>,
 }
 
-fn memory_space(lower: &str) -> MemorySpace {
-    let any = |ws: &[&str]| ws.iter().any(|w| lower.contains(w));
-    if any(&["memory space hbm", " hbm", "tpu"]) {
+const TPU: usize = usize::MAX;
+const PINNED: usize = usize::MAX - 1;
+const SHARED: usize = usize::MAX - 2;
+const HOST: usize = usize::MAX - 3;
+const SHARED_MEMORY: usize = usize::MAX - 4;
+
+fn vocabulary() -> &'static Vocabulary {
+    static V: OnceLock<Vocabulary> = OnceLock::new();
+    V.get_or_init(|| {
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut meaning = Vec::new();
+        for (i, (words, _)) in RUNTIMES.iter().enumerate() {
+            for w in *words {
+                patterns.push(w);
+                meaning.push(i);
+            }
+        }
+        for (group, words) in [
+            (TPU, TPU_WORDS),
+            (PINNED, PINNED_WORDS),
+            (SHARED, SHARED_WORDS),
+            (HOST, HOST_WORDS),
+            (SHARED_MEMORY, &["shared memory"][..]),
+        ] {
+            for w in words {
+                patterns.push(w);
+                meaning.push(group);
+            }
+        }
+        let search = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .build(&patterns)
+            .expect("the vocabulary builds an automaton");
+        Vocabulary { search, meaning }
+    })
+}
+
+/// The runtime a span's words name (the first of `RUNTIMES` with a word in it) and the memory
+/// it is about, from one search of the span.
+fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
+    let v = vocabulary();
+    let mut runtimes = vec![false; RUNTIMES.len()];
+    let (mut tpu, mut pinned, mut shared, mut host, mut shared_memory) =
+        (false, false, false, false, false);
+    for m in v.search.find_overlapping_iter(span) {
+        match v.meaning[m.pattern().as_usize()] {
+            TPU => tpu = true,
+            PINNED => pinned = true,
+            SHARED => shared = true,
+            HOST => host = true,
+            SHARED_MEMORY => shared_memory = true,
+            i => runtimes[i] = true,
+        }
+    }
+    let runtime = runtimes
+        .iter()
+        .position(|&hit| hit)
+        .map(|i| RUNTIMES[i].1.to_string());
+    let host = host
+        || span
+            .get(..11)
+            .is_some_and(|h| h.eq_ignore_ascii_case("memoryerror"));
+    let memory = if tpu {
         MemorySpace::TpuHbm
-    } else if any(&[
-        "pinned memory",
-        "pinned host",
-        "host_malloc",
-        "cudahostalloc",
-        "cumemhostalloc",
-    ]) {
+    } else if pinned {
         MemorySpace::PinnedHostRam
-    } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
+    } else if shared && shared_memory {
         MemorySpace::SharedMemory
-    } else if lower.starts_with("memoryerror")
-        || any(&[
-            "defaultcpuallocator",
-            "alloc_cpu",
-            "cpu buffer",
-            "cpu allocator",
-            "host memory",
-            "on host",
-            "(cannot allocate memory)",
-            "error code 12",
-            "for an array with shape",
-            // Python's `MemoryError`, not the end of `OutOfMemoryError`.
-            " memoryerror",
-            "arraymemoryerror",
-            "bad_alloc",
-            "killed process",
-            "oom-kill",
-        ])
-    {
+    } else if host {
         MemorySpace::HostRam
     } else {
         MemorySpace::Device
-    }
+    };
+    (runtime, memory)
+}
+
+/// Whether `s` holds an out-of-memory wording (`PHRASES`, any case).
+fn has_wording(s: &str) -> bool {
+    static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
+    SEARCH
+        .get_or_init(|| {
+            AhoCorasickBuilder::new()
+                .ascii_case_insensitive(true)
+                .build(PHRASES)
+                .expect("the phrases build an automaton")
+        })
+        .is_match(s)
 }
 
 thread_local! {
@@ -366,39 +447,45 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     // A line ending in a colon introduces the lines after it ("Total hbm usage >= 9.60G:"):
     // each of those that carries a size, labelled or not, belongs to the message.
     let mut block = text[..end].trim_end().ends_with(':');
-    // Whether the sentences taken so far carry a size: on its line, a sentence with another
-    // out-of-memory wording then starts another message (a line of many messages is read one
-    // message at a time, not each to the line's end).
-    let mut sized_so_far = figures::read(&text[anchor_end..end])
-        .iter()
-        .any(|f| f.label.is_some());
+    // Whether the sentences taken so far carry a size, worked out when first asked: on its
+    // line, a sentence with another out-of-memory wording then starts another message (a line
+    // of many messages is read one message at a time, not each to the line's end).
+    let mut sized_so_far: Option<bool> = None;
     for _ in 0..MORE_SENTENCES {
         let new_line = ends.contains(&end);
         let from_here = if new_line { end + 1 } else { end };
         let next = stop(from_here.min(to));
         let sentence = &text[end..next];
-        let lower = sentence.to_ascii_lowercase();
-        let wording = PHRASES.iter().any(|p| lower.contains(p));
+        let wording = has_wording(sentence);
         // A wording in parentheses names the same error ("Error code 12 (Cannot allocate
         // memory)", strerror's words), not another message.
-        let head = lower.split('(').next().unwrap_or("");
-        let wording_outside_parentheses = wording && PHRASES.iter().any(|p| head.contains(p));
-        let sized = figures::read(sentence).iter().any(|f| f.label.is_some());
+        let head = sentence.split('(').next().unwrap_or("");
+        let wording_outside_parentheses = wording && has_wording(head);
+        let here = figures::read(sentence);
+        let sized = here.iter().any(|f| f.label.is_some());
         // A traceback ends it; on its own line, so does another message's wording or a line
         // without a labelled size; on the same line, a sentence with neither.
-        let in_block = block && new_line && !wording && !figures::read(sentence).is_empty();
+        let in_block = block && new_line && !wording && !here.is_empty();
         let ends_here = sentence.contains("Traceback")
             || sentence.contains(" File \"")
             || next == end
             || if new_line {
                 (wording || !sized) && !in_block
             } else {
-                !(wording || sized) || (sized_so_far && wording_outside_parentheses)
+                !(wording || sized)
+                    || (wording_outside_parentheses
+                        && *sized_so_far.get_or_insert_with(|| {
+                            figures::read(&text[anchor_end..end])
+                                .iter()
+                                .any(|f| f.label.is_some())
+                        }))
             };
         if ends_here {
             break;
         }
-        sized_so_far |= sized;
+        if sized {
+            sized_so_far = Some(true);
+        }
         block = in_block || sentence.trim_end().ends_with(':');
         end = next;
     }
@@ -436,15 +523,15 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let span_end = found
         .last()
         .map_or(sentence_end, |f| f.end.max(sentence_end));
-    let lower = text[start.min(first)..end].to_ascii_lowercase();
+    let (runtime, memory) = runtime_and_memory(&text[start.min(first)..end]);
     Some(Found {
         start: first,
         end: span_end,
         raised_as: raised_as(text, first),
         detail: Detail::Generic {
             wording: text[at..anchor_end].trim().to_string(),
-            runtime: runtime(&lower),
-            memory: memory_space(&lower),
+            runtime,
+            memory,
             figures: found,
         },
     })
