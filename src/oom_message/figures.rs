@@ -269,26 +269,38 @@ fn label(text: &str, at: usize, end: usize) -> Option<Label> {
     label_after(&text[end..to]).or_else(|| label_before(&text[from..at]))
 }
 
-/// The scale of a unit word, as `(low, high)` bytes a unit: equal for `B`, `KiB`…, 1000 and
-/// 1024 powers for `KB`/`MB`/`GB`, whose meaning varies by runtime. `spaced`: the unit was
-/// printed after a space (single letters then are words, not units).
+/// The scale of a unit word, as `(low, high)` bytes a unit: equal for bytes and the binary
+/// units (`KiB`…`TiB`, Kubernetes' `Ki`…`Ti`), 1000 and 1024 powers for `KB`/`MB`/`GB`/`TB` and
+/// the spelled-out words (`gigabytes`), whose meaning varies by runtime and writer; any case
+/// (`gib`, `MB`, `mb`, `Gb`: a pasted "Gb" means bytes, not bits). `spaced`: the unit was printed
+/// after a space (single letters then are words, not units).
 fn unit_scale(unit: &str, spaced: bool) -> Option<(u128, u128)> {
-    let k = match unit {
-        "B" | "b" | "bytes" | "byte" | "Bytes" => return Some((1, 1)),
-        "KiB" | "kiB" => return Some((1 << 10, 1 << 10)),
-        "MiB" => return Some((1 << 20, 1 << 20)),
-        "GiB" => return Some((1 << 30, 1 << 30)),
-        "TiB" => return Some((1 << 40, 1 << 40)),
-        "KB" | "kB" | "kb" | "Kb" => 1,
-        "MB" | "Mb" | "mb" => 2,
-        "GB" | "Gb" | "gb" => 3,
-        "TB" | "tb" => 4,
-        "K" | "k" if !spaced => 1,
-        "M" if !spaced => 2,
-        "G" if !spaced => 3,
-        "T" if !spaced => 4,
+    let binary = |k: u32| Some((1u128 << (10 * k), 1u128 << (10 * k)));
+    match unit {
+        "Ki" => return binary(1),
+        "Mi" => return binary(2),
+        "Gi" => return binary(3),
+        "Ti" => return binary(4),
+        "K" | "k" | "M" | "G" | "T" if spaced => return None,
+        _ => {}
+    }
+    let k = match unit.to_ascii_lowercase().as_str() {
+        "b" | "byte" | "bytes" => return Some((1, 1)),
+        "kib" => return binary(1),
+        "mib" => return binary(2),
+        "gib" => return binary(3),
+        "tib" => return binary(4),
+        "kb" | "k" | "kilobyte" | "kilobytes" => 1,
+        "mb" | "m" | "megabyte" | "megabytes" => 2,
+        "gb" | "g" | "gigabyte" | "gigabytes" => 3,
+        "tb" | "t" | "terabyte" | "terabytes" => 4,
         _ => return None,
     };
+    // A lone lower-case `m`, `g` or `t` joined to a number is a time, a network or a count
+    // more often than a size ("5m", "5g"); `k` stays, as runtimes print it.
+    if matches!(unit, "m" | "g" | "t") {
+        return None;
+    }
     Some((1000u128.pow(k), 1024u128.pow(k)))
 }
 
@@ -617,6 +629,29 @@ mod tests {
         assert_eq!(one("tried to allocate 2,5\u{a0}GiB").1, 2_630_667_469);
         // A list is not a number.
         assert!(labels("shape[16,112,112,147] float").is_empty());
+    }
+
+    #[test]
+    fn units_are_read_in_any_case_and_spelled_out() {
+        let one = |t: &str| {
+            let g = labels(t);
+            assert_eq!(g.len(), 1, "{t}: {g:?}");
+            (g[0].2, g[0].3)
+        };
+        assert_eq!(one("tried to allocate 512Mi"), (536_346_624, 537_919_487));
+        assert_eq!(
+            one("tried to allocate 2 gigabytes"),
+            (1_500_000_000, 3_221_225_471)
+        );
+        assert_eq!(
+            one("tried to allocate 2 GIB"),
+            one("tried to allocate 2 GiB")
+        );
+        assert_eq!(one("tried to allocate 2 mb"), one("tried to allocate 2 MB"));
+        assert_eq!(one("tried to allocate 4096 BYTES"), (4096, 4096));
+        // A lone letter after a space, or a lower-case `m` joined to a number, is no unit.
+        assert!(labels("tried to allocate 2 M").is_empty());
+        assert!(labels("took 5m").is_empty());
     }
 
     #[test]

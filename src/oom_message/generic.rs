@@ -692,6 +692,17 @@ mod tests {
     }
 
     #[test]
+    fn markdown_escapes_are_read_through() {
+        let text = "RuntimeError: CUDA\\_ERROR\\_OUT\\_OF\\_MEMORY\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        // The message's text is the input's own, escapes and all.
+        assert_eq!(found[0].text, "CUDA\\_ERROR\\_OUT\\_OF\\_MEMORY");
+        let (_, figures) = read_one("ERROR: failed to allocate 3.5 GiB \\(out of memory\\)");
+        assert_eq!(figures, [(Some("requested"), "3.5 GiB".to_string())]);
+    }
+
+    #[test]
     fn wordings_match_in_every_case_form() {
         assert_eq!(
             case_forms("out of memory"),

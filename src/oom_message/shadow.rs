@@ -100,6 +100,34 @@ fn quote_marker_len(bytes: &[u8], i: usize) -> usize {
     if marked { k - i } else { 0 }
 }
 
+/// A Markdown escape: a backslash before punctuation Markdown would otherwise read
+/// (`CUDA\_ERROR\_OUT\_OF\_MEMORY`, `\*\*`), as a paste into an issue editor leaves it. The
+/// backslash is dropped.
+fn is_markdown_escape(bytes: &[u8], i: usize) -> bool {
+    bytes[i] == b'\\'
+        && matches!(
+            bytes.get(i + 1),
+            Some(
+                b'_' | b'*'
+                    | b'['
+                    | b']'
+                    | b'('
+                    | b')'
+                    | b'#'
+                    | b'.'
+                    | b'!'
+                    | b'|'
+                    | b'<'
+                    | b'>'
+                    | b'`'
+                    | b'-'
+                    | b'+'
+                    | b'{'
+                    | b'}'
+            )
+        )
+}
+
 /// `\n`, `\r` or `\t` written as two characters (a quoted or debug-printed string).
 fn is_escaped_space(bytes: &[u8], i: usize) -> bool {
     bytes[i] == b'\\' && matches!(bytes.get(i + 1), Some(b'n' | b'r' | b't'))
@@ -138,6 +166,10 @@ impl Shadow {
                 } else if is_escaped_space(bytes, i) {
                     spaced = true;
                     i += 2;
+                } else if is_markdown_escape(bytes, i) {
+                    i += 1;
+                    // The escaped byte is the text's own: the run ends before it.
+                    break;
                 } else {
                     let n = escape_len(bytes, i);
                     if n == 0 {
