@@ -703,6 +703,19 @@ mod tests {
     }
 
     #[test]
+    fn html_entities_are_read_as_what_they_stand_for() {
+        let text = "EnforceNotMet: enforce allocating &lt;= available failed, 10513462067 &gt; 1369702144\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].text.starts_with("enforce allocating &lt;="));
+        assert!(found[0].text.ends_with("1369702144"));
+        let Detail::Generic { figures, .. } = &found[0].detail else {
+            panic!("{:?}", found[0].detail);
+        };
+        assert_eq!(figures[1].quantity.printed, "1369702144");
+    }
+
+    #[test]
     fn wordings_match_in_every_case_form() {
         assert_eq!(
             case_forms("out of memory"),

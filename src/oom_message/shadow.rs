@@ -100,6 +100,26 @@ fn quote_marker_len(bytes: &[u8], i: usize) -> usize {
     if marked { k - i } else { 0 }
 }
 
+/// An HTML entity a web page or an exported thread leaves in a paste (`&gt;=`, `&lt;=`,
+/// `&amp;`, `&quot;`, `&#39;`, `&nbsp;`): its length and the byte it stands for.
+fn html_entity(bytes: &[u8], i: usize) -> Option<(usize, u8)> {
+    const ENTITIES: &[(&[u8], u8)] = &[
+        (b"&gt;", b'>'),
+        (b"&lt;", b'<'),
+        (b"&amp;", b'&'),
+        (b"&quot;", b'"'),
+        (b"&#39;", b'\''),
+        (b"&#x27;", b'\''),
+        (b"&apos;", b'\''),
+        (b"&nbsp;", b' '),
+    ];
+    let rest = &bytes[i..];
+    ENTITIES
+        .iter()
+        .find(|(e, _)| rest.starts_with(e))
+        .map(|&(e, b)| (e.len(), b))
+}
+
 /// A Markdown escape: a backslash before punctuation Markdown would otherwise read
 /// (`CUDA\_ERROR\_OUT\_OF\_MEMORY`, `\*\*`), as a paste into an issue editor leaves it. The
 /// backslash is dropped.
@@ -142,6 +162,14 @@ impl Shadow {
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes[i];
+            if b == b'&'
+                && let Some((len, stands_for)) = html_entity(bytes, i)
+            {
+                text.push(stands_for);
+                i += len;
+                breaks.push((text.len(), i));
+                continue;
+            }
             let special = is_space(b) || b == 0x1b || b == b'^' || b == b'\\';
             if !special {
                 text.push(b);
@@ -197,7 +225,8 @@ impl Shadow {
             }
         }
         Shadow {
-            // Only whole ASCII bytes were dropped or replaced by ASCII: still UTF-8.
+            // Only whole ASCII bytes were dropped or replaced by ASCII (an entity's bytes by
+            // the one it stands for): still UTF-8.
             text: String::from_utf8(text).unwrap_or_default(),
             line_ends,
             breaks,
