@@ -716,6 +716,25 @@ mod tests {
     }
 
     #[test]
+    fn full_width_digits_and_letters_are_read_as_ascii() {
+        let text = "错误：CUDA out of memory. Tried to allocate ２０．００ ＭｉＢ.\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].text.ends_with("２０．００ ＭｉＢ."),
+            "{}",
+            found[0].text
+        );
+        let sizes = serde_json::to_string(&found[0].detail).unwrap();
+        assert!(sizes.contains("\"low\":20966278"), "{sizes}");
+        // A message that ends on a full-width character, or an entity, ends after all its bytes.
+        let found = super::super::find_all("CUDA out of memory. Tried to allocate ２０ ＭｉＢ");
+        assert!(found[0].text.ends_with("ＭｉＢ"), "{}", found[0].text);
+        let found = super::super::find_all("RuntimeError: CUDA error: out of memory &gt;");
+        assert!(!found[0].text.ends_with('&'), "{}", found[0].text);
+    }
+
+    #[test]
     fn wordings_match_in_every_case_form() {
         assert_eq!(
             case_forms("out of memory"),
