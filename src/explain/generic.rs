@@ -38,6 +38,17 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
         ));
     }
     match memory {
+        MemorySpace::PinnedHostRam => {
+            d.summary = format!(
+                "\"{wording}\"{from} is about host RAM (pinned), not the GPU: page-locked host memory for transfers could not be had, so the GPU's memory figures do not bear on it."
+            );
+            d.findings.push("This is host RAM (pinned), not the GPU: the driver could not lock that much of the host's memory (free host RAM, or the locked-memory limit).".into());
+            d.check(
+                "free -h; ulimit -l",
+                "the host's free memory and the locked-memory limit, which bound pinned allocations",
+            );
+            return;
+        }
         MemorySpace::HostRam => {
             d.summary = format!(
                 "\"{wording}\"{from} is about host RAM, not the GPU: a CPU allocation failed, so the GPU's memory figures do not bear on it."

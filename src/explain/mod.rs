@@ -211,6 +211,15 @@ pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
         Detail::Generic { .. } => generic::diagnose(&message.detail, &mut d),
         _ => other::diagnose(&message.detail, earlier, &mut d),
     }
+    if let Some(f) = &message.cut_figure {
+        let what = f.label.map_or("a figure".to_string(), |l| {
+            format!("the {} figure", l.as_str().replace('_', "-"))
+        });
+        d.findings.push(format!(
+            "The text ends inside {what}, cut before its unit: \"{}\" can stand for anything from {} to {} bytes, so it is listed, not used in the arithmetic.",
+            f.quantity.printed, f.quantity.bytes.low, f.quantity.bytes.high
+        ));
+    }
     d.finish(message)
 }
 

@@ -208,7 +208,8 @@ impl<'a> Cursor<'a> {
             if c.skip_ws() == 0 {
                 return None;
             }
-            let unit = c.token(b".,;:()\"'`")?;
+            // Markdown's emphasis ends a unit ("GiB**"), as punctuation does.
+            let unit = c.token(b".,;:()\"'`*")?;
             let bytes = bytes(number, unit)?;
             Some(Quantity {
                 printed: c.text[start..c.pos].to_string(),

@@ -143,6 +143,7 @@ const BEFORE: &[(&str, Label)] = &[
     ("reserved", Label::Reserved),
     ("cached", Label::Cached),
     ("using", Label::InUse),
+    ("usage", Label::InUse),
     ("use", Label::InUse),
     ("used", Label::InUse),
 ];
@@ -178,11 +179,27 @@ fn lookup(word: &str, table: &[(&str, Label)]) -> Option<Label> {
         .map(|&(_, l)| l)
 }
 
-/// Lower-case words of `s`, in order.
-fn words(s: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
-    s.split(|c: char| !c.is_ascii_alphabetic())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_ascii_lowercase())
+/// The words of `s`, in order, as slices of `lower` (`s` in lower case); a capital after a
+/// small letter starts a word, so words a paste or a log format ran together
+/// ("memoryRequired", "InUse") are still words.
+fn words<'a>(s: &str, lower: &'a str) -> impl DoubleEndedIterator<Item = &'a str> {
+    let b = s.as_bytes();
+    let mut cuts = Vec::new();
+    let mut start = None;
+    for i in 0..=b.len() {
+        let c = b.get(i).copied().unwrap_or(b' ');
+        let camel = i > 0 && c.is_ascii_uppercase() && b[i - 1].is_ascii_lowercase();
+        if let Some(s0) = start
+            && (!c.is_ascii_alphabetic() || camel)
+        {
+            cuts.push((s0, i));
+            start = None;
+        }
+        if start.is_none() && c.is_ascii_alphabetic() {
+            start = Some(i);
+        }
+    }
+    cuts.into_iter().map(move |(a, z)| &lower[a..z])
 }
 
 /// Where a clause ends: the label of a figure is looked for no further.
@@ -194,11 +211,16 @@ fn is_clause_break(c: char) -> bool {
 }
 
 fn label_after(after: &str) -> Option<Label> {
-    let clause = after.find(is_clause_break).map_or(after, |i| &after[..i]);
+    // A colon right after a figure ends its clause too ("… >= 9.60G: reserved 530.00M").
+    let clause = after
+        .bytes()
+        .position(|b| is_clause_break(b as char) || b == b':')
+        .map_or(after, |i| &after[..i]);
     let mut seen = 0;
-    let ws: Vec<String> = words(clause).take(8).collect();
-    for (i, w) in ws.iter().enumerate() {
-        if FILLER.contains(&w.as_str()) {
+    let lower = clause.to_ascii_lowercase();
+    let ws: Vec<&str> = words(clause, &lower).take(8).collect();
+    for (i, &w) in ws.iter().enumerate() {
+        if FILLER.contains(&w) {
             continue;
         }
         if let Some(l) = lookup(w, AFTER) {
@@ -230,9 +252,14 @@ fn label_before(before: &str) -> Option<Label> {
     // memory (15485030400 bytes)").
     let before = before.trim_end().strip_suffix('(').unwrap_or(before);
     let clause = before
-        .rfind(['.', ';', '|', '\n', '(', ','])
+        .bytes()
+        .rposition(|b| matches!(b, b'.' | b';' | b'|' | b'\n' | b'(' | b','))
         .map_or(before, |i| &before[i + 1..]);
-    words(clause).rev().take(6).find_map(|w| lookup(&w, BEFORE))
+    let lower = clause.to_ascii_lowercase();
+    words(clause, &lower)
+        .rev()
+        .take(6)
+        .find_map(|w| lookup(w, BEFORE))
 }
 
 /// What the words around `text[at..end]` make the figure there.
@@ -242,26 +269,38 @@ fn label(text: &str, at: usize, end: usize) -> Option<Label> {
     label_after(&text[end..to]).or_else(|| label_before(&text[from..at]))
 }
 
-/// The scale of a unit word, as `(low, high)` bytes a unit: equal for `B`, `KiB`…, 1000 and
-/// 1024 powers for `KB`/`MB`/`GB`, whose meaning varies by runtime. `spaced`: the unit was
-/// printed after a space (single letters then are words, not units).
+/// The scale of a unit word, as `(low, high)` bytes a unit: equal for bytes and the binary
+/// units (`KiB`…`TiB`, Kubernetes' `Ki`…`Ti`), 1000 and 1024 powers for `KB`/`MB`/`GB`/`TB` and
+/// the spelled-out words (`gigabytes`), whose meaning varies by runtime and writer; any case
+/// (`gib`, `MB`, `mb`, `Gb`: a pasted "Gb" means bytes, not bits). `spaced`: the unit was printed
+/// after a space (single letters then are words, not units).
 fn unit_scale(unit: &str, spaced: bool) -> Option<(u128, u128)> {
-    let k = match unit {
-        "B" | "b" | "bytes" | "byte" | "Bytes" => return Some((1, 1)),
-        "KiB" | "kiB" => return Some((1 << 10, 1 << 10)),
-        "MiB" => return Some((1 << 20, 1 << 20)),
-        "GiB" => return Some((1 << 30, 1 << 30)),
-        "TiB" => return Some((1 << 40, 1 << 40)),
-        "KB" | "kB" | "kb" | "Kb" => 1,
-        "MB" | "Mb" | "mb" => 2,
-        "GB" | "Gb" | "gb" => 3,
-        "TB" | "tb" => 4,
-        "K" | "k" if !spaced => 1,
-        "M" if !spaced => 2,
-        "G" if !spaced => 3,
-        "T" if !spaced => 4,
+    let binary = |k: u32| Some((1u128 << (10 * k), 1u128 << (10 * k)));
+    match unit {
+        "Ki" => return binary(1),
+        "Mi" => return binary(2),
+        "Gi" => return binary(3),
+        "Ti" => return binary(4),
+        "K" | "k" | "M" | "G" | "T" if spaced => return None,
+        _ => {}
+    }
+    let k = match unit.to_ascii_lowercase().as_str() {
+        "b" | "byte" | "bytes" => return Some((1, 1)),
+        "kib" => return binary(1),
+        "mib" => return binary(2),
+        "gib" => return binary(3),
+        "tib" => return binary(4),
+        "kb" | "k" | "kilobyte" | "kilobytes" => 1,
+        "mb" | "m" | "megabyte" | "megabytes" => 2,
+        "gb" | "g" | "gigabyte" | "gigabytes" => 3,
+        "tb" | "t" | "terabyte" | "terabytes" => 4,
         _ => return None,
     };
+    // A lone lower-case `m`, `g` or `t` joined to a number is a time, a network or a count
+    // more often than a size ("5m", "5g"); `k` stays, as runtimes print it.
+    if matches!(unit, "m" | "g" | "t") {
+        return None;
+    }
     Some((1000u128.pow(k), 1024u128.pow(k)))
 }
 
@@ -320,36 +359,76 @@ pub fn read(text: &str) -> Vec<Figure> {
     out
 }
 
-/// The figure whose number starts at `at`, if a size is printed there.
-fn figure_at(text: &str, at: usize) -> Option<Figure> {
-    let bytes = text.as_bytes();
+/// The number starting at `bytes[at]`, as plain digits with at most one `.` for its decimal
+/// mark, and where it ends. Every locale's separators are read: `1,234.5` (English), `1.234,5`
+/// (German), `1'234,5` (Swiss), `1234,5` (a decimal comma: a comma followed by other than three
+/// digits). A comma followed by exactly three digits, alone, is a thousands separator, the
+/// commoner reading; a mark with no digit after it ends the number ("20." at a sentence's end).
+fn number_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     let mut j = at;
-    let mut digits = String::new();
+    // (offset, mark) of every separator between digits.
+    let mut marks: Vec<(usize, u8)> = Vec::new();
     while j < bytes.len() {
         let c = bytes[j];
         if c.is_ascii_digit() {
-            digits.push(c as char);
             j += 1;
-        } else if c == b','
-            && bytes
-                .get(j + 1..j + 4)
-                .is_some_and(|g| g.iter().all(u8::is_ascii_digit))
-            && !bytes.get(j + 4).is_some_and(u8::is_ascii_digit)
-        {
-            j += 1;
-        } else if c == b'.'
-            && !digits.contains('.')
+        } else if matches!(c, b',' | b'.' | b'\'')
             && bytes.get(j + 1).is_some_and(u8::is_ascii_digit)
         {
-            digits.push('.');
+            marks.push((j, c));
             j += 1;
         } else {
             break;
         }
     }
+    let digits_after = |i: usize| marks.get(i + 1).map_or(j, |&(m, _)| m) - marks[i].0 - 1;
+    let grouped = |range: std::ops::Range<usize>| range.into_iter().all(|i| digits_after(i) == 3);
+    let n = marks.len();
+    // (decimal mark's index, where the number ends).
+    let (decimal, end) = match marks.last() {
+        None => (None, j),
+        Some(&(_, kind)) if marks.iter().all(|&(_, k)| k == kind) => match kind {
+            b',' if n == 1 && digits_after(0) != 3 => (Some(0), j),
+            b'.' if n == 1 => (Some(0), j),
+            _ if grouped(0..n) => (None, j),
+            // "1.2.3": the first dot is the decimal mark and the number ends at the second.
+            b'.' => (Some(0), marks[1].0),
+            _ => (None, marks[0].0),
+        },
+        Some(&(_, kind)) => {
+            let before_differ = marks[..n - 1].iter().all(|&(_, k)| k != kind);
+            if kind != b'\'' && before_differ && grouped(0..n - 1) {
+                (Some(n - 1), j)
+            } else {
+                (None, marks[0].0)
+            }
+        }
+    };
+    let decimal_at = decimal.map(|i| marks[i].0);
+    let mut digits = String::with_capacity(end - at);
+    for (i, &b) in bytes[at..end].iter().enumerate() {
+        if b.is_ascii_digit() {
+            digits.push(b as char);
+        } else if decimal_at == Some(at + i) {
+            digits.push('.');
+        }
+    }
+    Some((digits, end))
+}
+
+/// The figure whose number starts at `at`, if a size is printed there.
+fn figure_at(text: &str, at: usize) -> Option<Figure> {
+    let bytes = text.as_bytes();
+    let (digits, j) = number_at(bytes, at)?;
     let number_end = j;
     let d = Decimal::parse(&digits)?;
-    let spaced = bytes.get(j) == Some(&b' ');
+    // The unit after one space, a non-breaking one (U+00A0, U+202F, as locales print it), or
+    // none.
+    let gap = [" ", "\u{a0}", "\u{202f}"]
+        .iter()
+        .find(|g| text[j..].starts_with(*g))
+        .map_or(0, |g| g.len());
+    let spaced = gap > 0;
     // "15485030400-byte": a unit joined by a hyphen.
     if bytes.get(j) == Some(&b'-') && text[j + 1..].starts_with("byte") {
         let d = Decimal::parse(&digits)?;
@@ -370,7 +449,7 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
             end,
         });
     }
-    let unit_start = if spaced { j + 1 } else { j };
+    let unit_start = j + gap;
     let mut k = unit_start;
     while k < bytes.len() && bytes[k].is_ascii_alphabetic() {
         k += 1;
@@ -411,6 +490,60 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         },
         at,
         end,
+    })
+}
+
+/// The largest unit a cut figure may have lost: TiB.
+const CUT_HIGH_SCALE: u128 = 1 << 40;
+
+/// The figure a text ends in when the paste cut it before its unit ("… of which 212.81",
+/// "…; 20."): a number with no unit, on the last line, with a decimal mark (no runtime prints a
+/// byte count with one, so a unit was lost) or a size word before it. `tail` is the text after
+/// the message, to the end of the input. Its bytes are every value the printed digits allow in
+/// any unit from bytes (from kB for a decimal) to TiB, rounded or cut; its label is the words
+/// before it, when they name one.
+pub fn cut_at_end(tail: &str) -> Option<Figure> {
+    let trimmed = tail.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '*' | '`'));
+    if trimmed.len() > 160 || trimmed.contains('\n') {
+        return None;
+    }
+    let b = trimmed.as_bytes();
+    let at = b.len()
+        - b.iter()
+            .rev()
+            .take_while(|&&c| c.is_ascii_digit() || matches!(c, b'.' | b','))
+            .count();
+    let at = at + b[at..].iter().take_while(|c| !c.is_ascii_digit()).count();
+    if at >= b.len() || (at > 0 && !matches!(b[at - 1], b' ' | b'(' | b'=')) {
+        return None;
+    }
+    let (digits, end) = number_at(b, at)?;
+    let dotted = trimmed[end..] == *"." || digits.contains('.');
+    if end + usize::from(trimmed[end..] == *".") != b.len() {
+        return None;
+    }
+    let d = Decimal::parse(digits.trim_end_matches('.'))?;
+    let label = label_before(&trimmed[..at]);
+    if !dotted && label.is_none() {
+        return None;
+    }
+    let low_scale = if dotted { 1000 } else { 1 };
+    let p = 10u128.checked_pow(d.places)?;
+    let low = (d.mantissa.checked_mul(2)?.saturating_sub(1))
+        .checked_mul(low_scale)?
+        .div_ceil(p.checked_mul(2)?);
+    let high = (d.mantissa.checked_add(1)?.checked_mul(CUT_HIGH_SCALE)? - 1) / p;
+    Some(Figure {
+        label,
+        quantity: Quantity {
+            printed: trimmed[at..].to_string(),
+            bytes: ByteRange {
+                low: u64::try_from(low).unwrap_or(u64::MAX),
+                high: u64::try_from(high).unwrap_or(u64::MAX),
+            },
+        },
+        at,
+        end: trimmed.len(),
     })
 }
 
@@ -469,6 +602,88 @@ mod tests {
         assert!(labels("2018-07-17 09:05:55.622488: step 1234").is_empty());
         // A number with a unit but no word that says what it is.
         assert_eq!(labels("warning: 3.00 GiB").first().map(|g| g.0), Some(None));
+    }
+
+    #[test]
+    fn every_locale_s_decimal_and_thousands_marks_are_read() {
+        let one = |t: &str| {
+            let g = labels(t);
+            assert_eq!(g.len(), 1, "{t}: {g:?}");
+            (g[0].1.clone(), g[0].2, g[0].3)
+        };
+        // A decimal comma: 1900,00 MiB is 1900.00 MiB, not 1900 bytes and 0 MiB.
+        assert_eq!(
+            one("failed to allocate 1900,00 MiB of pinned memory"),
+            ("1900,00 MiB".into(), 1_992_289_158, 1_992_304_885)
+        );
+        // German (dot thousands, comma decimal), Swiss (apostrophe), English (comma thousands).
+        // 1234.5 MiB rounded or cut: from 1234.45 MiB.
+        assert_eq!(one("tried to allocate 1.234,5 MiB").1, 1_294_414_644);
+        assert_eq!(one("tried to allocate 1'234 MiB").1, 1_293_418_496);
+        assert_eq!(one("tried to allocate 1,234.5 MiB").1, 1_294_414_644);
+        assert_eq!(
+            one("tried to allocate 1,234 bytes"),
+            ("1,234 bytes".into(), 1234, 1234)
+        );
+        // A non-breaking space between number and unit, as French and Russian locales print.
+        assert_eq!(one("tried to allocate 2,5\u{a0}GiB").1, 2_630_667_469);
+        // A list is not a number.
+        assert!(labels("shape[16,112,112,147] float").is_empty());
+    }
+
+    #[test]
+    fn units_are_read_in_any_case_and_spelled_out() {
+        let one = |t: &str| {
+            let g = labels(t);
+            assert_eq!(g.len(), 1, "{t}: {g:?}");
+            (g[0].2, g[0].3)
+        };
+        assert_eq!(one("tried to allocate 512Mi"), (536_346_624, 537_919_487));
+        assert_eq!(
+            one("tried to allocate 2 gigabytes"),
+            (1_500_000_000, 3_221_225_471)
+        );
+        assert_eq!(
+            one("tried to allocate 2 GIB"),
+            one("tried to allocate 2 GiB")
+        );
+        assert_eq!(one("tried to allocate 2 mb"), one("tried to allocate 2 MB"));
+        assert_eq!(one("tried to allocate 4096 BYTES"), (4096, 4096));
+        // A lone letter after a space, or a lower-case `m` joined to a number, is no unit.
+        assert!(labels("tried to allocate 2 M").is_empty());
+        assert!(labels("took 5m").is_empty());
+    }
+
+    #[test]
+    fn words_run_together_keep_their_labels() {
+        let got = labels("out of resource: shared memoryRequired: 110592Hardware limit: 101376");
+        assert_eq!(
+            got,
+            [
+                (Some("requested"), "110592".into(), 110592, 110592),
+                (Some("limit"), "101376".into(), 101376, 101376)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_figure_cut_before_its_unit_is_listed_with_every_unit_it_could_have() {
+        let f = cut_at_end(" of which 212.81\n").unwrap();
+        assert_eq!(f.quantity.printed, "212.81");
+        // [212.805 kB, 212.82 TiB): from kB (a byte count has no decimal mark) to TiB.
+        assert_eq!(
+            (f.quantity.bytes.low, f.quantity.bytes.high),
+            (212_805, 233_998_064_623_288)
+        );
+        assert_eq!(cut_at_end("; 20.").unwrap().quantity.bytes.low, 19_500);
+        // A whole number is a cut figure only after a size word.
+        let f = cut_at_end(" Tried to allocate 20").unwrap();
+        assert_eq!(f.label, Some(Label::Requested));
+        assert_eq!(f.quantity.bytes.low, 20);
+        assert!(cut_at_end(" at step 1234\n").is_none());
+        // Not at the end, or not on the last line: nothing was cut.
+        assert!(cut_at_end(" 2.25 GiB in use").is_none());
+        assert!(cut_at_end(" 2.25\nnext line").is_none());
     }
 
     #[test]

@@ -17,6 +17,8 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder};
+
 use serde::Serialize;
 
 use super::figures::{self, Figure};
@@ -29,8 +31,12 @@ use super::{Detail, cursor::floor_boundary};
 pub enum MemorySpace {
     /// A GPU's device memory: what headroom's views measure.
     Device,
-    /// The host's RAM (a CPU allocator, pinned host memory, the kernel's `ENOMEM`).
+    /// The host's RAM (a CPU allocator, the kernel's `ENOMEM`).
     HostRam,
+    /// Pinned (page-locked) host RAM (`cudaHostAlloc`, `cuMemHostAlloc`, ggml's
+    /// `ggml_cuda_host_malloc`): host memory the driver locks for transfers, bounded by the
+    /// host's RAM and its lock limit, not by the GPU.
+    PinnedHostRam,
     /// A TPU's high-bandwidth memory: not a CUDA device.
     TpuHbm,
     /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
@@ -44,6 +50,7 @@ impl MemorySpace {
         match self {
             MemorySpace::Device => "GPU device memory",
             MemorySpace::HostRam => "host RAM",
+            MemorySpace::PinnedHostRam => "host RAM (pinned)",
             MemorySpace::TpuHbm => "TPU HBM",
             MemorySpace::SharedMemory => "on-chip shared memory",
         }
@@ -75,6 +82,7 @@ const PHRASES: &[&str] = &[
     "memory allocation failed",
     "allocation failed",
     "insufficient memory",
+    "insufficient gpu memory",
     "memory not available",
     "error allocating",
     "bad_alloc",
@@ -151,7 +159,7 @@ pub(super) fn any_anchors() -> &'static [(&'static str, Reader)] {
 const BEFORE_BYTES: usize = 240;
 const AFTER_BYTES: usize = 720;
 /// Sentences after the wording's own that are read while they carry sizes.
-const MORE_SENTENCES: usize = 5;
+const MORE_SENTENCES: usize = 8;
 
 /// The runtimes by the words their messages carry, most specific first.
 const RUNTIMES: &[(&[&str], &str)] = &[
@@ -204,42 +212,129 @@ const RUNTIMES: &[(&[&str], &str)] = &[
     (&["jax", "xla"], "XLA"),
 ];
 
-fn runtime(lower: &str) -> Option<String> {
-    RUNTIMES
-        .iter()
-        .find(|(words, _)| words.iter().any(|w| lower.contains(w)))
-        .map(|(_, name)| name.to_string())
+/// Words naming memory other than the device's, by the space they name; `memoryerror` at the
+/// text's start is Python's `MemoryError` too.
+const TPU_WORDS: &[&str] = &["memory space hbm", " hbm", "tpu"];
+const PINNED_WORDS: &[&str] = &[
+    "pinned memory",
+    "pinned host",
+    "host_malloc",
+    "cudahostalloc",
+    "cumemhostalloc",
+];
+const SHARED_WORDS: &[&str] = &["out of resource", "outofresources"];
+const HOST_WORDS: &[&str] = &[
+    "defaultcpuallocator",
+    "alloc_cpu",
+    "cpu buffer",
+    "cpu allocator",
+    "host memory",
+    "on host",
+    "(cannot allocate memory)",
+    "error code 12",
+    "for an array with shape",
+    // Python's `MemoryError`, not the end of `OutOfMemoryError`.
+    " memoryerror",
+    "arraymemoryerror",
+    "bad_alloc",
+    "killed process",
+    "oom-kill",
+];
+
+/// Which of the words of `RUNTIMES` and of the memory spaces a span holds, found in one pass.
+struct Vocabulary {
+    search: AhoCorasick,
+    /// Per pattern: the index in `RUNTIMES` it names, or a memory-space group (`usize::MAX - g`).
+    meaning: Vec<usize>,
 }
 
-fn memory_space(lower: &str) -> MemorySpace {
-    let any = |ws: &[&str]| ws.iter().any(|w| lower.contains(w));
-    if any(&["memory space hbm", " hbm", "tpu"]) {
+const TPU: usize = usize::MAX;
+const PINNED: usize = usize::MAX - 1;
+const SHARED: usize = usize::MAX - 2;
+const HOST: usize = usize::MAX - 3;
+const SHARED_MEMORY: usize = usize::MAX - 4;
+
+fn vocabulary() -> &'static Vocabulary {
+    static V: OnceLock<Vocabulary> = OnceLock::new();
+    V.get_or_init(|| {
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut meaning = Vec::new();
+        for (i, (words, _)) in RUNTIMES.iter().enumerate() {
+            for w in *words {
+                patterns.push(w);
+                meaning.push(i);
+            }
+        }
+        for (group, words) in [
+            (TPU, TPU_WORDS),
+            (PINNED, PINNED_WORDS),
+            (SHARED, SHARED_WORDS),
+            (HOST, HOST_WORDS),
+            (SHARED_MEMORY, &["shared memory"][..]),
+        ] {
+            for w in words {
+                patterns.push(w);
+                meaning.push(group);
+            }
+        }
+        let search = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .build(&patterns)
+            .expect("the vocabulary builds an automaton");
+        Vocabulary { search, meaning }
+    })
+}
+
+/// The runtime a span's words name (the first of `RUNTIMES` with a word in it) and the memory
+/// it is about, from one search of the span.
+fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
+    let v = vocabulary();
+    let mut runtimes = vec![false; RUNTIMES.len()];
+    let (mut tpu, mut pinned, mut shared, mut host, mut shared_memory) =
+        (false, false, false, false, false);
+    for m in v.search.find_overlapping_iter(span) {
+        match v.meaning[m.pattern().as_usize()] {
+            TPU => tpu = true,
+            PINNED => pinned = true,
+            SHARED => shared = true,
+            HOST => host = true,
+            SHARED_MEMORY => shared_memory = true,
+            i => runtimes[i] = true,
+        }
+    }
+    let runtime = runtimes
+        .iter()
+        .position(|&hit| hit)
+        .map(|i| RUNTIMES[i].1.to_string());
+    let host = host
+        || span
+            .get(..11)
+            .is_some_and(|h| h.eq_ignore_ascii_case("memoryerror"));
+    let memory = if tpu {
         MemorySpace::TpuHbm
-    } else if any(&["out of resource", "outofresources"]) && lower.contains("shared memory") {
+    } else if pinned {
+        MemorySpace::PinnedHostRam
+    } else if shared && shared_memory {
         MemorySpace::SharedMemory
-    } else if lower.starts_with("memoryerror")
-        || any(&[
-            "defaultcpuallocator",
-            "alloc_cpu",
-            "cpu buffer",
-            "cpu allocator",
-            "host memory",
-            "on host",
-            "(cannot allocate memory)",
-            "error code 12",
-            "for an array with shape",
-            // Python's `MemoryError`, not the end of `OutOfMemoryError`.
-            " memoryerror",
-            "arraymemoryerror",
-            "bad_alloc",
-            "killed process",
-            "oom-kill",
-        ])
-    {
+    } else if host {
         MemorySpace::HostRam
     } else {
         MemorySpace::Device
-    }
+    };
+    (runtime, memory)
+}
+
+/// Whether `s` holds an out-of-memory wording (`PHRASES`, any case).
+fn has_wording(s: &str) -> bool {
+    static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
+    SEARCH
+        .get_or_init(|| {
+            AhoCorasickBuilder::new()
+                .ascii_case_insensitive(true)
+                .build(PHRASES)
+                .expect("the phrases build an automaton")
+        })
+        .is_match(s)
 }
 
 thread_local! {
@@ -248,15 +343,19 @@ thread_local! {
 }
 
 /// Runs `f` (the readers over a folded text) with that text's line ends known: a message read
-/// by principle ends with its line unless the next lines carry its figures.
+/// by principle ends with its line unless the next lines carry its figures. The readings
+/// remembered per anchor (`read_once`) last as long.
 pub(super) fn with_line_ends<T>(line_ends: &[usize], f: impl FnOnce() -> T) -> T {
     LINE_ENDS.with(|l| {
         let mut l = l.borrow_mut();
         l.clear();
         l.extend_from_slice(line_ends);
     });
+    // A reading remembered from another text is never reused (its address may be this one's).
+    LAST.with(|l| l.borrow_mut().take());
     let out = f();
     LINE_ENDS.with(|l| l.borrow_mut().clear());
+    LAST.with(|l| l.borrow_mut().take());
     out
 }
 
@@ -280,18 +379,47 @@ fn sentence_start(text: &str, from: usize, at: usize) -> usize {
     text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
 }
 
-fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
-    let f = read(text, at, anchor_end)?;
-    match &f.detail {
-        Detail::Generic {
-            figures, memory, ..
-        } if !figures.is_empty() || *memory != MemorySpace::Device => Some(f),
-        _ => None,
-    }
+/// An anchor as (the text's address and length, the anchor's start and end).
+type AnchorKey = (usize, usize, usize, usize);
+
+thread_local! {
+    /// The last reading and the anchor it was read at (the text's address and length, the
+    /// anchor's offsets): both families of anchors hold every wording, so each is read once.
+    static LAST: RefCell<Option<(AnchorKey, Option<Found>)>> =
+        const { RefCell::new(None) };
 }
 
+/// `read`, once per anchor.
+fn read_once(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let key: AnchorKey = (text.as_ptr() as usize, text.len(), at, anchor_end);
+    if let Some(found) = LAST.with(|l| {
+        l.borrow()
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, f)| f.clone())
+    }) {
+        return found;
+    }
+    let found = read(text, at, anchor_end);
+    LAST.with(|l| *l.borrow_mut() = Some((key, found.clone())));
+    found
+}
+
+/// Whether the with-figures family keeps a reading: it has figures, or is about memory other
+/// than the device's.
+fn has_figures(f: &Found) -> bool {
+    matches!(&f.detail, Detail::Generic { figures, memory, .. }
+        if !figures.is_empty() || *memory != MemorySpace::Device)
+}
+
+fn read_with_figures(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    read_once(text, at, anchor_end).filter(has_figures)
+}
+
+/// A reading with figures is the with-figures family's (ranked before this one, over the same
+/// span, so a second copy could never be kept).
 fn read_any(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
-    read(text, at, anchor_end)
+    read_once(text, at, anchor_end).filter(|f| !has_figures(f))
 }
 
 fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -316,27 +444,49 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         sentence.min(line).max(from)
     };
     let mut end = stop(anchor_end);
+    // A line ending in a colon introduces the lines after it ("Total hbm usage >= 9.60G:"):
+    // each of those that carries a size, labelled or not, belongs to the message.
+    let mut block = text[..end].trim_end().ends_with(':');
+    // Whether the sentences taken so far carry a size, worked out when first asked: on its
+    // line, a sentence with another out-of-memory wording then starts another message (a line
+    // of many messages is read one message at a time, not each to the line's end).
+    let mut sized_so_far: Option<bool> = None;
     for _ in 0..MORE_SENTENCES {
         let new_line = ends.contains(&end);
         let from_here = if new_line { end + 1 } else { end };
         let next = stop(from_here.min(to));
         let sentence = &text[end..next];
-        let lower = sentence.to_ascii_lowercase();
-        let wording = PHRASES.iter().any(|p| lower.contains(p));
-        let sized = figures::read(sentence).iter().any(|f| f.label.is_some());
+        let wording = has_wording(sentence);
+        // A wording in parentheses names the same error ("Error code 12 (Cannot allocate
+        // memory)", strerror's words), not another message.
+        let head = sentence.split('(').next().unwrap_or("");
+        let wording_outside_parentheses = wording && has_wording(head);
+        let here = figures::read(sentence);
+        let sized = here.iter().any(|f| f.label.is_some());
         // A traceback ends it; on its own line, so does another message's wording or a line
         // without a labelled size; on the same line, a sentence with neither.
+        let in_block = block && new_line && !wording && !here.is_empty();
         let ends_here = sentence.contains("Traceback")
             || sentence.contains(" File \"")
             || next == end
             || if new_line {
-                wording || !sized
+                (wording || !sized) && !in_block
             } else {
                 !(wording || sized)
+                    || (wording_outside_parentheses
+                        && *sized_so_far.get_or_insert_with(|| {
+                            figures::read(&text[anchor_end..end])
+                                .iter()
+                                .any(|f| f.label.is_some())
+                        }))
             };
         if ends_here {
             break;
         }
+        if sized {
+            sized_so_far = Some(true);
+        }
+        block = in_block || sentence.trim_end().ends_with(':');
         end = next;
     }
     let end = end.max(anchor_end);
@@ -373,15 +523,15 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let span_end = found
         .last()
         .map_or(sentence_end, |f| f.end.max(sentence_end));
-    let lower = text[start.min(first)..end].to_ascii_lowercase();
+    let (runtime, memory) = runtime_and_memory(&text[start.min(first)..end]);
     Some(Found {
         start: first,
         end: span_end,
         raised_as: raised_as(text, first),
         detail: Detail::Generic {
             wording: text[at..anchor_end].trim().to_string(),
-            runtime: runtime(&lower),
-            memory: memory_space(&lower),
+            runtime,
+            memory,
             figures: found,
         },
     })
@@ -451,6 +601,137 @@ mod tests {
                 (Some("limit"), "101376".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_size_table_after_a_colon_belongs_to_the_message() {
+        let (memory, figures) = read_one(
+            "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G.\n\nTotal hbm usage >= 9.60G:\n    reserved        530.00M \n    program           9.08G \n    arguments            0B \n",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        let printed: Vec<&str> = figures.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(
+            printed,
+            ["9.08G", "7.48G", "1.60G", "9.60G", "530.00M", "9.08G", "0B"]
+        );
+        assert_eq!(figures[3].0, Some("in_use"));
+    }
+
+    #[test]
+    fn pinned_host_memory_is_host_ram() {
+        let (memory, figures) = read_one(
+            "ggml_cuda_host_malloc: failed to allocate 1900,00 MiB of pinned memory: invalid argument",
+        );
+        assert_eq!(memory, MemorySpace::PinnedHostRam);
+        assert_eq!(figures, [(Some("requested"), "1900,00 MiB".to_string())]);
+    }
+
+    #[test]
+    fn paddle_s_failed_enforce_and_xla_s_async_allocator_are_read() {
+        let (_, figures) = read_one(
+            "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 10513462067 > 1369702144",
+        );
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "10513462067".to_string()),
+                (Some("free"), "1369702144".to_string())
+            ]
+        );
+        let (_, figures) = read_one(
+            "E1103 18:23:55.103160 1 gpu_cudamallocasync_allocator.cc:361] gpu_async_1 cuMemAllocAsync failed to allocate 1225195446464 bytes: RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory\n Reported by CUDA: Free memory/Total memory: 22635544576/85095874560\nE1103 18:23:55.103186 1 gpu_cudamallocasync_allocator.cc:366] Stats: Limit: 0\nInUse: 61982909300\nMaxInUse: 61982909300\nNumAllocs: 21841\nMaxAllocSize: 59743666176\nReserved: 0\nPeakReserved: 0\nLargestFreeBlock: 0\n",
+        );
+        let got: Vec<(Option<&str>, &str)> =
+            figures.iter().map(|(l, p)| (*l, p.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some("requested"), "1225195446464 bytes"),
+                (Some("free"), "22635544576"),
+                (Some("total"), "85095874560"),
+                (Some("limit"), "0"),
+                (Some("in_use"), "61982909300"),
+                (None, "61982909300"),
+                (None, "59743666176"),
+                (Some("reserved"), "0"),
+                (None, "0"),
+                (None, "0"),
+            ]
+        );
+    }
+
+    #[test]
+    fn tensorflow_s_tensor_wording_is_read_in_lower_case() {
+        let found = super::super::find_all(
+            "resource exhausted: oom when allocating tensor with shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:gpu:0 by allocator gpu_0_bfc",
+        );
+        assert_eq!(found.len(), 1);
+        let Detail::TfOomTensor {
+            shape,
+            tensor_bytes,
+            device_index,
+            ..
+        } = &found[0].detail
+        else {
+            panic!("{:?}", found[0].detail);
+        };
+        assert_eq!(shape, "[16,112,112,147]");
+        assert_eq!(*tensor_bytes, Some(16 * 112 * 112 * 147 * 4));
+        assert_eq!(*device_index, Some(0));
+    }
+
+    #[test]
+    fn a_message_cut_inside_a_figure_lists_it_as_cut() {
+        let found = super::super::find_all(
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 108.00 MiB. GPU 0 has a total capacity of 23.68 GiB of which 34.88 MiB is free. Process 1170126 has 2.25\n",
+        );
+        assert_eq!(found.len(), 1);
+        let cut = found[0].cut_figure.as_ref().expect("a cut figure");
+        assert_eq!(cut.quantity.printed, "2.25");
+        assert!(found[0].text.ends_with("has 2.25"));
+    }
+
+    #[test]
+    fn markdown_escapes_are_read_through() {
+        let text = "RuntimeError: CUDA\\_ERROR\\_OUT\\_OF\\_MEMORY\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        // The message's text is the input's own, escapes and all.
+        assert_eq!(found[0].text, "CUDA\\_ERROR\\_OUT\\_OF\\_MEMORY");
+        let (_, figures) = read_one("ERROR: failed to allocate 3.5 GiB \\(out of memory\\)");
+        assert_eq!(figures, [(Some("requested"), "3.5 GiB".to_string())]);
+    }
+
+    #[test]
+    fn html_entities_are_read_as_what_they_stand_for() {
+        let text = "EnforceNotMet: enforce allocating &lt;= available failed, 10513462067 &gt; 1369702144\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].text.starts_with("enforce allocating &lt;="));
+        assert!(found[0].text.ends_with("1369702144"));
+        let Detail::Generic { figures, .. } = &found[0].detail else {
+            panic!("{:?}", found[0].detail);
+        };
+        assert_eq!(figures[1].quantity.printed, "1369702144");
+    }
+
+    #[test]
+    fn full_width_digits_and_letters_are_read_as_ascii() {
+        let text = "错误：CUDA out of memory. Tried to allocate ２０．００ ＭｉＢ.\n";
+        let found = super::super::find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].text.ends_with("２０．００ ＭｉＢ."),
+            "{}",
+            found[0].text
+        );
+        let sizes = serde_json::to_string(&found[0].detail).unwrap();
+        assert!(sizes.contains("\"low\":20966278"), "{sizes}");
+        // A message that ends on a full-width character, or an entity, ends after all its bytes.
+        let found = super::super::find_all("CUDA out of memory. Tried to allocate ２０ ＭｉＢ");
+        assert!(found[0].text.ends_with("ＭｉＢ"), "{}", found[0].text);
+        let found = super::super::find_all("RuntimeError: CUDA error: out of memory &gt;");
+        assert!(!found[0].text.ends_with('&'), "{}", found[0].text);
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub struct OomMessage {
     pub raised_as: Option<String>,
     #[serde(flatten)]
     pub detail: Detail,
+    /// The figure the input ends in, cut by the paste before its unit (`"… of which 212.81"`):
+    /// listed as cut, with the bytes any unit could make of it, and its label when the words
+    /// before it give one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut_figure: Option<Figure>,
 }
 
 impl OomMessage {
@@ -72,7 +77,25 @@ impl OomMessage {
 
 /// Every message in `text`, in order of position. Linear in the length of the text.
 pub fn find_all(text: &str) -> Vec<OomMessage> {
-    scan::find_all(text)
+    let mut found = scan::find_all(text);
+    mark_cut_figure(text, &mut found);
+    found
+}
+
+/// Gives the last message of a whole input the figure the input ends in, when the paste cut it
+/// before its unit (`figures::cut_at_end`), and stretches the message over it.
+pub fn mark_cut_figure(text: &str, found: &mut [OomMessage]) {
+    let Some(last) = found.last_mut() else {
+        return;
+    };
+    let end = last.span.end_byte;
+    if let Some(mut f) = figures::cut_at_end(&text[end..]) {
+        f.at += end;
+        f.end += end;
+        last.span.end_byte = f.end;
+        last.text = text[last.span.start_byte..f.end].to_string();
+        last.cut_figure = Some(f);
+    }
 }
 
 /// A line that mentions running out of memory but belongs to no recognized message.
@@ -85,7 +108,9 @@ pub struct Unrecognized {
 /// `find_all` and `suspicious_lines` at once, the readers run only around the words every
 /// message holds (a multi-pattern search first): what a large log needs.
 pub fn scan_text(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
-    scan::scan(text)
+    let (mut found, unrecognized) = scan::scan(text);
+    mark_cut_figure(text, &mut found);
+    (found, unrecognized)
 }
 
 /// Lines of `text` that speak of out-of-memory and lie outside every message in `found`.

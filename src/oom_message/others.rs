@@ -18,12 +18,16 @@
 //! - ONNX Runtime `onnxruntime/core/framework/bfc_arena.cc` (commit 009aae13): `"Failed to
 //!   allocate memory for requested buffer of size " << rounded_bytes`.
 
-use super::Detail;
 use super::cursor::Cursor;
 use super::scan::{Found, Reader, back_from, raised_as};
+use super::{Detail, Figure, Label, MemorySpace, Quantity};
 
 pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("Out of memory error on GPU ", read_paddle),
+    (
+        "enforce allocating <= available failed, ",
+        read_paddle_enforce,
+    ),
     ("Out of memory allocating ", read_cupy),
     ("out of memory to allocate ", read_cupy_old),
     ("MPS backend out of memory (", read_mps),
@@ -40,6 +44,44 @@ fn found(text: &str, start: usize, end: usize, detail: Detail) -> Option<Found> 
         raised_as: raised_as(text, start),
         detail,
     })
+}
+
+/// PaddlePaddle 0.11–1.x `GpuMaxChunkSize` (`paddle/fluid/platform/gpu_info.cc`): the chunk its
+/// buddy allocator reserves, `allocating = FLAGS_fraction_of_gpu_memory_to_use × (total −
+/// reserving)`, must fit in what is free, `PADDLE_ENFORCE_LE(allocating, available)`, whose
+/// failure `enforce.h` prints as `"enforce allocating <= available failed, A > B"` with both
+/// byte counts (later releases add "Insufficient GPU memory to allocation.").
+fn read_paddle_enforce(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let mut c = Cursor::new(text, anchor_end, anchor_end + 64);
+    let requested_at = c.pos;
+    let requested = c.uint()?;
+    let requested_end = c.pos;
+    c.lit(" > ").then_some(())?;
+    let free_at = c.pos;
+    let free = c.uint()?;
+    let figure = |label, at: usize, end: usize, n: u64| Figure {
+        label: Some(label),
+        quantity: Quantity::exact(&text[at..end], n),
+        at,
+        end,
+    };
+    let figures = vec![
+        figure(Label::Requested, requested_at, requested_end, requested),
+        figure(Label::Free, free_at, c.pos, free),
+    ];
+    found(
+        text,
+        at,
+        c.pos,
+        Detail::Generic {
+            wording: text[at..anchor_end]
+                .trim_end_matches([',', ' '])
+                .to_string(),
+            runtime: Some("PaddlePaddle".into()),
+            memory: MemorySpace::Device,
+            figures,
+        },
+    )
 }
 
 fn read_paddle(text: &str, at: usize, anchor_end: usize) -> Option<Found> {

@@ -148,6 +148,7 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
     // Start → (end, index in `kept`).
     let mut taken: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     let mut kept: Vec<Option<Found>> = Vec::new();
+    let mut kept_sizes: Vec<Option<Vec<(u64, u64)>>> = Vec::new();
     for (_, f) in found {
         let mut overlapping: Vec<usize> = taken
             .range(..=f.start)
@@ -162,12 +163,23 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
             let Detail::Generic { figures, .. } = &f.detail else {
                 continue;
             };
+            // Each kept reading's sizes are worked out once, however many readings overlap it.
+            for s in &overlapping {
+                let i = taken[s].1;
+                if kept_sizes[i].is_none() {
+                    kept_sizes[i] = kept[i].as_ref().map(|k| sizes(&k.detail));
+                }
+            }
             let theirs: Vec<&Found> = overlapping
                 .iter()
                 .filter_map(|s| kept[taken[s].1].as_ref())
                 .collect();
-            let their_sizes: Vec<(u64, u64)> =
-                theirs.iter().flat_map(|k| sizes(&k.detail)).collect();
+            let their_sizes: Vec<(u64, u64)> = overlapping
+                .iter()
+                .filter_map(|s| kept_sizes[taken[s].1].as_ref())
+                .flatten()
+                .copied()
+                .collect();
             let holds_all = their_sizes.iter().all(|&(low, high)| {
                 figures
                     .iter()
@@ -188,6 +200,7 @@ fn select(mut found: Vec<(usize, Found)>) -> Vec<Found> {
         }
         taken.insert(f.start, (f.end, kept.len()));
         kept.push(Some(f));
+        kept_sizes.push(None);
     }
     let mut kept: Vec<Found> = kept.into_iter().flatten().collect();
     kept.sort_by_key(|f| f.start);
@@ -227,6 +240,7 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
                 text: text[start..end].to_string(),
                 raised_as: f.raised_as,
                 detail,
+                cut_figure: None,
             }
         })
         .collect()

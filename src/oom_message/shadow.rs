@@ -16,6 +16,9 @@ pub struct Shadow {
     pub line_ends: Vec<usize>,
     /// `(shadow offset, input offset)` of the first byte after every fold, ascending.
     breaks: Vec<(usize, usize)>,
+    /// `(shadow offset, input end)` of every byte that stands for several (an HTML entity, a
+    /// full-width character), ascending: a span ending on one ends after all of them.
+    substitutes: Vec<(usize, usize)>,
 }
 
 fn is_space(b: u8) -> bool {
@@ -100,6 +103,69 @@ fn quote_marker_len(bytes: &[u8], i: usize) -> usize {
     if marked { k - i } else { 0 }
 }
 
+/// An HTML entity a web page or an exported thread leaves in a paste (`&gt;=`, `&lt;=`,
+/// `&amp;`, `&quot;`, `&#39;`, `&nbsp;`): its length and the byte it stands for.
+fn html_entity(bytes: &[u8], i: usize) -> Option<(usize, u8)> {
+    const ENTITIES: &[(&[u8], u8)] = &[
+        (b"&gt;", b'>'),
+        (b"&lt;", b'<'),
+        (b"&amp;", b'&'),
+        (b"&quot;", b'"'),
+        (b"&#39;", b'\''),
+        (b"&#x27;", b'\''),
+        (b"&apos;", b'\''),
+        (b"&nbsp;", b' '),
+    ];
+    let rest = &bytes[i..];
+    ENTITIES
+        .iter()
+        .find(|(e, _)| rest.starts_with(e))
+        .map(|&(e, b)| (e.len(), b))
+}
+
+/// A full-width form (U+FF01–U+FF5E: `１２．５ＧｉＢ`, as CJK input methods type them) or the
+/// ideographic space (U+3000): its length (3 bytes) and the ASCII byte it stands for.
+fn full_width(bytes: &[u8], i: usize) -> Option<(usize, u8)> {
+    let (b1, b2) = (*bytes.get(i + 1)?, *bytes.get(i + 2)?);
+    let code = match bytes[i] {
+        0xEF => 0xF000 | (u32::from(b1 & 0x3F) << 6) | u32::from(b2 & 0x3F),
+        0xE3 if b1 == 0x80 && b2 == 0x80 => return Some((3, b' ')),
+        _ => return None,
+    };
+    if b1 & 0xC0 != 0x80 || b2 & 0xC0 != 0x80 || !(0xFF01..=0xFF5E).contains(&code) {
+        return None;
+    }
+    Some((3, (code - 0xFEE0) as u8))
+}
+
+/// A Markdown escape: a backslash before punctuation Markdown would otherwise read
+/// (`CUDA\_ERROR\_OUT\_OF\_MEMORY`, `\*\*`), as a paste into an issue editor leaves it. The
+/// backslash is dropped.
+fn is_markdown_escape(bytes: &[u8], i: usize) -> bool {
+    bytes[i] == b'\\'
+        && matches!(
+            bytes.get(i + 1),
+            Some(
+                b'_' | b'*'
+                    | b'['
+                    | b']'
+                    | b'('
+                    | b')'
+                    | b'#'
+                    | b'.'
+                    | b'!'
+                    | b'|'
+                    | b'<'
+                    | b'>'
+                    | b'`'
+                    | b'-'
+                    | b'+'
+                    | b'{'
+                    | b'}'
+            )
+        )
+}
+
 /// `\n`, `\r` or `\t` written as two characters (a quoted or debug-printed string).
 fn is_escaped_space(bytes: &[u8], i: usize) -> bool {
     bytes[i] == b'\\' && matches!(bytes.get(i + 1), Some(b'n' | b'r' | b't'))
@@ -111,9 +177,22 @@ impl Shadow {
         let mut text = Vec::with_capacity(bytes.len());
         let mut breaks = Vec::new();
         let mut line_ends = Vec::new();
+        let mut substitutes = Vec::new();
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes[i];
+            let entity = match b {
+                b'&' => html_entity(bytes, i),
+                0xE3 | 0xEF => full_width(bytes, i),
+                _ => None,
+            };
+            if let Some((len, stands_for)) = entity {
+                text.push(stands_for);
+                i += len;
+                substitutes.push((text.len() - 1, i));
+                breaks.push((text.len(), i));
+                continue;
+            }
             let special = is_space(b) || b == 0x1b || b == b'^' || b == b'\\';
             if !special {
                 text.push(b);
@@ -138,6 +217,10 @@ impl Shadow {
                 } else if is_escaped_space(bytes, i) {
                     spaced = true;
                     i += 2;
+                } else if is_markdown_escape(bytes, i) {
+                    i += 1;
+                    // The escaped byte is the text's own: the run ends before it.
+                    break;
                 } else {
                     let n = escape_len(bytes, i);
                     if n == 0 {
@@ -165,10 +248,12 @@ impl Shadow {
             }
         }
         Shadow {
-            // Only whole ASCII bytes were dropped or replaced by ASCII: still UTF-8.
+            // Only whole ASCII bytes were dropped or replaced by ASCII (an entity's bytes, or a
+            // full-width character's, by the one it stands for): still UTF-8.
             text: String::from_utf8(text).unwrap_or_default(),
             line_ends,
             breaks,
+            substitutes,
         }
     }
 
@@ -191,7 +276,12 @@ impl Shadow {
             let s = self.to_input(start);
             return (s, s);
         }
-        (self.to_input(start), self.to_input(end - 1) + 1)
+        let last = end - 1;
+        let end = match self.substitutes.binary_search_by_key(&last, |&(at, _)| at) {
+            Ok(k) => self.substitutes[k].1,
+            Err(_) => self.to_input(last) + 1,
+        };
+        (self.to_input(start), end)
     }
 }
 

@@ -14,7 +14,8 @@
 //! - `tensorflow/core/framework/op_kernel.cc` `OpKernelContext::allocate_tensor`:
 //!   `ResourceExhausted("OOM when allocating tensor with shape", shape.DebugString(),
 //!   " and type ", DataTypeString(type), " on ", device->name(), " by allocator ", a->Name())`
-//!   ("of shape [N]" in TensorFlow before 1.4).
+//!   ("of shape [N]" in TensorFlow before 1.4). Pasted in an issue's title it is often retyped
+//!   in lower case ("resource exhausted: oom when allocating tensor …"): read the same.
 //! - `tensorflow/core/common_runtime/gpu/gpu_device.cc`: `"Ran out of GPU memory when
 //!   allocating " << bytes << " bytes for " << op`, and TensorFlow 1.x's `"EigenAllocator for GPU
 //!   ran out of memory when allocating " << num_bytes`.
@@ -31,6 +32,8 @@ const BFC_ANCHOR: &str = ") ran out of memory trying to allocate ";
 
 pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("OOM when allocating tensor ", read_tensor),
+    // The same wording retyped in lower case (an issue title, a search query).
+    ("oom when allocating tensor ", read_tensor),
     (BFC_ANCHOR, read_bfc),
     ("Ran out of memory trying to allocate ", read_bfc_unnamed),
     ("Ran out of GPU memory when allocating ", read_gpu_bytes),

@@ -13,6 +13,13 @@
 //! - `xla/stream_executor/device_memory_allocator.cc` `StreamExecutorMemoryAllocator::Allocate`:
 //!   `"Failed to allocate request for %s (%uB) on device ordinal %d"` with
 //!   `HumanReadableNumBytes(size)` and the exact size.
+//! - `xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc` `AllocateRaw` (openxla/xla,
+//!   2024; TensorFlow's `core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc` before):
+//!   `Name() << " cuMemAllocAsync failed to allocate " << num_bytes << " bytes: " << error <<
+//!   "\n Reported by CUDA: Free memory/Total memory: " << free << "/" << total`, then `"Stats: "
+//!   << stats.DebugString()`: `Limit:`, `InUse:`, `MaxInUse:`, `NumAllocs:` (a count),
+//!   `MaxAllocSize:`, `Reserved:`, `PeakReserved:`, `LargestFreeBlock:`, one a line, exact
+//!   bytes (`Limit: 0` when no limit is set).
 
 use super::cursor::Cursor;
 use super::scan::{Found, Reader, back_from, raised_as};
@@ -23,7 +30,89 @@ const WINDOW: usize = 4096;
 pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("memory while trying to allocate ", read_resource_exhausted),
     ("Failed to allocate request for ", read_allocate_request),
+    ("cuMemAllocAsync failed to allocate ", read_malloc_async),
 ];
+
+/// How far after the request the device figures and the `Stats:` block may be.
+const ASYNC_REACH: usize = 1024;
+
+/// The `cuda_malloc_async` allocator's refusal: the request, the driver's free and total, and
+/// the allocator's statistics, as labelled figures.
+fn read_malloc_async(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    use super::{Figure, Label, MemorySpace};
+    let mut figures = Vec::new();
+    let exact = |label, at: usize, end: usize, n: u64| Figure {
+        label,
+        quantity: Quantity::exact(&text[at..end], n),
+        at,
+        end,
+    };
+    let mut c = Cursor::new(text, anchor_end, anchor_end + ASYNC_REACH);
+    let from = c.pos;
+    let requested = c.uint()?;
+    if !c.lit(" bytes") {
+        return None;
+    }
+    figures.push(exact(Some(Label::Requested), from, c.pos, requested));
+    let mut end = c.pos;
+    let reach = super::cursor::floor_boundary(text, anchor_end + ASYNC_REACH);
+    const DEVICE: &str = "Free memory/Total memory:";
+    if let Some(i) = text[end..reach].find(DEVICE) {
+        let mut d = Cursor::new(text, end + i + DEVICE.len(), reach);
+        d.skip_ws();
+        let free_at = d.pos;
+        if let Some(free) = d.uint() {
+            figures.push(exact(Some(Label::Free), free_at, d.pos, free));
+            if d.lit_loose("/") {
+                let total_at = d.pos;
+                if let Some(total) = d.uint() {
+                    figures.push(exact(Some(Label::Total), total_at, d.pos, total));
+                }
+            }
+            end = d.pos;
+        }
+    }
+    if let Some(i) = text[end..reach].find("Stats:") {
+        let mut d = Cursor::new(text, end + i + "Stats:".len(), reach);
+        loop {
+            let row = d.attempt(|d| {
+                d.skip_ws();
+                let key = d.token(b":")?;
+                d.lit_loose(":").then_some(())?;
+                d.skip_ws();
+                let at = d.pos;
+                Some((key, at, d.uint()?, d.pos))
+            });
+            let Some((key, at, n, row_end)) = row else {
+                break;
+            };
+            let label = match key {
+                "Limit" => Some(Label::Limit),
+                "InUse" => Some(Label::InUse),
+                "Reserved" => Some(Label::Reserved),
+                "MaxInUse" | "MaxAllocSize" | "PeakReserved" | "LargestFreeBlock" => None,
+                "NumAllocs" => {
+                    end = row_end;
+                    continue;
+                }
+                _ => break,
+            };
+            figures.push(exact(label, at, row_end, n));
+            end = row_end;
+        }
+    }
+    Some(Found {
+        start: at,
+        end,
+        raised_as: raised_as(text, at),
+        detail: Detail::Generic {
+            wording: "cuMemAllocAsync failed to allocate".into(),
+            runtime: Some("XLA (cuda_malloc_async)".into()),
+            memory: MemorySpace::Device,
+            figures,
+        },
+    })
+}
 
 /// The lead-ins XLA's status strings print before the message.
 fn status_start(text: &str, start: usize) -> usize {

@@ -171,6 +171,7 @@ fn a_line_of_many_messages_costs_what_as_many_lines_do() {
     let lines = cpu_time(|| found_many = stream_messages(&many_lines));
     assert_eq!(found_many, n);
     assert_eq!(found_one, n);
+    println!("one line {line:?}, {n} lines {lines:?} of CPU");
     assert!(
         line <= lines * 3,
         "one line {line:?}, {n} lines {lines:?} of CPU"

@@ -44,18 +44,38 @@ struct Expected {
 
 /// The bytes a printed size can stand for, by its printed precision (rounded or cut, and for
 /// `GB`/`G`, which runtimes print for both powers, either 1000 or 1024 a step): `"1.5 GB"` is
-/// [1.45·10^9, 1.6·2^30]; `"512"` and `"512 bytes"` are 512. Thousands separators are dropped.
+/// [1.45·10^9, 1.6·2^30]; `"512"` and `"512 bytes"` are 512. The decimal mark is the locale's:
+/// of a comma and a dot the last is the decimal mark, and a lone comma followed by other than
+/// three digits is one (`"1900,00 MiB"`); other commas and dots separate thousands. A number
+/// with a decimal mark and no unit (`"2.25"`, `"20."`) is a figure cut before its unit — no
+/// runtime prints a byte count with a decimal mark — and stands for that number of any unit
+/// from kB to TiB.
 fn nominal(printed: &str) -> Option<(f64, f64)> {
-    let t = printed.trim().replace(',', "");
+    let t = printed.trim();
     let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
         .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
+    let (raw, unit) = t.split_at(split);
+    let last_mark = raw.rfind(['.', ',']);
+    let decimal = match last_mark {
+        Some(i) if raw[..i].contains(if &raw[i..=i] == "." { ',' } else { '.' }) => Some(i),
+        Some(i) if &raw[i..=i] == "." && raw.matches('.').count() == 1 => Some(i),
+        Some(i) if raw.matches(',').count() == 1 && raw.len() - i - 1 != 3 => Some(i),
+        _ => None,
+    };
+    let number: String = raw
+        .char_indices()
+        .filter_map(|(i, c)| match c {
+            '.' | ',' => (Some(i) == decimal).then_some('.'),
+            c => Some(c),
+        })
+        .collect();
     let x: f64 = number.parse().ok()?;
     let places = number.split_once('.').map_or(0, |(_, f)| f.len()) as i32;
     let ulp = 10f64.powi(-places);
     let unit = unit.trim().trim_start_matches('-').trim_end_matches('.');
     let (low, high) = match unit.to_ascii_lowercase().as_str() {
+        "" if decimal.is_some() => (1e3, 1099511627776.0),
         "" | "b" | "bytes" | "byte" => return Some((x, x)),
         "kib" => (1024.0, 1024.0),
         "mib" => (1048576.0, 1048576.0),

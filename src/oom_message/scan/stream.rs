@@ -171,7 +171,10 @@ impl StreamScanner {
     }
 
     fn settle(&mut self, cut: usize) -> Settled {
-        let (messages, lines) = super::scan(&self.buffer);
+        let (mut messages, lines) = super::scan(&self.buffer);
+        if cut == self.buffer.len() {
+            super::super::mark_cut_figure(&self.buffer, &mut messages);
+        }
         let line_at_cut = 1 + memchr::memchr_iter(b'\n', &self.buffer.as_bytes()[..cut]).count();
         let mut out = Settled::default();
         for mut m in messages {
