@@ -43,16 +43,15 @@ fn qwen25_7b_on_an_h100_v1() {
 #[test]
 fn tensor_parallel_splits_kv_heads_and_weights() {
     let m = model("meta-llama/Llama-3.1-70B-Instruct");
-    let p = plan(
-        &m,
-        None,
-        &settings(&[("tensor-parallel-size", "4"), ("max-model-len", "8192")]),
-        H100,
-    )
-    .unwrap();
+    let tp4 = settings(&[("tensor-parallel-size", "4"), ("max-model-len", "8192")]);
+    let p = plan(&m, Some(Version(0, 11, 0)), &tp4, H100).unwrap();
     // 80 layers × 2 × (8 ÷ 4) × 128 × 2.
     assert_eq!(p.kv_bytes_per_token, 80 * 2 * 2 * 128 * 2);
     assert_eq!(p.non_torch_bytes, (140 + 430) << 20);
+    // The newest rules (0.19): 250 MiB at TP 1, 1.85 GiB more at TP ≥ 2.
+    let newest = plan(&m, None, &tp4, H100).unwrap();
+    assert_eq!(newest.kv_bytes_per_token, p.kv_bytes_per_token);
+    assert_eq!(newest.non_torch_bytes, (250 + 1_850) << 20);
     let one = plan(&m, None, &settings(&[("max-model-len", "8192")]), H100).unwrap();
     assert_eq!(one.failure.as_ref().map(|f| f.stage), Some("load"));
 }
