@@ -92,6 +92,8 @@ pub struct EventFile {
     pub not_ok: usize,
     /// Every stream the events name, in order of first appearance.
     pub streams: Vec<String>,
+    /// When reading the rows again gives up (`OutOfTime`): the folder's reading's deadline.
+    deadline: Deadline,
 }
 
 impl EventFile {
@@ -113,6 +115,7 @@ impl EventFile {
             count,
             not_ok,
             streams,
+            deadline,
         })
     }
 
@@ -125,9 +128,10 @@ impl EventFile {
         self.count == 0
     }
 
-    /// Every event, in the file's order, read as it is iterated.
+    /// Every event, in the file's order, read as it is iterated; an `OutOfTime` row once the
+    /// deadline the folder was read by passes (a report drawn from them stops there).
     pub fn rows(&self) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
-        scan(&self.path, Deadline::none(), |row| Ok(row.owned()))
+        scan(&self.path, self.deadline, |row| Ok(row.owned()))
     }
 }
 
