@@ -565,3 +565,82 @@ fn a_signal_while_the_reports_are_drawn_stops_them_within_a_second() {
     check_late_signal(dir.path(), took, code, &stderr);
     assert!(dir.path().join("out/report.md").is_file());
 }
+
+/// A file read whole (a `config.json`, a safetensors index, a usage script, a folder's
+/// `summary.json`) that is 1 GiB (sparse: nothing on disk): refused by its size before any of
+/// it is held, under 100 MB resident, with an error under 1 KB naming the file.
+#[test]
+fn a_gigabyte_file_read_whole_is_refused_by_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sparse = |path: &Path, head: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, head).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+    };
+    sparse(&d.join("model/config.json"), "{\"a\": \"");
+    sparse(&d.join("index/model.safetensors.index.json"), "{\"a\": \"");
+    std::fs::write(
+        d.join("index/config.json"),
+        r#"{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+            "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    sparse(&d.join("script.toml"), "usage = [\"");
+    let wl = workload(
+        d,
+        "small",
+        "[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"w\", size = \"1MiB\" }]\n",
+    );
+    let (code, _) = run_measured(
+        d,
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--backend",
+            "sim",
+            "--out",
+            "run",
+            "-q",
+        ],
+    );
+    assert_eq!(code, 0);
+    sparse(&d.join("run/summary.json"), "{\"format_version\": \"");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["plan", "--model", "model/config.json"],
+            "model/config.json",
+        ),
+        (
+            &["plan", "--model", "index"],
+            "model.safetensors.index.json",
+        ),
+        (
+            &["watch", "--sim-script", "script.toml", "--", "true"],
+            "script.toml",
+        ),
+        (&["report", "run"], "run/summary.json"),
+    ];
+    for (args, names) in cases {
+        let (code, stderr, rss) = common::rusage::headroom_measured(d, args, None);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("it is 1073741824 bytes, more than the 67108864"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.len() < 1024, "{args:?}: {} bytes", stderr.len());
+        assert!(
+            rss < RSS_BOUND_BYTES,
+            "{args:?}: {} MiB resident",
+            rss >> 20
+        );
+    }
+}

@@ -259,7 +259,7 @@ pub fn check_files(dir: &Path) -> anyhow::Result<()> {
 pub fn load_summary(dir: &Path) -> anyhow::Result<Summary> {
     check_files(dir)?;
     let path = dir.join("summary.json");
-    let text = std::fs::read_to_string(&path)
+    let text = crate::bounded::read_small_text(&path, crate::report::complete::SUMMARY_MAX_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not valid JSON", path.display()))?;

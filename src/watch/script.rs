@@ -39,6 +39,10 @@ struct Row {
     job_used: Size,
 }
 
+/// The largest usage script read (a script is a few lines a step; a workload file's bound is
+/// twice this).
+const SCRIPT_MAX_BYTES: u64 = 64 << 20;
+
 /// `(from ns after the job's start, bytes)`, in time order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageScript {
@@ -47,7 +51,7 @@ pub struct UsageScript {
 
 impl UsageScript {
     pub fn load(path: &Path) -> anyhow::Result<UsageScript> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::bounded::read_small_text(path, SCRIPT_MAX_BYTES)
             .with_context(|| format!("cannot read the usage script {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
