@@ -28,13 +28,18 @@ pub enum Extra {
     },
     /// A hostile pickle for the snapshot reader (`what` says how it was made).
     Pickle { what: String, bytes: Vec<u8> },
+    /// A case that runs the binary (`super::commands`), and what it is.
+    Command {
+        what: String,
+        case: super::commands::Case,
+    },
 }
 
 impl Extra {
     pub fn text(&self) -> &str {
         match self {
             Extra::Explain(t) | Extra::Run { text: t, .. } => t,
-            Extra::Pickle { what, .. } => what,
+            Extra::Pickle { what, .. } | Extra::Command { what, .. } => what,
         }
     }
 }
@@ -204,6 +209,7 @@ pub fn check(e: &Extra) -> Result<(), String> {
             text,
             signal_after_us,
         } => run(text, *signal_after_us),
+        Extra::Command { case, .. } => super::commands::check(case),
         // Not a snapshot: refused with a message (never a panic; the case's heap is metered).
         Extra::Pickle { bytes, .. } => {
             match headroom::import::torch::read_pickle_bytes(bytes, "fuzz.pickle") {
@@ -268,4 +274,11 @@ fn run(text: &str, signal_after_us: Option<u64>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+pub fn command_case() -> impl Strategy<Value = Extra> {
+    super::commands::case().prop_map(|case| Extra::Command {
+        what: format!("{case:?}"),
+        case,
+    })
 }
