@@ -47,6 +47,9 @@ const SMOKE_SEED: u64 = 1411;
 
 const MIB: u64 = 1 << 20;
 
+/// A long run prints its count every this many cases.
+const PROGRESS_EVERY: u64 = 1_000;
+
 fn case() -> impl Strategy<Value = Case> {
     let text = prop_oneof![
         3 => generate::episodic(),
@@ -195,6 +198,18 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let start = Instant::now();
     let commands_weight = env_number("HEADROOM_FUZZ_COMMANDS").unwrap_or(1);
     let result = runner.run(&any_case(load_weight, commands_weight), |c| {
+        // A long run says how far it is, so that one stopped early still has its count.
+        let done = tally.borrow().cases;
+        if long_run.is_some() && done > 0 && done % PROGRESS_EVERY == 0 {
+            let t = tally.borrow();
+            println!(
+                "fuzz_workload: {done} cases passed in {:.0} s ({} runs of the binary, {} long-step runs, {} pickles)",
+                start.elapsed().as_secs_f64(),
+                t.commands,
+                t.runs,
+                t.pickles
+            );
+        }
         let c = match c {
             AnyCase::Load(c) => c,
             AnyCase::Extra(e) => {
