@@ -642,7 +642,14 @@ fn big_file(dir: &Path, reader: Reader, head: &str, bytes: u64) -> Result<(), St
     if e.stderr.len() > 1024 {
         return Err(format!("{args:?}: an error of {} bytes", e.stderr.len()));
     }
-    if e.stderr.contains("out of memory") || e.stderr.contains("memory allocation") {
+    // An allocation refused under the limit (the error's own words, not the file's quoted
+    // head, which may say anything).
+    let refused_memory = e.stderr.contains("memory allocation of")
+        || e.stderr.contains("os error 12")
+        || e.stderr
+            .lines()
+            .any(|l| l.trim_end().ends_with(": out of memory"));
+    if refused_memory {
         return Err(format!("{args:?}: it tried to hold the file: {}", e.stderr));
     }
     if e.rss_bytes > RSS_BOUND_BYTES {
