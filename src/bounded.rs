@@ -176,3 +176,64 @@ mod tests {
         );
     }
 }
+
+/// A small file whose whole text is parsed at once (a `config.json`, a usage script, a
+/// summary): read whole when it is at most `max_bytes`, else refused before any of it is held
+/// — an `InvalidData` error saying its size and the bound (`/dev/zero` and growing files
+/// included: at most `max_bytes + 1` bytes are read).
+pub fn read_small_text(path: &Path, max_bytes: u64) -> io::Result<String> {
+    let too_big = |len: Option<u64>| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            match len {
+                Some(len) => {
+                    format!("it is {len} bytes, more than the {max_bytes} such a file may be")
+                }
+                None => format!("it holds more than the {max_bytes} bytes such a file may be"),
+            },
+        )
+    };
+    let file = File::open(path)?;
+    if let Ok(m) = file.metadata()
+        && m.is_file()
+        && m.len() > max_bytes
+    {
+        return Err(too_big(Some(m.len())));
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_big(None));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        )
+    })
+}
+
+#[cfg(test)]
+mod small_text_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_without_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.json");
+        let f = File::create(&path).unwrap();
+        f.set_len(1 << 30).unwrap();
+        let e = read_small_text(&path, 1 << 20).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "it is 1073741824 bytes, more than the 1048576 such a file may be"
+        );
+        let e = read_small_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "it holds more than the 1048576 bytes such a file may be"
+        );
+        std::fs::write(&path, "{}").unwrap();
+        assert_eq!(read_small_text(&path, 1 << 20).unwrap(), "{}");
+    }
+}

@@ -1,7 +1,8 @@
 //! Long runs in bounded memory: a million steps run in the memory of a few (the run expands
 //! them as it goes), a long sleep's sampler readings are written as they come
 //! (one row per change, every peak exact), and `headroom report` rereads a full-resolution
-//! timeline through a bounded downsample. Peak RSS is the child's, from `wait4`; it includes
+//! timeline through a bounded downsample; a SIGTERM after the last step of a run of over 10^7
+//! readings ends it within a second, the record complete and the reports not written named. Peak RSS is the child's, from `wait4`; it includes
 //! the parent's resident memory at the spawn (the child starts in the parent's address space
 //! until it execs), which is why these tests stay in a small binary of their own.
 
@@ -467,5 +468,237 @@ fn a_sixty_megabyte_pickle_of_memoized_empty_dicts_is_refused_in_bounded_memory(
             "in a snapshot: {in_snapshot}: peak RSS {rss} bytes"
         );
         std::fs::remove_file(&path).unwrap();
+
+/// A run whose last step is long done when the signal comes: 2,000 `kv` requests (about
+/// 340,000 timeline rows, each tick a change) and then 1,000 s of virtual time at 100 µs, so
+/// over 10^7 sampler readings in all. About 7 s of CPU in a debug build.
+fn late_signal_workload(dir: &Path) -> std::path::PathBuf {
+    workload(
+        dir,
+        "late-signal",
+        r#"[settings]
+sample_interval = "100us"
+
+[[phase]]
+name = "decode"
+steps = [
+  { op = "kv", requests = 2000, block = "2MiB", blocks_per_request = 64, prefill_blocks = 8, arrive_every = 2, tick = "2ms" },
+]
+
+[[phase]]
+name = "hold"
+steps = [
+  { op = "allocate", name = "w", size = "64MiB" },
+  { op = "sleep", for = "1000s" },
+  { op = "free", name = "w" },
+]
+"#,
+    )
+}
+
+/// Starts the run into `DIR/out`, waits until `ready` says its last step is done (polling
+/// every 2 ms), sends SIGTERM, and returns how long it took to exit after the signal, its
+/// exit code and its stderr.
+fn signalled_after_the_last_step(
+    dir: &Path,
+    ready: impl Fn(&Path) -> bool,
+) -> (std::time::Duration, i32, String) {
+    use std::time::{Duration, Instant};
+    let wl = late_signal_workload(dir);
+    let out = dir.join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .arg("run")
+        .arg(&wl)
+        .args(["--backend", "sim", "--profile", "h100-80g", "--out"])
+        .arg(&out)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ready(&out) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before its last step was seen done"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the run took over 10 min"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill only sends a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let signalled = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (took, o.status.code().unwrap_or(-1), stderr)
+}
+
+/// The folder's record after the signal: complete, `completed` as recorded, over 10^7
+/// readings; the reports not written named with the command that writes them.
+fn check_late_signal(dir: &Path, took: std::time::Duration, code: i32, stderr: &str) {
+    let out = dir.join("out");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["status"], "completed", "{s}");
+    assert_eq!(s["exit_code"], 0, "{s}");
+    assert_eq!(code, 0, "the run's status as recorded: {stderr}");
+    assert!(
+        u(&s["sampler"]["readings"]) >= 10_000_000,
+        "{}",
+        s["sampler"]
+    );
+    assert!(u(&s["timeline_rows"]) >= 300_000, "{}", s["timeline_rows"]);
+    assert!(
+        !s["finished_utc"].is_null() && !s["end_ns"].is_null(),
+        "{s}"
+    );
+    assert_eq!(
+        u(&s["timeline_rows"]),
+        std::fs::read_to_string(out.join("timeline.csv"))
+            .unwrap()
+            .lines()
+            .count() as u64
+            - 1
+    );
+    // Said plainly: what was not written and how to write it.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("not written"))
+        .unwrap_or_else(|| panic!("no report named as not written: {stderr}"));
+    assert!(line.contains("completed as recorded"), "{line}");
+    assert!(
+        line.contains(&format!("`headroom report {}` writes them", out.display())),
+        "{line}"
+    );
+    let named: Vec<&str> = [
+        "report.md",
+        "junit.xml",
+        "trace.json",
+        "timeline.svg",
+        "timeline.png",
+    ]
+    .into_iter()
+    .filter(|f| line.contains(f))
+    .collect();
+    assert!(!named.is_empty(), "{line}");
+    for f in &named {
+        assert!(!out.join(f).exists(), "{f} named as not written but there");
+    }
+    println!(
+        "exited {took:?} after the signal; {} readings, {} timeline rows; not written: {named:?}",
+        s["sampler"]["readings"], s["timeline_rows"]
+    );
+    // 1 s from the signal to the exit (500 ms promised for the reports, the rest for the
+    // process's own end on a loaded machine).
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "exited {took:?} after the signal"
+    );
+}
+
+#[test]
+fn a_signal_once_the_record_is_complete_stops_the_reports_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    // The record is complete once summary.json says how the run ended: the reports come next.
+    let (took, code, stderr) = signalled_after_the_last_step(dir.path(), |out| {
+        std::fs::read_to_string(out.join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|s| s["status"] != "running")
+    });
+    check_late_signal(dir.path(), took, code, &stderr);
+}
+
+#[test]
+fn a_signal_while_the_reports_are_drawn_stops_them_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    // report.md is the first report written: the signal comes while the others are made.
+    let (took, code, stderr) =
+        signalled_after_the_last_step(dir.path(), |out| out.join("report.md").exists());
+    check_late_signal(dir.path(), took, code, &stderr);
+    assert!(dir.path().join("out/report.md").is_file());
+}
+
+/// A file read whole (a `config.json`, a safetensors index, a usage script, a folder's
+/// `summary.json`) that is 1 GiB (sparse: nothing on disk): refused by its size before any of
+/// it is held, under 100 MB resident, with an error under 1 KB naming the file.
+#[test]
+fn a_gigabyte_file_read_whole_is_refused_by_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sparse = |path: &Path, head: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, head).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+    };
+    sparse(&d.join("model/config.json"), "{\"a\": \"");
+    sparse(&d.join("index/model.safetensors.index.json"), "{\"a\": \"");
+    std::fs::write(
+        d.join("index/config.json"),
+        r#"{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+            "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    sparse(&d.join("script.toml"), "usage = [\"");
+    let wl = workload(
+        d,
+        "small",
+        "[[phase]]\nname = \"p\"\nsteps = [{ op = \"allocate\", name = \"w\", size = \"1MiB\" }]\n",
+    );
+    let (code, _) = run_measured(
+        d,
+        &[
+            "run",
+            wl.to_str().unwrap(),
+            "--backend",
+            "sim",
+            "--out",
+            "run",
+            "-q",
+        ],
+    );
+    assert_eq!(code, 0);
+    sparse(&d.join("run/summary.json"), "{\"format_version\": \"");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["plan", "--model", "model/config.json"],
+            "model/config.json",
+        ),
+        (
+            &["plan", "--model", "index"],
+            "model.safetensors.index.json",
+        ),
+        (
+            &["watch", "--sim-script", "script.toml", "--", "true"],
+            "script.toml",
+        ),
+        (&["report", "run"], "run/summary.json"),
+    ];
+    for (args, names) in cases {
+        let (code, stderr, rss) = common::rusage::headroom_measured(d, args, None);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("it is 1073741824 bytes, more than the 67108864"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.len() < 1024, "{args:?}: {} bytes", stderr.len());
+        assert!(
+            rss < RSS_BOUND_BYTES,
+            "{args:?}: {} MiB resident",
+            rss >> 20
+        );
     }
 }

@@ -67,8 +67,27 @@ pub fn watch(dev: &DeviceArgs, args: &WatchArgs, interrupted: &AtomicBool) -> an
 }
 
 /// What the watchdog writes when a driver call of the watch never returns: the watch's folder,
-/// `failed` with the call's row (armed once the folder's record has begun, disarmed at its end).
-pub(super) fn arm_watchdog_record(late: Option<(crate::folder::LateWrite, std::time::Instant)>) {
-    let record = late.map(|(late, origin)| crate::run::watchdog::watch_record(late, origin));
+/// `failed` with the call's row — made then from what is known when the call came before the
+/// folder, the folder's own record once it has begun; nothing once the watch has ended.
+pub(super) fn arm_watchdog_record(state: crate::watch::Recording) {
+    use crate::watch::Recording;
+    let record = match state {
+        Recording::Pending(pending) => Some(pending_watch_record(pending)),
+        Recording::Begun(late, origin) => Some(crate::run::watchdog::watch_record(late, origin)),
+        Recording::Ended => None,
+    };
     crate::run::watchdog::on_fire(record);
+}
+
+/// The record of a watch stopped before its folder was begun: the folder made from what was
+/// known (`Pending::begin`), then ended as a begun one is.
+fn pending_watch_record(
+    pending: Box<crate::watch::early::Pending>,
+) -> crate::run::watchdog::OnFire {
+    Box::new(
+        move |f: &crate::run::watchdog::Fired| match pending.begin() {
+            Ok((late, origin)) => crate::run::watchdog::watch_record(late, origin)(f),
+            Err(e) => crate::errln!("warning: the watch's folder could not be made: {e:#}"),
+        },
+    )
 }

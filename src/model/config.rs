@@ -26,7 +26,7 @@ pub fn read_folder(dir: &Path, name: &str) -> Result<ModelSpec, ModelError> {
 
 /// Reads one `config.json`.
 pub fn read_file(path: &Path, name: &str) -> Result<ModelSpec, ModelError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::bounded::read_small_text(path, super::JSON_MAX_BYTES)
         .map_err(|e| ModelError::Io(format!("{}: cannot read: {e}", path.display())))?;
     let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::Field {
         place: path.display().to_string(),

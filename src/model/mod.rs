@@ -20,6 +20,10 @@ use serde::Serialize;
 
 pub use weights::{Quant, TensorGroup, TensorKind};
 
+/// The largest `config.json` or safetensors index read whole (real ones are kilobytes): a
+/// larger file is refused before any of it is held.
+pub const JSON_MAX_BYTES: u64 = 64 << 20;
+
 /// Where a model's description came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -31,7 +31,7 @@ pub fn checkpoint_bytes(dir: &Path) -> Result<Option<u64>, ModelError> {
         return Ok(None);
     }
     let place = index.display().to_string();
-    let text = std::fs::read_to_string(&index)
+    let text = crate::bounded::read_small_text(&index, super::JSON_MAX_BYTES)
         .map_err(|e| ModelError::Io(format!("{place}: cannot read: {e}")))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Field {
         place: place.clone(),

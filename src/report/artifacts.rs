@@ -90,7 +90,9 @@ pub struct WrittenWithin {
 }
 
 /// Writes the derived reports of a run that was interrupted, in `ALL`'s order (the cheap text
-/// reports first), starting none after `deadline`; `on_start` hears each file as it begins.
+/// reports first), starting none after `deadline` and giving up the one under way when it
+/// passes (a report over every event checks it as it reads them); `on_start` hears each file
+/// as it begins.
 /// The run's own files are already complete: what is skipped `headroom report DIR` writes.
 pub fn write_within(
     dir: &Path,
@@ -117,6 +119,8 @@ pub fn write_within(
         on_start(a.file_name());
         match write_one(&run, *a) {
             Ok(_) => out.written.push(a.file_name()),
+            // Stopped part-way by the deadline (a report over every event): left undone.
+            Err(e) if e.downcast_ref::<OutOfTime>().is_some() => out.skipped.push(a.file_name()),
             Err(e) => failed.push(format!("{e:#}")),
         }
     }

@@ -51,7 +51,7 @@ fn link_note(path: &Path) -> String {
 
 /// The most of a `summary.json` read (a summary is a few hundred KiB at most); a file past it
 /// is not one headroom wrote.
-const SUMMARY_MAX_BYTES: u64 = 64 << 20;
+pub const SUMMARY_MAX_BYTES: u64 = 64 << 20;
 
 fn summary_reason(path: &Path) -> Option<String> {
     // A link is followed, and said: what it names may be no summary at all.

@@ -92,6 +92,8 @@ pub struct EventFile {
     pub not_ok: usize,
     /// Every stream the events name, in order of first appearance.
     pub streams: Vec<String>,
+    /// When reading the rows again gives up (`OutOfTime`): the folder's reading's deadline.
+    deadline: Deadline,
 }
 
 impl EventFile {
@@ -113,6 +115,7 @@ impl EventFile {
             count,
             not_ok,
             streams,
+            deadline,
         })
     }
 
@@ -125,9 +128,10 @@ impl EventFile {
         self.count == 0
     }
 
-    /// Every event, in the file's order, read as it is iterated.
+    /// Every event, in the file's order, read as it is iterated; an `OutOfTime` row once the
+    /// deadline the folder was read by passes (a report drawn from them stops there).
     pub fn rows(&self) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Event>> + use<>> {
-        scan(&self.path, Deadline::none(), |row| Ok(row.owned()))
+        scan(&self.path, self.deadline, |row| Ok(row.owned()))
     }
 }
 
@@ -255,7 +259,7 @@ pub fn check_files(dir: &Path) -> anyhow::Result<()> {
 pub fn load_summary(dir: &Path) -> anyhow::Result<Summary> {
     check_files(dir)?;
     let path = dir.join("summary.json");
-    let text = std::fs::read_to_string(&path)
+    let text = crate::bounded::read_small_text(&path, crate::report::complete::SUMMARY_MAX_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not valid JSON", path.display()))?;

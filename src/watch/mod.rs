@@ -11,6 +11,7 @@
 //! plots, report, JUnit and trace.
 
 mod drive;
+pub mod early;
 pub mod evidence;
 mod finish;
 pub mod marks;
@@ -82,22 +83,32 @@ pub struct WatchOptions {
     /// `--keep-orphans`: end the watch when the job's own process exits, leaving the processes
     /// it started running (named on stderr and in `events.csv`).
     pub keep_orphans: bool,
-    /// Hears the folder's late-write handle (with the watch's clock origin) once its record
-    /// has begun, and `None` when the watch has finished it: the command arms the watchdog's
-    /// record with it, so that a driver call that never returns still leaves the folder
-    /// `failed`.
+    /// Hears where the watch's record stands (what is known before the folder exists, then
+    /// the folder's late-write handle once its record has begun, then its end): the command
+    /// arms the watchdog's record with it, so that a driver call that never returns, before
+    /// the folder or after, still leaves the folder `failed`.
     pub on_record: OnRecord,
 }
 
-/// See `WatchOptions::on_record`.
-pub type OnRecord = fn(Option<(crate::folder::LateWrite, Instant)>);
+/// Where a watch's record stands, for `WatchOptions::on_record`.
+pub enum Recording {
+    /// Before the folder: the watchdog makes it from what is known so far.
+    Pending(Box<early::Pending>),
+    /// The folder's late-write handle, with the watch's clock origin.
+    Begun(crate::folder::LateWrite, Instant),
+    /// The watch no longer writes the folder.
+    Ended,
+}
 
-/// Tells `on_record` that the watch no longer writes the folder, however `run` returns.
+/// See `WatchOptions::on_record`.
+pub type OnRecord = fn(Recording);
+
+/// Tells `on_record` that the watch no longer writes the folder, however `watch` returns.
 struct RecordArmed(OnRecord);
 
 impl Drop for RecordArmed {
     fn drop(&mut self) {
-        (self.0)(None);
+        (self.0)(Recording::Ended);
     }
 }
 
@@ -154,9 +165,23 @@ pub fn watch(
         }
         _ => {}
     }
-    let opened = source::open(dev, opts.sim_script.as_deref(), opts.cuda_info, origin)?;
-    let info = opened.info;
     let clock = (origin, origin_wall);
+    // From the device's facts on (before NVML's first call), a hung call leaves a folder.
+    let _armed = RecordArmed(opts.on_record);
+    let arm = |info: &crate::device::DeviceInfo| {
+        (opts.on_record)(Recording::Pending(Box::new(early::Pending::new(
+            opts, clock, info,
+        ))));
+    };
+    let opened = source::open(
+        dev,
+        opts.sim_script.as_deref(),
+        opts.cuda_info,
+        origin,
+        &arm,
+    )?;
+    let info = opened.info;
+    let pending = early::Pending::new(opts, clock, &info);
     match opened.origin {
         Origin::Sim(job) => {
             let inputs = Inputs {
@@ -167,7 +192,7 @@ pub fn watch(
                 device_view: "sim-script",
                 job_view: "sim-script",
             };
-            run(info, inputs, opts, clock, interrupted)
+            run(info, inputs, opts, (clock, &pending), interrupted)
         }
         Origin::Nvml { nvml, cuda } => {
             let probe = NvmlProbe::new(&nvml)?;
@@ -180,7 +205,7 @@ pub fn watch(
                 device_view,
                 job_view: "nvml",
             };
-            run(info, inputs, opts, clock, interrupted)
+            run(info, inputs, opts, (clock, &pending), interrupted)
         }
     }
 }
@@ -218,7 +243,7 @@ fn run(
     info: crate::device::DeviceInfo,
     mut inputs: Inputs<'_>,
     opts: &WatchOptions,
-    (origin, origin_wall): (Instant, SystemTime),
+    ((origin, origin_wall), pending): ((Instant, SystemTime), &early::Pending),
     interrupted: &AtomicBool,
 ) -> anyhow::Result<WatchReport> {
     let since = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
@@ -226,6 +251,11 @@ fn run(
     // The idle reading: before the job starts (or, attached, as it runs).
     let idle_free = inputs.free_now().context("the idle reading failed")?;
     let idle_t = since(Instant::now());
+    (opts.on_record)(Recording::Pending(Box::new(pending.with_idle(
+        idle_t,
+        idle_free,
+        info.total_bytes,
+    ))));
     let (idle_processes, idle_processes_unavailable) = match inputs.list.processes() {
         Ok(ps) => (Some(ps), None),
         Err(why) => (None, Some(why)),
@@ -234,6 +264,11 @@ fn run(
         Some(c) => c.device.info().total_bytes,
         None => idle_free + inputs.device.read().map_or(0, |r| r.used_bytes()),
     };
+    (opts.on_record)(Recording::Pending(Box::new(pending.with_idle(
+        idle_t,
+        idle_free,
+        total_bytes,
+    ))));
     let idle_nvml = match &mut inputs.cuda {
         Some(c) => c.device.nvml_memory(),
         None => None,
@@ -245,6 +280,11 @@ fn run(
         &utc_folder_stamp(origin_wall),
         &job_name(&opts.target),
     )?;
+    (opts.on_record)(Recording::Pending(Box::new(
+        pending
+            .with_idle(idle_t, idle_free, total_bytes)
+            .in_dir(&dir),
+    )));
     if interrupted.load(Ordering::SeqCst) {
         bail!("interrupted before the job started");
     }
@@ -318,8 +358,7 @@ fn run(
     );
     let mut folder = record.with_summary(summary);
     folder.set_watch(watch.clone());
-    (opts.on_record)(Some((folder.late_write(), origin)));
-    let _armed = RecordArmed(opts.on_record);
+    (opts.on_record)(Recording::Begun(folder.late_write(), origin));
     folder
         .write_summary()
         .with_context(|| format!("cannot write {}", dir.join("summary.json").display()))?;

@@ -39,6 +39,10 @@ struct Row {
     job_used: Size,
 }
 
+/// The largest usage script read (a script is a few lines a step; a workload file's bound is
+/// twice this).
+const SCRIPT_MAX_BYTES: u64 = 64 << 20;
+
 /// `(from ns after the job's start, bytes)`, in time order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageScript {
@@ -47,15 +51,27 @@ pub struct UsageScript {
 
 impl UsageScript {
     pub fn load(path: &Path) -> anyhow::Result<UsageScript> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::bounded::read_small_text(path, SCRIPT_MAX_BYTES)
             .with_context(|| format!("cannot read the usage script {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 
     /// Parses a script; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> anyhow::Result<UsageScript> {
-        let f: ScriptFile = toml::from_str(text).with_context(|| {
-            format!("{origin}: not a usage script (usage = [{{ at, job_used }}, …])")
+        // The parser's own message names the place; its quote of the line (which may be the
+        // whole file) is left out.
+        let f: ScriptFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |s| {
+                text.as_bytes()[..s.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+                    + 1
+            });
+            anyhow::anyhow!(
+                "{origin}: line {line}: not a usage script (usage = [{{ at, job_used }}, …]): {}",
+                crate::bounded::quote_str(e.message().trim())
+            )
         })?;
         if f.usage.is_empty() {
             bail!("{origin}: `usage` is empty: give at least one {{ at, job_used }} row");
@@ -205,6 +221,14 @@ impl ProcessProbe for SimJob {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_with_a_long_line_is_refused_in_a_short_message() {
+        let text = format!("usage = [\"{}", "\0".repeat(1 << 20));
+        let e = format!("{:#}", UsageScript::parse(&text, "s.toml").unwrap_err());
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(e.starts_with("s.toml: line 1: not a usage script"), "{e}");
+    }
 
     const SCRIPT: &str = r#"usage = [
   { at = "0ms", job_used = "0B" },

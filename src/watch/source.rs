@@ -82,6 +82,7 @@ pub fn open(
     sim_script: Option<&Path>,
     cuda_info: bool,
     origin: Instant,
+    arm: &dyn Fn(&DeviceInfo),
 ) -> anyhow::Result<Opened> {
     let index = dev.one_gpu("watch")?;
     let mode = select::WatchMode {
@@ -102,9 +103,39 @@ pub fn open(
         }
         select::WatchChoice::Cuda { .. } => {}
     }
+    // Before the device's facts (whose UUID NVML is asked about): the device by its index alone.
+    arm(&DeviceInfo {
+        backend: BackendKind::Cuda,
+        profile: None,
+        index,
+        name: "not read: the driver did not answer".into(),
+        compute_capability: String::new(),
+        total_bytes: 0,
+        driver_version: String::new(),
+        multiprocessors: 0,
+        mig: None,
+        uuid: None,
+        capabilities: Default::default(),
+    });
     // cuInit and the device's facts only: no context, no device memory.
     let facts = select::device_facts(index)
         .with_context(|| format!("cannot read CUDA device {}", index))?;
+    // What is known before NVML's first call: the record a hung call leaves.
+    let mut info = DeviceInfo {
+        backend: BackendKind::Cuda,
+        profile: None,
+        index,
+        name: facts.name.clone(),
+        compute_capability: facts.compute_capability.clone(),
+        total_bytes: facts.total_bytes,
+        driver_version: select::cuda_driver_version(),
+        multiprocessors: facts.multiprocessors,
+        mig: facts.mig(None),
+        uuid: Some(facts.uuid.clone()),
+        capabilities: select::device_capabilities(index)
+            .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
+    };
+    arm(&info);
     let nvml = NvmlDevice::try_open(&facts.uuid).map_err(|e| {
         anyhow!(
             "NVML is not available for GPU {} ({}): {e}; headroom watch reads device memory and the process list through NVML",
@@ -112,25 +143,10 @@ pub fn open(
             facts.uuid
         )
     })?;
-    let mig = facts.mig(Some(&nvml));
-    let mut info = DeviceInfo {
-        backend: BackendKind::Cuda,
-        profile: None,
-        index,
-        name: facts.name,
-        compute_capability: facts.compute_capability,
-        total_bytes: facts.total_bytes,
-        driver_version: nvml
-            .driver_version()
-            .map_or_else(select::cuda_driver_version, |v| {
-                format!("{v} (CUDA {})", select::cuda_driver_version())
-            }),
-        multiprocessors: facts.multiprocessors,
-        mig,
-        uuid: Some(facts.uuid),
-        capabilities: select::device_capabilities(index)
-            .with_context(|| format!("cannot read CUDA device {index}'s attributes"))?,
-    };
+    info.mig = facts.mig(Some(&nvml));
+    if let Some(v) = nvml.driver_version() {
+        info.driver_version = format!("{v} (CUDA {})", info.driver_version);
+    }
     // On an exclusive-process GPU (usual on Slurm and HPC nodes) the driver allows one process
     // a context at a time: headroom's would be first and the job's own would fail.
     if cuda_info && facts.compute_mode == "exclusive_process" {

@@ -28,13 +28,18 @@ pub enum Extra {
     },
     /// A hostile pickle for the snapshot reader (`what` says how it was made).
     Pickle { what: String, bytes: Vec<u8> },
+    /// A case that runs the binary (`super::commands`), and what it is.
+    Command {
+        what: String,
+        case: super::commands::Case,
+    },
 }
 
 impl Extra {
     pub fn text(&self) -> &str {
         match self {
             Extra::Explain(t) | Extra::Run { text: t, .. } => t,
-            Extra::Pickle { what, .. } => what,
+            Extra::Pickle { what, .. } | Extra::Command { what, .. } => what,
         }
     }
 }
@@ -194,9 +199,15 @@ pub fn check(e: &Extra) -> Result<(), String> {
                     whole_lines.len()
                 ));
             }
+            // A message printed again is explained once and counted in `repeats`.
             let report = headroom::explain::explain_text(text);
-            if report.explanations.len() != whole.len() {
-                return Err("explain_text explained another set of messages".into());
+            let again: u64 = report.repeats.iter().map(|r| r.count - 1).sum();
+            if report.explanations.len() as u64 + again != whole.len() as u64 {
+                return Err(format!(
+                    "explain_text explained {} messages and {again} repeats of {} found",
+                    report.explanations.len(),
+                    whole.len()
+                ));
             }
             Ok(())
         }
@@ -204,6 +215,7 @@ pub fn check(e: &Extra) -> Result<(), String> {
             text,
             signal_after_us,
         } => run(text, *signal_after_us),
+        Extra::Command { case, .. } => super::commands::check(case),
         // Not a snapshot: refused with a message (never a panic; the case's heap is metered).
         Extra::Pickle { bytes, .. } => {
             match headroom::import::torch::read_pickle_bytes(bytes, "fuzz.pickle") {
@@ -268,4 +280,11 @@ fn run(text: &str, signal_after_us: Option<u64>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+pub fn command_case() -> impl Strategy<Value = Extra> {
+    super::commands::case().prop_map(|case| Extra::Command {
+        what: format!("{case:?}"),
+        case,
+    })
 }

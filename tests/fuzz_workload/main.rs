@@ -11,10 +11,12 @@
 //! HEADROOM_FUZZ_CASES=100000 cargo test --release --test fuzz_workload -- --nocapture
 //! ```
 //!
-//! `HEADROOM_FUZZ_SEED=N` draws other cases; `HEADROOM_FUZZ_REPLAY=FILE` loads one file alone. A failure prints the case, shrunk, and saves its
+//! `HEADROOM_FUZZ_SEED=N` draws other cases; `HEADROOM_FUZZ_COMMANDS=N` weighs the cases
+//! that run the binary (`commands`) N against the others' 45 (1 by default); `HEADROOM_FUZZ_REPLAY=FILE` loads one file alone. A failure prints the case, shrunk, and saves its
 //! seed in `tests/fuzz_workload/main.regressions`, replayed first by every later run; a hang
 //! or runaway memory stops the process and prints the case (no shrinking then).
 
+mod commands;
 mod episodes;
 mod generate;
 mod kinds;
@@ -45,6 +47,9 @@ const SMOKE_CASES: u32 = 500;
 const SMOKE_SEED: u64 = 1411;
 
 const MIB: u64 = 1 << 20;
+
+/// A long run prints its count every this many cases.
+const PROGRESS_EVERY: u64 = 1_000;
 
 fn case() -> impl Strategy<Value = Case> {
     let text = prop_oneof![
@@ -84,17 +89,23 @@ enum AnyCase {
     Extra(kinds::Extra),
 }
 
-/// One case in `load_weight + 5` is a workload loaded; of the rest, three are texts explained,
-/// one a run on the simulator and one a hostile pickle for the snapshot reader. The smoke run keeps to a few of the slower kinds (so that
-/// `cargo test` takes about what it took before they were added); a long run mixes them in
-/// at one in eleven.
-fn any_case(load_weight: u32) -> impl Strategy<Value = AnyCase> {
+/// One case in `load_weight + 6` is a workload loaded; of the rest, three are texts explained,
+/// one a run on the simulator, one a hostile pickle for the snapshot reader and one a run of
+/// the binary (`commands`). The smoke run keeps to a few of the slower kinds (so that `cargo
+/// test` takes about what it took before they were added); a long run mixes them in at one in
+/// eight. `commands_weight` (`HEADROOM_FUZZ_COMMANDS`) weighs the binary's runs instead of 1.
+fn any_case(load_weight: u32, commands_weight: u32) -> impl Strategy<Value = AnyCase> {
     prop_oneof![
-        load_weight => case().prop_map(AnyCase::Load),
-        3 => kinds::explain_case().prop_map(AnyCase::Extra),
-        1 => kinds::run_case().prop_map(AnyCase::Extra),
-        1 => prop_oneof![kinds::pickle_case(), pickles::snapshot_case()].prop_map(AnyCase::Extra),
-    ]
+            load_weight => case().prop_map(AnyCase::Load),
+            3 => kinds::explain_case().prop_map(AnyCase::Extra),
+            1 => kinds::run_case().prop_map(AnyCase::Extra),
+    <<<<<<< HEAD
+            1 => prop_oneof![kinds::pickle_case(), pickles::snapshot_case()].prop_map(AnyCase::Extra),
+    =======
+            1 => kinds::pickle_case().prop_map(AnyCase::Extra),
+            commands_weight => kinds::command_case().prop_map(AnyCase::Extra),
+    >>>>>>> s2-i48b
+        ]
 }
 
 fn env_number<T: std::str::FromStr>(key: &str) -> Option<T> {
@@ -125,6 +136,9 @@ struct Tally {
     runs: u64,
     /// Hostile pickles read by the snapshot reader (their time counts with the runs').
     pickles: u64,
+    /// Cases that run the binary: hung NVML in a watch, late signals, double-forked jobs,
+    /// gigabyte lines (their time counts with the runs').
+    commands: u64,
     /// Time in each kind of case: loads, explains, runs.
     took: [Duration; 3],
 }
@@ -187,7 +201,20 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     });
     let tally = RefCell::new(Tally::default());
     let start = Instant::now();
-    let result = runner.run(&any_case(load_weight), |c| {
+    let commands_weight = env_number("HEADROOM_FUZZ_COMMANDS").unwrap_or(1);
+    let result = runner.run(&any_case(load_weight, commands_weight), |c| {
+        // A long run says how far it is, so that one stopped early still has its count.
+        let done = tally.borrow().cases;
+        if long_run.is_some() && done > 0 && done % PROGRESS_EVERY == 0 {
+            let t = tally.borrow();
+            println!(
+                "fuzz_workload: {done} cases passed in {:.0} s ({} runs of the binary, {} long-step runs, {} pickles)",
+                start.elapsed().as_secs_f64(),
+                t.commands,
+                t.runs,
+                t.pickles
+            );
+        }
         let c = match c {
             AnyCase::Load(c) => c,
             AnyCase::Extra(e) => {
@@ -212,6 +239,10 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
                         t.pickles += 1;
                         t.took[2] += took;
                     }
+                    kinds::Extra::Command { .. } => {
+                        t.commands += 1;
+                        t.took[2] += took;
+                    }
                 }
                 return Ok(());
             }
@@ -228,13 +259,14 @@ fn workload_files_load_or_are_refused_within_time_and_memory() {
     let t = tally.into_inner();
     let peak_rss = meter::peak_rss_bytes();
     println!(
-        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals, {} hostile pickles; {} loaded ({} actions; {} read in one pass), refused {} parsing, {} checking, {} for the device; \
+        "fuzz_workload: {} cases (seed {seed}) in {:.1} s: {} texts explained, {} long-step runs with signals, {} hostile pickles, {} runs of the binary (hung NVML, late signals, double forks, gigabyte lines); {} loaded ({} actions; {} read in one pass), refused {} parsing, {} checking, {} for the device; \
          slowest case {:.0} ms of CPU ({:.0} ms the longest in wall time), most heap in one case {} MiB, peak RSS {} MiB; CPU time in loads {:.1} s, explains {:.1} s, runs {:.1} s",
         t.cases,
         start.elapsed().as_secs_f64(),
         t.explained,
         t.runs,
         t.pickles,
+        t.commands,
         t.accepted,
         t.actions,
         t.one_pass,
