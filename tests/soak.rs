@@ -468,6 +468,8 @@ fn a_sixty_megabyte_pickle_of_memoized_empty_dicts_is_refused_in_bounded_memory(
             "in a snapshot: {in_snapshot}: peak RSS {rss} bytes"
         );
         std::fs::remove_file(&path).unwrap();
+    }
+}
 
 /// A run whose last step is long done when the signal comes: 2,000 `kv` requests (about
 /// 340,000 timeline rows, each tick a change) and then 1,000 s of virtual time at 100 µs, so
