@@ -96,16 +96,12 @@ enum AnyCase {
 /// eight. `commands_weight` (`HEADROOM_FUZZ_COMMANDS`) weighs the binary's runs instead of 1.
 fn any_case(load_weight: u32, commands_weight: u32) -> impl Strategy<Value = AnyCase> {
     prop_oneof![
-            load_weight => case().prop_map(AnyCase::Load),
-            3 => kinds::explain_case().prop_map(AnyCase::Extra),
-            1 => kinds::run_case().prop_map(AnyCase::Extra),
-    <<<<<<< HEAD
-            1 => prop_oneof![kinds::pickle_case(), pickles::snapshot_case()].prop_map(AnyCase::Extra),
-    =======
-            1 => kinds::pickle_case().prop_map(AnyCase::Extra),
-            commands_weight => kinds::command_case().prop_map(AnyCase::Extra),
-    >>>>>>> s2-i48b
-        ]
+        load_weight => case().prop_map(AnyCase::Load),
+        3 => kinds::explain_case().prop_map(AnyCase::Extra),
+        1 => kinds::run_case().prop_map(AnyCase::Extra),
+        1 => prop_oneof![kinds::pickle_case(), pickles::snapshot_case()].prop_map(AnyCase::Extra),
+        commands_weight => kinds::command_case().prop_map(AnyCase::Extra),
+    ]
 }
 
 fn env_number<T: std::str::FromStr>(key: &str) -> Option<T> {
