@@ -60,11 +60,12 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             );
             return;
         }
-        MemorySpace::TpuHbm => {
+        MemorySpace::TpuHbm | MemorySpace::TpuVmem | MemorySpace::TpuSmem => {
+            let space = memory.words();
             d.summary = format!(
-                "\"{wording}\"{from} is about TPU HBM, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."
+                "\"{wording}\"{from} is about {space}, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."
             );
-            d.findings.push("This is TPU HBM, not a CUDA device; the figures are the TPU compiler's own accounting.".into());
+            d.findings.push(format!("This is {space}, not a CUDA device; the figures are the TPU compiler's own accounting."));
             return;
         }
         MemorySpace::SharedMemory => {
