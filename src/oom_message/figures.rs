@@ -459,15 +459,20 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         Some((low, high)) if !unit.is_empty() => (interval(d, low, high)?, k),
         _ => {
             // A bare count: bytes only when whole, of four digits or more, and a size word
-            // comes right before it ("allocate buffer: 655360000").
+            // comes right before it ("allocate buffer: 655360000"), or before the "of" that
+            // takes a size word's value (TensorRT's builder: "insufficient memory on requested
+            // size of 11580055552"; ONNX Runtime's arena: "requested bytes of N").
             let whole = d.places == 0 && digits.len() >= 4;
             // A word may follow without a space where a paste lost it ("110592Hardware").
             let after_ok = !matches!(bytes.get(number_end), Some(b':' | b'-' | b'/' | b'x'))
                 && !bytes.get(number_end).is_some_and(u8::is_ascii_lowercase);
             let from = super::cursor::floor_boundary(text, at.saturating_sub(32));
             let before = text[from..at].to_ascii_lowercase();
+            let before = before.trim_end_matches([' ', ':', '=']);
+            let before = before
+                .strip_suffix(" of")
+                .map_or(before, |b| b.trim_end_matches(' '));
             let last_word = before
-                .trim_end_matches([' ', ':', '='])
                 .rsplit(|c: char| !c.is_ascii_alphabetic())
                 .next()
                 .unwrap_or("");
@@ -600,6 +605,21 @@ mod tests {
         assert_eq!(got[0].2, 1_450_000_000);
         assert_eq!(got[0].3, 1_717_986_918);
         assert!(labels("2018-07-17 09:05:55.622488: step 1234").is_empty());
+        // TensorRT's builder prints the request in bytes with no unit, after "size of"; the
+        // tactic's number and id, a line number and an error code are not sizes.
+        let got = labels(
+            "[W] [TRT] Skipping tactic 0 due to insufficient memory on requested size of 11580055552 detected for tactic 0x0000000000000000. [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (out of memory) at line 1234",
+        );
+        assert_eq!(
+            got,
+            [(
+                Some("requested"),
+                "11580055552".into(),
+                11580055552,
+                11580055552
+            )]
+        );
+        assert!(labels("a batch of 4096 tokens, with a count of 1024").is_empty());
         // A number with a unit but no word that says what it is.
         assert_eq!(labels("warning: 3.00 GiB").first().map(|g| g.0), Some(None));
     }
