@@ -224,6 +224,14 @@ fn label_after(after: &str) -> Option<Label> {
             continue;
         }
         if let Some(l) = lookup(w, AFTER) {
+            // "… GPU 0 has a total capacity of 7.75 GiB": a label further on that takes the
+            // next figure with "of" names that one, not this (a sentence whose full stop was
+            // dropped: "Tried to allocate 20.00 MiB GPU 0 has a total capacity of …"); right
+            // after the figure it is still this one's ("200 MB free of 8 GB").
+            let word_end = w.as_ptr() as usize - lower.as_ptr() as usize + w.len();
+            if i > 0 && names_the_next_figure(&lower[word_end..]) {
+                return None;
+            }
             let rest = &ws[i + 1..];
             if l == Label::Reserved && rest.iter().any(|w| near(w, "unallocated")) {
                 return Some(Label::ReservedUnallocated);
@@ -236,6 +244,26 @@ fn label_after(after: &str) -> Option<Label> {
         }
     }
     None
+}
+
+/// Whether the words after a label ("capacity of 7…") give it to the figure that follows: other
+/// label words, then "of" and a digit.
+fn names_the_next_figure(after: &str) -> bool {
+    let mut rest = after.trim_start();
+    loop {
+        if let Some(figure) = rest.strip_prefix("of ") {
+            return figure
+                .trim_start()
+                .starts_with(|c: char| c.is_ascii_digit());
+        }
+        let word_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        if word_len == 0 || lookup(&rest[..word_len], AFTER).is_none() {
+            return false;
+        }
+        rest = rest[word_len..].trim_start();
+    }
 }
 
 fn label_before(before: &str) -> Option<Label> {
@@ -591,6 +619,26 @@ mod tests {
         );
         // 20.00 MiB rounded or cut: [19.995, 20.01) MiB.
         assert_eq!((got[0].2, got[0].3), (20_966_278, 20_982_005));
+    }
+
+    #[test]
+    fn a_sentence_without_its_full_stop_keeps_its_labels() {
+        let got = labels(
+            "CUDA out of memory Tried to allocate 20.00 MiB GPU 0 has a total capacity of 7.75 GiB of which 13.31 MiB is free Process 4048 has 2.31 GiB memory in use",
+        );
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                Some("requested"),
+                Some("total"),
+                Some("free"),
+                Some("in_use")
+            ]
+        );
+        // Right after its figure, a label with "of" is still that figure's.
+        let got = labels("only 200 MB free of 8 GB total");
+        assert_eq!((got[0].0, got[1].0), (Some("free"), Some("total")));
     }
 
     #[test]
