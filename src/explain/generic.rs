@@ -60,7 +60,10 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             );
             return;
         }
-        MemorySpace::TpuHbm | MemorySpace::TpuVmem | MemorySpace::TpuSmem => {
+        MemorySpace::TpuHbm
+        | MemorySpace::TpuVmem
+        | MemorySpace::TpuSmem
+        | MemorySpace::TpuCmem => {
             let space = memory.words();
             d.summary = format!(
                 "\"{wording}\"{from} is about {space}, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."

@@ -44,6 +44,8 @@ pub enum MemorySpace {
     TpuVmem,
     /// A TPU core's on-chip scalar memory (XLA's memory space `smem`, Pallas' `SMEM`).
     TpuSmem,
+    /// A TPU's on-chip common memory (XLA's memory space `cmem`, Pallas' `CMEM`).
+    TpuCmem,
     /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
     /// limit, not device memory.
     SharedMemory,
@@ -59,6 +61,7 @@ impl MemorySpace {
             MemorySpace::TpuHbm => "TPU HBM",
             MemorySpace::TpuVmem => "TPU VMEM",
             MemorySpace::TpuSmem => "TPU SMEM",
+            MemorySpace::TpuCmem => "TPU CMEM",
             MemorySpace::SharedMemory => "on-chip shared memory",
         }
     }
@@ -223,9 +226,11 @@ const RUNTIMES: &[(&[&str], &str)] = &[
 /// text's start is Python's `MemoryError` too.
 const TPU_WORDS: &[&str] = &["memory space hbm", " hbm", "tpu"];
 /// The TPU's on-chip memory spaces as XLA names them in "Ran out of memory in memory space …"
-/// (the spaces of `jax.experimental.pallas.tpu.MemorySpace`: `VMEM`, `SMEM`, besides HBM).
+/// (the values of Pallas' `TPUMemorySpace`, `jax/_src/pallas/mosaic/core.py`: `vmem`, `smem`,
+/// `cmem`, besides HBM).
 const TPU_VMEM_WORDS: &[&str] = &["memory space vmem"];
 const TPU_SMEM_WORDS: &[&str] = &["memory space smem"];
+const TPU_CMEM_WORDS: &[&str] = &["memory space cmem"];
 const PINNED_WORDS: &[&str] = &[
     "pinned memory",
     "pinned host",
@@ -266,6 +271,7 @@ const HOST: usize = usize::MAX - 3;
 const SHARED_MEMORY: usize = usize::MAX - 4;
 const TPU_VMEM: usize = usize::MAX - 5;
 const TPU_SMEM: usize = usize::MAX - 6;
+const TPU_CMEM: usize = usize::MAX - 7;
 
 fn vocabulary() -> &'static Vocabulary {
     static V: OnceLock<Vocabulary> = OnceLock::new();
@@ -286,6 +292,7 @@ fn vocabulary() -> &'static Vocabulary {
             (SHARED_MEMORY, &["shared memory"][..]),
             (TPU_VMEM, TPU_VMEM_WORDS),
             (TPU_SMEM, TPU_SMEM_WORDS),
+            (TPU_CMEM, TPU_CMEM_WORDS),
         ] {
             for w in words {
                 patterns.push(w);
@@ -307,7 +314,7 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
     let mut runtimes = vec![false; RUNTIMES.len()];
     let (mut tpu, mut pinned, mut shared, mut host, mut shared_memory) =
         (false, false, false, false, false);
-    let (mut vmem, mut smem) = (false, false);
+    let (mut vmem, mut smem, mut cmem) = (false, false, false);
     for m in v.search.find_overlapping_iter(span) {
         match v.meaning[m.pattern().as_usize()] {
             TPU => tpu = true,
@@ -317,6 +324,7 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
             SHARED_MEMORY => shared_memory = true,
             TPU_VMEM => vmem = true,
             TPU_SMEM => smem = true,
+            TPU_CMEM => cmem = true,
             i => runtimes[i] = true,
         }
     }
@@ -332,6 +340,8 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
         MemorySpace::TpuVmem
     } else if smem {
         MemorySpace::TpuSmem
+    } else if cmem {
+        MemorySpace::TpuCmem
     } else if tpu {
         MemorySpace::TpuHbm
     } else if pinned {
@@ -621,6 +631,10 @@ mod tests {
             "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space smem.",
         );
         assert_eq!(memory, MemorySpace::TpuSmem);
+        let (memory, _) = read_one(
+            "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space cmem.",
+        );
+        assert_eq!(memory.words(), "TPU CMEM");
         let (memory, figures) = read_one(
             "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 163842, Hardware limitation: 101376.",
         );
