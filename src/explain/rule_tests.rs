@@ -352,3 +352,18 @@ fn listed_processes_without_this_process_decide_what_they_alone_can() {
         [cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR]
     );
 }
+
+/// Read by principle (its full stops dropped, so PyTorch's own reader stops at the request),
+/// PyTorch's sentence form still tells this process's memory from the other processes' by the
+/// words before each figure, and its arithmetic decides as for the printed form.
+#[test]
+fn a_message_read_by_its_words_keeps_whose_memory_is_whose() {
+    let e = one(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory Tried to allocate 64.00 MiB GPU 0 has a total capacity of 15.70 GiB of which 40.00 MiB is free Process 2001 has 6.00 GiB memory in use Including non-PyTorch memory, this process has 9.60 GiB memory in use Of the allocated memory 8.90 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated",
+    );
+    assert_eq!(e.message.format(), Format::Generic);
+    assert_eq!(e.cause, Some(cause::OTHER_PROCESS));
+    let (low, high) = step(&e, "this_process_bytes");
+    // 9.60 GiB is 9830.4 MiB, give or take 0.005 GiB.
+    assert!(low > 9_820 * MIB && high < 9_842 * MIB, "{low}–{high}");
+}

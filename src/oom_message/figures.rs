@@ -65,6 +65,44 @@ pub struct Figure {
     pub at: usize,
     #[serde(skip)]
     pub end: usize,
+    /// Whose memory the words right before it say it is ("this process has X", "Process 4048
+    /// has X"): PyTorch's sentence form names each holder so.
+    #[serde(skip)]
+    pub owner: Owner,
+}
+
+/// Whose memory an in-use figure is, by the words right before it: PyTorch's sentence form
+/// prints "Process {pid} has X memory in use" for each other process NVML lists and "…, this
+/// process has X memory in use" for its own (`c10/cuda/CUDACachingAllocator.cpp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Owner {
+    #[default]
+    Unsaid,
+    ThisProcess,
+    Process(u64),
+}
+
+/// Where the words before `at` that `owner` reads start: a line's worth back.
+fn floor_start(text: &str, at: usize) -> usize {
+    super::cursor::floor_boundary(text, at.saturating_sub(40))
+}
+
+/// The owner the words before a figure name: "this process has", "Process 4048 has".
+fn owner(before: &str) -> Owner {
+    let lower = before.to_ascii_lowercase();
+    let Some(head) = lower.trim_end().strip_suffix("has") else {
+        return Owner::Unsaid;
+    };
+    let head = head.trim_end();
+    if head.ends_with("this process") {
+        return Owner::ThisProcess;
+    }
+    let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (rest, pid) = head.split_at(head.len() - digits);
+    match (pid.parse::<u64>(), rest.trim_end().ends_with("process")) {
+        (Ok(pid), true) => Owner::Process(pid),
+        _ => Owner::Unsaid,
+    }
 }
 
 /// Words of no weight between a figure and its label ("X *is* free", "X *of memory* in use").
@@ -475,6 +513,7 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
             },
             at,
             end,
+            owner: owner(&text[floor_start(text, at)..at]),
         });
     }
     let unit_start = j + gap;
@@ -523,6 +562,7 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         },
         at,
         end,
+        owner: owner(&text[floor_start(text, at)..at]),
     })
 }
 
@@ -577,6 +617,7 @@ pub fn cut_at_end(tail: &str) -> Option<Figure> {
         },
         at,
         end: trimmed.len(),
+        owner: Owner::Unsaid,
     })
 }
 
@@ -639,6 +680,20 @@ mod tests {
         // Right after its figure, a label with "of" is still that figure's.
         let got = labels("only 200 MB free of 8 GB total");
         assert_eq!((got[0].0, got[1].0), (Some("free"), Some("total")));
+    }
+
+    #[test]
+    fn in_use_figures_carry_the_process_the_words_before_them_name() {
+        let owners: Vec<Owner> = read(
+            "Process 4048 has 2.31 GiB memory in use Including non PyTorch memory, this process has 5.09 GiB memory in use and 3.00 GiB in use",
+        )
+        .iter()
+        .map(|f| f.owner)
+        .collect();
+        assert_eq!(
+            owners,
+            [Owner::Process(4048), Owner::ThisProcess, Owner::Unsaid]
+        );
     }
 
     #[test]
