@@ -406,7 +406,11 @@ fn the_held_out_reports_and_the_whole_are_scored() {
     println!("reports by runtime: {}", runtimes.join(", "));
     // Every id of round-2.txt is a report, and no repository is on both sides: the split is by
     // repository.
-    assert_eq!(second.reports, round_two().len(), "round-2.txt names a missing report");
+    assert_eq!(
+        second.reports,
+        round_two().len(),
+        "round-2.txt names a missing report"
+    );
     let mut fitted_repos = fitted.repositories.clone();
     fitted_repos.extend(second_fitted.repositories.iter().cloned());
     let mut held_repos = held_out.repositories.clone();
