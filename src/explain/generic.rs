@@ -7,7 +7,7 @@
 
 use super::interval::{Iv, Verdict};
 use super::{Diagnosis, cause, nvidia_smi_check};
-use crate::oom_message::{Detail, Figure, Label, MemorySpace, Quantity};
+use crate::oom_message::{Detail, Figure, Label, MemorySpace, Owner, ProcessUse, Quantity};
 
 /// One 2 MiB page: free memory less than this above the request counts as none.
 const PAGE_BYTES: i128 = 2 << 20;
@@ -60,11 +60,15 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             );
             return;
         }
-        MemorySpace::TpuHbm => {
+        MemorySpace::TpuHbm
+        | MemorySpace::TpuVmem
+        | MemorySpace::TpuSmem
+        | MemorySpace::TpuCmem => {
+            let space = memory.words();
             d.summary = format!(
-                "\"{wording}\"{from} is about TPU HBM, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."
+                "\"{wording}\"{from} is about {space}, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."
             );
-            d.findings.push("This is TPU HBM, not a CUDA device; the figures are the TPU compiler's own accounting.".into());
+            d.findings.push(format!("This is {space}, not a CUDA device; the figures are the TPU compiler's own accounting."));
             return;
         }
         MemorySpace::SharedMemory => {
@@ -82,7 +86,7 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             .find(|f: &&Figure| f.label == Some(l))
             .map(|f| &f.quantity)
     };
-    if let Some(synthetic) = as_pytorch(&get) {
+    if let Some(synthetic) = as_pytorch(&get, figures) {
         d.findings.push(format!(
             "Read by the words around each figure (\"{wording}\"{from}), then by PyTorch's arithmetic."
         ));
@@ -159,12 +163,32 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
 
 /// The figures as a PyTorch message, when they are the ones its arithmetic needs: the request,
 /// the device's total and free, and whose the used memory is (this process's, or the
-/// allocator's allocated and reserved).
-fn as_pytorch<'a>(get: &impl Fn(Label) -> Option<&'a Quantity>) -> Option<Detail> {
+/// allocator's allocated and reserved). Memory in use that the words before it give to a
+/// process by its PID ("Process 4048 has X memory in use") is another process's, and one given
+/// to "this process" is this one's; where no figure names its process, the first in use is
+/// taken as this process's.
+fn as_pytorch<'a>(
+    get: &impl Fn(Label) -> Option<&'a Quantity>,
+    figures: &[Figure],
+) -> Option<Detail> {
     let requested = get(Label::Requested)?.clone();
     let total = get(Label::Total)?.clone();
     let free = get(Label::Free)?.clone();
-    let this_process = get(Label::InUse).cloned();
+    let in_use = || figures.iter().filter(|f| f.label == Some(Label::InUse));
+    let processes: Vec<ProcessUse> = in_use()
+        .filter_map(|f| match f.owner {
+            Owner::Process(pid) => Some(ProcessUse {
+                pid,
+                used: f.quantity.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let this_process = match in_use().find(|f| f.owner == Owner::ThisProcess) {
+        Some(f) => Some(f.quantity.clone()),
+        None if processes.is_empty() => get(Label::InUse).cloned(),
+        None => None,
+    };
     let allocated = get(Label::Allocated).cloned();
     let limit = get(Label::Limit).cloned();
     if let Some(unallocated) = get(Label::ReservedUnallocated).cloned() {
@@ -174,7 +198,7 @@ fn as_pytorch<'a>(get: &impl Fn(Label) -> Option<&'a Quantity>) -> Option<Detail
             device_index: None,
             device_total: Some(total),
             device_free: Some(free),
-            processes: Vec::new(),
+            processes,
             this_process,
             allowed: limit,
             allocated,

@@ -323,3 +323,47 @@ fn a_device_printed_as_a_control_character_is_its_code() {
         }
     ));
 }
+
+/// Several processes listed and no "this process" line (a container hides the job's own PID):
+/// this process is at most one of them, so the others hold at least the listed sum less the
+/// largest that could be it; that alone decides `other-process` when it gives the request room,
+/// and otherwise the memory PyTorch did not reserve stays unsplit (written in PyTorch 2.x's
+/// sentence form, `c10/cuda/CUDACachingAllocator.cpp`).
+#[test]
+fn listed_processes_without_this_process_decide_what_they_alone_can() {
+    let head = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.06 GiB is free.";
+    let tail = " Of the allocated memory 9.80 GiB is allocated by PyTorch, and 120.00 MiB is reserved by PyTorch but unallocated.";
+    let e = one(&format!(
+        "{head} Process 1201 has 12.00 GiB memory in use. Process 1302 has 10.50 GiB memory in use.{tail}"
+    ));
+    assert_eq!(e.cause, Some(cause::OTHER_PROCESS));
+    // 22.50 GiB listed less the 12.00 GiB process that could be this one, to the printed
+    // precision of each.
+    let (low, high) = step(&e, "other_processes_bytes");
+    // 10.50 GiB is 10752 MiB.
+    assert!(low > 10_730 * MIB && high < 10_770 * MIB, "{low}–{high}");
+    // The other one holds too little to give room: who holds the rest is not said.
+    let e = one(&format!(
+        "{head} Process 1201 has 21.00 GiB memory in use. Process 1302 has 2.00 MiB memory in use.{tail}"
+    ));
+    assert_eq!(e.cause, None);
+    assert_eq!(
+        e.undecided[0].candidates,
+        [cause::OTHER_PROCESS, cause::OUTSIDE_ALLOCATOR]
+    );
+}
+
+/// Read by principle (its full stops dropped, so PyTorch's own reader stops at the request),
+/// PyTorch's sentence form still tells this process's memory from the other processes' by the
+/// words before each figure, and its arithmetic decides as for the printed form.
+#[test]
+fn a_message_read_by_its_words_keeps_whose_memory_is_whose() {
+    let e = one(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory Tried to allocate 64.00 MiB GPU 0 has a total capacity of 15.70 GiB of which 40.00 MiB is free Process 2001 has 6.00 GiB memory in use Including non-PyTorch memory, this process has 9.60 GiB memory in use Of the allocated memory 8.90 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated",
+    );
+    assert_eq!(e.message.format(), Format::Generic);
+    assert_eq!(e.cause, Some(cause::OTHER_PROCESS));
+    let (low, high) = step(&e, "this_process_bytes");
+    // 9.60 GiB is 9830.4 MiB, give or take 0.005 GiB.
+    assert!(low > 9_820 * MIB && high < 9_842 * MIB, "{low}–{high}");
+}

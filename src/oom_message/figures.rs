@@ -65,6 +65,44 @@ pub struct Figure {
     pub at: usize,
     #[serde(skip)]
     pub end: usize,
+    /// Whose memory the words right before it say it is ("this process has X", "Process 4048
+    /// has X"): PyTorch's sentence form names each holder so.
+    #[serde(skip)]
+    pub owner: Owner,
+}
+
+/// Whose memory an in-use figure is, by the words right before it: PyTorch's sentence form
+/// prints "Process {pid} has X memory in use" for each other process NVML lists and "…, this
+/// process has X memory in use" for its own (`c10/cuda/CUDACachingAllocator.cpp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Owner {
+    #[default]
+    Unsaid,
+    ThisProcess,
+    Process(u64),
+}
+
+/// Where the words before `at` that `owner` reads start: a line's worth back.
+fn floor_start(text: &str, at: usize) -> usize {
+    super::cursor::floor_boundary(text, at.saturating_sub(40))
+}
+
+/// The owner the words before a figure name: "this process has", "Process 4048 has".
+fn owner(before: &str) -> Owner {
+    let lower = before.to_ascii_lowercase();
+    let Some(head) = lower.trim_end().strip_suffix("has") else {
+        return Owner::Unsaid;
+    };
+    let head = head.trim_end();
+    if head.ends_with("this process") {
+        return Owner::ThisProcess;
+    }
+    let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (rest, pid) = head.split_at(head.len() - digits);
+    match (pid.parse::<u64>(), rest.trim_end().ends_with("process")) {
+        (Ok(pid), true) => Owner::Process(pid),
+        _ => Owner::Unsaid,
+    }
 }
 
 /// Words of no weight between a figure and its label ("X *is* free", "X *of memory* in use").
@@ -224,6 +262,14 @@ fn label_after(after: &str) -> Option<Label> {
             continue;
         }
         if let Some(l) = lookup(w, AFTER) {
+            // "… GPU 0 has a total capacity of 7.75 GiB": a label further on that takes the
+            // next figure with "of" names that one, not this (a sentence whose full stop was
+            // dropped: "Tried to allocate 20.00 MiB GPU 0 has a total capacity of …"); right
+            // after the figure it is still this one's ("200 MB free of 8 GB").
+            let word_end = w.as_ptr() as usize - lower.as_ptr() as usize + w.len();
+            if i > 0 && names_the_next_figure(&lower[word_end..]) {
+                return None;
+            }
             let rest = &ws[i + 1..];
             if l == Label::Reserved && rest.iter().any(|w| near(w, "unallocated")) {
                 return Some(Label::ReservedUnallocated);
@@ -236,6 +282,26 @@ fn label_after(after: &str) -> Option<Label> {
         }
     }
     None
+}
+
+/// Whether the words after a label ("capacity of 7…") give it to the figure that follows: other
+/// label words, then "of" and a digit.
+fn names_the_next_figure(after: &str) -> bool {
+    let mut rest = after.trim_start();
+    loop {
+        if let Some(figure) = rest.strip_prefix("of ") {
+            return figure
+                .trim_start()
+                .starts_with(|c: char| c.is_ascii_digit());
+        }
+        let word_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        if word_len == 0 || lookup(&rest[..word_len], AFTER).is_none() {
+            return false;
+        }
+        rest = rest[word_len..].trim_start();
+    }
 }
 
 fn label_before(before: &str) -> Option<Label> {
@@ -447,6 +513,7 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
             },
             at,
             end,
+            owner: owner(&text[floor_start(text, at)..at]),
         });
     }
     let unit_start = j + gap;
@@ -459,15 +526,20 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         Some((low, high)) if !unit.is_empty() => (interval(d, low, high)?, k),
         _ => {
             // A bare count: bytes only when whole, of four digits or more, and a size word
-            // comes right before it ("allocate buffer: 655360000").
+            // comes right before it ("allocate buffer: 655360000"), or before the "of" that
+            // takes a size word's value (TensorRT's builder: "insufficient memory on requested
+            // size of 11580055552"; ONNX Runtime's arena: "requested bytes of N").
             let whole = d.places == 0 && digits.len() >= 4;
             // A word may follow without a space where a paste lost it ("110592Hardware").
             let after_ok = !matches!(bytes.get(number_end), Some(b':' | b'-' | b'/' | b'x'))
                 && !bytes.get(number_end).is_some_and(u8::is_ascii_lowercase);
             let from = super::cursor::floor_boundary(text, at.saturating_sub(32));
             let before = text[from..at].to_ascii_lowercase();
+            let before = before.trim_end_matches([' ', ':', '=']);
+            let before = before
+                .strip_suffix(" of")
+                .map_or(before, |b| b.trim_end_matches(' '));
             let last_word = before
-                .trim_end_matches([' ', ':', '='])
                 .rsplit(|c: char| !c.is_ascii_alphabetic())
                 .next()
                 .unwrap_or("");
@@ -490,6 +562,7 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         },
         at,
         end,
+        owner: owner(&text[floor_start(text, at)..at]),
     })
 }
 
@@ -544,6 +617,7 @@ pub fn cut_at_end(tail: &str) -> Option<Figure> {
         },
         at,
         end: trimmed.len(),
+        owner: Owner::Unsaid,
     })
 }
 
@@ -589,6 +663,40 @@ mod tests {
     }
 
     #[test]
+    fn a_sentence_without_its_full_stop_keeps_its_labels() {
+        let got = labels(
+            "CUDA out of memory Tried to allocate 20.00 MiB GPU 0 has a total capacity of 7.75 GiB of which 13.31 MiB is free Process 4048 has 2.31 GiB memory in use",
+        );
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                Some("requested"),
+                Some("total"),
+                Some("free"),
+                Some("in_use")
+            ]
+        );
+        // Right after its figure, a label with "of" is still that figure's.
+        let got = labels("only 200 MB free of 8 GB total");
+        assert_eq!((got[0].0, got[1].0), (Some("free"), Some("total")));
+    }
+
+    #[test]
+    fn in_use_figures_carry_the_process_the_words_before_them_name() {
+        let owners: Vec<Owner> = read(
+            "Process 4048 has 2.31 GiB memory in use Including non PyTorch memory, this process has 5.09 GiB memory in use and 3.00 GiB in use",
+        )
+        .iter()
+        .map(|f| f.owner)
+        .collect();
+        assert_eq!(
+            owners,
+            [Owner::Process(4048), Owner::ThisProcess, Owner::Unsaid]
+        );
+    }
+
+    #[test]
     fn bare_counts_need_a_size_word_and_units_keep_their_ambiguity() {
         let got =
             labels("Memory not available to allocate buffer: 655360000 at line 70, pid 12345");
@@ -600,6 +708,21 @@ mod tests {
         assert_eq!(got[0].2, 1_450_000_000);
         assert_eq!(got[0].3, 1_717_986_918);
         assert!(labels("2018-07-17 09:05:55.622488: step 1234").is_empty());
+        // TensorRT's builder prints the request in bytes with no unit, after "size of"; the
+        // tactic's number and id, a line number and an error code are not sizes.
+        let got = labels(
+            "[W] [TRT] Skipping tactic 0 due to insufficient memory on requested size of 11580055552 detected for tactic 0x0000000000000000. [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (out of memory) at line 1234",
+        );
+        assert_eq!(
+            got,
+            [(
+                Some("requested"),
+                "11580055552".into(),
+                11580055552,
+                11580055552
+            )]
+        );
+        assert!(labels("a batch of 4096 tokens, with a count of 1024").is_empty());
         // A number with a unit but no word that says what it is.
         assert_eq!(labels("warning: 3.00 GiB").first().map(|g| g.0), Some(None));
     }

@@ -39,6 +39,13 @@ pub enum MemorySpace {
     PinnedHostRam,
     /// A TPU's high-bandwidth memory: not a CUDA device.
     TpuHbm,
+    /// A TPU core's on-chip vector memory (XLA's memory space `vmem`, Pallas' `VMEM`): a
+    /// compiler's scratch space, not a CUDA device and not HBM.
+    TpuVmem,
+    /// A TPU core's on-chip scalar memory (XLA's memory space `smem`, Pallas' `SMEM`).
+    TpuSmem,
+    /// A TPU's on-chip common memory (XLA's memory space `cmem`, Pallas' `CMEM`).
+    TpuCmem,
     /// A kernel's on-chip shared memory per block (Triton's `OutOfResources`): a launch
     /// limit, not device memory.
     SharedMemory,
@@ -52,6 +59,9 @@ impl MemorySpace {
             MemorySpace::HostRam => "host RAM",
             MemorySpace::PinnedHostRam => "host RAM (pinned)",
             MemorySpace::TpuHbm => "TPU HBM",
+            MemorySpace::TpuVmem => "TPU VMEM",
+            MemorySpace::TpuSmem => "TPU SMEM",
+            MemorySpace::TpuCmem => "TPU CMEM",
             MemorySpace::SharedMemory => "on-chip shared memory",
         }
     }
@@ -215,6 +225,12 @@ const RUNTIMES: &[(&[&str], &str)] = &[
 /// Words naming memory other than the device's, by the space they name; `memoryerror` at the
 /// text's start is Python's `MemoryError` too.
 const TPU_WORDS: &[&str] = &["memory space hbm", " hbm", "tpu"];
+/// The TPU's on-chip memory spaces as XLA names them in "Ran out of memory in memory space …"
+/// (the values of Pallas' `TPUMemorySpace`, `jax/_src/pallas/mosaic/core.py`: `vmem`, `smem`,
+/// `cmem`, besides HBM).
+const TPU_VMEM_WORDS: &[&str] = &["memory space vmem"];
+const TPU_SMEM_WORDS: &[&str] = &["memory space smem"];
+const TPU_CMEM_WORDS: &[&str] = &["memory space cmem"];
 const PINNED_WORDS: &[&str] = &[
     "pinned memory",
     "pinned host",
@@ -253,6 +269,9 @@ const PINNED: usize = usize::MAX - 1;
 const SHARED: usize = usize::MAX - 2;
 const HOST: usize = usize::MAX - 3;
 const SHARED_MEMORY: usize = usize::MAX - 4;
+const TPU_VMEM: usize = usize::MAX - 5;
+const TPU_SMEM: usize = usize::MAX - 6;
+const TPU_CMEM: usize = usize::MAX - 7;
 
 fn vocabulary() -> &'static Vocabulary {
     static V: OnceLock<Vocabulary> = OnceLock::new();
@@ -271,6 +290,9 @@ fn vocabulary() -> &'static Vocabulary {
             (SHARED, SHARED_WORDS),
             (HOST, HOST_WORDS),
             (SHARED_MEMORY, &["shared memory"][..]),
+            (TPU_VMEM, TPU_VMEM_WORDS),
+            (TPU_SMEM, TPU_SMEM_WORDS),
+            (TPU_CMEM, TPU_CMEM_WORDS),
         ] {
             for w in words {
                 patterns.push(w);
@@ -292,6 +314,7 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
     let mut runtimes = vec![false; RUNTIMES.len()];
     let (mut tpu, mut pinned, mut shared, mut host, mut shared_memory) =
         (false, false, false, false, false);
+    let (mut vmem, mut smem, mut cmem) = (false, false, false);
     for m in v.search.find_overlapping_iter(span) {
         match v.meaning[m.pattern().as_usize()] {
             TPU => tpu = true,
@@ -299,6 +322,9 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
             SHARED => shared = true,
             HOST => host = true,
             SHARED_MEMORY => shared_memory = true,
+            TPU_VMEM => vmem = true,
+            TPU_SMEM => smem = true,
+            TPU_CMEM => cmem = true,
             i => runtimes[i] = true,
         }
     }
@@ -310,7 +336,13 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
         || span
             .get(..11)
             .is_some_and(|h| h.eq_ignore_ascii_case("memoryerror"));
-    let memory = if tpu {
+    let memory = if vmem {
+        MemorySpace::TpuVmem
+    } else if smem {
+        MemorySpace::TpuSmem
+    } else if cmem {
+        MemorySpace::TpuCmem
+    } else if tpu {
         MemorySpace::TpuHbm
     } else if pinned {
         MemorySpace::PinnedHostRam
@@ -590,6 +622,19 @@ mod tests {
         );
         assert_eq!(memory, MemorySpace::TpuHbm);
         assert_eq!(figures[1], (Some("total"), "7.48G".to_string()));
+        let (memory, _) = read_one(
+            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem.",
+        );
+        assert_eq!(memory, MemorySpace::TpuVmem);
+        assert_eq!(memory.words(), "TPU VMEM");
+        let (memory, _) = read_one(
+            "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space smem.",
+        );
+        assert_eq!(memory, MemorySpace::TpuSmem);
+        let (memory, _) = read_one(
+            "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space cmem.",
+        );
+        assert_eq!(memory.words(), "TPU CMEM");
         let (memory, figures) = read_one(
             "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 163842, Hardware limitation: 101376.",
         );

@@ -34,7 +34,7 @@ mod xla;
 use serde::Serialize;
 
 pub use detail::{BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TorchHint};
-pub use figures::{Figure, Label};
+pub use figures::{Figure, Label, Owner};
 pub use generic::MemorySpace;
 pub use scan::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};
 pub use size::{ByteRange, Quantity};

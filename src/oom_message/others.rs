@@ -64,6 +64,7 @@ fn read_paddle_enforce(text: &str, at: usize, anchor_end: usize) -> Option<Found
         quantity: Quantity::exact(&text[at..end], n),
         at,
         end,
+        owner: super::figures::Owner::Unsaid,
     };
     let figures = vec![
         figure(Label::Requested, requested_at, requested_end, requested),

@@ -47,28 +47,60 @@ fn families() -> [&'static [(&'static str, Reader)]; 12] {
     ]
 }
 
-struct Registry {
+/// The anchors of one search: its automaton, and per pattern its reader and its family's rank
+/// (lower is more specific).
+struct Anchors {
     search: AhoCorasick,
-    /// Per pattern: its reader and its family's rank (lower is more specific).
     readers: Vec<(Reader, usize)>,
+}
+
+impl Anchors {
+    fn build(anchors: Vec<(&'static str, Reader, usize)>, ignore_case: bool) -> Anchors {
+        let patterns: Vec<&str> = anchors.iter().map(|&(a, _, _)| a).collect();
+        let search = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(ignore_case)
+            .build(&patterns)
+            .expect("the anchor phrases build an automaton");
+        let readers = anchors.into_iter().map(|(_, r, rank)| (r, rank)).collect();
+        Anchors { search, readers }
+    }
+}
+
+/// Anchors matched as printed, and the distinctive ones (`distinctive`) matched in any case.
+struct Registry {
+    exact: Anchors,
+    any_case: Anchors,
+}
+
+/// Words an anchor needs to be matched without regard to case: a phrase of five words or more
+/// names its message whatever the case it is retold in ("no available memory for the cache
+/// blocks" in a user's sentence); a shorter one ("Tried to allocate ", "Cuda failure ") does
+/// not, and is matched as the runtime prints it.
+const DISTINCTIVE_WORDS: usize = 5;
+
+fn distinctive(anchor: &str) -> bool {
+    anchor.split_whitespace().count() >= DISTINCTIVE_WORDS
 }
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let mut patterns = Vec::new();
-        let mut readers = Vec::new();
+        let (mut exact, mut any_case) = (Vec::new(), Vec::new());
         for (rank, family) in families().into_iter().enumerate() {
             for &(anchor, read) in family {
-                patterns.push(anchor);
-                readers.push((read, rank));
+                let to = if distinctive(anchor) {
+                    &mut any_case
+                } else {
+                    &mut exact
+                };
+                to.push((anchor, read, rank));
             }
         }
-        let search = AhoCorasickBuilder::new()
-            .match_kind(MatchKind::Standard)
-            .build(&patterns)
-            .expect("the anchor phrases build an automaton");
-        Registry { search, readers }
+        Registry {
+            exact: Anchors::build(exact, false),
+            any_case: Anchors::build(any_case, true),
+        }
     })
 }
 
@@ -76,12 +108,14 @@ fn registry() -> &'static Registry {
 fn candidates(text: &str) -> Vec<(usize, Found)> {
     let r = registry();
     let mut out = Vec::new();
-    for m in r.search.find_overlapping_iter(text) {
-        let (read, rank) = r.readers[m.pattern().as_usize()];
-        if let Some(f) = read(text, m.start(), m.end())
-            && f.end > f.start
-        {
-            out.push((rank, f));
+    for anchors in [&r.exact, &r.any_case] {
+        for m in anchors.search.find_overlapping_iter(text) {
+            let (read, rank) = anchors.readers[m.pattern().as_usize()];
+            if let Some(f) = read(text, m.start(), m.end())
+                && f.end > f.start
+            {
+                out.push((rank, f));
+            }
         }
     }
     out
@@ -477,6 +511,21 @@ mod tests {
                 .starts_with("Resource exhausted: Out \nof memory")
         );
         assert!(found[0].text.ends_with("bytes."));
+    }
+
+    #[test]
+    fn a_distinctive_phrase_is_known_in_any_case() {
+        let text =
+            "I received the error no available memory for the cache blocks during allocation.";
+        let found = find_all(text);
+        assert_eq!(found.len(), 1);
+        assert!(matches!(found[0].detail, Detail::VllmNoKvCacheMemory {}));
+        assert_eq!(found[0].text, "no available memory for the cache blocks");
+        let printed = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.";
+        assert_eq!(find_all(printed)[0].text.len(), printed.len() - 12);
+        // A short anchor is matched only as printed: "tried to allocate" is any sentence's.
+        assert!(distinctive("No available memory for the cache blocks"));
+        assert!(!distinctive("Tried to allocate "));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("Free memory on device", |t, a, e| {
         read(t, a, e, startup_free_memory)
     }),
-    ("No available memory for the cache blocks.", |t, a, e| {
+    ("No available memory for the cache blocks", |t, a, e| {
         read(t, a, e, no_kv_cache_memory)
     }),
     ("To serve at least one request with the model", |t, a, e| {
@@ -111,6 +111,9 @@ fn startup_free_memory(c: &mut Cursor) -> Option<Detail> {
 }
 
 fn no_kv_cache_memory(c: &mut Cursor) -> Option<Detail> {
+    if !c.lit(".") {
+        return Some(Detail::VllmNoKvCacheMemory {});
+    }
     if c.lit(" Try increasing `gpu_memory_utilization` when initializing the engine.") {
         see_more(c);
     }

@@ -46,6 +46,7 @@ fn read_malloc_async(text: &str, at: usize, anchor_end: usize) -> Option<Found> 
         quantity: Quantity::exact(&text[at..end], n),
         at,
         end,
+        owner: super::figures::Owner::Unsaid,
     };
     let mut c = Cursor::new(text, anchor_end, anchor_end + ASYNC_REACH);
     let from = c.pos;

@@ -6,7 +6,7 @@
 use super::Evidence;
 use crate::explain::Diagnosis;
 use crate::explain::cause;
-use crate::explain::context::{context_bytes, context_text};
+use crate::explain::context::{ROOM_MARGIN_BYTES, context_bytes, context_text};
 use crate::explain::interval::{Iv, Verdict};
 use crate::oom_message::{ProcessUse, Quantity};
 
@@ -98,7 +98,13 @@ pub(super) fn holders(
                 }
             }
         }
-        (None, _) => None,
+        (None, [_, _, ..]) => {
+            if let Some(others) = listed_others(d, e, reserved, listed, processes) {
+                return Holders::OthersOnly { others };
+            }
+            None
+        }
+        (None, []) => None,
     };
     match this {
         Some(p) => {
@@ -154,4 +160,43 @@ fn beyond_context(d: &mut Diagnosis, e: &Evidence, bytes: Iv, name: &str, of: &s
         &format!("{of} − one CUDA context ({})", context_text(context)),
         bytes.minus(Iv::exact(context)).non_negative(),
     )
+}
+
+/// Several processes listed and no "this process" line (a container's PID namespace hides the
+/// job's own PID from NVML's list, or the paste left the line out): this process is at most one
+/// of them, and only one that holds PyTorch's reserve, so the others hold at least the listed
+/// sum less the largest such process. That lower bound is returned, as other processes' memory,
+/// when it alone gives the request a page of room; otherwise `None`, and the memory PyTorch did
+/// not reserve stays unsplit.
+fn listed_others(
+    d: &mut Diagnosis,
+    e: &Evidence,
+    reserved: Iv,
+    listed: Iv,
+    processes: &[ProcessUse],
+) -> Option<Iv> {
+    let could_be_this = processes
+        .iter()
+        .map(|p| Iv::of(&p.used))
+        .filter(|&u| u.ge(reserved) != Verdict::No)
+        .max_by_key(|u| u.high)
+        .unwrap_or(Iv::exact(0));
+    let others = listed.minus(could_be_this).non_negative();
+    let room = e
+        .free
+        .plus(others)
+        .minus(e.request)
+        .ge(Iv::exact(ROOM_MARGIN_BYTES));
+    if room != Verdict::Yes {
+        return None;
+    }
+    d.findings.push(format!(
+        "The message lists {} processes and no \"this process\" line: this process is at most one of them (one holding PyTorch's {reserved} reserve), so the others hold at least the listed sum less the largest such process.",
+        processes.len()
+    ));
+    Some(d.bytes(
+        "other_processes_bytes",
+        "listed processes − the largest that could be this process",
+        others,
+    ))
 }
