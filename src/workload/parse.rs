@@ -32,7 +32,7 @@ const MESSAGE_MAX_CHARS: usize = 600;
 
 impl WorkloadError {
     pub fn new(file: &Path, place: impl Into<String>, message: impl Into<String>) -> Self {
-        let mut message = message.into().trim_end().replace('\n', " ");
+        let mut message = escape_controls(&message.into().trim_end().replace('\n', " "));
         if let Some((cut, _)) = message.char_indices().nth(MESSAGE_MAX_CHARS) {
             let total = message.len();
             message.truncate(cut);
@@ -40,10 +40,27 @@ impl WorkloadError {
         }
         WorkloadError {
             file: file.to_path_buf(),
-            place: place.into(),
+            place: escape_controls(&place.into()),
             message,
         }
     }
+}
+
+/// `s` on one line: a control character (a newline in a quoted name, a carriage return, an
+/// escape) written as its escape, `\n`, so that an error is one line whatever the file holds.
+fn escape_controls(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 impl fmt::Display for WorkloadError {

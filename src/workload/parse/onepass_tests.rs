@@ -228,3 +228,14 @@ fn nested_steps_are_moved_into_the_step_alike() {
         assert_eq!(got, want, "{table}");
     }
 }
+
+/// An op written with a newline inside its quotes (`"spi\n"`) is refused in one line: the
+/// step's place and the message write the newline as `\n`.
+#[test]
+fn an_op_with_a_newline_in_it_is_refused_in_one_line() {
+    let text = "[workload]\nname = \"w\"\n[[phase]]\nname = \"p\"\nsteps = [\n  { op = \"spi\\n\", for = \"1s\" },\n]\n";
+    let e = parse(text, Path::new(FILE)).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "{e:?}");
+    assert!(e.starts_with("w.toml: phase 1"), "{e}");
+    assert!(e.contains("step 1 (spi\\n)"), "{e}");
+}
