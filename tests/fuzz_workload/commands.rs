@@ -635,10 +635,12 @@ fn big_file(dir: &Path, reader: Reader, head: &str, bytes: u64) -> Result<(), St
             v
         }
     };
-    let mut cmd = Command::new(HR);
-    cmd.args(&args).current_dir(dir);
-    let started = Instant::now();
-    let e = wait(spawn(cmd)?, started)?;
+    // Measured through a small process: forked from this one, the command's peak would
+    // include this process's own (see `measured`).
+    let e = super::measured::run(HR, &args, dir, ADDRESS_SPACE_BYTES, CHILD_LIMIT)?;
+    if e.stderr.contains("panicked") {
+        return Err(format!("headroom panicked: {}", e.stderr));
+    }
     let code = e
         .code
         .ok_or_else(|| format!("killed by signal {:?} (memory?): {}", e.signal, e.stderr))?;

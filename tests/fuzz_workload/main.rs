@@ -20,6 +20,7 @@ mod commands;
 mod episodes;
 mod generate;
 mod kinds;
+mod measured;
 mod meter;
 mod mutate;
 mod oracle;
