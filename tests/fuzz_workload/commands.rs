@@ -210,14 +210,12 @@ struct Ended {
     code: Option<i32>,
     signal: Option<i32>,
     stderr: String,
-    /// Peak resident memory.
-    rss_bytes: u64,
     /// CPU time, user and system.
     cpu: Duration,
     at: Instant,
 }
 
-/// Waits for `child` (reaped with `wait4` for its peak RSS); killed and an error past
+/// Waits for `child` (reaped with `wait4` for its CPU time); killed and an error past
 /// `CHILD_LIMIT` from `started`.
 fn wait(mut child: Child, started: Instant) -> Result<Ended, String> {
     let mut pipe = child.stderr.take().expect("stderr piped");
@@ -243,7 +241,6 @@ fn wait(mut child: Child, started: Instant) -> Result<Ended, String> {
                 code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
                 signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
                 stderr,
-                rss_bytes: usage.ru_maxrss as u64 * 1024,
                 cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
                 at,
             });

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Forks `argv` under an address-space limit, its stdout to /dev/null, stderr inherited
-/// (the caller's pipe), and prints on stdout `maxrss_kib utime_s stime_s code signal` for it.
+/// (the caller's pipe), and prints on stdout `maxrss_kib code signal` for it.
 const METER_PY: &str = r#"
 import os, resource, sys
 limit = int(sys.argv[1])
@@ -30,7 +30,7 @@ if pid == 0:
 _, status, ru = os.wait4(pid, 0)
 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-print(ru.ru_maxrss, ru.ru_utime, ru.ru_stime, code, sig)
+print(ru.ru_maxrss, code, sig)
 "#;
 
 /// How a measured child ended.
@@ -40,7 +40,6 @@ pub struct Measured {
     pub stderr: String,
     /// The command's own peak resident memory (at most the intermediate's at its fork more).
     pub rss_bytes: u64,
-    pub cpu: Duration,
 }
 
 /// Runs `program args` in `cwd` under `address_space_bytes`, killing it (and the
@@ -97,20 +96,19 @@ pub fn run(
     let stderr = err_reader.join().unwrap_or_default();
     let line = out_reader.join().unwrap_or_default();
     let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() != 5 {
+    if f.len() != 3 {
         return Err(format!("the measuring process said {line:?}; stderr: {stderr}"));
     }
-    let num = |i: usize| -> Result<f64, String> {
-        f[i].parse::<f64>()
+    let num = |i: usize| -> Result<i64, String> {
+        f[i].parse::<i64>()
             .map_err(|_| format!("the measuring process said {line:?}"))
     };
-    let code = num(3)? as i32;
-    let signal = num(4)? as i32;
+    let code = num(1)? as i32;
+    let signal = num(2)? as i32;
     Ok(Measured {
         code: (code >= 0).then_some(code),
         signal: (signal > 0).then_some(signal),
         stderr,
         rss_bytes: num(0)? as u64 * 1024,
-        cpu: Duration::from_secs_f64(num(1)? + num(2)?),
     })
 }
