@@ -264,11 +264,12 @@ fn words(e: &Value) -> String {
     s
 }
 
-/// The ids of `round-2.txt`: reports recorded after the readers' first scoring, never shown to
-/// the readers before they were scored.
-fn round_two() -> std::collections::BTreeSet<String> {
+/// The ids a round's list names (`round-2.txt`, `round-3.txt`): reports recorded after the
+/// readers' earlier scoring, never shown to the readers before they were scored.
+fn round_ids(list: &str) -> std::collections::BTreeSet<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/oom-messages/reports/round-2.txt");
+        .join("tests/fixtures/oom-messages/reports")
+        .join(list);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .lines()
@@ -278,20 +279,39 @@ fn round_two() -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// Which reports of a part are scored: the first round's, the second's, or both.
-#[derive(Clone, Copy, PartialEq)]
+/// Which round's reports of a part are scored.
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Round {
+    /// Every report no round list names.
     First,
+    /// `round-2.txt`.
     Second,
+    /// `round-3.txt`.
+    Third,
+}
+
+fn round_of(
+    id: &str,
+    second: &std::collections::BTreeSet<String>,
+    third: &std::collections::BTreeSet<String>,
+) -> Round {
+    if second.contains(id) {
+        Round::Second
+    } else if third.contains(id) {
+        Round::Third
+    } else {
+        Round::First
+    }
 }
 
 fn score(part: &str, round: Round) -> Score {
-    let second = round_two();
+    let second = round_ids("round-2.txt");
+    let third = round_ids("round-3.txt");
     let mut score = Score::default();
     for path in reports(part) {
         let r: Report = toml::from_str(&std::fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        if second.contains(&r.id) != (round == Round::Second) {
+        if round_of(&r.id, &second, &third) != round {
             continue;
         }
         score.reports += 1;
@@ -374,29 +394,44 @@ fn the_fitted_reports_are_read() {
 }
 
 /// `cargo test --test suite oom_reports:: -- --nocapture` prints the held-out part, the second
-/// round (recorded after the first scoring, unseen by the readers until it was scored) and the
-/// whole (the figures in docs/oom.md).
+/// and third rounds (each recorded after the scoring before it, unseen by the readers until it
+/// was scored) and the whole (the figures in docs/oom.md).
 #[test]
 fn the_held_out_reports_and_the_whole_are_scored() {
     let fitted = score("fitted", Round::First);
     let held_out = score("held-out", Round::First);
     print("held-out", &held_out);
-    let second_fitted = score("fitted", Round::Second);
-    let second_held_out = score("held-out", Round::Second);
-    print("second round, fitted side", &second_fitted);
-    print("second round, held-out side", &second_held_out);
-    let mut second = Score::default();
-    second.add(&second_fitted);
-    second.add(&second_held_out);
-    println!("{}", second.line("second round"));
     let mut set_aside = Score::default();
     set_aside.add(&held_out);
-    set_aside.add(&second_held_out);
-    println!("{}", set_aside.line("held-out, both rounds"));
     let mut whole = Score::default();
     whole.add(&fitted);
     whole.add(&held_out);
-    whole.add(&second);
+    let mut fitted_repos = fitted.repositories.clone();
+    let mut held_repos = held_out.repositories.clone();
+    for (round, name, list) in [
+        (Round::Second, "second round", "round-2.txt"),
+        (Round::Third, "third round", "round-3.txt"),
+    ] {
+        let round_fitted = score("fitted", round);
+        let round_held_out = score("held-out", round);
+        print(&format!("{name}, fitted side"), &round_fitted);
+        print(&format!("{name}, held-out side"), &round_held_out);
+        let mut both = Score::default();
+        both.add(&round_fitted);
+        both.add(&round_held_out);
+        println!("{}", both.line(name));
+        // Every id of the round's list is a report.
+        assert_eq!(
+            both.reports,
+            round_ids(list).len(),
+            "{list} names a missing report"
+        );
+        set_aside.add(&round_held_out);
+        whole.add(&both);
+        fitted_repos.extend(round_fitted.repositories.iter().cloned());
+        held_repos.extend(round_held_out.repositories.iter().cloned());
+    }
+    println!("{}", set_aside.line("held-out, every round"));
     println!("{}", whole.line("whole"));
     let runtimes: Vec<String> = whole
         .runtimes
@@ -404,16 +439,8 @@ fn the_held_out_reports_and_the_whole_are_scored() {
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     println!("reports by runtime: {}", runtimes.join(", "));
-    // Every id of round-2.txt is a report, and no repository is on both sides: the split is by
-    // repository.
-    assert_eq!(
-        second.reports,
-        round_two().len(),
-        "round-2.txt names a missing report"
-    );
-    let mut fitted_repos = fitted.repositories.clone();
-    fitted_repos.extend(second_fitted.repositories.iter().cloned());
-    let mut held_repos = held_out.repositories.clone();
-    held_repos.extend(second_held_out.repositories.iter().cloned());
+    // No repository is on both sides: the split is by repository.
     assert!(fitted_repos.is_disjoint(&held_repos));
+    // No report is in two rounds.
+    assert!(round_ids("round-2.txt").is_disjoint(&round_ids("round-3.txt")));
 }
