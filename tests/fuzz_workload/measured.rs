@@ -97,7 +97,9 @@ pub fn run(
     let line = out_reader.join().unwrap_or_default();
     let f: Vec<&str> = line.split_whitespace().collect();
     if f.len() != 3 {
-        return Err(format!("the measuring process said {line:?}; stderr: {stderr}"));
+        return Err(format!(
+            "the measuring process said {line:?}; stderr: {stderr}"
+        ));
     }
     let num = |i: usize| -> Result<i64, String> {
         f[i].parse::<i64>()
