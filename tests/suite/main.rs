@@ -43,6 +43,7 @@ mod module_graph;
 mod node;
 mod oom_corpus;
 mod oom_reports;
+mod oom_shapes;
 mod oom_sim;
 mod outputs;
 mod pipes;

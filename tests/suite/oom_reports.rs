@@ -24,20 +24,20 @@ fn reports(part: &str) -> Vec<PathBuf> {
 }
 
 #[derive(Debug, serde::Deserialize)]
-struct Report {
-    id: String,
+pub(crate) struct Report {
+    pub(crate) id: String,
     repository: String,
     runtime: String,
-    message: String,
+    pub(crate) message: String,
     #[serde(default)]
     figures: BTreeMap<String, toml::Value>,
     #[serde(default)]
-    expected: Expected,
+    pub(crate) expected: Expected,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
-struct Expected {
-    cause: Option<String>,
+pub(crate) struct Expected {
+    pub(crate) cause: Option<String>,
     contradiction: Option<String>,
     not_gpu: Option<String>,
 }
@@ -304,49 +304,68 @@ fn round_of(
     }
 }
 
+/// How headroom reads `message` against report `r`'s recorded figures: why it is not read
+/// (empty when every figure is inside an interval read under its label, and `not_gpu` is said)
+/// and the cause named ("undecided" when none).
+pub(crate) fn judge(r: &Report, message: &str) -> (Vec<String>, String) {
+    let report = serde_json::to_value(explain_text(message)).unwrap();
+    let explanations = report["explanations"].as_array().unwrap();
+    let mut read = Vec::new();
+    let mut shapes = Vec::new();
+    for e in explanations {
+        read_sizes(&e["message"], "", &mut read);
+        if let Some(s) = e["message"]["shape"].as_str() {
+            shapes.push(s.to_string());
+        }
+    }
+    let mut why = Vec::new();
+    if explanations.is_empty() {
+        why.push("not recognized".to_string());
+    } else if let Some(m) = figure_misses(&r.figures, &read, &shapes) {
+        why.push(m);
+    }
+    let said: String = explanations.iter().map(words).collect::<Vec<_>>().join(" ");
+    if let Some(scope) = &r.expected.not_gpu
+        && !explanations.is_empty()
+        && !said.contains(scope.as_str())
+    {
+        why.push(format!("not said to be {scope}"));
+    }
+    let cause = explanations
+        .iter()
+        .find_map(|e| e["cause"].as_str())
+        .unwrap_or("undecided")
+        .to_string();
+    (why, cause)
+}
+
+/// Every recorded report of a part (`fitted`, `held-out`), parsed.
+pub(crate) fn load(part: &str) -> Vec<Report> {
+    reports(part)
+        .into_iter()
+        .map(|path| {
+            toml::from_str(&std::fs::read_to_string(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
+}
+
 fn score(part: &str, round: Round) -> Score {
     let second = round_ids("round-2.txt");
     let third = round_ids("round-3.txt");
     let mut score = Score::default();
-    for path in reports(part) {
-        let r: Report = toml::from_str(&std::fs::read_to_string(&path).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for r in load(part) {
         if round_of(&r.id, &second, &third) != round {
             continue;
         }
         score.reports += 1;
         score.repositories.insert(r.repository.to_lowercase());
         *score.runtimes.entry(r.runtime.clone()).or_default() += 1;
-        let report = serde_json::to_value(explain_text(&r.message)).unwrap();
-        let explanations = report["explanations"].as_array().unwrap();
-        let mut read = Vec::new();
-        let mut shapes = Vec::new();
-        for e in explanations {
-            read_sizes(&e["message"], "", &mut read);
-            if let Some(s) = e["message"]["shape"].as_str() {
-                shapes.push(s.to_string());
-            }
-        }
-        let mut why = Vec::new();
-        if explanations.is_empty() {
-            why.push("not recognized".to_string());
-        } else if let Some(m) = figure_misses(&r.figures, &read, &shapes) {
-            why.push(m);
-        }
-        let said: String = explanations.iter().map(words).collect::<Vec<_>>().join(" ");
-        if let Some(scope) = &r.expected.not_gpu
-            && !explanations.is_empty()
-            && !said.contains(scope.as_str())
-        {
-            why.push(format!("not said to be {scope}"));
-        }
+        let (why_read, cause) = judge(&r, &r.message);
+        let mut why = why_read;
         if why.is_empty() {
             score.parsed += 1;
         }
-        let cause = explanations
-            .iter()
-            .find_map(|e| e["cause"].as_str())
-            .unwrap_or("undecided");
         match r.expected.cause.as_deref() {
             Some(want) if want != "undecided" => {
                 score.decided += 1;
