@@ -328,11 +328,70 @@ fn label_before(before: &str) -> Option<Label> {
         .find_map(|w| lookup(w, BEFORE))
 }
 
+/// Label words of the languages a message is translated into or printed in (`generic`'s
+/// translated wordings), before the figure as those languages put them ("已分配11.99 GB内存",
+/// "可用内存仅为0 B"): Chinese (simplified and traditional), Japanese, Korean.
+const CJK_BEFORE: &[(&str, Label)] = &[
+    ("已分配", Label::Allocated),
+    ("已配置", Label::Allocated),
+    ("分配", Label::Requested),
+    ("申请", Label::Requested),
+    ("請求", Label::Requested),
+    ("请求", Label::Requested),
+    ("需要", Label::Requested),
+    ("割り当て", Label::Requested),
+    ("할당", Label::Requested),
+    ("可用", Label::Free),
+    ("剩余", Label::Free),
+    ("空闲", Label::Free),
+    ("空き", Label::Free),
+    ("사용 가능", Label::Free),
+    ("总共", Label::Total),
+    ("总计", Label::Total),
+    ("总容量", Label::Total),
+    ("總容量", Label::Total),
+    ("容量", Label::Total),
+    ("合計", Label::Total),
+    ("전체", Label::Total),
+    ("已使用", Label::InUse),
+    ("已用", Label::InUse),
+    ("占用", Label::InUse),
+    ("使用中", Label::InUse),
+    ("保留", Label::Reserved),
+    ("预留", Label::Reserved),
+    ("缓存", Label::Cached),
+    ("限制", Label::Limit),
+    ("上限", Label::Limit),
+];
+
+/// The label of `CJK_BEFORE` nearest before a figure, in its clause and within a few words:
+/// the word that ends last, the longer of two that end together ("已分配" over "分配").
+fn label_cjk_before(before: &str) -> Option<Label> {
+    if before.is_ascii() {
+        return None;
+    }
+    let before = before.trim_end();
+    let from = super::cursor::floor_boundary(before, before.len().saturating_sub(30));
+    let near = &before[from..];
+    let clause = near
+        .rfind([',', '.', ';', '\n', '，', '。', '；', '、'])
+        .map_or(near, |i| {
+            &near[i + near[i..].chars().next().map_or(1, char::len_utf8)..]
+        });
+    CJK_BEFORE
+        .iter()
+        .filter_map(|&(w, l)| clause.rfind(w).map(|i| (i + w.len(), w.len(), l)))
+        .max_by_key(|&(end, len, _)| (end, len))
+        .map(|(_, _, l)| l)
+}
+
 /// What the words around `text[at..end]` make the figure there.
 fn label(text: &str, at: usize, end: usize) -> Option<Label> {
     let from = super::cursor::floor_boundary(text, at.saturating_sub(80));
     let to = super::cursor::floor_boundary(text, (end + 80).min(text.len()));
-    label_after(&text[end..to]).or_else(|| label_before(&text[from..at]))
+    label_after(&text[end..to])
+        .or_else(|| label_before(&text[from..at]))
+        .or_else(|| label_cjk_before(&text[from..at]))
 }
 
 /// The scale of a unit word, as `(low, high)` bytes a unit: equal for bytes and the binary
@@ -375,11 +434,18 @@ fn unit_scale(unit: &str, spaced: bool) -> Option<(u128, u128)> {
 fn interval(d: Decimal, low_scale: u128, high_scale: u128) -> Option<ByteRange> {
     let p = 10u128.checked_pow(d.places)?;
     if low_scale == 1 && high_scale == 1 {
-        // Bytes are whole: a fraction of a byte is no byte count.
-        if d.places != 0 {
-            return None;
+        if d.places == 0 {
+            return u64::try_from(d.mantissa).ok().map(ByteRange::exact);
         }
-        return u64::try_from(d.mantissa).ok().map(ByteRange::exact);
+        // Bytes printed with a `%f` formatter ("0.000000B", PaddlePaddle's): the whole byte
+        // counts the printed places allow; a fraction no whole count rounds or cuts to ("1.5
+        // B") is no byte count.
+        let low = (d.mantissa.checked_mul(2)?.saturating_sub(1)).div_ceil(p.checked_mul(2)?);
+        let high = d.mantissa / p;
+        return (low <= high).then(|| ByteRange {
+            low: u64::try_from(low).unwrap_or(u64::MAX),
+            high: u64::try_from(high).unwrap_or(u64::MAX),
+        });
     }
     // [(m − ½)/p · low, (m + 1)/p · high]: the values that round or truncate to the text.
     let low = (d.mantissa.checked_mul(2)?.saturating_sub(1))
@@ -807,6 +873,29 @@ mod tests {
         // Not at the end, or not on the last line: nothing was cut.
         assert!(cut_at_end(" 2.25 GiB in use").is_none());
         assert!(cut_at_end(" 2.25\nnext line").is_none());
+    }
+
+    #[test]
+    fn bytes_printed_with_a_fixed_point_formatter_are_whole_bytes() {
+        // PaddlePaddle prints `%f` of its sizes, bytes included.
+        let got = labels("available memory is only 0.000000B");
+        assert_eq!(got, [(Some("free"), "0.000000B".into(), 0, 0)]);
+        let got = labels("tried to allocate 512.000000 bytes");
+        assert_eq!((got[0].2, got[0].3), (512, 512));
+        // No whole byte count prints as 1.5 B.
+        assert!(labels("tried to allocate 1.5 B").is_empty());
+    }
+
+    #[test]
+    fn labels_in_other_languages_are_read_before_their_figures() {
+        let got =
+            labels("已分配11.999512 GB内存，可用内存仅为0.000000B，无法在GPU 0上分配50.000000MB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("allocated"), Some("free"), Some("requested")]);
+        // The nearest word decides; an English label still wins where it is one.
+        let got = labels("总共 8 GiB，已使用 7.5 GiB，tried to allocate 1 GiB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("total"), Some("in_use"), Some("requested")]);
     }
 
     #[test]

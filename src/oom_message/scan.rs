@@ -375,7 +375,7 @@ fn suspect_search() -> &'static (AhoCorasick, AhoCorasick) {
     SEARCH.get_or_init(|| {
         let phrases = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
-            .build(SUSPECT_PHRASES)
+            .build(SUSPECT_PHRASES.iter().chain(generic::TRANSLATED))
             .expect("the suspect phrases build an automaton");
         let oom = AhoCorasick::new(["OOM"]).expect("one pattern");
         (phrases, oom)

@@ -34,7 +34,31 @@ pub(super) const WORDS: &[&str] = &[
 ];
 
 /// Searched as written, besides the three forms of each word.
-pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck", "hipError_t(1002)", "with error 2"];
+pub(super) const EXACT: &[&str] = &[
+    "OOM",
+    "THCudaCheck",
+    "hipError_t(1002)",
+    "with error 2",
+    // A CUDA status named by its type and its number (`CUresult … 2`).
+    "CUresult",
+    "cudaError",
+    "CUDA error",
+    "CUDA Error",
+    "cuda error",
+    "CUDA failure",
+    "HIP error",
+    "hipError",
+    // The translated wordings (`generic::TRANSLATED`): memory, video memory, in Chinese,
+    // Japanese and Korean.
+    "内存",
+    "显存",
+    "記憶體",
+    "內存",
+    "顯存",
+    "没有记忆",
+    "メモリ",
+    "메모리",
+];
 
 /// Every form searched.
 pub(super) fn forms() -> Vec<String> {
