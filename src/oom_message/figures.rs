@@ -474,10 +474,20 @@ pub fn read(text: &str) -> Vec<Figure> {
             i += 1;
             continue;
         }
-        match figure_at(text, i) {
+        match figure_at(text, i).or_else(|| pair_at(text, i)) {
             Some(f) => {
+                let first_at = f.at;
                 i = f.end;
+                let slash = bytes.get(i) == Some(&b'/');
                 out.push(f);
+                // The second of a pair that shares one unit ("3457/3576 MiB").
+                if slash && let Some(mut g) = figure_at(text, i + 1) {
+                    if let Some((_, second)) = pair_labels(text, first_at) {
+                        g.label = second;
+                    }
+                    i = g.end;
+                    out.push(g);
+                }
             }
             None => {
                 while i < bytes.len()
@@ -630,6 +640,49 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         end,
         owner: owner(&text[floor_start(text, at)..at]),
     })
+}
+
+/// The first of two numbers that share the unit after the second ("active/reserved: 3457/3576
+/// MiB", "VRAM 4096/4096 MiB"), as a web UI or a status line prints a pair: the unit it takes
+/// from the second, and its label from the first of two words joined the same way before them
+/// ("active/reserved"), or from the words around it. It ends at the slash; the second is read
+/// as itself.
+fn pair_at(text: &str, at: usize) -> Option<Figure> {
+    let bytes = text.as_bytes();
+    let (digits, j) = number_at(bytes, at)?;
+    if bytes.get(j) != Some(&b'/') || !bytes.get(j + 1).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let second = figure_at(text, j + 1)?;
+    let unit = second.quantity.printed[number_at(bytes, j + 1)?.1 - (j + 1)..].trim_start();
+    let (low, high) = unit_scale(unit, false).or_else(|| unit_scale(unit, true))?;
+    if unit.is_empty() {
+        return None;
+    }
+    let d = Decimal::parse(&digits)?;
+    Some(Figure {
+        label: pair_labels(text, at).map_or_else(|| label(text, at, j), |(first, _)| first),
+        quantity: Quantity {
+            printed: format!("{} {unit}", &text[at..j]),
+            bytes: interval(d, low, high)?,
+        },
+        at,
+        end: j,
+        owner: owner(&text[floor_start(text, at)..at]),
+    })
+}
+
+/// The labels two words joined by a slash right before a pair of figures give them
+/// ("active/reserved: ", "used/total "), the first word's to the first figure.
+fn pair_labels(text: &str, at: usize) -> Option<(Option<Label>, Option<Label>)> {
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(48));
+    let token = text[from..at]
+        .trim_end_matches([' ', ':', '='])
+        .rsplit(|c: char| !(c.is_ascii_alphabetic() || c == '/'))
+        .next()?;
+    let (a, b) = token.split_once('/')?;
+    let named = |w: &str| lookup(&w.to_ascii_lowercase(), BEFORE);
+    Some((named(a), named(b)))
 }
 
 /// The largest unit a cut figure may have lost: TiB.
@@ -896,6 +949,30 @@ mod tests {
         let got = labels("总共 8 GiB，已使用 7.5 GiB，tried to allocate 1 GiB");
         let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
         assert_eq!(names, [Some("total"), Some("in_use"), Some("requested")]);
+    }
+
+    #[test]
+    fn a_pair_of_numbers_shares_the_unit_after_the_second() {
+        let got = labels("Torch active/reserved: 3457/3576 MiB, Sys VRAM: 4096/4096 MiB (100.0%)");
+        let printed: Vec<(&str, u64)> = got.iter().map(|g| (g.1.as_str(), g.2)).collect();
+        assert_eq!(
+            printed,
+            [
+                // From 3456.5 MiB: rounded or cut at the printed places.
+                ("3457 MiB", 3_624_402_944),
+                ("3576 MiB", 3_749_183_488),
+                ("4096 MiB", 4_294_443_008),
+                ("4096 MiB", 4_294_443_008),
+            ]
+        );
+        // The words joined the same way name each: the first by the word before the slash.
+        let got = labels("used/total: 7.5/8 GiB");
+        assert_eq!((got[0].0, got[1].0), (Some("in_use"), Some("total")));
+        let got = labels("free/total 1000/8000 bytes");
+        assert_eq!((got[0].2, got[1].2), (1000, 8000));
+        // A date, a ratio or a pair without a unit is no size.
+        assert!(labels("on 2024/03/01 at step 10/20").is_empty());
+        assert!(labels("Free memory/Total memory: 22635/85095").is_empty());
     }
 
     #[test]

@@ -67,6 +67,12 @@ pub struct OomMessage {
     /// before it give one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut_figure: Option<Figure>,
+    /// Sizes printed on the lines right around the message, not by it (`mark_nearby`): the
+    /// device's memory as the runtime announced it, a buffer allocated on the line before, a
+    /// status line after, a user's own print of the sizes. Listed as the paste shows them, each
+    /// labelled by its own words, and never used in the arithmetic.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nearby: Vec<Figure>,
 }
 
 impl OomMessage {
@@ -79,7 +85,78 @@ impl OomMessage {
 pub fn find_all(text: &str) -> Vec<OomMessage> {
     let mut found = scan::find_all(text);
     mark_cut_figure(text, &mut found);
+    mark_nearby(text, &mut found);
     found
+}
+
+/// How many whole lines before a message, and after it, are read for nearby sizes.
+const NEARBY_LINES_BEFORE: usize = 3;
+const NEARBY_LINES_AFTER: usize = 2;
+/// How much of a line is read: a log line's worth (a line of many messages is not re-read).
+const NEARBY_LINE_BYTES: usize = 512;
+
+/// Gives each message the sizes printed on the lines right around it (`OomMessage::nearby`):
+/// the rest of its own first and last lines, then each whole line before it (up to three) and
+/// after it (up to two) while the line is next to the last one taken, belongs to no other
+/// message, is no traceback line and carries a size. Sizes are read as the reader by principle
+/// reads them (`figures::read`).
+pub fn mark_nearby(text: &str, found: &mut [OomMessage]) {
+    let bytes = text.as_bytes();
+    let line_start = |at: usize| memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
+    let line_end = |at: usize| memchr::memchr(b'\n', &bytes[at..]).map_or(text.len(), |i| at + i);
+    let read = |from: usize, to: usize| -> Vec<Figure> {
+        let from = cursor::floor_boundary(text, from.max(to.saturating_sub(NEARBY_LINE_BYTES)));
+        let to = cursor::floor_boundary(text, to);
+        let line = &text[from..to];
+        if line.contains("Traceback") || line.trim_start().starts_with("File \"") {
+            return Vec::new();
+        }
+        figures::read(line)
+    };
+    for i in 0..found.len() {
+        let (start, end) = (found[i].span.start_byte, found[i].span.end_byte);
+        let before_limit = if i > 0 { found[i - 1].span.end_byte } else { 0 };
+        let after_limit = found.get(i + 1).map_or(text.len(), |m| m.span.start_byte);
+        let mut before: Vec<Vec<Figure>> = Vec::new();
+        let first = line_start(start).max(before_limit);
+        before.push(read(first, start));
+        let mut at = first;
+        for _ in 0..NEARBY_LINES_BEFORE {
+            if at == 0 || at <= before_limit || bytes[at - 1] != b'\n' {
+                break;
+            }
+            let from = line_start(at - 1);
+            if from < before_limit {
+                break;
+            }
+            let f = read(from, at - 1);
+            if f.is_empty() {
+                break;
+            }
+            before.push(f);
+            at = from;
+        }
+        let mut nearby: Vec<Figure> = before.into_iter().rev().flatten().collect();
+        let last = line_end(end).min(after_limit);
+        nearby.extend(read(end, last.min(end + NEARBY_LINE_BYTES)));
+        let mut at = last;
+        for _ in 0..NEARBY_LINES_AFTER {
+            if at >= after_limit || bytes.get(at) != Some(&b'\n') {
+                break;
+            }
+            let to = line_end(at + 1);
+            if to > after_limit {
+                break;
+            }
+            let f = read(at + 1, (at + 1 + NEARBY_LINE_BYTES).min(to));
+            if f.is_empty() {
+                break;
+            }
+            nearby.extend(f);
+            at = to;
+        }
+        found[i].nearby = nearby;
+    }
 }
 
 /// Gives the last message of a whole input the figure the input ends in, when the paste cut it
@@ -110,10 +187,76 @@ pub struct Unrecognized {
 pub fn scan_text(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
     let (mut found, unrecognized) = scan::scan(text);
     mark_cut_figure(text, &mut found);
+    mark_nearby(text, &mut found);
     (found, unrecognized)
 }
 
 /// Lines of `text` that speak of out-of-memory and lie outside every message in `found`.
 pub fn suspicious_lines(text: &str, found: &[OomMessage]) -> Vec<Unrecognized> {
     scan::suspicious_lines(text, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nearby(text: &str) -> Vec<Vec<String>> {
+        find_all(text)
+            .iter()
+            .map(|m| {
+                m.nearby
+                    .iter()
+                    .map(|f| f.quantity.printed.clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sizes_on_the_lines_around_a_message_are_listed_as_nearby() {
+        // A user's print before it, a buffer the runtime allocated on the line before, the
+        // device the runtime announced, a status line after it.
+        assert_eq!(
+            nearby(
+                "size=58082304\nsize=522740736\nF0419 19:59:24.1 11075 syncedmem.cpp:53] Check failed: error == cudaSuccess (2 vs. 0)  out of memory\n*** Check failure stack trace: ***\n"
+            ),
+            [["58082304", "522740736"]]
+        );
+        assert_eq!(
+            nearby(
+                "init: compute buffer size =   12.50 MiB\nalloc_buffer: allocating 4507.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+            ),
+            [["12.50 MiB"]]
+        );
+        assert_eq!(
+            nearby(
+                "I gpu_device.cc:1098] Created TensorFlow device (/device:GPU:0 with 3527 MB memory) -> physical GPU (device: 0, compute capability: 6.2)\nW bfc_allocator.cc:215] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.59GiB. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.\n"
+            ),
+            [["3527 MB"]]
+        );
+        assert_eq!(
+            nearby("RuntimeError: CUDA error: out of memory\nSys VRAM: 7.9/8.0 GiB (99%)\n"),
+            [["7.9 GiB", "8.0 GiB"]]
+        );
+        // Not past a line without a size, a blank line, a traceback or another message; the
+        // message's own figures are not nearby.
+        assert_eq!(
+            nearby(
+                "size=58082304\nloading the model\nRuntimeError: CUDA error: out of memory\n\nbatch of 4 GiB\n"
+            ),
+            [Vec::<String>::new()]
+        );
+        assert_eq!(
+            nearby(
+                "CUDA out of memory. Tried to allocate 20.00 MiB.\nCUDA out of memory. Tried to allocate 40.00 MiB.\n"
+            ),
+            [Vec::<String>::new(), Vec::new()]
+        );
+        assert_eq!(
+            nearby(
+                "Traceback (most recent call last): x = torch.zeros(1024)\nRuntimeError: CUDA error: out of memory\n"
+            ),
+            [Vec::<String>::new()]
+        );
+    }
 }

@@ -275,6 +275,7 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
                 raised_as: f.raised_as,
                 detail,
                 cut_figure: None,
+                nearby: Vec::new(),
             }
         })
         .collect()
