@@ -367,3 +367,37 @@ fn a_message_read_by_its_words_keeps_whose_memory_is_whose() {
     // 9.60 GiB is 9830.4 MiB, give or take 0.005 GiB.
     assert!(low > 9_820 * MIB && high < 9_842 * MIB, "{low}–{high}");
 }
+
+/// A request of 127–128 TiB is an x86-64 user-space address (0x7f…, where Linux maps stacks and
+/// libraries) read as a size, whatever the format: no cause is named. A request of a few TiB is
+/// still a request (`capacity`), and so is one of 200 TiB (above the range, below a petabyte).
+#[test]
+fn a_request_shaped_like_a_user_space_address_names_no_cause() {
+    for text in [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 131062.02 GiB. GPU 0 has a total capacity of 44.53 GiB of whic",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130560.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 20.06 GiB is free. Of the allocated memory 2.51 GiB is allocated by PyTorch, and 1.03 GiB is reserved by PyTorch but unallocated.",
+        "RuntimeError: CUDA out of memory. Tried to allocate 127.99 TiB (GPU 0; 10.76 GiB total capacity; 1.2 GiB already allocated; 9.1 GiB free; 1.3 GiB reserved in total by PyTorch)",
+        "ERROR: out of memory: failed to allocate 140700000000000 bytes of 24 GiB total",
+    ] {
+        let e = one(text);
+        assert_eq!(e.cause, None, "{text}: {}", e.summary);
+        assert!(
+            e.summary.contains("address read as a size"),
+            "{}",
+            e.summary
+        );
+    }
+    for (text, want) in [
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.10 TiB. GPU 0 has a total capacity of 79.10 GiB of which 60.00 GiB is free.",
+            Some(cause::CAPACITY),
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 TiB. GPU 0 has a total capacity of 79.10 GiB of which 60.00 GiB is free.",
+            Some(cause::CAPACITY),
+        ),
+    ] {
+        let e = one(text);
+        assert_eq!(e.cause, want, "{text}: {}", e.summary);
+    }
+}

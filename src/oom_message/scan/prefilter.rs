@@ -39,6 +39,8 @@ pub(super) const EXACT: &[&str] = &[
     "THCudaCheck",
     "hipError_t(1002)",
     "with error 2",
+    // TensorFlow's BFC dump, which only a failed allocation prints.
+    "Sum Total of in-use",
     // A CUDA status named by its type and its number (`CUresult … 2`).
     "CUresult",
     "cudaError",
