@@ -69,8 +69,9 @@ pub struct OomMessage {
     pub cut_figure: Option<Figure>,
     /// Sizes printed on the lines right around the message, not by it (`mark_nearby`): the
     /// device's memory as the runtime announced it, a buffer allocated on the line before, a
-    /// status line after, a user's own print of the sizes. Listed as the paste shows them, each
-    /// labelled by its own words, and never used in the arithmetic.
+    /// status line after, a user's own print of the sizes. Listed as the paste shows them,
+    /// unlabelled (their words name them for their own line, not for the failed allocation),
+    /// and never used in the arithmetic.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nearby: Vec<Figure>,
 }
@@ -94,6 +95,8 @@ const NEARBY_LINES_BEFORE: usize = 3;
 const NEARBY_LINES_AFTER: usize = 2;
 /// How much of a line is read: a log line's worth (a line of many messages is not re-read).
 const NEARBY_LINE_BYTES: usize = 512;
+/// How far a line break is looked for: a longer line is no log line, and is not read.
+const NEARBY_SCAN_BYTES: usize = 4096;
 
 /// Gives each message the sizes printed on the lines right around it (`OomMessage::nearby`):
 /// the rest of its own first and last lines, then each whole line before it (up to three) and
@@ -102,8 +105,17 @@ const NEARBY_LINE_BYTES: usize = 512;
 /// reads them (`figures::read`).
 pub fn mark_nearby(text: &str, found: &mut [OomMessage]) {
     let bytes = text.as_bytes();
-    let line_start = |at: usize| memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
-    let line_end = |at: usize| memchr::memchr(b'\n', &bytes[at..]).map_or(text.len(), |i| at + i);
+    // The line break before `at`, looked for no further back than `floor` nor than
+    // `NEARBY_SCAN_BYTES` (a line of many messages, or a huge line, is not scanned again per
+    // message): its offset, or `None` when there is none within reach.
+    let break_before = |at: usize, floor: usize| {
+        let lo = floor.max(at.saturating_sub(NEARBY_SCAN_BYTES)).min(at);
+        memchr::memrchr(b'\n', &bytes[lo..at]).map(|i| lo + i)
+    };
+    let break_after = |at: usize, ceiling: usize| {
+        let hi = ceiling.min(at.saturating_add(NEARBY_SCAN_BYTES)).max(at);
+        memchr::memchr(b'\n', &bytes[at..hi]).map(|i| at + i)
+    };
     let read = |from: usize, to: usize| -> Vec<Figure> {
         let from = cursor::floor_boundary(text, from.max(to.saturating_sub(NEARBY_LINE_BYTES)));
         let to = cursor::floor_boundary(text, to);
@@ -117,43 +129,56 @@ pub fn mark_nearby(text: &str, found: &mut [OomMessage]) {
         let (start, end) = (found[i].span.start_byte, found[i].span.end_byte);
         let before_limit = if i > 0 { found[i - 1].span.end_byte } else { 0 };
         let after_limit = found.get(i + 1).map_or(text.len(), |m| m.span.start_byte);
-        let mut before: Vec<Vec<Figure>> = Vec::new();
-        let first = line_start(start).max(before_limit);
-        before.push(read(first, start));
-        let mut at = first;
+        // The rest of its first line, then whole lines before it.
+        let first_break = break_before(start, before_limit);
+        let first = first_break.map_or(
+            before_limit.max(start.saturating_sub(NEARBY_LINE_BYTES)),
+            |b| b + 1,
+        );
+        let mut before: Vec<Vec<Figure>> = vec![read(first, start)];
+        let mut line_break = first_break;
         for _ in 0..NEARBY_LINES_BEFORE {
-            if at == 0 || at <= before_limit || bytes[at - 1] != b'\n' {
-                break;
-            }
-            let from = line_start(at - 1);
-            if from < before_limit {
-                break;
-            }
-            let f = read(from, at - 1);
+            let Some(b) = line_break else { break };
+            let from = match break_before(b, before_limit) {
+                Some(p) => p + 1,
+                // The text's first line.
+                None if b <= NEARBY_SCAN_BYTES && before_limit == 0 => 0,
+                None => break,
+            };
+            let f = read(from, b);
             if f.is_empty() {
                 break;
             }
             before.push(f);
-            at = from;
+            line_break = from.checked_sub(1);
         }
         let mut nearby: Vec<Figure> = before.into_iter().rev().flatten().collect();
-        let last = line_end(end).min(after_limit);
+        // The rest of its last line, then whole lines after it.
+        let last_break = break_after(end, after_limit);
+        let last = last_break.unwrap_or(after_limit.min(end.saturating_add(NEARBY_LINE_BYTES)));
         nearby.extend(read(end, last.min(end + NEARBY_LINE_BYTES)));
-        let mut at = last;
+        let mut line_break = last_break;
         for _ in 0..NEARBY_LINES_AFTER {
-            if at >= after_limit || bytes.get(at) != Some(&b'\n') {
-                break;
-            }
-            let to = line_end(at + 1);
-            if to > after_limit {
-                break;
-            }
-            let f = read(at + 1, (at + 1 + NEARBY_LINE_BYTES).min(to));
+            let Some(b) = line_break else { break };
+            let to = match break_after(b + 1, after_limit) {
+                Some(p) => p,
+                // The text's last line.
+                None if after_limit == text.len() && text.len() - (b + 1) <= NEARBY_SCAN_BYTES => {
+                    text.len()
+                }
+                None => break,
+            };
+            let f = read(b + 1, (b + 1 + NEARBY_LINE_BYTES).min(to));
             if f.is_empty() {
                 break;
             }
             nearby.extend(f);
-            at = to;
+            line_break = (to < text.len()).then_some(to);
+        }
+        // Their words name them for their own line, not for the failed allocation: a buffer's
+        // "size" on the line before is not the request.
+        for f in &mut nearby {
+            f.label = None;
         }
         found[i].nearby = nearby;
     }
