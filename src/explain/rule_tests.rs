@@ -401,3 +401,52 @@ fn a_request_shaped_like_a_user_space_address_names_no_cause() {
         assert_eq!(e.cause, want, "{text}: {}", e.summary);
     }
 }
+
+/// The classes read by principle since the second round, explained end to end on messages of
+/// our own: a PyTorch message machine-translated into Chinese goes through PyTorch's
+/// arithmetic; a CUDA status numbered 2 is the driver's out-of-memory error; vLLM's refusal cut
+/// after its first count is capacity; TensorFlow's BFC dump without its warning says an
+/// allocation failed; sizes on the lines around a message are listed, not used.
+#[test]
+fn the_classes_read_by_principle_are_explained_end_to_end() {
+    let e = one(
+        "RuntimeError: CUDA内存不足。尝试分配2.00 GiB（GPU 0；总容量11.76 GiB；已分配6.21 GiB；1.50 GiB可用；PyTorch总共保留9.40 GiB）",
+    );
+    assert_eq!(e.message.format(), Format::Generic);
+    // 3.19 GiB reserved but unallocated covers the 0.50 GiB shortfall.
+    assert_eq!(e.cause, Some(cause::FRAGMENTATION), "{}", e.summary);
+    let e = one("[saver.cpp] CUresult error result=2 file=saver.cpp func=cu_mem_create line=88");
+    assert_eq!(e.message.format(), Format::CudaDriver);
+    assert!(
+        said(&e.findings, "status 2 is out of memory"),
+        "{:?}",
+        e.findings
+    );
+    let e = one("ValueError: The model's max seq len (65536)");
+    assert_eq!(e.cause, Some(cause::CAPACITY));
+    assert!(
+        said(&e.findings, "stops after its first count"),
+        "{:?}",
+        e.findings
+    );
+    let e = one(
+        "I bfc_allocator.cc:696] 4 Chunks of size 1073741824 totalling 4.00GiB\nI bfc_allocator.cc:700] Sum Total of in-use chunks: 4.00GiB\nI bfc_allocator.cc:702] Stats: \nLimit:        4294967296\nInUse:        4294967296\n",
+    );
+    assert!(
+        said(&e.findings, "only after an allocation failed"),
+        "{:?}",
+        e.findings
+    );
+    let e = one(
+        "model: compute buffer size = 1536.00 MiB\nRuntimeError: CUDA error: out of memory\nSys VRAM: 7.9/8.0 GiB (99%)\n",
+    );
+    assert!(
+        said(
+            &e.findings,
+            "1536.00 MiB, 7.9 GiB, 8.0 GiB; listed, not used"
+        ),
+        "{:?}",
+        e.findings
+    );
+    assert!(e.arithmetic.is_empty(), "{:?}", e.arithmetic);
+}

@@ -351,11 +351,17 @@ const CJK_BEFORE: &[(&str, Label)] = &[
     ("总容量", Label::Total),
     ("總容量", Label::Total),
     ("容量", Label::Total),
+    ("可用容量", Label::Free),
+    ("剩余容量", Label::Free),
+    ("空き容量", Label::Free),
+    ("可使用", Label::Free),
+    ("总", Label::Total),
     ("合計", Label::Total),
     ("전체", Label::Total),
     ("已使用", Label::InUse),
     ("已用", Label::InUse),
     ("占用", Label::InUse),
+    ("使用", Label::InUse),
     ("使用中", Label::InUse),
     ("保留", Label::Reserved),
     ("预留", Label::Reserved),
@@ -363,6 +369,35 @@ const CJK_BEFORE: &[(&str, Label)] = &[
     ("限制", Label::Limit),
     ("上限", Label::Limit),
 ];
+
+/// The word for bytes in Chinese, Japanese and Korean.
+const BYTE_WORDS: &[&str] = &["字节", "位元組", "バイト", "바이트"];
+
+/// Label words right after a figure in the same languages ("0字节可用": 0 bytes free).
+const CJK_AFTER: &[(&str, Label)] = &[
+    ("可用", Label::Free),
+    ("空闲", Label::Free),
+    ("剩余", Label::Free),
+    ("空き", Label::Free),
+    ("已分配", Label::Allocated),
+    ("已使用", Label::InUse),
+    ("已用", Label::InUse),
+    ("使用中", Label::InUse),
+    ("总容量", Label::Total),
+    ("總容量", Label::Total),
+];
+
+/// The label of `CJK_AFTER` right after a figure (past spaces).
+fn label_cjk_after(after: &str) -> Option<Label> {
+    if after.is_ascii() {
+        return None;
+    }
+    let after = after.trim_start();
+    CJK_AFTER
+        .iter()
+        .find(|(w, _)| after.starts_with(w))
+        .map(|&(_, l)| l)
+}
 
 /// The label of `CJK_BEFORE` nearest before a figure, in its clause and within a few words:
 /// the word that ends last, the longer of two that end together ("已分配" over "分配").
@@ -392,6 +427,7 @@ fn label(text: &str, at: usize, end: usize) -> Option<Label> {
     label_after(&text[end..to])
         .or_else(|| label_before(&text[from..at]))
         .or_else(|| label_cjk_before(&text[from..at]))
+        .or_else(|| label_cjk_after(&text[end..to]))
 }
 
 /// The scale of a unit word, as `(low, high)` bytes a unit: equal for bytes and the binary
@@ -593,6 +629,23 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         });
     }
     let unit_start = j + gap;
+    // "0字节", "512 バイト", "512 바이트": bytes, as Chinese, Japanese and Korean write the word.
+    if let Some(word) = BYTE_WORDS
+        .iter()
+        .find(|w| text[unit_start..].starts_with(**w))
+    {
+        let end = unit_start + word.len();
+        return Some(Figure {
+            label: label(text, at, end),
+            quantity: Quantity {
+                printed: text[at..end].to_string(),
+                bytes: interval(d, 1, 1)?,
+            },
+            at,
+            end,
+            owner: owner(&text[floor_start(text, at)..at]),
+        });
+    }
     let mut k = unit_start;
     while k < bytes.len() && bytes[k].is_ascii_alphabetic() {
         k += 1;
@@ -973,6 +1026,29 @@ mod tests {
         // A date, a ratio or a pair without a unit is no size.
         assert!(labels("on 2024/03/01 at step 10/20").is_empty());
         assert!(labels("Free memory/Total memory: 22635/85095").is_empty());
+    }
+
+    #[test]
+    fn a_message_machine_translated_keeps_its_labels_and_its_bytes() {
+        // PyTorch's parenthesis form as a translator renders it, full-width punctuation folded.
+        let got = labels(
+            "CUDA内存不足。尝试分配20.00 MiB（GPU 0；总容量7.79 GiB；已分配6.84 GiB；0字节可用；PyTorch总共保留6.91 GiB）",
+        );
+        let names: Vec<(Option<&str>, &str)> = got.iter().map(|g| (g.0, g.1.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                (Some("requested"), "20.00 MiB"),
+                (Some("total"), "7.79 GiB"),
+                (Some("allocated"), "6.84 GiB"),
+                (Some("free"), "0字节"),
+                (Some("reserved"), "6.91 GiB"),
+            ]
+        );
+        assert_eq!((got[3].2, got[3].3), (0, 0));
+        let got = labels("メモリ不足: 512 バイト 空き, 空き容量 2 GiB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("free"), Some("free")]);
     }
 
     #[test]
