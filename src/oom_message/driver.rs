@@ -43,7 +43,32 @@ pub(super) const GENERIC_ANCHORS: &[(&str, Reader)] = &[
     ("CUDA failure", read_status_two),
     ("hipError_t", read_status_two),
     ("HIP error", read_status_two),
+    ("cudaMalloc", read_call_status_two),
+    ("cudaMallocAsync", read_call_status_two),
+    ("cuMemAlloc", read_call_status_two),
+    ("cuMemCreate", read_call_status_two),
+    ("hipMalloc", read_call_status_two),
 ];
+
+/// The same status after the allocation call that returned it ("cudaMalloc failed with error
+/// 2", "cuMemCreate returned 2"): a status word must stand between, so "cudaMalloc 2 GiB" is
+/// not one.
+fn read_call_status_two(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let words = text[anchor_end..super::cursor::floor_boundary(text, anchor_end + 40)]
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .find(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase);
+    let said = words.is_some_and(|w| {
+        matches!(
+            w.as_str(),
+            "failed" | "returned" | "error" | "status" | "code" | "result" | "err" | "ret"
+        )
+    });
+    if !said {
+        return None;
+    }
+    read_status_two(text, at, anchor_end)
+}
 
 /// Words that may stand between a CUDA status's type and its number ("CUresult error
 /// result=2", "cudaError_t code = 2", "CUDA error (2)", "CUDA failure: status 2").
@@ -93,6 +118,20 @@ fn read_status_two(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     if b.get(end).is_some_and(|c| {
         c.is_ascii_alphanumeric() || *c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit)
     }) {
+        return None;
+    }
+    // "2 GiB", "2 bytes", "2 GPUs": a count or a size, not a status.
+    let next_word = text[end..super::cursor::floor_boundary(text, end + 12)]
+        .trim_start_matches(' ')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
+    if !next_word.is_empty()
+        && !matches!(
+            next_word.to_ascii_lowercase().as_str(),
+            "at" | "in" | "file" | "from" | "on" | "when" | "while" | "out" | "returned" | "func"
+        )
+    {
         return None;
     }
     let end = if b.get(end) == Some(&b')') {
@@ -233,6 +272,14 @@ mod tests {
             ("fatal: CUDA error (2) in kernel launch", "CUDA error (2)"),
             ("E: hipError_t 2 returned by hipMalloc", "hipError_t 2"),
             ("CUDA Error: status 2", "CUDA Error: status 2"),
+            (
+                "E alloc.cc:12] cudaMalloc failed with error 2 at alloc.cc:12",
+                "cudaMalloc failed with error 2",
+            ),
+            (
+                "cuMemCreate returned 2 while mapping",
+                "cuMemCreate returned 2",
+            ),
         ] {
             assert_eq!(error(text).as_deref(), Some(want), "{text}");
         }
@@ -247,6 +294,10 @@ mod tests {
             "cuDNN error 2 in conv",
             "CUDA error 2.5 seconds into the run",
             "cudaErrorInvalidValue 2",
+            "CUDA error: 2 GPUs visible",
+            "cudaMalloc 2 GiB for the cache",
+            "cuMemAlloc failed: 2 bytes short",
+            "cudaMalloc(&p, 2) returned 0",
         ] {
             assert_eq!(error(text), None, "{text}");
         }

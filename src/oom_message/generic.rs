@@ -138,7 +138,64 @@ pub(super) const TRANSLATED: &[&str] = &[
     "メモリを確保できません",
     "메모리 부족",
     "메모리가 부족",
+    // The same in European languages, as a localized OS or a translator prints them.
+    "недостаточно памяти",
+    "нехватка памяти",
+    "memoria insuficiente",
+    "memória insuficiente",
+    "memoria insufficiente",
+    "memoria esaurita",
+    "mémoire insuffisante",
+    "nicht genügend Speicher",
+    "nicht genügend Arbeitsspeicher",
+    "nicht genug Speicher",
+    "niewystarczająca ilość pamięci",
+    "brak pamięci",
+    "yetersiz bellek",
 ];
+
+/// Words of which every translated wording holds one, whitespace-free (for the prefilter).
+pub(super) const TRANSLATED_KEYS: &[&str] = &[
+    "内存",
+    "显存",
+    "記憶體",
+    "內存",
+    "顯存",
+    "没有记忆",
+    "メモリ",
+    "메모리",
+    "памяти",
+    "memoria",
+    "memória",
+    "mémoire",
+    "Speicher",
+    "speicher",
+    "pamięci",
+    "bellek",
+];
+
+/// `words` as written, capitalized and in capitals (any script's case).
+pub(super) fn unicode_forms(words: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in words {
+        let mut chars = p.chars();
+        let cap: String = chars
+            .next()
+            .map(|c| c.to_uppercase().chain(chars).collect())
+            .unwrap_or_default();
+        for form in [p.to_string(), cap, p.to_uppercase()] {
+            if !out.contains(&form) {
+                out.push(form);
+            }
+        }
+    }
+    out
+}
+
+/// Every translated wording, as written, capitalized and in capitals.
+pub(super) fn translated_forms() -> Vec<String> {
+    unicode_forms(TRANSLATED)
+}
 
 fn case_forms(p: &str) -> Vec<String> {
     let cap = |w: &str| {
@@ -171,7 +228,7 @@ fn anchors(with_figures: bool) -> &'static [(&'static str, Reader)] {
             .iter()
             .flat_map(|p| case_forms(p))
             .chain(EXACT.iter().map(|s| s.to_string()))
-            .chain(TRANSLATED.iter().map(|s| s.to_string()))
+            .chain(translated_forms())
         {
             if seen.insert(p.clone()) {
                 out.push((Box::leak(p.into_boxed_str()), reader));
@@ -395,7 +452,12 @@ fn has_wording(s: &str) -> bool {
         .get_or_init(|| {
             AhoCorasickBuilder::new()
                 .ascii_case_insensitive(true)
-                .build(PHRASES.iter().chain(TRANSLATED))
+                .build(
+                    PHRASES
+                        .iter()
+                        .map(|p| p.to_string())
+                        .chain(translated_forms()),
+                )
                 .expect("the phrases build an automaton")
         })
         .is_match(s)
@@ -848,6 +910,15 @@ mod tests {
             // A translator's "CUDA: out of memory" as "no memory" (recollection), after the
             // error's colon.
             "stream_gpu-inl.h:184:检查失败:e == cudaSuccess: CUDA:没有记忆",
+        ] {
+            let found = super::super::find_all(text);
+            assert_eq!(found.len(), 1, "{text}: {found:?}");
+        }
+        // European languages, in any case.
+        for text in [
+            "RuntimeError: CUDA: недостаточно памяти",
+            "Error: Memoria insuficiente en la GPU",
+            "ERREUR : MÉMOIRE INSUFFISANTE",
         ] {
             let found = super::super::find_all(text);
             assert_eq!(found.len(), 1, "{text}: {found:?}");

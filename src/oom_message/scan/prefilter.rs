@@ -50,21 +50,19 @@ pub(super) const EXACT: &[&str] = &[
     "CUDA failure",
     "HIP error",
     "hipError",
-    // The translated wordings (`generic::TRANSLATED`): memory, video memory, in Chinese,
-    // Japanese and Korean.
-    "内存",
-    "显存",
-    "記憶體",
-    "內存",
-    "顯存",
-    "没有记忆",
-    "メモリ",
-    "메모리",
+    "cudaMalloc",
+    "cuMemAlloc",
+    "cuMemCreate",
+    "hipMalloc",
 ];
 
 /// Every form searched.
 pub(super) fn forms() -> Vec<String> {
     let mut out: Vec<String> = EXACT.iter().map(|s| s.to_string()).collect();
+    // The translated wordings' words, in every case form.
+    out.extend(super::super::generic::unicode_forms(
+        super::super::generic::TRANSLATED_KEYS,
+    ));
     for w in WORDS {
         let mut cap = w.to_string();
         cap[..1].make_ascii_uppercase();
