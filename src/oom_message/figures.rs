@@ -392,12 +392,34 @@ fn label_cjk_after(after: &str) -> Option<Label> {
     if after.is_ascii() {
         return None;
     }
-    let after = after.trim_start();
+    // Words of no weight first ("13.31 MiB 是空闲的": is free; "5.09 GiB 内存在使用中": of memory
+    // in use), as `FILLER` in English.
+    let mut after = after.trim_start();
+    for _ in 0..4 {
+        match CJK_FILLER.iter().find(|w| after.starts_with(**w)) {
+            Some(w) => after = after[w.len()..].trim_start(),
+            None => break,
+        }
+    }
     CJK_AFTER
         .iter()
         .find(|(w, _)| after.starts_with(w))
         .map(|&(_, l)| l)
 }
+
+/// Words of no weight between a figure and the label after it.
+const CJK_FILLER: &[&str] = &[
+    "是",
+    "为",
+    "的",
+    "内存",
+    "显存",
+    "記憶體",
+    "在",
+    "被",
+    "メモリ",
+    "が",
+];
 
 /// The label of `CJK_BEFORE` nearest before a figure, in its clause and within a few words:
 /// the word that ends last, the longer of two that end together ("已分配" over "分配").
@@ -1046,6 +1068,21 @@ mod tests {
             ]
         );
         assert_eq!((got[3].2, got[3].3), (0, 0));
+        // The sentence form, translated: label words after their figures, past words of no
+        // weight.
+        let got = labels(
+            "CUDA内存不足。尝试分配 20.00 MiB。GPU 0 的总容量为 7.75 GiB，其中 13.31 MiB 是空闲的。此进程有 5.09 GiB 内存在使用中。",
+        );
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                Some("requested"),
+                Some("total"),
+                Some("free"),
+                Some("in_use")
+            ]
+        );
         let got = labels("メモリ不足: 512 バイト 空き, 空き容量 2 GiB");
         let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
         assert_eq!(names, [Some("free"), Some("free")]);
