@@ -61,6 +61,18 @@ pub const FRAGMENTATION_MIN_SHARE_OF_REQUEST: f64 = 0.5;
 /// counter that wrapped, not memory.
 pub const IMPOSSIBLE_BYTES: i128 = 1 << 50;
 
+/// Where Linux on x86-64 maps a process's stack and shared libraries: from `0x7f00_0000_0000`
+/// to the top of user space (2^47 bytes, 128 TiB). A size in that range (127–128 TiB) is an
+/// address read as a size (an uninitialized field, a pointer passed where a length was
+/// expected), not a request anyone computed.
+pub const ADDRESS_LOW_BYTES: i128 = 0x7f00_0000_0000;
+pub const ADDRESS_HIGH_BYTES: i128 = 1 << 47;
+
+/// Whether every value `iv` stands for lies where x86-64 Linux maps stacks and libraries.
+pub fn address_like(iv: super::interval::Iv) -> bool {
+    iv.low >= ADDRESS_LOW_BYTES && iv.high < ADDRESS_HIGH_BYTES
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,10 @@ fn exact(bytes: u64) -> Iv {
 
 /// A request no device could hold: the size was computed wrong.
 fn absurd_request(d: &mut Diagnosis, request: Iv) -> bool {
+    if super::context::address_like(request) {
+        super::torch::address_as_size(d, &request.to_string());
+        return true;
+    }
     if request.ge(Iv::exact(IMPOSSIBLE_BYTES)) != Verdict::Yes {
         return false;
     }

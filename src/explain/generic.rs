@@ -37,6 +37,11 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             unlabelled.join(", ")
         ));
     }
+    if wording.starts_with("Sum Total of in-use") {
+        d.findings.push(
+            "TensorFlow's BFC allocator prints this memory dump only after an allocation failed; the warning before it that names the request (\"Allocator (GPU_0_bfc) ran out of memory trying to allocate …\") is not in the text.".into(),
+        );
+    }
     match memory {
         MemorySpace::PinnedHostRam => {
             d.summary = format!(
@@ -109,6 +114,10 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
         return;
     };
     let r = Iv::of(requested);
+    if super::context::address_like(r) {
+        super::torch::address_as_size(d, &requested.printed);
+        return;
+    }
     if let Some(t) = total {
         let t = Iv::of(t);
         if r.gt(t) == Verdict::Yes {

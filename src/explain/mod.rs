@@ -220,6 +220,22 @@ pub fn explain(message: OomMessage, earlier: &[Explanation]) -> Explanation {
             f.quantity.printed, f.quantity.bytes.low, f.quantity.bytes.high
         ));
     }
+    if !message.nearby.is_empty() {
+        const SHOWN: usize = 8;
+        let mut shown: Vec<String> = message
+            .nearby
+            .iter()
+            .take(SHOWN)
+            .map(|f| f.quantity.printed.clone())
+            .collect();
+        if message.nearby.len() > SHOWN {
+            shown.push(format!("{} more", message.nearby.len() - SHOWN));
+        }
+        d.findings.push(format!(
+            "Sizes on the lines around the message, printed by the program or the log rather than by the message: {}; listed, not used in the arithmetic.",
+            shown.join(", ")
+        ));
+    }
     d.finish(message)
 }
 

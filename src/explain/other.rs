@@ -190,8 +190,13 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
             context_creation: Some(call),
             ..
         } => super::frameworks::context_creation(d, call),
-        Detail::CudaDriver { .. } => {
+        Detail::CudaDriver { error, .. } => {
             d.summary = "The CUDA driver refused an allocation that no framework allocator reported: a context creation, a library workspace or a direct cudaMalloc.".into();
+            if !error.to_ascii_lowercase().contains("memory") {
+                d.findings.push(format!(
+                    "\"{error}\" names the error by its number: status 2 is out of memory in the CUDA driver API (CUDA_ERROR_OUT_OF_MEMORY), the runtime API (cudaErrorMemoryAllocation) and HIP (hipErrorOutOfMemory)."
+                ));
+            }
             d.undecided(
                 "Who holds the memory?".into(),
                 vec![

@@ -166,7 +166,21 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
         }
         Detail::VllmMaxSeqLen {
             max_model_len,
-            kv_cache_tokens,
+            kv_cache_tokens: None,
+        } => {
+            d.count("max_model_len_tokens", "as configured", *max_model_len);
+            d.cause = Some(cause::CAPACITY);
+            d.summary = format!(
+                "vLLM refused max_model_len {max_model_len}: the KV cache holds fewer tokens than one request of that length (the message is cut before it says how many)."
+            );
+            d.findings.push(
+                "The message stops after its first count; vLLM's next words give the tokens the KV cache holds (\"is larger than the maximum number of tokens that can be stored in KV cache (N)\").".into(),
+            );
+            kv_checks(d);
+        }
+        Detail::VllmMaxSeqLen {
+            max_model_len,
+            kv_cache_tokens: Some(kv_cache_tokens),
         } => {
             d.count("max_model_len_tokens", "as configured", *max_model_len);
             d.count("kv_cache_tokens", "blocks × block size", *kv_cache_tokens);

@@ -11,6 +11,7 @@
 
 mod attribute;
 mod findings;
+pub(super) use findings::address_as_size;
 mod holders;
 mod malloc_async;
 

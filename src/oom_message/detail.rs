@@ -177,7 +177,8 @@ pub enum Detail {
     /// vLLM before V1: `max_model_len` above the tokens the KV cache holds.
     VllmMaxSeqLen {
         max_model_len: u64,
-        kv_cache_tokens: u64,
+        /// `None` when the paste cut the message after its first count (an issue title).
+        kv_cache_tokens: Option<u64>,
     },
     /// vLLM's sampler warm-up ran out of memory after the KV cache took its budget.
     VllmSamplerWarmup { dummy_requests: u64 },

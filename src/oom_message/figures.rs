@@ -328,11 +328,128 @@ fn label_before(before: &str) -> Option<Label> {
         .find_map(|w| lookup(w, BEFORE))
 }
 
+/// Label words of the languages a message is translated into or printed in (`generic`'s
+/// translated wordings), before the figure as those languages put them ("已分配11.99 GB内存",
+/// "可用内存仅为0 B"): Chinese (simplified and traditional), Japanese, Korean.
+const CJK_BEFORE: &[(&str, Label)] = &[
+    ("已分配", Label::Allocated),
+    ("已配置", Label::Allocated),
+    ("分配", Label::Requested),
+    ("申请", Label::Requested),
+    ("請求", Label::Requested),
+    ("请求", Label::Requested),
+    ("需要", Label::Requested),
+    ("割り当て", Label::Requested),
+    ("할당", Label::Requested),
+    ("可用", Label::Free),
+    ("剩余", Label::Free),
+    ("空闲", Label::Free),
+    ("空き", Label::Free),
+    ("사용 가능", Label::Free),
+    ("总共", Label::Total),
+    ("总计", Label::Total),
+    ("总容量", Label::Total),
+    ("總容量", Label::Total),
+    ("容量", Label::Total),
+    ("可用容量", Label::Free),
+    ("剩余容量", Label::Free),
+    ("空き容量", Label::Free),
+    ("可使用", Label::Free),
+    ("总", Label::Total),
+    ("合計", Label::Total),
+    ("전체", Label::Total),
+    ("已使用", Label::InUse),
+    ("已用", Label::InUse),
+    ("占用", Label::InUse),
+    ("使用", Label::InUse),
+    ("使用中", Label::InUse),
+    ("保留", Label::Reserved),
+    ("预留", Label::Reserved),
+    ("缓存", Label::Cached),
+    ("限制", Label::Limit),
+    ("上限", Label::Limit),
+];
+
+/// The word for bytes in Chinese, Japanese and Korean.
+const BYTE_WORDS: &[&str] = &["字节", "位元組", "バイト", "바이트"];
+
+/// Label words right after a figure in the same languages ("0字节可用": 0 bytes free).
+const CJK_AFTER: &[(&str, Label)] = &[
+    ("可用", Label::Free),
+    ("空闲", Label::Free),
+    ("剩余", Label::Free),
+    ("空き", Label::Free),
+    ("已分配", Label::Allocated),
+    ("已使用", Label::InUse),
+    ("已用", Label::InUse),
+    ("使用中", Label::InUse),
+    ("总容量", Label::Total),
+    ("總容量", Label::Total),
+];
+
+/// The label of `CJK_AFTER` right after a figure (past spaces).
+fn label_cjk_after(after: &str) -> Option<Label> {
+    if after.is_ascii() {
+        return None;
+    }
+    // Words of no weight first ("13.31 MiB 是空闲的": is free; "5.09 GiB 内存在使用中": of memory
+    // in use), as `FILLER` in English.
+    let mut after = after.trim_start();
+    for _ in 0..4 {
+        match CJK_FILLER.iter().find(|w| after.starts_with(**w)) {
+            Some(w) => after = after[w.len()..].trim_start(),
+            None => break,
+        }
+    }
+    CJK_AFTER
+        .iter()
+        .find(|(w, _)| after.starts_with(w))
+        .map(|&(_, l)| l)
+}
+
+/// Words of no weight between a figure and the label after it.
+const CJK_FILLER: &[&str] = &[
+    "是",
+    "为",
+    "的",
+    "内存",
+    "显存",
+    "記憶體",
+    "在",
+    "被",
+    "メモリ",
+    "が",
+];
+
+/// The label of `CJK_BEFORE` nearest before a figure, in its clause and within a few words:
+/// the word that ends last, the longer of two that end together ("已分配" over "分配").
+fn label_cjk_before(before: &str) -> Option<Label> {
+    if before.is_ascii() {
+        return None;
+    }
+    let before = before.trim_end();
+    let from = super::cursor::floor_boundary(before, before.len().saturating_sub(30));
+    let near = &before[from..];
+    let clause = near
+        .rfind([',', '.', ';', '\n', '，', '。', '；', '、'])
+        .map_or(near, |i| {
+            &near[i + near[i..].chars().next().map_or(1, char::len_utf8)..]
+        });
+    CJK_BEFORE
+        .iter()
+        .filter_map(|&(w, l)| clause.rfind(w).map(|i| (i + w.len(), w.len(), l)))
+        .max_by_key(|&(end, len, _)| (end, len))
+        .map(|(_, _, l)| l)
+}
+
 /// What the words around `text[at..end]` make the figure there.
 fn label(text: &str, at: usize, end: usize) -> Option<Label> {
     let from = super::cursor::floor_boundary(text, at.saturating_sub(80));
     let to = super::cursor::floor_boundary(text, (end + 80).min(text.len()));
-    label_after(&text[end..to]).or_else(|| label_before(&text[from..at]))
+    label_after(&text[end..to])
+        .or_else(|| label_before(&text[from..at]))
+        .or_else(|| label_cjk_before(&text[from..at]))
+        .or_else(|| label_cjk_after(&text[end..to]))
 }
 
 /// The scale of a unit word, as `(low, high)` bytes a unit: equal for bytes and the binary
@@ -375,11 +492,18 @@ fn unit_scale(unit: &str, spaced: bool) -> Option<(u128, u128)> {
 fn interval(d: Decimal, low_scale: u128, high_scale: u128) -> Option<ByteRange> {
     let p = 10u128.checked_pow(d.places)?;
     if low_scale == 1 && high_scale == 1 {
-        // Bytes are whole: a fraction of a byte is no byte count.
-        if d.places != 0 {
-            return None;
+        if d.places == 0 {
+            return u64::try_from(d.mantissa).ok().map(ByteRange::exact);
         }
-        return u64::try_from(d.mantissa).ok().map(ByteRange::exact);
+        // Bytes printed with a `%f` formatter ("0.000000B", PaddlePaddle's): the whole byte
+        // counts the printed places allow; a fraction no whole count rounds or cuts to ("1.5
+        // B") is no byte count.
+        let low = (d.mantissa.checked_mul(2)?.saturating_sub(1)).div_ceil(p.checked_mul(2)?);
+        let high = d.mantissa / p;
+        return (low <= high).then(|| ByteRange {
+            low: u64::try_from(low).unwrap_or(u64::MAX),
+            high: u64::try_from(high).unwrap_or(u64::MAX),
+        });
     }
     // [(m − ½)/p · low, (m + 1)/p · high]: the values that round or truncate to the text.
     let low = (d.mantissa.checked_mul(2)?.saturating_sub(1))
@@ -408,10 +532,20 @@ pub fn read(text: &str) -> Vec<Figure> {
             i += 1;
             continue;
         }
-        match figure_at(text, i) {
+        match figure_at(text, i).or_else(|| pair_at(text, i)) {
             Some(f) => {
+                let first_at = f.at;
                 i = f.end;
+                let slash = bytes.get(i) == Some(&b'/');
                 out.push(f);
+                // The second of a pair that shares one unit ("3457/3576 MiB").
+                if slash && let Some(mut g) = figure_at(text, i + 1) {
+                    if let Some((_, second)) = pair_labels(text, first_at) {
+                        g.label = second;
+                    }
+                    i = g.end;
+                    out.push(g);
+                }
             }
             None => {
                 while i < bytes.len()
@@ -517,6 +651,23 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         });
     }
     let unit_start = j + gap;
+    // "0字节", "512 バイト", "512 바이트": bytes, as Chinese, Japanese and Korean write the word.
+    if let Some(word) = BYTE_WORDS
+        .iter()
+        .find(|w| text[unit_start..].starts_with(**w))
+    {
+        let end = unit_start + word.len();
+        return Some(Figure {
+            label: label(text, at, end),
+            quantity: Quantity {
+                printed: text[at..end].to_string(),
+                bytes: interval(d, 1, 1)?,
+            },
+            at,
+            end,
+            owner: owner(&text[floor_start(text, at)..at]),
+        });
+    }
     let mut k = unit_start;
     while k < bytes.len() && bytes[k].is_ascii_alphabetic() {
         k += 1;
@@ -564,6 +715,49 @@ fn figure_at(text: &str, at: usize) -> Option<Figure> {
         end,
         owner: owner(&text[floor_start(text, at)..at]),
     })
+}
+
+/// The first of two numbers that share the unit after the second ("active/reserved: 3457/3576
+/// MiB", "VRAM 4096/4096 MiB"), as a web UI or a status line prints a pair: the unit it takes
+/// from the second, and its label from the first of two words joined the same way before them
+/// ("active/reserved"), or from the words around it. It ends at the slash; the second is read
+/// as itself.
+fn pair_at(text: &str, at: usize) -> Option<Figure> {
+    let bytes = text.as_bytes();
+    let (digits, j) = number_at(bytes, at)?;
+    if bytes.get(j) != Some(&b'/') || !bytes.get(j + 1).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let second = figure_at(text, j + 1)?;
+    let unit = second.quantity.printed[number_at(bytes, j + 1)?.1 - (j + 1)..].trim_start();
+    let (low, high) = unit_scale(unit, false).or_else(|| unit_scale(unit, true))?;
+    if unit.is_empty() {
+        return None;
+    }
+    let d = Decimal::parse(&digits)?;
+    Some(Figure {
+        label: pair_labels(text, at).map_or_else(|| label(text, at, j), |(first, _)| first),
+        quantity: Quantity {
+            printed: format!("{} {unit}", &text[at..j]),
+            bytes: interval(d, low, high)?,
+        },
+        at,
+        end: j,
+        owner: owner(&text[floor_start(text, at)..at]),
+    })
+}
+
+/// The labels two words joined by a slash right before a pair of figures give them
+/// ("active/reserved: ", "used/total "), the first word's to the first figure.
+fn pair_labels(text: &str, at: usize) -> Option<(Option<Label>, Option<Label>)> {
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(48));
+    let token = text[from..at]
+        .trim_end_matches([' ', ':', '='])
+        .rsplit(|c: char| !(c.is_ascii_alphabetic() || c == '/'))
+        .next()?;
+    let (a, b) = token.split_once('/')?;
+    let named = |w: &str| lookup(&w.to_ascii_lowercase(), BEFORE);
+    Some((named(a), named(b)))
 }
 
 /// The largest unit a cut figure may have lost: TiB.
@@ -807,6 +1001,91 @@ mod tests {
         // Not at the end, or not on the last line: nothing was cut.
         assert!(cut_at_end(" 2.25 GiB in use").is_none());
         assert!(cut_at_end(" 2.25\nnext line").is_none());
+    }
+
+    #[test]
+    fn bytes_printed_with_a_fixed_point_formatter_are_whole_bytes() {
+        // PaddlePaddle prints `%f` of its sizes, bytes included.
+        let got = labels("available memory is only 0.000000B");
+        assert_eq!(got, [(Some("free"), "0.000000B".into(), 0, 0)]);
+        let got = labels("tried to allocate 512.000000 bytes");
+        assert_eq!((got[0].2, got[0].3), (512, 512));
+        // No whole byte count prints as 1.5 B.
+        assert!(labels("tried to allocate 1.5 B").is_empty());
+    }
+
+    #[test]
+    fn labels_in_other_languages_are_read_before_their_figures() {
+        let got =
+            labels("已分配11.999512 GB内存，可用内存仅为0.000000B，无法在GPU 0上分配50.000000MB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("allocated"), Some("free"), Some("requested")]);
+        // The nearest word decides; an English label still wins where it is one.
+        let got = labels("总共 8 GiB，已使用 7.5 GiB，tried to allocate 1 GiB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("total"), Some("in_use"), Some("requested")]);
+    }
+
+    #[test]
+    fn a_pair_of_numbers_shares_the_unit_after_the_second() {
+        let got = labels("Torch active/reserved: 3457/3576 MiB, Sys VRAM: 4096/4096 MiB (100.0%)");
+        let printed: Vec<(&str, u64)> = got.iter().map(|g| (g.1.as_str(), g.2)).collect();
+        assert_eq!(
+            printed,
+            [
+                // From 3456.5 MiB: rounded or cut at the printed places.
+                ("3457 MiB", 3_624_402_944),
+                ("3576 MiB", 3_749_183_488),
+                ("4096 MiB", 4_294_443_008),
+                ("4096 MiB", 4_294_443_008),
+            ]
+        );
+        // The words joined the same way name each: the first by the word before the slash.
+        let got = labels("used/total: 7.5/8 GiB");
+        assert_eq!((got[0].0, got[1].0), (Some("in_use"), Some("total")));
+        let got = labels("free/total 1000/8000 bytes");
+        assert_eq!((got[0].2, got[1].2), (1000, 8000));
+        // A date, a ratio or a pair without a unit is no size.
+        assert!(labels("on 2024/03/01 at step 10/20").is_empty());
+        assert!(labels("Free memory/Total memory: 22635/85095").is_empty());
+    }
+
+    #[test]
+    fn a_message_machine_translated_keeps_its_labels_and_its_bytes() {
+        // PyTorch's parenthesis form as a translator renders it, full-width punctuation folded.
+        let got = labels(
+            "CUDA内存不足。尝试分配20.00 MiB（GPU 0；总容量7.79 GiB；已分配6.84 GiB；0字节可用；PyTorch总共保留6.91 GiB）",
+        );
+        let names: Vec<(Option<&str>, &str)> = got.iter().map(|g| (g.0, g.1.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                (Some("requested"), "20.00 MiB"),
+                (Some("total"), "7.79 GiB"),
+                (Some("allocated"), "6.84 GiB"),
+                (Some("free"), "0字节"),
+                (Some("reserved"), "6.91 GiB"),
+            ]
+        );
+        assert_eq!((got[3].2, got[3].3), (0, 0));
+        // The sentence form, translated: label words after their figures, past words of no
+        // weight.
+        let got = labels(
+            "CUDA内存不足。尝试分配 20.00 MiB。GPU 0 的总容量为 7.75 GiB，其中 13.31 MiB 是空闲的。此进程有 5.09 GiB 内存在使用中。",
+        );
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            names,
+            [
+                Some("requested"),
+                Some("total"),
+                Some("free"),
+                Some("in_use")
+            ]
+        );
+        let got = labels("メモリ不足: 512 バイト 空き, 空き容量 2 GiB");
+        let names: Vec<Option<&str>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(names, [Some("free"), Some("free")]);
     }
 
     #[test]

@@ -109,6 +109,94 @@ const EXACT: &[&str] = &[
     "failed with error 2",
 ];
 
+/// The same wordings in the languages users paste them in: a runtime's message put through a
+/// translator, or a localized tool's own. Chinese (simplified and traditional), Japanese and
+/// Korean for "out of memory", "insufficient memory", "memory exhausted", "cannot allocate"
+/// and "allocation failed", of memory and of video memory (显存, 視訊記憶體). A machine
+/// translation turns "X: out of memory" into "X:没有记忆" ("no memory", as in recollection): in
+/// that shape only, after the colon, it is the error's words.
+pub(super) const TRANSLATED: &[&str] = &[
+    "内存不足",
+    "显存不足",
+    "記憶體不足",
+    "内存溢出",
+    "显存溢出",
+    "內存不足",
+    "顯存不足",
+    "内存耗尽",
+    "显存耗尽",
+    "内存用尽",
+    "显存用尽",
+    "内存分配失败",
+    "显存分配失败",
+    "无法分配内存",
+    "无法分配显存",
+    ":没有记忆",
+    ": 没有记忆",
+    "メモリ不足",
+    "メモリが不足",
+    "メモリを確保できません",
+    "메모리 부족",
+    "메모리가 부족",
+    // The same in European languages, as a localized OS or a translator prints them.
+    "недостаточно памяти",
+    "нехватка памяти",
+    "memoria insuficiente",
+    "memória insuficiente",
+    "memoria insufficiente",
+    "memoria esaurita",
+    "mémoire insuffisante",
+    "nicht genügend Speicher",
+    "nicht genügend Arbeitsspeicher",
+    "nicht genug Speicher",
+    "niewystarczająca ilość pamięci",
+    "brak pamięci",
+    "yetersiz bellek",
+];
+
+/// Words of which every translated wording holds one, whitespace-free (for the prefilter).
+pub(super) const TRANSLATED_KEYS: &[&str] = &[
+    "内存",
+    "显存",
+    "記憶體",
+    "內存",
+    "顯存",
+    "没有记忆",
+    "メモリ",
+    "메모리",
+    "памяти",
+    "memoria",
+    "memória",
+    "mémoire",
+    "Speicher",
+    "speicher",
+    "pamięci",
+    "bellek",
+];
+
+/// `words` as written, capitalized and in capitals (any script's case).
+pub(super) fn unicode_forms(words: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in words {
+        let mut chars = p.chars();
+        let cap: String = chars
+            .next()
+            .map(|c| c.to_uppercase().chain(chars).collect())
+            .unwrap_or_default();
+        for form in [p.to_string(), cap, p.to_uppercase()] {
+            if !out.contains(&form) {
+                out.push(form);
+            }
+        }
+    }
+    out
+}
+
+/// Every translated wording, as written, capitalized and in capitals.
+pub(super) fn translated_forms() -> Vec<String> {
+    unicode_forms(TRANSLATED)
+}
+
 fn case_forms(p: &str) -> Vec<String> {
     let cap = |w: &str| {
         let mut c = w.to_string();
@@ -140,6 +228,7 @@ fn anchors(with_figures: bool) -> &'static [(&'static str, Reader)] {
             .iter()
             .flat_map(|p| case_forms(p))
             .chain(EXACT.iter().map(|s| s.to_string()))
+            .chain(translated_forms())
         {
             if seen.insert(p.clone()) {
                 out.push((Box::leak(p.into_boxed_str()), reader));
@@ -363,7 +452,12 @@ fn has_wording(s: &str) -> bool {
         .get_or_init(|| {
             AhoCorasickBuilder::new()
                 .ascii_case_insensitive(true)
-                .build(PHRASES)
+                .build(
+                    PHRASES
+                        .iter()
+                        .map(|p| p.to_string())
+                        .chain(translated_forms()),
+                )
                 .expect("the phrases build an automaton")
         })
         .is_match(s)
@@ -561,7 +655,10 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         end: span_end,
         raised_as: raised_as(text, first),
         detail: Detail::Generic {
-            wording: text[at..anchor_end].trim().to_string(),
+            wording: text[at..anchor_end]
+                .trim_start_matches(':')
+                .trim()
+                .to_string(),
             runtime,
             memory,
             figures: found,
@@ -777,6 +874,64 @@ mod tests {
         assert!(found[0].text.ends_with("ＭｉＢ"), "{}", found[0].text);
         let found = super::super::find_all("RuntimeError: CUDA error: out of memory &gt;");
         assert!(!found[0].text.ends_with('&'), "{}", found[0].text);
+    }
+
+    #[test]
+    fn a_message_translated_into_another_language_is_read_with_its_labels() {
+        // A runtime's message put through a translator (simplified Chinese, full-width
+        // punctuation), its figures kept as printed.
+        let (memory, figures) = read_one(
+            "GPU 1上出现内存不足错误。无法在GPU 1上分配2.500000GB内存，已分配7.250000 GB内存，可用内存仅为120.000000MB。",
+        );
+        assert_eq!(memory, MemorySpace::Device);
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "2.500000GB".to_string()),
+                (Some("allocated"), "7.250000 GB".to_string()),
+                (Some("free"), "120.000000MB".to_string()),
+            ]
+        );
+        // Video memory, with the labels before their figures and a total.
+        let (_, figures) = read_one("错误：显存不足，需要 3.5 GiB，总共 8 GiB，剩余 512 MiB");
+        assert_eq!(
+            figures,
+            [
+                (Some("requested"), "3.5 GiB".to_string()),
+                (Some("total"), "8 GiB".to_string()),
+                (Some("free"), "512 MiB".to_string()),
+            ]
+        );
+        // Traditional Chinese, Japanese and Korean, with no figures.
+        for text in [
+            "RuntimeError: CUDA 記憶體不足",
+            "エラー: CUDAのメモリ不足です",
+            "오류: GPU 메모리 부족",
+            // A translator's "CUDA: out of memory" as "no memory" (recollection), after the
+            // error's colon.
+            "stream_gpu-inl.h:184:检查失败:e == cudaSuccess: CUDA:没有记忆",
+        ] {
+            let found = super::super::find_all(text);
+            assert_eq!(found.len(), 1, "{text}: {found:?}");
+        }
+        // European languages, in any case.
+        for text in [
+            "RuntimeError: CUDA: недостаточно памяти",
+            "Error: Memoria insuficiente en la GPU",
+            "ERREUR : MÉMOIRE INSUFFISANTE",
+        ] {
+            let found = super::super::find_all(text);
+            assert_eq!(found.len(), 1, "{text}: {found:?}");
+        }
+        // Prose with the same words and no error is nothing: "no memory" in a sentence, memory
+        // mentioned.
+        for text in [
+            "我没有记忆这件事",
+            "内存使用情况良好，显存还有 6 GiB 空闲",
+            "メモリの使用量は 2 GiB です",
+        ] {
+            assert!(super::super::find_all(text).is_empty(), "{text}");
+        }
     }
 
     #[test]

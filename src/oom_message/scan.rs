@@ -275,6 +275,7 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
                 raised_as: f.raised_as,
                 detail,
                 cut_figure: None,
+                nearby: Vec::new(),
             }
         })
         .collect()
@@ -375,7 +376,12 @@ fn suspect_search() -> &'static (AhoCorasick, AhoCorasick) {
     SEARCH.get_or_init(|| {
         let phrases = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
-            .build(SUSPECT_PHRASES)
+            .build(
+                SUSPECT_PHRASES
+                    .iter()
+                    .map(|p| p.to_string())
+                    .chain(generic::translated_forms()),
+            )
             .expect("the suspect phrases build an automaton");
         let oom = AhoCorasick::new(["OOM"]).expect("one pattern");
         (phrases, oom)

@@ -21,7 +21,10 @@
 //!   ran out of memory when allocating " << num_bytes`.
 
 use super::cursor::Cursor;
+use super::figures::{Figure, Label, Owner};
+use super::generic::MemorySpace;
 use super::scan::{Found, Reader, back_from, raised_as};
+use super::size::Quantity;
 use super::{BfcStats, Detail};
 
 const WINDOW: usize = 4096;
@@ -41,7 +44,183 @@ pub(super) const ANCHORS: &[(&str, Reader)] = &[
         "EigenAllocator for GPU ran out of memory when allocating ",
         read_gpu_bytes,
     ),
+    (DUMP_ANCHOR, read_dump),
 ];
+
+/// The line of `DumpMemoryLog` that sums the chunks in use.
+const DUMP_ANCHOR: &str = "Sum Total of in-use";
+/// How far before the sum its "Chunks of size" lines are looked for.
+const DUMP_REACH: usize = 64 << 10;
+
+/// The BFC allocator's memory dump without the warning that heads it (a paste cut before it):
+/// `DumpMemoryLog` runs only when an allocation failed (`AllocateRawInternal`, right after
+/// "Allocator (…) ran out of memory trying to allocate …"), so the dump alone says one did. Read
+/// as the reader by principle reads a message: the in-use sum, the `Stats:` block after it
+/// (Limit, InUse; the other sizes listed) and the "N Chunks of size S totalling T" lines before
+/// it (S a byte count, kept whole where a hard wrap split its digits: the format prints one
+/// number there). A dump whose warning is in the text, before it or (TensorFlow before 1.0)
+/// right after it, belongs to the BFC message.
+fn read_dump(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let back = super::cursor::floor_boundary(text, at.saturating_sub(STATS_REACH));
+    if memchr::memmem::rfind(
+        &text.as_bytes()[back..at],
+        b"an out of memory trying to allocate ",
+    )
+    .is_some()
+    {
+        return None;
+    }
+    let mut c = Cursor::new(text, anchor_end, anchor_end + WINDOW);
+    // " chunks: ", a hard wrap's space anywhere in the word.
+    let word = c.take_while(|b| b != b':' && b != b'\n');
+    (word.len() <= 12 && word.replace(' ', "") == "chunks").then_some(())?;
+    c.lit(":").then_some(())?;
+    c.skip_ws();
+    let sum_at = c.pos;
+    let in_use = c.tsl_size()?;
+    let mut figures = Vec::new();
+    // The chunk lines of this dump (after the previous dump's sum, if any).
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(DUMP_REACH));
+    let from = memchr::memmem::rfind(&text.as_bytes()[from..at], DUMP_ANCHOR.as_bytes())
+        .map_or(from, |i| from + i + DUMP_ANCHOR.len());
+    let mut start = at;
+    for i in memchr::memmem::find_iter(&text.as_bytes()[from..at], b" Chunks of size ") {
+        let size_at = from + i + " Chunks of size ".len();
+        let Some((size, totalling)) = chunk_line(text, size_at, at) else {
+            continue;
+        };
+        if figures.is_empty() {
+            // From the count before "Chunks".
+            let head = &text[..from + i];
+            start = head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        }
+        figures.push(size);
+        figures.push(totalling);
+    }
+    let sum_end = c.pos;
+    figures.push(Figure {
+        label: Some(Label::InUse),
+        quantity: in_use,
+        at: sum_at,
+        end: sum_end,
+        owner: Owner::Unsaid,
+    });
+    let mut end = sum_end;
+    // The `Stats:` block right after the sum.
+    let stats_reach = super::cursor::floor_boundary(text, sum_end + 512);
+    if let Some(i) = text[sum_end..stats_reach].find("Stats:") {
+        let mut k = Cursor::new(text, sum_end + i + "Stats:".len(), sum_end + WINDOW);
+        end = k.pos;
+        for _ in 0..12 {
+            let Some((key, value_at, value)) = k.attempt(|k| {
+                k.skip_ws();
+                let key = k.token(b":")?;
+                k.lit_loose(":").then_some(())?;
+                k.skip_blanks();
+                let value_at = k.pos;
+                Some((key, value_at, k.uint()?))
+            }) else {
+                break;
+            };
+            let label = match key {
+                "Limit" => Some(Label::Limit),
+                "InUse" => Some(Label::InUse),
+                "NumAllocs" => {
+                    end = k.pos;
+                    continue;
+                }
+                "MaxInUse" | "LargestFreeBlock" | "MaxAllocSize" => None,
+                "Reserved" => Some(Label::Reserved),
+                "PeakReserved" => None,
+                _ => break,
+            };
+            figures.push(Figure {
+                label,
+                quantity: Quantity::exact(&text[value_at..k.pos], value),
+                at: value_at,
+                end: k.pos,
+                owner: Owner::Unsaid,
+            });
+            end = k.pos;
+        }
+    }
+    // TensorFlow before 1.0 (`GPUBFCAllocator`) dumped first and warned after ("Ran out of
+    // memory trying to allocate X.  See logs for memory state"): that warning owns the dump too.
+    let ahead = super::cursor::floor_boundary(text, end + WINDOW);
+    if memchr::memmem::find(
+        &text.as_bytes()[end..ahead],
+        b"an out of memory trying to allocate ",
+    )
+    .is_some()
+    {
+        return None;
+    }
+    Some(Found {
+        start: start.min(at),
+        end,
+        raised_as: None,
+        detail: Detail::Generic {
+            wording: "Sum Total of in-use chunks".into(),
+            runtime: Some("TensorFlow".into()),
+            memory: MemorySpace::Device,
+            figures,
+        },
+    })
+}
+
+/// "S totalling T" of a chunk line, from S's first digit: S's digits (a wrap's space between
+/// them joined), "totalling" (a wrap's space inside it allowed), T as tsl prints it.
+fn chunk_line(text: &str, at: usize, limit: usize) -> Option<(Figure, Figure)> {
+    let b = text.as_bytes();
+    let mut j = at;
+    let mut digits = String::new();
+    while j < limit
+        && (b[j].is_ascii_digit()
+            || (b[j] == b' ' && b.get(j + 1).is_some_and(u8::is_ascii_digit) && !digits.is_empty()))
+    {
+        if b[j].is_ascii_digit() {
+            digits.push(b[j] as char);
+        }
+        j += 1;
+    }
+    let size: u64 = digits.parse().ok()?;
+    let size_end = j;
+    let word_end = super::cursor::floor_boundary(text, (j + 16).min(limit));
+    let squeezed: String = text[j..word_end]
+        .chars()
+        .filter(|c| *c != ' ')
+        .take(9)
+        .collect();
+    (squeezed == "totalling").then_some(())?;
+    // Past "totalling" and the spaces in and after it.
+    let mut letters = 0;
+    while j < limit && letters < 9 {
+        if b[j] != b' ' {
+            letters += 1;
+        }
+        j += 1;
+    }
+    let mut c = Cursor::new(text, j, limit);
+    c.skip_ws();
+    let total_at = c.pos;
+    let total = c.tsl_size()?;
+    Some((
+        Figure {
+            label: None,
+            quantity: Quantity::exact(&text[at..size_end], size),
+            at,
+            end: size_end,
+            owner: Owner::Unsaid,
+        },
+        Figure {
+            label: None,
+            quantity: total,
+            at: total_at,
+            end: c.pos,
+            owner: Owner::Unsaid,
+        },
+    ))
+}
 
 fn read_bfc(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     const LEAD: &str = "Allocator (";
@@ -250,6 +429,65 @@ fn tensor_bytes(shape: &str, dtype: Option<&str>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bfc_dump_without_its_warning_is_read_as_a_message() {
+        use super::super::{Detail, find_all};
+        let sizes = |text: &str| -> Vec<(Option<&'static str>, String)> {
+            let found = find_all(text);
+            assert_eq!(found.len(), 1, "{found:?}");
+            match &found[0].detail {
+                Detail::Generic { figures, .. } => figures
+                    .iter()
+                    .map(|f| (f.label.map(|l| l.as_str()), f.quantity.printed.clone()))
+                    .collect(),
+                d => panic!("{d:?}"),
+            }
+        };
+        // Cut before the warning, whole lines.
+        let got = sizes(
+            "I bfc_allocator.cc:696] 12 Chunks of size 1024 totalling 12.0KiB\nI bfc_allocator.cc:696] 2 Chunks of size 268435456 totalling 512.00MiB\nI bfc_allocator.cc:700] Sum Total of in-use chunks: 512.01MiB\nI bfc_allocator.cc:702] Stats: \nLimit:        1073741824\nInUse:         536881152\nMaxInUse:      536881152\nNumAllocs:            14\nMaxAllocSize:  268435456\n",
+        );
+        assert_eq!(
+            got,
+            [
+                (None, "1024".into()),
+                (None, "12.0KiB".into()),
+                (None, "268435456".into()),
+                (None, "512.00MiB".into()),
+                (Some("in_use"), "512.01MiB".into()),
+                (Some("limit"), "1073741824".into()),
+                (Some("in_use"), "536881152".into()),
+                (None, "536881152".into()),
+                (None, "268435456".into()),
+            ]
+        );
+        // Hard-wrapped at a fixed width, through a number and through words.
+        let got = sizes(
+            "2019-01-01 00:00:00.000001: I tensorflow/core/common_runtime/bfc_allocator.cc:696] 3 Chunks of size 13421\n7728 totalling 384.00MiB\n2019-01-01 00:00:00.000002: I tensorflow/core/common_runtime/bfc_allocator.cc:700] Sum Total of in-use chun\nks: 384.00MiB\n",
+        );
+        assert_eq!(got[0], (None, "13421 7728".into()));
+        let found = find_all(
+            "bfc_allocator.cc:696] 3 Chunks of size 13421\n7728 totalling 384.00MiB\nbfc_allocator.cc:700] Sum Total of in-use ch\nunks: 384.00MiB\n",
+        );
+        let Detail::Generic { figures, .. } = &found[0].detail else {
+            panic!()
+        };
+        assert_eq!(figures[0].quantity.bytes.low, 134_217_728);
+        assert_eq!(figures[2].label, Some(super::super::Label::InUse));
+        // With its warning in the text, the dump is the BFC message's, not a second message.
+        let found = find_all(
+            "W bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB.  Current allocation summary follows.\nI bfc_allocator.cc:696] 2 Chunks of size 268435456 totalling 512.00MiB\nI bfc_allocator.cc:700] Sum Total of in-use chunks: 512.01MiB\nI bfc_allocator.cc:702] Stats: \nLimit:        1073741824\nInUse:         536881152\n",
+        );
+        assert_eq!(found.len(), 1);
+        assert!(matches!(found[0].detail, Detail::TfBfcAllocator { .. }));
+        // So with the warning after it, as TensorFlow before 1.0 printed it.
+        let found = find_all(
+            "I gpu_bfc_allocator.cc:689] Sum Total of in-use chunks: 512.01MiB\nI gpu_bfc_allocator.cc:691] Stats: \nLimit:        1073741824\nInUse:         536881152\nW gpu_bfc_allocator.cc:274] Ran out of memory trying to allocate 1.00GiB.  See logs for memory state\n",
+        );
+        assert_eq!(found.len(), 1);
+        assert!(matches!(found[0].detail, Detail::TfBfcAllocator { .. }));
+    }
 
     #[test]
     fn tensor_sizes_need_every_dimension_and_a_known_type() {

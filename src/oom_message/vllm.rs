@@ -33,9 +33,7 @@ pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("To serve at least one request with the model", |t, a, e| {
         read(t, a, e, kv_cache_too_small)
     }),
-    ("The model's max seq len (", |t, a, e| {
-        read(t, a, e, max_seq_len)
-    }),
+    ("The model's max seq len (", read_max_seq_len),
     (
         "out of memory occurred when warming up sampler",
         read_sampler,
@@ -160,6 +158,74 @@ fn max_seq_len(c: &mut Cursor) -> Option<Detail> {
     c.lit(" Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.");
     Some(Detail::VllmMaxSeqLen {
         max_model_len,
-        kv_cache_tokens,
+        kv_cache_tokens: Some(kv_cache_tokens),
     })
+}
+
+/// The message whole, or cut by the paste right after its first count: an issue title that
+/// ends at "The model's max seq len (32768)" still names vLLM's refusal (no other vLLM message
+/// opens so), without the KV cache's count.
+fn read_max_seq_len(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    if let Some(found) = read(text, at, anchor_end, max_seq_len) {
+        return Some(found);
+    }
+    let mut c = Cursor::new(text, anchor_end, text.len());
+    let max_model_len = c.uint()?;
+    c.lit(")").then_some(())?;
+    let cut = text[c.pos..]
+        .trim_matches(|ch: char| {
+            ch.is_whitespace() || matches!(ch, '`' | '*' | '"' | '\'' | '.' | '_')
+        })
+        .is_empty();
+    cut.then(|| Found {
+        start: at,
+        end: c.pos,
+        raised_as: raised_as(text, at),
+        detail: Detail::VllmMaxSeqLen {
+            max_model_len,
+            kv_cache_tokens: None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Detail, find_all};
+
+    #[test]
+    fn the_max_seq_len_refusal_cut_after_its_first_count_is_still_read() {
+        for text in [
+            "ValueError: The model's max seq len (32768)",
+            "The model's max seq len (8192)\n",
+            "**ValueError: The model's max seq len (131072)**",
+            "`The model's max seq len (4096)`",
+        ] {
+            let found = find_all(text);
+            assert_eq!(found.len(), 1, "{text}");
+            assert!(
+                matches!(
+                    found[0].detail,
+                    Detail::VllmMaxSeqLen {
+                        kv_cache_tokens: None,
+                        ..
+                    }
+                ),
+                "{text}: {:?}",
+                found[0].detail
+            );
+        }
+        let found = find_all(
+            "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (21840). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+        );
+        assert!(matches!(
+            found[0].detail,
+            Detail::VllmMaxSeqLen {
+                kv_cache_tokens: Some(21840),
+                ..
+            }
+        ));
+        // The same words going on to something else are not the refusal.
+        assert!(find_all("The model's max seq len (4096) is set from the config.").is_empty());
+        assert!(find_all("The model's max seq len (4096) and batch 8\nnext line").is_empty());
+    }
 }

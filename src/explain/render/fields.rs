@@ -181,7 +181,7 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             kv_cache_tokens,
         } => {
             text(&mut f, "max_model_len", Some(max_model_len));
-            text(&mut f, "kv_cache_tokens", Some(kv_cache_tokens));
+            text(&mut f, "kv_cache_tokens", kv_cache_tokens.as_ref());
         }
         Detail::VllmSamplerWarmup { dummy_requests } => {
             text(&mut f, "dummy_requests", Some(dummy_requests));

@@ -20,6 +20,10 @@ fn contradiction(d: &mut Diagnosis, big: &str, big_iv: Iv, small: &str, small_iv
 
 /// A request of a petabyte or more: the size was computed wrong; nothing else is concluded.
 pub(super) fn impossible_request(d: &mut Diagnosis, requested: &Quantity) -> bool {
+    if crate::explain::context::address_like(Iv::of(requested)) {
+        address_as_size(d, &requested.printed);
+        return true;
+    }
     if !super::absurd(Iv::of(requested)) {
         return false;
     }
@@ -31,6 +35,17 @@ pub(super) fn impossible_request(d: &mut Diagnosis, requested: &Quantity) -> boo
         "A tensor size that large comes from the shapes, not from memory pressure: print the shapes of the failing operation's inputs.".into(),
     );
     true
+}
+
+/// A request of 127–128 TiB: an x86-64 user-space address (0x7f…) read as a size; nothing else
+/// is concluded.
+pub(crate) fn address_as_size(d: &mut Diagnosis, printed: &str) {
+    d.summary = format!(
+        "The request ({printed}) lies between 127 and 128 TiB, where Linux on x86-64 maps stacks and shared libraries (0x7f…): an address read as a size (an uninitialized field, a pointer passed for a length, an extension built for another ABI or GPU), so the memory figures do not explain it."
+    );
+    d.findings.push(
+        "A size just under 2^47 bytes is the shape of a user-space pointer, not of a tensor: check the extension or custom kernel that made the call (rebuild it for this GPU and this PyTorch), and print the sizes it passes.".into(),
+    );
 }
 
 /// Contradictions the sentence form can show, beyond the common ones.

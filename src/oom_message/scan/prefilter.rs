@@ -34,11 +34,35 @@ pub(super) const WORDS: &[&str] = &[
 ];
 
 /// Searched as written, besides the three forms of each word.
-pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck", "hipError_t(1002)", "with error 2"];
+pub(super) const EXACT: &[&str] = &[
+    "OOM",
+    "THCudaCheck",
+    "hipError_t(1002)",
+    "with error 2",
+    // TensorFlow's BFC dump, which only a failed allocation prints.
+    "Sum Total of in-use",
+    // A CUDA status named by its type and its number (`CUresult … 2`).
+    "CUresult",
+    "cudaError",
+    "CUDA error",
+    "CUDA Error",
+    "cuda error",
+    "CUDA failure",
+    "HIP error",
+    "hipError",
+    "cudaMalloc",
+    "cuMemAlloc",
+    "cuMemCreate",
+    "hipMalloc",
+];
 
 /// Every form searched.
 pub(super) fn forms() -> Vec<String> {
     let mut out: Vec<String> = EXACT.iter().map(|s| s.to_string()).collect();
+    // The translated wordings' words, in every case form.
+    out.extend(super::super::generic::unicode_forms(
+        super::super::generic::TRANSLATED_KEYS,
+    ));
     for w in WORDS {
         let mut cap = w.to_string();
         cap[..1].make_ascii_uppercase();

@@ -175,6 +175,7 @@ impl StreamScanner {
         if cut == self.buffer.len() {
             super::super::mark_cut_figure(&self.buffer, &mut messages);
         }
+        super::super::mark_nearby(&self.buffer, &mut messages);
         let line_at_cut = 1 + memchr::memchr_iter(b'\n', &self.buffer.as_bytes()[..cut]).count();
         let mut out = Settled::default();
         for mut m in messages {
