@@ -357,7 +357,7 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
 }
 
 /// Whether `s` holds an out-of-memory wording (`PHRASES`, any case).
-fn has_wording(s: &str) -> bool {
+pub(super) fn has_wording(s: &str) -> bool {
     static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
     SEARCH
         .get_or_init(|| {
@@ -402,6 +402,49 @@ fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
             .copied()
             .collect()
     })
+}
+
+/// How far either side of a line end `wrapped_at` reads.
+const WRAP_WINDOW: usize = 120;
+
+/// Whether the line end at `e` (a space in the folded text) is a word-wrapper's break inside
+/// a sentence (a mail client's or an editor's, at a space): the figures read across it differ
+/// from those read on either side apart. A line that ends where a figure must follow ("…you
+/// tried to allocate" / "3077222400 bytes."), a figure whose unit or label is on the next line
+/// ("…of which 36.29 GiB" / "is free"), a table's label and its value, read as one sentence
+/// only when joined. Lines that each say their own figures read the same either way. Reads at
+/// most `WRAP_WINDOW` bytes each side, back to the sentence's start and on to its end.
+fn wrapped_at(text: &str, e: usize) -> bool {
+    let from = floor_boundary(text, e.saturating_sub(WRAP_WINDOW));
+    let left = &text[from..e];
+    // From a word's start, after the last sentence end before the break.
+    let from = match left.rfind(". ") {
+        Some(i) => from + i + 2,
+        None => from + left.find(' ').map_or(left.len(), |i| i + 1),
+    };
+    let to = floor_boundary(text, (e + 1 + WRAP_WINDOW).min(text.len()));
+    let right = &text[(e + 1).min(to)..to];
+    // To the sentence's end, or to a word's end.
+    let to = match right.find(". ") {
+        Some(i) => e + 1 + i + 1,
+        None if to == text.len() => to,
+        None => e + 1 + right.rfind(' ').unwrap_or(0),
+    };
+    if from >= e || to <= e + 1 {
+        return false;
+    }
+    let key = |fs: Vec<Figure>, shift: usize| -> Vec<(usize, usize, Option<figures::Label>)> {
+        fs.into_iter()
+            .map(|f| (f.at + shift, f.end + shift, f.label))
+            .collect()
+    };
+    let joined = key(figures::read(&text[from..to]), from);
+    if joined.is_empty() {
+        return false;
+    }
+    let mut apart = key(figures::read(&text[from..e]), from);
+    apart.extend(key(figures::read(&text[e + 1..to]), e + 1));
+    joined != apart
 }
 
 /// Where the sentence holding `at` starts, no further back than `from` nor than its line.
@@ -468,8 +511,10 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let start = sentence_start(text, from, at);
     let to = floor_boundary(text, (anchor_end + AFTER_BYTES).min(text.len()));
     // The wording's own sentence (to its line's end at most), then each following sentence or
-    // line that carries a labelled size.
-    let ends = line_ends_within(anchor_end, to);
+    // line that carries a labelled size. A line end a wrapper put inside a sentence is not
+    // an end (`wrapped_at`).
+    let mut ends = line_ends_within(anchor_end, to);
+    ends.retain(|&e| !wrapped_at(text, e));
     let stop = |from: usize| {
         let sentence = text[from..to].find(". ").map_or(to, |i| from + i + 1);
         let line = ends.iter().find(|&&e| e >= from).map_or(to, |&e| e);
@@ -777,6 +822,45 @@ mod tests {
         assert!(found[0].text.ends_with("ＭｉＢ"), "{}", found[0].text);
         let found = super::super::find_all("RuntimeError: CUDA error: out of memory &gt;");
         assert!(!found[0].text.ends_with('&'), "{}", found[0].text);
+    }
+
+    #[test]
+    fn a_sentence_a_wrapper_broke_at_a_space_goes_on_to_its_figure() {
+        // The figure after the line end the label before it asks for.
+        for text in [
+            "fooml: out of memory: could not allocate\n1.5 GB for the activations\n",
+            "fooml: out of memory: could not allocate\r\n1.5 GB for the activations",
+            "> fooml: out of memory: could not\n> allocate 1.5 GB for the activations",
+            "fooml: out of memory: could not allocate 1.5\nGB for the activations\n",
+        ] {
+            let (_, figures) = read_one(text);
+            assert_eq!(
+                figures,
+                [(Some("requested"), "1.5 GB".to_string())],
+                "{text:?}"
+            );
+        }
+        // A figure whose label is on the next line.
+        let (_, figures) = read_one(
+            "fooml: out of memory while loading the weights, only 200 MB\nfree on device 0",
+        );
+        assert_eq!(figures, [(Some("free"), "200 MB".to_string())]);
+        // Lines that each say their own figures, or none, are lines.
+        let text =
+            "fooml: out of memory: could not allocate 1.5 GB\n2 GB of weights were loaded before\n";
+        let (_, figures) = read_one(text);
+        assert_eq!(figures, [(Some("requested"), "1.5 GB".to_string())]);
+        let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
+        let folded = text.replace('\n', " ");
+        assert!(!wrapped_at(&folded, ends[0]));
+        assert!(wrapped_at(
+            "out of memory: could not allocate 1.5 GB",
+            "out of memory: could not allocate".len()
+        ));
+        assert!(!wrapped_at(
+            "failed to allocate 2 GiB failed to allocate 3 GiB",
+            "failed to allocate 2 GiB".len()
+        ));
     }
 
     #[test]
