@@ -253,7 +253,7 @@ const MESSAGE_WORDS: &[&str] = &[
 /// word of the messages (`alloc` / `ated`, `Mi` / `B`). A wrapper that breaks at spaces never
 /// cuts a word, and its lines' edges make no such word. Each offset is that of the line's
 /// terminator (its `\r` when the line ends in CRLF).
-fn soft_wrap_breaks(bytes: &[u8]) -> Vec<usize> {
+fn soft_wrap_breaks(bytes: &[u8], prefix_at: impl Fn(usize) -> usize) -> Vec<usize> {
     // Each line: start, end of its text (before a CR), end (its `\n` or the text's end), and
     // characters (UTF-8 continuation bytes not counted).
     let lines = || {
@@ -290,8 +290,13 @@ fn soft_wrap_breaks(bytes: &[u8]) -> Vec<usize> {
         let Some(&(next_start, next_end, _, _)) = it.peek() else {
             break;
         };
+        // The next line's text starts after its logger's prefix, if it has one.
+        let next_start = next_start + line_prefix_skip(bytes, next_start, &prefix_at);
         if chars == widest
-            && cut_inside_a_word(&bytes[start..body_end], &bytes[next_start..next_end])
+            && cut_inside_a_word(
+                &bytes[start..body_end],
+                &bytes[next_start.min(next_end)..next_end],
+            )
         {
             out.push(body_end);
         }
@@ -336,6 +341,199 @@ fn cut_inside_a_word(line: &[u8], next: &[u8]) -> bool {
     MESSAGE_WORDS.contains(&word.as_str())
 }
 
+/// The longest line prefix taken for a logger's.
+const MAX_PREFIX_BYTES: usize = 200;
+
+/// The most words a logger's field is taken to have (syslog's `Mar  4 05:06:07 HOST prog[42]:`).
+const MAX_FIELD_WORDS: usize = 6;
+
+/// Where the fields a line may start with end (relative to `line`): after a `]`, `)`, `:` or
+/// `-` followed by a space or a tab (a prefix is followed by the line's text).
+fn field_ends(line: &[u8]) -> Vec<usize> {
+    (1..=line.len().min(MAX_PREFIX_BYTES))
+        .filter(|&p| {
+            matches!(line[p - 1], b']' | b')' | b':' | b'-')
+                && matches!(line.get(p), Some(b' ' | b'\t'))
+        })
+        .collect()
+}
+
+/// Whether `field` (the first of a line when `first`, else one after another, from its space)
+/// can be a logger's: a timestamp, a level, a rank, a pid, a host and program, a source line
+/// (`2025-03-04 05:06:07,890 -`, ` ERROR -`, `[rank3]:`, `(Worker pid=42)`, `main.cc:88]`).
+/// Not a message's own words: no out-of-memory wording, no label before its colon (`Size:`,
+/// `InUse:`), no word and its number (`Error Code 2:`, `Bin (256):`), and the first field
+/// starts at the line's first column and carries a digit, as a logger's time or rank does (a
+/// table row's `|` and an indented `File "…"` line are not prefixes).
+fn is_log_field(field: &[u8], first: bool) -> bool {
+    let body = if first {
+        if !(field[0].is_ascii_alphanumeric() || matches!(field[0], b'[' | b'(')) {
+            return false;
+        }
+        field
+    } else {
+        match field {
+            [b' ', b, ..] if !b.is_ascii_whitespace() => &field[1..],
+            _ => return false,
+        }
+    };
+    // A logger writes its prefix in ASCII, in a few words.
+    if !body
+        .iter()
+        .all(|b| b.is_ascii_graphic() || matches!(b, b' ' | b'\t'))
+    {
+        return false;
+    }
+    let digit = body.iter().any(u8::is_ascii_digit);
+    // The field without its separator: one word (a logger's name, a level) or several.
+    let core_len = body.len()
+        - body
+            .iter()
+            .rev()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b']' | b')' | b':' | b'-'))
+            .count();
+    let one_token = !body[..core_len].iter().any(|b| matches!(b, b' ' | b'\t'));
+    if !(digit || (one_token && !first)) {
+        return false;
+    }
+    if let [.., before, b':'] = body
+        && !(before.is_ascii_digit() || matches!(before, b']' | b')'))
+    {
+        return false;
+    }
+    let tokens: Vec<&[u8]> = body
+        .split(|b| matches!(b, b' ' | b'\t'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tokens.len() > MAX_FIELD_WORDS {
+        return false;
+    }
+    // A bracketed index alone (NCCL's `[0]`) names the device a message is about, and a name
+    // in parentheses after a word (`Allocator (GPU_0_bfc)`) is the message's own: a logger's
+    // parenthesised field is one group (`(Worker pid=42)`).
+    if let Some(last) = tokens.last() {
+        let bare = last.strip_suffix(b":").unwrap_or(last);
+        if let [b'[', inner @ .., b']'] = bare
+            && !inner.is_empty()
+            && inner.iter().all(u8::is_ascii_digit)
+        {
+            return false;
+        }
+        if bare.ends_with(b")") && !matches!(tokens[0].first(), Some(b'(')) {
+            return false;
+        }
+    }
+    if let [.., word, last] = tokens[..] {
+        let number = last
+            .iter()
+            .filter(|b| !matches!(b, b'(' | b'[' | b']' | b')' | b':' | b'-'))
+            .collect::<Vec<_>>();
+        if !number.is_empty()
+            && number.iter().all(|b| b.is_ascii_digit())
+            && word.iter().all(u8::is_ascii_alphabetic)
+        {
+            return false;
+        }
+    }
+    std::str::from_utf8(field).is_ok_and(|f| !super::generic::has_wording(f))
+}
+
+/// `field` with every run of digits made one `0`: a logger's prefix keeps its shape while its
+/// time, pid and line number change.
+fn masked(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    for (k, &b) in field.iter().enumerate() {
+        if b.is_ascii_digit() {
+            if k == 0 || !field[k - 1].is_ascii_digit() {
+                out.push(b'0');
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// The lengths of the prefix lines `a` and `b` share as a logger's: the fields (`is_log_field`)
+/// they start with, of one shape once digits are masked; 0 when none.
+fn shared_prefix(a: &[u8], b: &[u8]) -> (usize, usize) {
+    let (ends_a, ends_b) = (field_ends(a), field_ends(b));
+    let (mut pa, mut pb) = (0, 0);
+    for &na in &ends_a {
+        let field = &a[pa..na];
+        if !is_log_field(field, pa == 0) {
+            break;
+        }
+        let shape = masked(field);
+        let Some(&nb) = ends_b
+            .iter()
+            .filter(|&&nb| nb > pb)
+            .take_while(|&&nb| nb - pb <= field.len() + 32)
+            .find(|&&nb| masked(&b[pb..nb]) == shape)
+        else {
+            break;
+        };
+        pa = na;
+        pb = nb;
+    }
+    (pa, pb)
+}
+
+/// `(start, length)` of the prefix each line starts with that a logger put on it and on the
+/// line before or after it (`shared_prefix`), with one space or tab after it: `[rank3]: `, a
+/// timestamp and a level, a Ray worker's `(Worker pid=42) `, syslog's host and program, a glog
+/// header. Found on every line in one pass (at most `MAX_PREFIX_BYTES` a line read), so a long
+/// log stays linear. A line's start is after its quote marker, past the first line.
+fn line_prefixes(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut lines: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    while start <= bytes.len() {
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |k| start + k);
+        let content = if start == 0 {
+            0
+        } else {
+            start + quote_marker_len(bytes, start)
+        };
+        lines.push((content.min(end), end));
+        start = end + 1;
+    }
+    let line = |k: usize| {
+        let (s, e) = lines[k];
+        &bytes[s..e]
+    };
+    // Per pair of neighbours: the prefix each of the two has.
+    let shared: Vec<(usize, usize)> = (1..lines.len())
+        .map(|k| shared_prefix(line(k - 1), line(k)))
+        .collect();
+    let mut out = Vec::new();
+    for (k, &(s, e)) in lines.iter().enumerate() {
+        let before = if k > 0 { shared[k - 1].1 } else { 0 };
+        let after = shared.get(k).map_or(0, |p| p.0);
+        let mut len = before.max(after);
+        if len == 0 {
+            continue;
+        }
+        if s + len < e && matches!(bytes[s + len], b' ' | b'\t') {
+            len += 1;
+        }
+        out.push((s, len));
+    }
+    out
+}
+
+/// What to skip at the start of the line at `start` to reach its text when it has a logger's
+/// prefix: its quote marker and the prefix; 0 when it has none.
+fn line_prefix_skip(bytes: &[u8], start: usize, prefix_at: impl Fn(usize) -> usize) -> usize {
+    let quote = quote_marker_len(bytes, start);
+    match prefix_at(start + quote) {
+        0 => 0,
+        n => quote + n,
+    }
+}
+
 /// `\n`, `\r` or `\t` written as two characters (a quoted or debug-printed string).
 fn is_escaped_space(bytes: &[u8], i: usize) -> bool {
     bytes[i] == b'\\' && matches!(bytes.get(i + 1), Some(b'n' | b'r' | b't'))
@@ -348,9 +546,19 @@ impl Shadow {
         let mut breaks = Vec::new();
         let mut line_ends = Vec::new();
         let mut substitutes = Vec::new();
-        let soft_wraps = soft_wrap_breaks(bytes);
+        let prefixes = line_prefixes(bytes);
+        let prefix_at = |i: usize| {
+            prefixes
+                .binary_search_by_key(&i, |&(s, _)| s)
+                .map_or(0, |k| prefixes[k].1)
+        };
+        let soft_wraps = soft_wrap_breaks(bytes, prefix_at);
         let is_soft_wrap = |i: usize| soft_wraps.binary_search(&i).is_ok();
-        let mut i = 0;
+        // The first line's logger prefix is nothing.
+        let mut i = prefix_at(0);
+        if i > 0 {
+            breaks.push((0, i));
+        }
         while i < bytes.len() {
             let b = bytes[i];
             let entity = match b {
@@ -384,12 +592,16 @@ impl Shadow {
                     break;
                 }
                 if is_soft_wrap(i) {
-                    // A terminal's cut: the line goes on, with nothing between.
+                    // A terminal's cut: the line goes on, with nothing between (nor the next
+                    // line's logger prefix).
                     i += if bytes[i] == b'\r' { 2 } else { 1 };
+                    i += line_prefix_skip(bytes, i, prefix_at);
                 } else if bytes[i] == b'\n' {
                     spaced = true;
                     line_end = true;
                     i += 1 + quote_marker_len(bytes, i + 1);
+                    // A logger's prefix repeated on the lines is folded like whitespace.
+                    i += prefix_at(i);
                 } else if is_space(bytes[i]) {
                     spaced = true;
                     i += 1;
@@ -573,6 +785,93 @@ mod tests {
         );
         // Lines shorter than a terminal are as written.
         assert_eq!(Shadow::new("alloc\nated").text, "alloc ated");
+    }
+
+    #[test]
+    fn a_logger_s_prefix_on_every_line_is_folded() {
+        let lines = ["Stats: Limit: 0", "InUse:     1234", "", "  Total: 8 GiB"];
+        let plain = Shadow::new(&lines.join("\n"));
+        assert_eq!(plain.text, "Stats: Limit: 0 InUse: 1234 Total: 8 GiB");
+        let prefixes: [fn(usize) -> String; 7] = [
+            |k| format!("2025-03-04 05:06:{:02},890 - trainer - ERROR - ", 7 + k),
+            |_| "[rank3]: ".to_string(),
+            |k| {
+                format!(
+                    "E0304 05:06:07.{}  4242 main.cc:{}] ",
+                    890123 + k * 97,
+                    88 + k
+                )
+            },
+            |_| "(RayWorkerWrapper pid=4242, ip=10.0.0.7) ".to_string(),
+            |_| "12: ".to_string(),
+            |k| format!("Mar  4 05:06:{:02} HOST python3[4242]: ", 7 + k),
+            |k| format!("[2025-03-04T05:06:{:02}.890Z] ", 7 + k),
+        ];
+        for prefix in prefixes {
+            let input: Vec<String> = lines
+                .iter()
+                .enumerate()
+                .map(|(k, l)| format!("{}{l}", prefix(k)))
+                .collect();
+            let input = input.join("\n");
+            let s = Shadow::new(&input);
+            assert_eq!(s.text.trim_start(), plain.text, "{input:?}");
+            assert_eq!(s.line_ends.len(), plain.line_ends.len(), "{input:?}");
+            // The words map back to the input's own.
+            let at = s.text.find("InUse").unwrap();
+            assert_eq!(&input[s.to_input(at)..s.to_input(at) + 5], "InUse");
+            // Quoted, with CRLF line ends.
+            let quoted = format!("> {}", input.replace('\n', "\r\n> "));
+            assert!(
+                Shadow::new(&quoted)
+                    .text
+                    .ends_with("Limit: 0 InUse: 1234 Total: 8 GiB"),
+                "{quoted:?}"
+            );
+        }
+        // A terminal's cut inside a word is joined across the next line's prefix.
+        let cut = format!(
+            "[rank3]: {} is reserv\n[rank3]: ed by PyTorch",
+            "x".repeat(40)
+        );
+        assert!(Shadow::new(&cut).text.ends_with("is reserved by PyTorch"));
+    }
+
+    #[test]
+    fn a_message_s_own_repeated_line_starts_are_kept() {
+        for input in [
+            // Table rows, traceback lines, indented figures: no logger's first column.
+            "|   0  NVIDIA A100  |  1024MiB / 40960MiB |\n|   1  NVIDIA A100  |  2048MiB / 40960MiB |",
+            "  File \"a.py\", line 3, in f\n  File \"b.py\", line 9, in g",
+            "  1. Size: 1.00G\n  2. Size: 2.00G",
+            // A label before its colon, a word and its number, a name in parentheses.
+            "Bin (256): Total Chunks: 1\nBin (512): Total Chunks: 2",
+            "12 Error Code 2: OutOfMemory\n13 Error Code 2: OutOfMemory",
+            // NCCL's device index.
+            "HOST:1:2 [0] alloc.h:178 NCCL WARN a\nHOST:1:2 [0] alloc.h:185 NCCL WARN b",
+            // An out-of-memory wording, however it repeats.
+            "12 failed to allocate x2] a\n13 failed to allocate x2] b",
+            // Words run together by non-breaking spaces are not a logger's few.
+            "2019-01-08\u{a0}19:06:11:\u{a0}E\u{a0}x.cc:601] a\n2019-01-08\u{a0}19:06:11:\u{a0}E\u{a0}x.cc:601] b",
+        ] {
+            let folded = input.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(Shadow::new(input).text.trim_start(), folded, "{input:?}");
+        }
+        // A prefix on one line only is the line's text.
+        let one = "[rank3]: Stats: Limit: 0\nInUse: 1234";
+        assert_eq!(
+            Shadow::new(one).text,
+            "[rank3]: Stats: Limit: 0 InUse: 1234"
+        );
+        // The kept part after the shared fields.
+        assert_eq!(
+            Shadow::new("2024-01-01 12:00:01: W bfc.cc:246] Allocator (GPU_0_bfc) ran out\n2024-01-01 12:00:02: W bfc.cc:246] Allocator (GPU_0_bfc) ran out").text,
+            "Allocator (GPU_0_bfc) ran out Allocator (GPU_0_bfc) ran out"
+        );
+        assert_eq!(
+            Shadow::new("[rank0]: Bin (256): a\n[rank0]: Bin (512): b").text,
+            "Bin (256): a Bin (512): b"
+        );
     }
 
     #[test]
