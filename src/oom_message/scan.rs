@@ -459,8 +459,7 @@ mod stream;
 pub(crate) use prefilter::scan;
 
 /// Every anchor phrase of every reader.
-#[cfg(test)]
-fn anchor_phrases() -> Vec<&'static str> {
+pub(super) fn anchor_phrases() -> Vec<&'static str> {
     families()
         .into_iter()
         .flat_map(|f| f.iter().map(|(a, _)| *a))

@@ -204,6 +204,9 @@ fn unicode_space(bytes: &[u8], i: usize) -> Option<(usize, Unicode)> {
     }
 }
 
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
 /// The shortest width a terminal's wrap is recognised at.
 const MIN_WRAP_COLUMNS: usize = 40;
 
@@ -304,8 +307,35 @@ fn soft_wrap_breaks(bytes: &[u8], prefix_at: impl Fn(usize) -> usize) -> Vec<usi
     out
 }
 
-/// Whether the end of `line` and the start of `next` are the halves of one number or of one of
-/// `MESSAGE_WORDS`.
+/// Whether `word` (lower case) is one the readers know: one of `MESSAGE_WORDS`, a word that
+/// labels a figure, or a word of an anchor phrase of any reader or of a phrase the
+/// unrecognized lines are found by
+/// (`unable t` / `o allocate`, `cac` / `he blocks`, `Hardware li` / `mitation`).
+fn is_message_word(word: &str) -> bool {
+    static WORDS: OnceLock<HashSet<String>> = OnceLock::new();
+    WORDS
+        .get_or_init(|| {
+            let phrases = super::scan::anchor_phrases()
+                .into_iter()
+                .chain(super::scan::SUSPECT_PHRASES.iter().copied())
+                .chain(super::figures::label_words())
+                .chain(MESSAGE_WORDS.iter().copied());
+            let mut words = HashSet::new();
+            for p in phrases {
+                let p = p.to_ascii_lowercase();
+                for w in p.split(|c: char| !c.is_ascii_alphabetic()) {
+                    if w.len() >= 2 {
+                        words.insert(w.to_string());
+                    }
+                }
+            }
+            words
+        })
+        .contains(word)
+}
+
+/// Whether the end of `line` and the start of `next` are the halves of one number or of one
+/// word the readers know (`is_message_word`).
 fn cut_inside_a_word(line: &[u8], next: &[u8]) -> bool {
     let numeric = |b: &u8| b.is_ascii_digit() || *b == b'.';
     let tail_len = line.iter().rev().take_while(|b| numeric(b)).count();
@@ -330,15 +360,27 @@ fn cut_inside_a_word(line: &[u8], next: &[u8]) -> bool {
         .take_while(|b| b.is_ascii_alphabetic())
         .count();
     let head_len = next.iter().take_while(|b| b.is_ascii_alphabetic()).count();
-    if tail_len == 0 || head_len == 0 || tail_len + head_len > 16 {
+    if tail_len == 0 || head_len == 0 {
         return false;
     }
-    let word: String = line[line.len() - tail_len..]
+    let (tail, head) = (&line[line.len() - tail_len..], &next[..head_len]);
+    let known = |tail: &[u8], head: &[u8]| {
+        let word: String = tail
+            .iter()
+            .chain(head)
+            .map(|b| b.to_ascii_lowercase() as char)
+            .collect();
+        word.len() <= 16 && is_message_word(&word)
+    };
+    // The run of letters, or the word of a name written in camel case the cut fell in
+    // (`OutOfMem` / `oryError`: `Memory`).
+    let camel_tail = tail.len() - tail.iter().rposition(u8::is_ascii_uppercase).unwrap_or(0);
+    let camel_head = head
         .iter()
-        .chain(&next[..head_len])
-        .map(|b| b.to_ascii_lowercase() as char)
-        .collect();
-    MESSAGE_WORDS.contains(&word.as_str())
+        .position(u8::is_ascii_uppercase)
+        .filter(|&k| k > 0)
+        .unwrap_or(head.len());
+    known(tail, head) || known(&tail[tail.len() - camel_tail..], &head[..camel_head])
 }
 
 /// The longest line prefix taken for a logger's.
@@ -785,6 +827,47 @@ mod tests {
         );
         // Lines shorter than a terminal are as written.
         assert_eq!(Shadow::new("alloc\nated").text, "alloc ated");
+    }
+
+    #[test]
+    fn a_word_of_any_reader_cut_at_a_terminal_s_width_is_joined() {
+        let cut_at = |message: &str, width: usize| {
+            let chars: Vec<char> = message.chars().collect();
+            chars
+                .chunks(width)
+                .map(|c| c.iter().collect::<String>())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (message, width) in [
+            // Anchor phrases' words: "unable to allocate", "cache blocks", "limitation".
+            (
+                "Error: llama runner process has terminated: error loading model: unable to allocate backend buffer",
+                81,
+            ),
+            ("ValueError: No available memory for the cache blocks.", 43),
+            (
+                "out of resource: shared memory, Required: 163842, Hardware limitation: 101376.",
+                62,
+            ),
+            (
+                "RuntimeError while loading: torch.OutOfMemoryError: CUDA out of memory.",
+                42,
+            ),
+        ] {
+            let wrapped = cut_at(message, width);
+            assert!(wrapped.lines().count() > 1);
+            assert_eq!(Shadow::new(&wrapped).text, message, "{wrapped:?}");
+        }
+        // Halves that make no word the readers know stay apart.
+        let line = "a".repeat(40) + " xyl";
+        assert!(
+            Shadow::new(&format!("{line}\nophone"))
+                .text
+                .ends_with("xyl ophone")
+        );
+        assert!(is_message_word("allocate") && is_message_word("limitation"));
+        assert!(!is_message_word("xylophone"));
     }
 
     #[test]

@@ -69,9 +69,62 @@ fn search() -> &'static AhoCorasick {
     })
 }
 
-/// Offsets of the words in `text`, in order.
-fn hits(text: &str) -> impl Iterator<Item = usize> + '_ {
-    search().find_iter(text.as_bytes()).map(|m| m.start())
+/// Offsets of the words in `text`, in order, and of those a terminal cut at a line's end
+/// (`cut_hits`).
+fn hits(text: &str) -> Vec<usize> {
+    let mut out: Vec<usize> = search()
+        .find_iter(text.as_bytes())
+        .map(|m| m.start())
+        .collect();
+    let cut = cut_hits(text);
+    if !cut.is_empty() {
+        out.extend(cut);
+        out.sort_unstable();
+        out.dedup();
+    }
+    out
+}
+
+/// The most letters either side of a line end looked at for a cut word.
+const CUT_WORD_BYTES: usize = 16;
+
+/// Offsets of the words a terminal cut at its width (`out of m` / `emory`, `cudaMal` / `loc`):
+/// at each line end between two letters, the letters either side are joined and searched for
+/// a word across the break.
+/// A few bytes a line, so a long log stays linear; the readers then see the word whole, where
+/// the folding joins it back (`shadow`).
+fn cut_hits(text: &str) -> Vec<usize> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut joined = Vec::with_capacity(2 * CUT_WORD_BYTES);
+    for nl in memchr::memchr_iter(b'\n', b) {
+        let end = if nl > 0 && b[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        let letters = |s: &mut dyn Iterator<Item = &u8>| {
+            s.take(CUT_WORD_BYTES)
+                .take_while(|c| c.is_ascii_alphabetic())
+                .count()
+        };
+        let tail = letters(&mut b[..end].iter().rev());
+        let head = letters(&mut b[nl + 1..].iter());
+        if tail == 0 || head == 0 {
+            continue;
+        }
+        joined.clear();
+        joined.extend_from_slice(&b[end - tail..end]);
+        joined.extend_from_slice(&b[nl + 1..nl + 1 + head]);
+        // A word across the break, not one whole on either side.
+        if search()
+            .find_iter(&joined[..])
+            .any(|m| m.start() < tail && m.end() > tail)
+        {
+            out.push(end - tail);
+        }
+    }
+    out
 }
 
 fn line_start(text: &str, at: usize) -> usize {
@@ -90,7 +143,7 @@ fn newlines(bytes: &[u8]) -> usize {
 /// Every message and unrecognized line of `text`, as `find_all` and `suspicious_lines` over
 /// the whole text would give them.
 pub(crate) fn scan(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
-    let mut hits = hits(text).peekable();
+    let mut hits = hits(text).into_iter().peekable();
     let mut messages = Vec::new();
     let mut unrecognized = Vec::new();
     // Stream position: the byte and 1-based line reached so far.
@@ -168,6 +221,25 @@ mod tests {
                 assert!(held(&form), "{form:?} holds none of the prefilter words");
             }
         }
+    }
+
+    #[test]
+    fn a_word_a_terminal_cut_at_its_width_is_found() {
+        let filler = "step 1200 loss 0.25 lr 1e-4 tokens/s 10400\n".repeat(3000);
+        // "memory", the message's only prefilter word, cut at 100 columns.
+        let message = "F0911 12:46:40.284883 18216 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of m\nemory\n";
+        for end in ["\n", "\r\n"] {
+            let text = format!("{filler}{}{filler}", message.replace('\n', end));
+            assert!(search().find_iter(text.as_bytes()).next().is_none());
+            let (found, _) = scan(&text);
+            assert_eq!(found, find_all(&text), "{end:?}");
+            assert_eq!(found.len(), 1);
+            assert_eq!(found[0].span.line, 3001);
+        }
+        assert_eq!(cut_hits("out of m\nemory"), [7]);
+        assert_eq!(cut_hits("cudaMal\r\nloc failed"), [0]);
+        // Letters either side that make no prefilter word, or a break between words.
+        assert!(cut_hits("kept in m\nind\nmemory \nlater").is_empty());
     }
 
     #[test]
