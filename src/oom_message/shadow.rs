@@ -526,8 +526,11 @@ fn shared_prefix(a: &[u8], b: &[u8]) -> (usize, usize) {
 /// timestamp and a level, a Ray worker's `(Worker pid=42) `, syslog's host and program, a glog
 /// header. Found on every line in one pass (at most `MAX_PREFIX_BYTES` a line read), so a long
 /// log stays linear. A line's start is after its quote marker, past the first line.
-fn line_prefixes(bytes: &[u8]) -> Vec<(usize, usize)> {
-    let mut lines: Vec<(usize, usize)> = Vec::new();
+fn line_prefixes(bytes: &[u8]) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+    // Per line: where its prefix is looked up (after its quote marker), and its text (a JSON
+    // log line's value).
+    let mut lines: Vec<(usize, usize, usize)> = Vec::new();
+    let mut suffixes = Vec::new();
     let mut start = 0;
     while start <= bytes.len() {
         let end = bytes[start..]
@@ -538,12 +541,24 @@ fn line_prefixes(bytes: &[u8]) -> Vec<(usize, usize)> {
             0
         } else {
             start + quote_marker_len(bytes, start)
+        }
+        .min(end);
+        let body_end = if end > content && bytes[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
         };
-        lines.push((content.min(end), end));
+        match json_log_value(&bytes[content..body_end]) {
+            Some((from, to)) => {
+                lines.push((content, content + from, content + to));
+                suffixes.push((content + to, body_end));
+            }
+            None => lines.push((content, content, end)),
+        }
         start = end + 1;
     }
     let line = |k: usize| {
-        let (s, e) = lines[k];
+        let (_, s, e) = lines[k];
         &bytes[s..e]
     };
     // Per pair of neighbours: the prefix each of the two has.
@@ -551,19 +566,50 @@ fn line_prefixes(bytes: &[u8]) -> Vec<(usize, usize)> {
         .map(|k| shared_prefix(line(k - 1), line(k)))
         .collect();
     let mut out = Vec::new();
-    for (k, &(s, e)) in lines.iter().enumerate() {
+    for (k, &(key, s, e)) in lines.iter().enumerate() {
         let before = if k > 0 { shared[k - 1].1 } else { 0 };
         let after = shared.get(k).map_or(0, |p| p.0);
         let mut len = before.max(after);
-        if len == 0 {
-            continue;
-        }
-        if s + len < e && matches!(bytes[s + len], b' ' | b'\t') {
+        if len > 0 && s + len < e && matches!(bytes[s + len], b' ' | b'\t') {
             len += 1;
         }
-        out.push((s, len));
+        if s + len > key {
+            out.push((key, s + len - key));
+        }
     }
-    out
+    (out, suffixes)
+}
+
+/// The log keys a structured log line carries its text in (Docker's json-file driver writes
+/// `{"log":"…\n","stream":"stderr","time":"…"}`; other loggers `message` or `msg`).
+const JSON_LOG_KEYS: &[&[u8]] = &[b"\"log\":\"", b"\"message\":\"", b"\"msg\":\""];
+
+/// The text of a JSON log line (`{…, "log":"TEXT", …}`), as the span of its string's
+/// characters in `line`: the line is one object and the key comes before any other string
+/// value ends. Its escapes stay as written (`\n` and `\t` fold as spaces).
+fn json_log_value(line: &[u8]) -> Option<(usize, usize)> {
+    let trimmed = line.trim_ascii_end();
+    if !(trimmed.starts_with(b"{\"") && trimmed.ends_with(b"}")) {
+        return None;
+    }
+    let head = &line[..line.len().min(MAX_PREFIX_BYTES)];
+    let from = JSON_LOG_KEYS
+        .iter()
+        .filter_map(|k| {
+            head.windows(k.len())
+                .position(|w| w == *k)
+                .map(|at| at + k.len())
+        })
+        .min()?;
+    let mut k = from;
+    while k < line.len() {
+        match line[k] {
+            b'\\' => k += 2,
+            b'"' => return Some((from, k)),
+            _ => k += 1,
+        }
+    }
+    None
 }
 
 /// What to skip at the start of the line at `start` to reach its text when it has a logger's
@@ -588,7 +634,14 @@ impl Shadow {
         let mut breaks = Vec::new();
         let mut line_ends = Vec::new();
         let mut substitutes = Vec::new();
-        let prefixes = line_prefixes(bytes);
+        let (prefixes, suffixes) = line_prefixes(bytes);
+        // Where a JSON log line's value ends, the rest of its line is folded.
+        let suffix_at = |i: usize| {
+            suffixes
+                .binary_search_by_key(&i, |&(s, _)| s)
+                .ok()
+                .map(|k| suffixes[k].1)
+        };
         let prefix_at = |i: usize| {
             prefixes
                 .binary_search_by_key(&i, |&(s, _)| s)
@@ -616,6 +669,7 @@ impl Shadow {
                 continue;
             }
             let special = is_space(b)
+                || (b == b'"' && suffix_at(i).is_some())
                 || b == 0x1b
                 || b == b'^'
                 || b == b'\\'
@@ -647,6 +701,9 @@ impl Shadow {
                 } else if is_space(bytes[i]) {
                     spaced = true;
                     i += 1;
+                } else if let Some(end) = suffix_at(i).filter(|&end| end > i) {
+                    // The rest of a JSON log line after its text.
+                    i = end;
                 } else if is_escaped_space(bytes, i) {
                     spaced = true;
                     i += 2;
@@ -868,6 +925,43 @@ mod tests {
         );
         assert!(is_message_word("allocate") && is_message_word("limitation"));
         assert!(!is_message_word("xylophone"));
+    }
+
+    #[test]
+    fn a_container_s_json_log_lines_read_as_their_text() {
+        let plain =
+            "CUDA out of memory. Tried to allocate 2.00 MiB\n  File \"a.py\", line 3\nInUse: 1234";
+        let docker: Vec<String> = plain
+            .lines()
+            .enumerate()
+            .map(|(k, l)| {
+                format!(
+                    "{{\"log\":\"{}\\n\",\"stream\":\"stderr\",\"time\":\"2025-03-04T05:06:0{k}.89Z\"}}",
+                    l.replace('"', "\\\"")
+                )
+            })
+            .collect();
+        let input = docker.join("\n");
+        let s = Shadow::new(&input);
+        assert_eq!(
+            s.text.trim_end(),
+            "CUDA out of memory. Tried to allocate 2.00 MiB File \\\"a.py\\\", line 3 InUse: 1234",
+            "{input}"
+        );
+        assert_eq!(s.line_ends.len(), 2);
+        let at = s.text.find("InUse").unwrap();
+        assert_eq!(&input[s.to_input(at)..s.to_input(at) + 5], "InUse");
+        // Another key, first or not, and a logger's prefix inside the text.
+        let input = "{\"time\":\"05:06:07\",\"message\":\"[rank1]: Stats:\"}\n{\"time\":\"05:06:08\",\"message\":\"[rank1]: Limit: 0\"}";
+        assert_eq!(Shadow::new(input).text, "Stats: Limit: 0");
+        // A JSON line with no log text, or not one object, is as written.
+        for input in [
+            "{\"level\":\"error\",\"code\":2}",
+            "{\"log\":\"unterminated}",
+            "x {\"log\":\"a\"}",
+        ] {
+            assert_eq!(Shadow::new(input).text, input);
+        }
     }
 
     #[test]
