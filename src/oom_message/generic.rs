@@ -412,15 +412,18 @@ const WRAP_WINDOW: usize = 120;
 /// from those read on either side apart. A line that ends where a figure must follow ("…you
 /// tried to allocate" / "3077222400 bytes."), a figure whose unit or label is on the next line
 /// ("…of which 36.29 GiB" / "is free"), a table's label and its value, read as one sentence
-/// only when joined. Lines that each say their own figures read the same either way. Reads at
+/// only when joined; so is a parenthesis the line opens and the next line closes, and a
+/// sentence begun after another on the line whose figures are all on the next. Lines that each say their own figures read the same either way. Reads at
 /// most `WRAP_WINDOW` bytes each side, back to the sentence's start and on to its end.
 fn wrapped_at(text: &str, e: usize) -> bool {
     let from = floor_boundary(text, e.saturating_sub(WRAP_WINDOW));
     let left = &text[from..e];
-    // From a word's start, after the last sentence end before the break.
-    let from = match left.rfind(". ") {
-        Some(i) => from + i + 2,
-        None => from + left.find(' ').map_or(left.len(), |i| i + 1),
+    // From a word's start, after the last sentence end before the break; whether that was on
+    // the break's own line.
+    let line_start = line_ends_within(from, e).last().map_or(from, |&l| l + 1);
+    let (from, sentence_begun_on_the_line) = match left.rfind(". ") {
+        Some(i) => (from + i + 2, from + i >= line_start),
+        None => (from + left.find(' ').map_or(left.len(), |i| i + 1), false),
     };
     let to = floor_boundary(text, (e + 1 + WRAP_WINDOW).min(text.len()));
     let right = &text[(e + 1).min(to)..to];
@@ -433,6 +436,17 @@ fn wrapped_at(text: &str, e: usize) -> bool {
     if from >= e || to <= e + 1 {
         return false;
     }
+    // A parenthesis the line opened and the next closes: "(out" / "of memory)".
+    let open = |s: &str| {
+        s.bytes().fold(0i32, |depth, b| match b {
+            b'(' => depth + 1,
+            b')' if depth > 0 => depth - 1,
+            _ => depth,
+        })
+    };
+    if open(&text[from..e]) > 0 && text[e + 1..to].contains(')') {
+        return true;
+    }
     let key = |fs: Vec<Figure>, shift: usize| -> Vec<(usize, usize, Option<figures::Label>)> {
         fs.into_iter()
             .map(|f| (f.at + shift, f.end + shift, f.label))
@@ -443,13 +457,25 @@ fn wrapped_at(text: &str, e: usize) -> bool {
         return false;
     }
     let mut apart = key(figures::read(&text[from..e]), from);
+    // A sentence begun after another on the line, with no figure before the break and its
+    // figures after it ("… of 7.48G hbm. Exceeded hbm" / "capacity by 1.60G.").
+    if sentence_begun_on_the_line && apart.is_empty() {
+        return true;
+    }
     apart.extend(key(figures::read(&text[e + 1..to]), e + 1));
     joined != apart
 }
 
-/// Where the sentence holding `at` starts, no further back than `from` nor than its line.
+/// Where the sentence holding `at` starts, no further back than `from` nor than its line (a
+/// wrapper's line end aside).
 fn sentence_start(text: &str, from: usize, at: usize) -> usize {
-    let line = line_ends_within(from, at).last().map_or(from, |&e| e + 1);
+    // A line end a wrapper put inside the sentence is not its start ("Requested amount of GPU
+    // memory" / "(13476831488 bytes) could not be allocated").
+    let line = line_ends_within(from, at)
+        .into_iter()
+        .rev()
+        .find(|&e| !wrapped_at(text, e))
+        .map_or(from, |e| e + 1);
     let from = from.max(line);
     text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
 }
@@ -857,6 +883,28 @@ mod tests {
             "out of memory: could not allocate 1.5 GB",
             "out of memory: could not allocate".len()
         ));
+        assert!(wrapped_at(
+            "Error allocating 45 bytes of device memory (out of memory). Driver report",
+            "Error allocating 45 bytes of device memory (out".len()
+        ));
+        assert!(!wrapped_at(
+            "Error allocating 45 bytes (see below) of device memory",
+            "Error allocating 45 bytes (see below)".len()
+        ));
+        // A sentence that begins on the line before its wording.
+        let (_, figures) = read_one(
+            "[W] Requested amount of GPU memory\n(13476831488 bytes) could not be allocated.",
+        );
+        assert_eq!(
+            figures,
+            [(Some("requested"), "13476831488 bytes".to_string())]
+        );
+        // A sentence begun on the line, its figure on the next.
+        let used = "RESOURCE_EXHAUSTED: Used 9.08G of 7.48G hbm. Exceeded hbm";
+        let (_, figures) = read_one(&format!("{used}\ncapacity by 1.60G.\nnext"));
+        assert_eq!(figures.len(), 3, "{figures:?}");
+        let (_, figures) = read_one(&format!("{used}.\nCapacity by 1.60G.\nnext"));
+        assert_eq!(figures.len(), 2, "{figures:?}");
         assert!(!wrapped_at(
             "failed to allocate 2 GiB failed to allocate 3 GiB",
             "failed to allocate 2 GiB".len()
