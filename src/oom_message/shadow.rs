@@ -383,6 +383,10 @@ fn cut_inside_a_word(line: &[u8], next: &[u8]) -> bool {
     known(tail, head) || known(&tail[tail.len() - camel_tail..], &head[..camel_head])
 }
 
+/// A pair of input offsets: a line's start and its prefix's length, or a JSON value's end and
+/// its line's.
+type Span = (usize, usize);
+
 /// The longest line prefix taken for a logger's.
 const MAX_PREFIX_BYTES: usize = 200;
 
@@ -525,8 +529,10 @@ fn shared_prefix(a: &[u8], b: &[u8]) -> (usize, usize) {
 /// line before or after it (`shared_prefix`), with one space or tab after it: `[rank3]: `, a
 /// timestamp and a level, a Ray worker's `(Worker pid=42) `, syslog's host and program, a glog
 /// header. Found on every line in one pass (at most `MAX_PREFIX_BYTES` a line read), so a long
-/// log stays linear. A line's start is after its quote marker, past the first line.
-fn line_prefixes(bytes: &[u8]) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+/// log stays linear. A line's start is after its quote marker, past the first line. A JSON log
+/// line's prefix is all before its text (`json_log_value`) and a logger's prefix inside it; the
+/// second list holds where each such text ends and its line does, for the rest to be folded.
+fn line_prefixes(bytes: &[u8]) -> (Vec<Span>, Vec<Span>) {
     // Per line: where its prefix is looked up (after its quote marker), and its text (a JSON
     // log line's value).
     let mut lines: Vec<(usize, usize, usize)> = Vec::new();
