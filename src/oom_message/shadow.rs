@@ -247,6 +247,7 @@ const MESSAGE_WORDS: &[&str] = &[
     "tib",
     "total",
     "tried",
+    "unallocated",
     "workspace",
 ];
 

@@ -36,7 +36,7 @@ pub(super) const WORDS: &[&str] = &[
 /// Searched as written, besides the three forms of each word.
 pub(super) const EXACT: &[&str] = &["OOM", "THCudaCheck", "hipError_t(1002)", "with error 2"];
 
-/// Every form searched.
+/// Every form searched, a phrase's also with no-break spaces.
 pub(super) fn forms() -> Vec<String> {
     let mut out: Vec<String> = EXACT.iter().map(|s| s.to_string()).collect();
     for w in WORDS {
@@ -44,6 +44,13 @@ pub(super) fn forms() -> Vec<String> {
         cap[..1].make_ascii_uppercase();
         out.extend([w.to_string(), cap, w.to_ascii_uppercase()]);
     }
+    // A web page's no-break spaces between a phrase's words (`shadow` reads them as spaces).
+    let spaced: Vec<String> = out
+        .iter()
+        .filter(|f| f.contains(' '))
+        .map(|f| f.replace(' ', "\u{a0}"))
+        .collect();
+    out.extend(spaced);
     out
 }
 
@@ -88,9 +95,9 @@ fn hits(text: &str) -> Vec<usize> {
 /// The most letters either side of a line end looked at for a cut word.
 const CUT_WORD_BYTES: usize = 16;
 
-/// Offsets of the words a terminal cut at its width (`out of m` / `emory`, `cudaMal` / `loc`):
-/// at each line end between two letters, the letters either side are joined and searched for
-/// a word across the break.
+/// Offsets of the words a terminal cut at its width (`out of m` / `emory`, `cudaMal` / `loc`,
+/// `with err` / `or 2`): at each line end between two letters or digits, the bytes either side
+/// are joined and searched for a word across the break.
 /// A few bytes a line, so a long log stays linear; the readers then see the word whole, where
 /// the folding joins it back (`shadow`).
 fn cut_hits(text: &str) -> Vec<usize> {
@@ -103,25 +110,29 @@ fn cut_hits(text: &str) -> Vec<usize> {
         } else {
             nl
         };
-        let letters = |s: &mut dyn Iterator<Item = &u8>| {
-            s.take(CUT_WORD_BYTES)
-                .take_while(|c| c.is_ascii_alphabetic())
-                .count()
-        };
-        let tail = letters(&mut b[..end].iter().rev());
-        let head = letters(&mut b[nl + 1..].iter());
-        if tail == 0 || head == 0 {
+        // A cut inside a word or a number, with letters or digits either side.
+        let inside = |k: usize| b.get(k).is_some_and(u8::is_ascii_alphanumeric);
+        if end == 0 || !inside(end - 1) || !inside(nl + 1) {
             continue;
         }
+        // The line's last bytes and the next line's first, for a phrase across the break
+        // ("with err" / "or 2").
+        let within = |s: &mut dyn Iterator<Item = &u8>| {
+            s.take(CUT_WORD_BYTES)
+                .take_while(|c| !matches!(c, b'\n' | b'\r'))
+                .count()
+        };
+        let tail = within(&mut b[..end].iter().rev());
+        let head = within(&mut b[nl + 1..].iter());
         joined.clear();
         joined.extend_from_slice(&b[end - tail..end]);
         joined.extend_from_slice(&b[nl + 1..nl + 1 + head]);
         // A word across the break, not one whole on either side.
-        if search()
+        if let Some(m) = search()
             .find_iter(&joined[..])
-            .any(|m| m.start() < tail && m.end() > tail)
+            .find(|m| m.start() < tail && m.end() > tail)
         {
-            out.push(end - tail);
+            out.push(end - tail + m.start());
         }
     }
     out
@@ -237,9 +248,20 @@ mod tests {
             assert_eq!(found[0].span.line, 3001);
         }
         assert_eq!(cut_hits("out of m\nemory"), [7]);
-        assert_eq!(cut_hits("cudaMal\r\nloc failed"), [0]);
+        assert_eq!(cut_hits("cudaMal\r\nloc failed"), [5]);
+        assert_eq!(cut_hits("execution failed with err\nor 2"), [17]);
         // Letters either side that make no prefilter word, or a break between words.
         assert!(cut_hits("kept in m\nind\nmemory \nlater").is_empty());
+    }
+
+    #[test]
+    fn a_phrase_spaced_with_no_break_spaces_is_found() {
+        let filler = "step 1200 loss 0.25 lr 1e-4 tokens/s 10400\n".repeat(3000);
+        let message = "spconv failed (cuda execution failed with error 2)".replace(' ', "\u{a0}");
+        let text = format!("{filler}{message}\n{filler}");
+        let (found, _) = scan(&text);
+        assert_eq!(found, find_all(&text));
+        assert_eq!(found.len(), 1);
     }
 
     #[test]
