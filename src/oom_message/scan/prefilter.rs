@@ -92,27 +92,52 @@ fn hits(text: &str) -> Vec<usize> {
     out
 }
 
+/// Every pair of bytes next to each other in a form searched for, by `first << 8 | second`.
+fn pairs() -> &'static [bool] {
+    static PAIRS: OnceLock<Vec<bool>> = OnceLock::new();
+    PAIRS.get_or_init(|| {
+        let mut pairs = vec![false; 1 << 16];
+        for f in forms() {
+            for w in f.as_bytes().windows(2) {
+                pairs[usize::from(w[0]) << 8 | usize::from(w[1])] = true;
+            }
+        }
+        pairs
+    })
+}
+
+/// The shortest line a terminal's cut is looked for at (its width, as `shadow` joins cuts).
+const MIN_CUT_LINE: usize = 40;
+
 /// The most letters either side of a line end looked at for a cut word.
 const CUT_WORD_BYTES: usize = 16;
 
 /// Offsets of the words a terminal cut at its width (`out of m` / `emory`, `cudaMal` / `loc`,
-/// `with err` / `or 2`): at each line end between two letters or digits, the bytes either side
-/// are joined and searched for a word across the break.
+/// `with err` / `or 2`): at each line end between two letters, after a line of a terminal's
+/// width at least, the bytes either side are joined and searched for a word across the break.
 /// A few bytes a line, so a long log stays linear; the readers then see the word whole, where
 /// the folding joins it back (`shadow`).
 fn cut_hits(text: &str) -> Vec<usize> {
     let b = text.as_bytes();
     let mut out = Vec::new();
     let mut joined = Vec::with_capacity(2 * CUT_WORD_BYTES);
+    let mut line_from = 0;
     for nl in memchr::memchr_iter(b'\n', b) {
         let end = if nl > 0 && b[nl - 1] == b'\r' {
             nl - 1
         } else {
             nl
         };
-        // A cut inside a word or a number, with letters or digits either side.
-        let inside = |k: usize| b.get(k).is_some_and(u8::is_ascii_alphanumeric);
-        if end == 0 || !inside(end - 1) || !inside(nl + 1) {
+        // A cut inside a word, with letters either side, of a line as wide as a terminal.
+        let letter = |k: usize| b.get(k).is_some_and(u8::is_ascii_alphabetic);
+        if end == 0 || !letter(end - 1) || !letter(nl + 1) || end - line_from < MIN_CUT_LINE {
+            line_from = nl + 1;
+            continue;
+        }
+        line_from = nl + 1;
+        // Only where the two letters either side of the break are next to each other in a
+        // word searched for.
+        if !pairs()[usize::from(b[end - 1]) << 8 | usize::from(b[nl + 1])] {
             continue;
         }
         // The line's last bytes and the next line's first, for a phrase across the break
@@ -247,11 +272,18 @@ mod tests {
             assert_eq!(found.len(), 1);
             assert_eq!(found[0].span.line, 3001);
         }
-        assert_eq!(cut_hits("out of m\nemory"), [7]);
-        assert_eq!(cut_hits("cudaMal\r\nloc failed"), [5]);
-        assert_eq!(cut_hits("execution failed with err\nor 2"), [17]);
+        // After a line of a terminal's width.
+        let pad = "a".repeat(40) + " ";
+        let at = pad.len();
+        assert_eq!(cut_hits(&format!("{pad}out of m\nemory")), [at + 7]);
+        assert_eq!(cut_hits(&format!("{pad}cudaMal\r\nloc failed")), [at + 5]);
+        assert_eq!(
+            cut_hits(&format!("{pad}execution failed with err\nor 2")),
+            [at + 17]
+        );
+        assert!(cut_hits("out of m\nemory").is_empty());
         // Letters either side that make no prefilter word, or a break between words.
-        assert!(cut_hits("kept in m\nind\nmemory \nlater").is_empty());
+        assert!(cut_hits(&format!("{pad}kept in m\nind\n{pad}memory \nlater")).is_empty());
     }
 
     #[test]
