@@ -257,6 +257,28 @@ const HOST_WORDS: &[&str] = &[
     "oom-kill",
 ];
 
+/// The words this reader names runtimes and memory spaces by.
+pub(super) fn vocabulary_words() -> impl Iterator<Item = &'static str> {
+    RUNTIMES
+        .iter()
+        .flat_map(|(words, _)| words.iter().copied())
+        .chain(
+            [
+                TPU_WORDS,
+                TPU_VMEM_WORDS,
+                TPU_SMEM_WORDS,
+                TPU_CMEM_WORDS,
+                PINNED_WORDS,
+                SHARED_WORDS,
+                HOST_WORDS,
+                &["shared memory"][..],
+            ]
+            .into_iter()
+            .flatten()
+            .copied(),
+        )
+}
+
 /// Which of the words of `RUNTIMES` and of the memory spaces a span holds, found in one pass.
 struct Vocabulary {
     search: AhoCorasick,

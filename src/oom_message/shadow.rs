@@ -309,8 +309,8 @@ fn soft_wrap_breaks(bytes: &[u8], prefix_at: impl Fn(usize) -> usize) -> Vec<usi
 }
 
 /// Whether `word` (lower case) is one the readers know: one of `MESSAGE_WORDS`, a word that
-/// labels a figure, or a word of an anchor phrase of any reader or of a phrase the
-/// unrecognized lines are found by
+/// labels a figure or names a runtime or a memory space, or a word of an anchor phrase of any
+/// reader or of a phrase the unrecognized lines are found by
 /// (`unable t` / `o allocate`, `cac` / `he blocks`, `Hardware li` / `mitation`).
 fn is_message_word(word: &str) -> bool {
     static WORDS: OnceLock<HashSet<String>> = OnceLock::new();
@@ -320,6 +320,7 @@ fn is_message_word(word: &str) -> bool {
                 .into_iter()
                 .chain(super::scan::SUSPECT_PHRASES.iter().copied())
                 .chain(super::figures::label_words())
+                .chain(super::generic::vocabulary_words())
                 .chain(MESSAGE_WORDS.iter().copied());
             let mut words = HashSet::new();
             for p in phrases {
@@ -931,6 +932,14 @@ mod tests {
                 .ends_with("xyl ophone")
         );
         assert!(is_message_word("allocate") && is_message_word("limitation"));
+        // The words the reader by principle names runtimes and memory spaces by.
+        assert!(is_message_word("tensorview") && is_message_word("hbm"));
+        let line = "a".repeat(40) + " Ran out of memory in memory space h";
+        assert!(
+            Shadow::new(&format!("{line}\nbm. Used"))
+                .text
+                .ends_with("space hbm. Used")
+        );
         assert!(!is_message_word("xylophone"));
     }
 
