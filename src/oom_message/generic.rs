@@ -438,6 +438,10 @@ const WRAP_WINDOW: usize = 120;
 /// sentence begun after another on the line whose figures are all on the next. Lines that each say their own figures read the same either way. Reads at
 /// most `WRAP_WINDOW` bytes each side, back to the sentence's start and on to its end.
 fn wrapped_at(text: &str, e: usize) -> bool {
+    // A line that ends its sentence ends it: no label reads across a full stop.
+    if text[..e].trim_end().ends_with('.') {
+        return false;
+    }
     let from = floor_boundary(text, e.saturating_sub(WRAP_WINDOW));
     let left = &text[from..e];
     // From a word's start, after the last sentence end before the break; whether that was on
@@ -561,11 +565,19 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     // The wording's own sentence (to its line's end at most), then each following sentence or
     // line that carries a labelled size. A line end a wrapper put inside a sentence is not
     // an end (`wrapped_at`).
-    let mut ends = line_ends_within(anchor_end, to);
-    ends.retain(|&e| !wrapped_at(text, e));
+    // Each line end is looked at when the reading reaches it, once: a message that ends with
+    // its line costs one look.
+    let ends = line_ends_within(anchor_end, to);
+    let wrapped: RefCell<Vec<Option<bool>>> = RefCell::new(vec![None; ends.len()]);
+    let is_line_end =
+        |k: usize| !*wrapped.borrow_mut()[k].get_or_insert_with(|| wrapped_at(text, ends[k]));
     let stop = |from: usize| {
         let sentence = text[from..to].find(". ").map_or(to, |i| from + i + 1);
-        let line = ends.iter().find(|&&e| e >= from).map_or(to, |&e| e);
+        let first = ends.partition_point(|&e| e < from);
+        let line = (first..ends.len())
+            .take_while(|&k| ends[k] < sentence)
+            .find(|&k| is_line_end(k))
+            .map_or(to, |k| ends[k]);
         sentence.min(line).max(from)
     };
     let mut end = stop(anchor_end);
@@ -577,7 +589,7 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     // of many messages is read one message at a time, not each to the line's end).
     let mut sized_so_far: Option<bool> = None;
     for _ in 0..MORE_SENTENCES {
-        let new_line = ends.contains(&end);
+        let new_line = ends.binary_search(&end).is_ok_and(is_line_end);
         let from_here = if new_line { end + 1 } else { end };
         let next = stop(from_here.min(to));
         let sentence = &text[end..next];
