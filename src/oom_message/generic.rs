@@ -426,8 +426,9 @@ fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
     })
 }
 
-/// How far either side of a line end `wrapped_at` reads.
-const WRAP_WINDOW: usize = 120;
+/// How far either side of a line end `wrapped_at` reads: as far as a figure's label is looked
+/// for (`figures`), so what the break changes is seen.
+const WRAP_WINDOW: usize = 80;
 
 /// Whether the line end at `e` (a space in the folded text) is a word-wrapper's break inside
 /// a sentence (a mail client's or an editor's, at a space): the figures read across it differ
