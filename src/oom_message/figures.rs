@@ -186,6 +186,15 @@ const BEFORE: &[(&str, Label)] = &[
     ("used", Label::InUse),
 ];
 
+/// Every word that labels a figure, before or after it, and the words of no weight between.
+pub(super) fn label_words() -> impl Iterator<Item = &'static str> {
+    AFTER
+        .iter()
+        .chain(BEFORE)
+        .map(|&(w, _)| w)
+        .chain(FILLER.iter().copied())
+}
+
 /// Whether `word` is `known` or one edit from it (for known words of four letters or more).
 pub(super) fn near(word: &str, known: &str) -> bool {
     if word == known {

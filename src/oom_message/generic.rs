@@ -346,6 +346,28 @@ const HOST_WORDS: &[&str] = &[
     "oom-kill",
 ];
 
+/// The words this reader names runtimes and memory spaces by.
+pub(super) fn vocabulary_words() -> impl Iterator<Item = &'static str> {
+    RUNTIMES
+        .iter()
+        .flat_map(|(words, _)| words.iter().copied())
+        .chain(
+            [
+                TPU_WORDS,
+                TPU_VMEM_WORDS,
+                TPU_SMEM_WORDS,
+                TPU_CMEM_WORDS,
+                PINNED_WORDS,
+                SHARED_WORDS,
+                HOST_WORDS,
+                &["shared memory"][..],
+            ]
+            .into_iter()
+            .flatten()
+            .copied(),
+        )
+}
+
 /// Which of the words of `RUNTIMES` and of the memory spaces a span holds, found in one pass.
 struct Vocabulary {
     search: AhoCorasick,
@@ -446,7 +468,7 @@ fn runtime_and_memory(span: &str) -> (Option<String>, MemorySpace) {
 }
 
 /// Whether `s` holds an out-of-memory wording (`PHRASES`, any case).
-fn has_wording(s: &str) -> bool {
+pub(super) fn has_wording(s: &str) -> bool {
     static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
     SEARCH
         .get_or_init(|| {
@@ -498,9 +520,83 @@ fn line_ends_within(from: usize, to: usize) -> Vec<usize> {
     })
 }
 
-/// Where the sentence holding `at` starts, no further back than `from` nor than its line.
+/// How far either side of a line end `wrapped_at` reads: as far as a figure's label is looked
+/// for (`figures`), so what the break changes is seen.
+const WRAP_WINDOW: usize = 80;
+
+/// Whether the line end at `e` (a space in the folded text) is a word-wrapper's break inside
+/// a sentence (a mail client's or an editor's, at a space): the figures read across it differ
+/// from those read on either side apart. A line that ends where a figure must follow ("…you
+/// tried to allocate" / "3077222400 bytes."), a figure whose unit or label is on the next line
+/// ("…of which 36.29 GiB" / "is free"), a table's label and its value, read as one sentence
+/// only when joined; so is a parenthesis the line opens and the next line closes, and a
+/// sentence begun after another on the line whose figures are all on the next. Lines that each say their own figures read the same either way. Reads at
+/// most `WRAP_WINDOW` bytes each side, back to the sentence's start and on to its end.
+fn wrapped_at(text: &str, e: usize) -> bool {
+    // A line that ends its sentence ends it: no label reads across a full stop.
+    if text[..e].trim_end().ends_with('.') {
+        return false;
+    }
+    let from = floor_boundary(text, e.saturating_sub(WRAP_WINDOW));
+    let left = &text[from..e];
+    // From a word's start, after the last sentence end before the break; whether that was on
+    // the break's own line.
+    let line_start = line_ends_within(from, e).last().map_or(from, |&l| l + 1);
+    let (from, sentence_begun_on_the_line) = match left.rfind(". ") {
+        Some(i) => (from + i + 2, from + i >= line_start),
+        None => (from + left.find(' ').map_or(left.len(), |i| i + 1), false),
+    };
+    let to = floor_boundary(text, (e + 1 + WRAP_WINDOW).min(text.len()));
+    let right = &text[(e + 1).min(to)..to];
+    // To the sentence's end, or to a word's end.
+    let to = match right.find(". ") {
+        Some(i) => e + 1 + i + 1,
+        None if to == text.len() => to,
+        None => e + 1 + right.rfind(' ').unwrap_or(0),
+    };
+    if from >= e || to <= e + 1 {
+        return false;
+    }
+    // A parenthesis the line opened and the next closes: "(out" / "of memory)".
+    let open = |s: &str| {
+        s.bytes().fold(0i32, |depth, b| match b {
+            b'(' => depth + 1,
+            b')' if depth > 0 => depth - 1,
+            _ => depth,
+        })
+    };
+    if open(&text[from..e]) > 0 && text[e + 1..to].contains(')') {
+        return true;
+    }
+    let key = |fs: Vec<Figure>, shift: usize| -> Vec<(usize, usize, Option<figures::Label>)> {
+        fs.into_iter()
+            .map(|f| (f.at + shift, f.end + shift, f.label))
+            .collect()
+    };
+    let joined = key(figures::read(&text[from..to]), from);
+    if joined.is_empty() {
+        return false;
+    }
+    let mut apart = key(figures::read(&text[from..e]), from);
+    // A sentence begun after another on the line, with no figure before the break and its
+    // figures after it ("… of 7.48G hbm. Exceeded hbm" / "capacity by 1.60G.").
+    if sentence_begun_on_the_line && apart.is_empty() {
+        return true;
+    }
+    apart.extend(key(figures::read(&text[e + 1..to]), e + 1));
+    joined != apart
+}
+
+/// Where the sentence holding `at` starts, no further back than `from` nor than its line (a
+/// wrapper's line end aside).
 fn sentence_start(text: &str, from: usize, at: usize) -> usize {
-    let line = line_ends_within(from, at).last().map_or(from, |&e| e + 1);
+    // A line end a wrapper put inside the sentence is not its start ("Requested amount of GPU
+    // memory" / "(13476831488 bytes) could not be allocated").
+    let line = line_ends_within(from, at)
+        .into_iter()
+        .rev()
+        .find(|&e| !wrapped_at(text, e))
+        .map_or(from, |e| e + 1);
     let from = from.max(line);
     text[from..at].rfind(". ").map_or(from, |i| from + i + 2)
 }
@@ -562,11 +658,21 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     let start = sentence_start(text, from, at);
     let to = floor_boundary(text, (anchor_end + AFTER_BYTES).min(text.len()));
     // The wording's own sentence (to its line's end at most), then each following sentence or
-    // line that carries a labelled size.
+    // line that carries a labelled size. A line end a wrapper put inside a sentence is not
+    // an end (`wrapped_at`).
+    // Each line end is looked at when the reading reaches it, once: a message that ends with
+    // its line costs one look.
     let ends = line_ends_within(anchor_end, to);
+    let wrapped: RefCell<Vec<Option<bool>>> = RefCell::new(vec![None; ends.len()]);
+    let is_line_end =
+        |k: usize| !*wrapped.borrow_mut()[k].get_or_insert_with(|| wrapped_at(text, ends[k]));
     let stop = |from: usize| {
         let sentence = text[from..to].find(". ").map_or(to, |i| from + i + 1);
-        let line = ends.iter().find(|&&e| e >= from).map_or(to, |&e| e);
+        let first = ends.partition_point(|&e| e < from);
+        let line = (first..ends.len())
+            .take_while(|&k| ends[k] < sentence)
+            .find(|&k| is_line_end(k))
+            .map_or(to, |k| ends[k]);
         sentence.min(line).max(from)
     };
     let mut end = stop(anchor_end);
@@ -578,7 +684,7 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     // of many messages is read one message at a time, not each to the line's end).
     let mut sized_so_far: Option<bool> = None;
     for _ in 0..MORE_SENTENCES {
-        let new_line = ends.contains(&end);
+        let new_line = ends.binary_search(&end).is_ok_and(is_line_end);
         let from_here = if new_line { end + 1 } else { end };
         let next = stop(from_here.min(to));
         let sentence = &text[end..next];
@@ -932,6 +1038,67 @@ mod tests {
         ] {
             assert!(super::super::find_all(text).is_empty(), "{text}");
         }
+    }
+
+    #[test]
+    fn a_sentence_a_wrapper_broke_at_a_space_goes_on_to_its_figure() {
+        // The figure after the line end the label before it asks for.
+        for text in [
+            "fooml: out of memory: could not allocate\n1.5 GB for the activations\n",
+            "fooml: out of memory: could not allocate\r\n1.5 GB for the activations",
+            "> fooml: out of memory: could not\n> allocate 1.5 GB for the activations",
+            "fooml: out of memory: could not allocate 1.5\nGB for the activations\n",
+        ] {
+            let (_, figures) = read_one(text);
+            assert_eq!(
+                figures,
+                [(Some("requested"), "1.5 GB".to_string())],
+                "{text:?}"
+            );
+        }
+        // A figure whose label is on the next line.
+        let (_, figures) = read_one(
+            "fooml: out of memory while loading the weights, only 200 MB\nfree on device 0",
+        );
+        assert_eq!(figures, [(Some("free"), "200 MB".to_string())]);
+        // Lines that each say their own figures, or none, are lines.
+        let text =
+            "fooml: out of memory: could not allocate 1.5 GB\n2 GB of weights were loaded before\n";
+        let (_, figures) = read_one(text);
+        assert_eq!(figures, [(Some("requested"), "1.5 GB".to_string())]);
+        let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
+        let folded = text.replace('\n', " ");
+        assert!(!wrapped_at(&folded, ends[0]));
+        assert!(wrapped_at(
+            "out of memory: could not allocate 1.5 GB",
+            "out of memory: could not allocate".len()
+        ));
+        assert!(wrapped_at(
+            "Error allocating 45 bytes of device memory (out of memory). Driver report",
+            "Error allocating 45 bytes of device memory (out".len()
+        ));
+        assert!(!wrapped_at(
+            "Error allocating 45 bytes (see below) of device memory",
+            "Error allocating 45 bytes (see below)".len()
+        ));
+        // A sentence that begins on the line before its wording.
+        let (_, figures) = read_one(
+            "[W] Requested amount of GPU memory\n(13476831488 bytes) could not be allocated.",
+        );
+        assert_eq!(
+            figures,
+            [(Some("requested"), "13476831488 bytes".to_string())]
+        );
+        // A sentence begun on the line, its figure on the next.
+        let used = "RESOURCE_EXHAUSTED: Used 9.08G of 7.48G hbm. Exceeded hbm";
+        let (_, figures) = read_one(&format!("{used}\ncapacity by 1.60G.\nnext"));
+        assert_eq!(figures.len(), 3, "{figures:?}");
+        let (_, figures) = read_one(&format!("{used}.\nCapacity by 1.60G.\nnext"));
+        assert_eq!(figures.len(), 2, "{figures:?}");
+        assert!(!wrapped_at(
+            "failed to allocate 2 GiB failed to allocate 3 GiB",
+            "failed to allocate 2 GiB".len()
+        ));
     }
 
     #[test]

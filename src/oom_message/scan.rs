@@ -108,10 +108,26 @@ fn registry() -> &'static Registry {
 fn candidates(text: &str) -> Vec<(usize, Found)> {
     let r = registry();
     let mut out = Vec::new();
+    // An anchor that ends in a space ("failed to alloc ") is ended by the text's end as well: a
+    // paste cut right after its words. The text's last bytes are searched with a space after.
+    let tail_from = super::cursor::floor_boundary(text, text.len().saturating_sub(TAIL_BYTES));
+    let padded = (!text.ends_with(' ')).then(|| format!("{} ", &text[tail_from..]));
     for anchors in [&r.exact, &r.any_case] {
-        for m in anchors.search.find_overlapping_iter(text) {
-            let (read, rank) = anchors.readers[m.pattern().as_usize()];
-            if let Some(f) = read(text, m.start(), m.end())
+        let at_end = padded.iter().flat_map(|p| {
+            anchors
+                .search
+                .find_overlapping_iter(p.as_str())
+                .filter(|m| m.end() == p.len())
+                .map(|m| (m.pattern(), tail_from + m.start(), text.len()))
+        });
+        let hits = anchors
+            .search
+            .find_overlapping_iter(text)
+            .map(|m| (m.pattern(), m.start(), m.end()))
+            .chain(at_end);
+        for (pattern, start, end) in hits {
+            let (read, rank) = anchors.readers[pattern.as_usize()];
+            if let Some(f) = read(text, start, end)
                 && f.end > f.start
             {
                 out.push((rank, f));
@@ -120,6 +136,9 @@ fn candidates(text: &str) -> Vec<(usize, Found)> {
     }
     out
 }
+
+/// How many of a text's last bytes are searched for an anchor its end cut (`candidates`).
+const TAIL_BYTES: usize = 64;
 
 /// The byte intervals of every size a reading holds (printed sizes and exact byte counts).
 fn sizes(detail: &Detail) -> Vec<(u64, u64)> {
@@ -465,8 +484,7 @@ mod stream;
 pub(crate) use prefilter::scan;
 
 /// Every anchor phrase of every reader.
-#[cfg(test)]
-fn anchor_phrases() -> Vec<&'static str> {
+pub(super) fn anchor_phrases() -> Vec<&'static str> {
     families()
         .into_iter()
         .flat_map(|f| f.iter().map(|(a, _)| *a))
@@ -494,6 +512,27 @@ mod tests {
         let found = find_all("éCUDA out of memory. Tried to allocate 1.00 MiB");
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].span.start_byte, 2);
+    }
+
+    #[test]
+    fn an_anchor_ending_in_a_space_is_ended_by_the_text_s_end_too() {
+        let message = "bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t) Failed to alloc";
+        for text in [
+            message.to_string(),
+            format!("{message}\n"),
+            format!("> {message}"),
+            format!("\x1b[31m{message}\x1b[0m"),
+        ] {
+            let found = find_all(&text);
+            assert_eq!(found.len(), 1, "{text:?}");
+            assert!(
+                found[0].text.trim_end().ends_with("Failed to alloc"),
+                "{found:?}"
+            );
+        }
+        // Its words inside a longer one, or not at the end, are not it.
+        assert!(find_all("BFCArena: Failed to allocx").is_empty());
+        assert!(find_all("Failed to alloc8").is_empty());
     }
 
     #[test]

@@ -201,6 +201,6 @@ fn the_recorded_reports_are_read_in_every_paste_shape() {
     assert!(worst >= FLOOR_PERCENT, "{}", lines.join("\n"));
 }
 
-/// The least share of the reports any one shape keeps (the fewest today: 92.9 %, a wrap at
-/// spaces, which ends a line-by-line reader's message early).
-const FLOOR_PERCENT: f64 = 90.0;
+/// The least share of the reports any one shape keeps (today every shape keeps every report:
+/// one lost report of 381 is 99.7 %, below the floor).
+const FLOOR_PERCENT: f64 = 99.9;

@@ -56,7 +56,7 @@ pub(super) const EXACT: &[&str] = &[
     "hipMalloc",
 ];
 
-/// Every form searched.
+/// Every form searched, a phrase's also with no-break spaces.
 pub(super) fn forms() -> Vec<String> {
     let mut out: Vec<String> = EXACT.iter().map(|s| s.to_string()).collect();
     // The translated wordings' words, in every case form.
@@ -68,6 +68,13 @@ pub(super) fn forms() -> Vec<String> {
         cap[..1].make_ascii_uppercase();
         out.extend([w.to_string(), cap, w.to_ascii_uppercase()]);
     }
+    // A web page's no-break spaces between a phrase's words (`shadow` reads them as spaces).
+    let spaced: Vec<String> = out
+        .iter()
+        .filter(|f| f.contains(' '))
+        .map(|f| f.replace(' ', "\u{a0}"))
+        .collect();
+    out.extend(spaced);
     out
 }
 
@@ -93,9 +100,91 @@ fn search() -> &'static AhoCorasick {
     })
 }
 
-/// Offsets of the words in `text`, in order.
-fn hits(text: &str) -> impl Iterator<Item = usize> + '_ {
-    search().find_iter(text.as_bytes()).map(|m| m.start())
+/// Offsets of the words in `text`, in order, and of those a terminal cut at a line's end
+/// (`cut_hits`).
+fn hits(text: &str) -> Vec<usize> {
+    let mut out: Vec<usize> = search()
+        .find_iter(text.as_bytes())
+        .map(|m| m.start())
+        .collect();
+    let cut = cut_hits(text);
+    if !cut.is_empty() {
+        out.extend(cut);
+        out.sort_unstable();
+        out.dedup();
+    }
+    out
+}
+
+/// Every pair of bytes next to each other in a form searched for, by `first << 8 | second`.
+fn pairs() -> &'static [bool] {
+    static PAIRS: OnceLock<Vec<bool>> = OnceLock::new();
+    PAIRS.get_or_init(|| {
+        let mut pairs = vec![false; 1 << 16];
+        for f in forms() {
+            for w in f.as_bytes().windows(2) {
+                pairs[usize::from(w[0]) << 8 | usize::from(w[1])] = true;
+            }
+        }
+        pairs
+    })
+}
+
+/// The shortest line a terminal's cut is looked for at (its width, as `shadow` joins cuts).
+const MIN_CUT_LINE: usize = 40;
+
+/// The most letters either side of a line end looked at for a cut word.
+const CUT_WORD_BYTES: usize = 16;
+
+/// Offsets of the words a terminal cut at its width (`out of m` / `emory`, `cudaMal` / `loc`,
+/// `with err` / `or 2`): at each line end between two letters, after a line of a terminal's
+/// width at least, the bytes either side are joined and searched for a word across the break.
+/// A few bytes a line, so a long log stays linear; the readers then see the word whole, where
+/// the folding joins it back (`shadow`).
+fn cut_hits(text: &str) -> Vec<usize> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut joined = Vec::with_capacity(2 * CUT_WORD_BYTES);
+    let mut line_from = 0;
+    for nl in memchr::memchr_iter(b'\n', b) {
+        let end = if nl > 0 && b[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        // A cut inside a word, with letters either side, of a line as wide as a terminal.
+        let letter = |k: usize| b.get(k).is_some_and(u8::is_ascii_alphabetic);
+        if end == 0 || !letter(end - 1) || !letter(nl + 1) || end - line_from < MIN_CUT_LINE {
+            line_from = nl + 1;
+            continue;
+        }
+        line_from = nl + 1;
+        // Only where the two letters either side of the break are next to each other in a
+        // word searched for.
+        if !pairs()[usize::from(b[end - 1]) << 8 | usize::from(b[nl + 1])] {
+            continue;
+        }
+        // The line's last bytes and the next line's first, for a phrase across the break
+        // ("with err" / "or 2").
+        let within = |s: &mut dyn Iterator<Item = &u8>| {
+            s.take(CUT_WORD_BYTES)
+                .take_while(|c| !matches!(c, b'\n' | b'\r'))
+                .count()
+        };
+        let tail = within(&mut b[..end].iter().rev());
+        let head = within(&mut b[nl + 1..].iter());
+        joined.clear();
+        joined.extend_from_slice(&b[end - tail..end]);
+        joined.extend_from_slice(&b[nl + 1..nl + 1 + head]);
+        // A word across the break, not one whole on either side.
+        if let Some(m) = search()
+            .find_iter(&joined[..])
+            .find(|m| m.start() < tail && m.end() > tail)
+        {
+            out.push(end - tail + m.start());
+        }
+    }
+    out
 }
 
 fn line_start(text: &str, at: usize) -> usize {
@@ -114,7 +203,7 @@ fn newlines(bytes: &[u8]) -> usize {
 /// Every message and unrecognized line of `text`, as `find_all` and `suspicious_lines` over
 /// the whole text would give them.
 pub(crate) fn scan(text: &str) -> (Vec<OomMessage>, Vec<Unrecognized>) {
-    let mut hits = hits(text).peekable();
+    let mut hits = hits(text).into_iter().peekable();
     let mut messages = Vec::new();
     let mut unrecognized = Vec::new();
     // Stream position: the byte and 1-based line reached so far.
@@ -192,6 +281,43 @@ mod tests {
                 assert!(held(&form), "{form:?} holds none of the prefilter words");
             }
         }
+    }
+
+    #[test]
+    fn a_word_a_terminal_cut_at_its_width_is_found() {
+        let filler = "step 1200 loss 0.25 lr 1e-4 tokens/s 10400\n".repeat(3000);
+        // "memory", the message's only prefilter word, cut at 100 columns.
+        let message = "F0911 12:46:40.284883 18216 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of m\nemory\n";
+        for end in ["\n", "\r\n"] {
+            let text = format!("{filler}{}{filler}", message.replace('\n', end));
+            assert!(search().find_iter(text.as_bytes()).next().is_none());
+            let (found, _) = scan(&text);
+            assert_eq!(found, find_all(&text), "{end:?}");
+            assert_eq!(found.len(), 1);
+            assert_eq!(found[0].span.line, 3001);
+        }
+        // After a line of a terminal's width.
+        let pad = "a".repeat(40) + " ";
+        let at = pad.len();
+        assert_eq!(cut_hits(&format!("{pad}out of m\nemory")), [at + 7]);
+        assert_eq!(cut_hits(&format!("{pad}cudaMal\r\nloc failed")), [at + 5]);
+        assert_eq!(
+            cut_hits(&format!("{pad}execution failed with err\nor 2")),
+            [at + 17]
+        );
+        assert!(cut_hits("out of m\nemory").is_empty());
+        // Letters either side that make no prefilter word, or a break between words.
+        assert!(cut_hits(&format!("{pad}kept in m\nind\n{pad}memory \nlater")).is_empty());
+    }
+
+    #[test]
+    fn a_phrase_spaced_with_no_break_spaces_is_found() {
+        let filler = "step 1200 loss 0.25 lr 1e-4 tokens/s 10400\n".repeat(3000);
+        let message = "spconv failed (cuda execution failed with error 2)".replace(' ', "\u{a0}");
+        let text = format!("{filler}{message}\n{filler}");
+        let (found, _) = scan(&text);
+        assert_eq!(found, find_all(&text));
+        assert_eq!(found.len(), 1);
     }
 
     #[test]
