@@ -300,7 +300,8 @@ mod tests {
         let pad = "a".repeat(40) + " ";
         let at = pad.len();
         assert_eq!(cut_hits(&format!("{pad}out of m\nemory")), [at + 7]);
-        assert_eq!(cut_hits(&format!("{pad}cudaMal\r\nloc failed")), [at + 5]);
+        // `cudaMalloc` is searched whole: the hit is at its start.
+        assert_eq!(cut_hits(&format!("{pad}cudaMal\r\nloc failed")), [at]);
         assert_eq!(
             cut_hits(&format!("{pad}execution failed with err\nor 2")),
             [at + 17]
