@@ -17,6 +17,11 @@
 //!   allowed" when the watermark is off.
 //! - ONNX Runtime `onnxruntime/core/framework/bfc_arena.cc` (commit 009aae13): `"Failed to
 //!   allocate memory for requested buffer of size " << rounded_bytes`.
+//! - Vulkan's `vkAllocateMemory` (the Vulkan specification, `VkResult`): it fails with
+//!   `VK_ERROR_OUT_OF_DEVICE_MEMORY` (-2) or `VK_ERROR_OUT_OF_HOST_MEMORY` (-1) — besides two
+//!   codes for imported handles and capture addresses — and applications print the call's
+//!   name with the result's number or name (ncnn's and Vulkan tools' "vkAllocateMemory failed
+//!   -2").
 
 use super::cursor::Cursor;
 use super::scan::{Found, Reader, back_from, raised_as};
@@ -35,6 +40,7 @@ pub(super) const ANCHORS: &[(&str, Reader)] = &[
         "Failed to allocate memory for requested buffer of size ",
         read_onnxruntime,
     ),
+    ("vkAllocateMemory", read_vulkan),
 ];
 
 fn found(text: &str, start: usize, end: usize, detail: Detail) -> Option<Found> {
@@ -261,4 +267,102 @@ fn read_onnxruntime(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         raised_as: None,
         detail: Detail::OnnxruntimeBfcArena { requested_bytes },
     })
+}
+
+/// `vkAllocateMemory` with, on its line, the result it failed with: -2 or
+/// `…OUT_OF_DEVICE_MEMORY` the GPU's memory, -1 or `…OUT_OF_HOST_MEMORY` the host's; or a word
+/// within one letter of "failed" ("faied", "faild") with no result, the GPU's. A line that
+/// names the call and no failure (a trace of calls) is not a message.
+fn read_vulkan(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let line_end = text[anchor_end..]
+        .find('\n')
+        .map_or(text.len(), |i| anchor_end + i)
+        .min(super::cursor::floor_boundary(text, anchor_end + 160));
+    let rest = &text[anchor_end..line_end];
+    let lower = rest.to_ascii_lowercase();
+    let number = |n: &str| {
+        lower.match_indices(n).any(|(i, _)| {
+            let before = lower[..i].chars().next_back();
+            let after = lower[i + n.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+    };
+    let failed = lower
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .any(|w| super::figures::near(w, "failed") || w == "failure" || w == "fail");
+    let memory = if lower.contains("out_of_host_memory")
+        || lower.contains("outofhostmemory")
+        || number("-1")
+    {
+        MemorySpace::HostRam
+    } else if lower.contains("out_of_device_memory")
+        || lower.contains("outofdevicememory")
+        || number("-2")
+        || failed
+    {
+        MemorySpace::Device
+    } else {
+        return None;
+    };
+    let end = at + text[at..line_end].trim_end().len();
+    found(
+        text,
+        at,
+        end,
+        Detail::Generic {
+            wording: text[at..end].to_string(),
+            runtime: Some("Vulkan".to_string()),
+            memory,
+            figures: super::figures::read(&text[at..end])
+                .into_iter()
+                .map(|mut f| {
+                    f.at += at;
+                    f.end += at;
+                    f
+                })
+                .collect(),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory_of(text: &str) -> Option<MemorySpace> {
+        let found = crate::oom_message::find_all(text);
+        assert!(found.len() <= 1, "{found:?}");
+        found.first().map(|m| match &m.detail {
+            Detail::Generic { memory, .. } => *memory,
+            d => panic!("{d:?}"),
+        })
+    }
+
+    #[test]
+    fn vulkan_allocations_by_their_result() {
+        for (text, space) in [
+            ("vkAllocateMemory Faied -2", MemorySpace::Device),
+            ("vkAllocateMemory failed -2", MemorySpace::Device),
+            (
+                "[0 NVIDIA GeForce RTX 3060] vkAllocateMemory failed -1",
+                MemorySpace::HostRam,
+            ),
+            (
+                "vkAllocateMemory returned VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                MemorySpace::Device,
+            ),
+            ("vkAllocateMemory: failure", MemorySpace::Device),
+        ] {
+            assert_eq!(memory_of(text), Some(space), "{text}");
+        }
+        // A trace of calls, a result that is not a failure, a number inside another.
+        for text in [
+            "vkAllocateMemory(device, &info, nullptr, &mem)",
+            "vkAllocateMemory returned 0 in 12 ms",
+            "vkAllocateMemory size=-24 offset 0",
+        ] {
+            assert_eq!(memory_of(text), None, "{text}");
+        }
+    }
 }
