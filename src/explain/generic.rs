@@ -54,6 +54,21 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             );
             return;
         }
+        MemorySpace::HostRam if wording.to_ascii_lowercase().starts_with("killed by signal") => {
+            d.summary = format!(
+                "\"{wording}\"{from}: a process ended by SIGKILL, which on Linux is almost always the kernel's out-of-memory killer: host RAM (or a container's or job's memory limit), not the GPU."
+            );
+            d.findings.push("This is host RAM, not the GPU, unless something else sent SIGKILL (a scheduler past its grace period, a user's kill -9): the kernel's log says which.".into());
+            d.check(
+                "dmesg -T | grep -iE 'out of memory|oom-kill|killed process'",
+                "the kernel's out-of-memory killer, with the process it chose and its memory",
+            );
+            d.check(
+                "free -h; cat /sys/fs/cgroup/memory.max",
+                "the host's free memory and the container's limit",
+            );
+            return;
+        }
         MemorySpace::HostRam => {
             d.summary = format!(
                 "\"{wording}\"{from} is about host RAM, not the GPU: a CPU allocation failed, so the GPU's memory figures do not bear on it."

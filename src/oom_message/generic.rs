@@ -97,6 +97,10 @@ const PHRASES: &[&str] = &[
     "error allocating",
     "bad_alloc",
     "memory exhausted",
+    "allocation error",
+    // Vulkan's results (`VK_ERROR_OUT_OF_DEVICE_MEMORY`, `VK_ERROR_OUT_OF_HOST_MEMORY`).
+    "out_of_device_memory",
+    "out_of_host_memory",
 ];
 
 /// Written as the runtimes print them, besides the case forms of `PHRASES`.
@@ -107,6 +111,16 @@ const EXACT: &[&str] = &[
     "MemoryError",
     "hipError_t(1002)",
     "failed with error 2",
+    // Vulkan's results as its bindings name them.
+    "OutOfDeviceMemory",
+    "OutOfHostMemory",
+    // PyTorch's CPU allocator enforces only what the system's allocator returned
+    // (`c10/core/CPUAllocator.cpp`: `posix_memalign(…) == 0`, "DefaultCPUAllocator: can't
+    // allocate memory"): a failed enforce there is host RAM refused, its message cut or not.
+    "enforce fail at CPUAllocator.cpp",
+    // A worker killed with SIGKILL (PyTorch's `DataLoader` says "is killed by signal:
+    // Killed."): on Linux the sender is almost always the kernel's out-of-memory killer.
+    "killed by signal: Killed",
 ];
 
 /// The same wordings in the languages users paste them in: a runtime's message put through a
@@ -284,10 +298,19 @@ const RUNTIMES: &[(&[&str], &str)] = &[
     (&["outofresources", "out of resource", "triton"], "Triton"),
     (&["memory space hbm", "tpu"], "XLA (TPU)"),
     (
-        &["defaultcpuallocator", "alloc_cpu"],
+        &["defaultcpuallocator", "alloc_cpu", "cpuallocator.cpp"],
         "PyTorch (CPU allocator)",
     ),
     (&["tensorview", "spconv"], "tensorview"),
+    (
+        &[
+            "vkallocatememory",
+            "vk_error",
+            "vulkan",
+            "outofdevicememory",
+        ],
+        "Vulkan",
+    ),
     (&["deepspeed"], "DeepSpeed"),
     (&["megatron"], "Megatron"),
     (&["bitsandbytes"], "bitsandbytes"),
@@ -344,6 +367,10 @@ const HOST_WORDS: &[&str] = &[
     "bad_alloc",
     "killed process",
     "oom-kill",
+    "killed by signal: killed",
+    "cpuallocator.cpp",
+    "out_of_host_memory",
+    "outofhostmemory",
 ];
 
 /// The words this reader names runtimes and memory spaces by.
@@ -772,6 +799,139 @@ fn read(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     })
 }
 
+/// Words that qualify the memory of "out of … memory" (Blender's "System is out of GPU and
+/// shared host memory", "out of dedicated video memory"): a memory's kind, owner or place, and
+/// the words that join them. A sentence that runs "out of" into other words ("out of ideas why
+/// memory …") is not one.
+const MEMORY_QUALIFIERS: &[&str] = &[
+    "gpu",
+    "gpus",
+    "gpu's",
+    "device",
+    "device's",
+    "video",
+    "graphics",
+    "cuda",
+    "hip",
+    "rocm",
+    "accelerator",
+    "npu",
+    "host",
+    "system",
+    "cpu",
+    "main",
+    "shared",
+    "dedicated",
+    "global",
+    "local",
+    "physical",
+    "virtual",
+    "unified",
+    "pinned",
+    "page-locked",
+    "on-chip",
+    "texture",
+    "available",
+    "free",
+    "usable",
+    "all",
+    "the",
+    "its",
+    "and",
+    "or",
+    "/",
+];
+
+/// Qualifiers that name the GPU's own memory.
+const GPU_QUALIFIERS: &[&str] = &[
+    "gpu",
+    "gpus",
+    "gpu's",
+    "device",
+    "device's",
+    "video",
+    "graphics",
+    "cuda",
+    "hip",
+    "rocm",
+    "dedicated",
+];
+
+/// Qualifiers that name the host's memory.
+const HOST_QUALIFIERS: &[&str] = &["host", "system", "cpu", "main"];
+
+/// At most this many qualifiers between "out of" and the memory.
+const QUALIFIERS_MAX: usize = 4;
+
+/// Which memory the qualifiers of "out of … memory" name.
+#[derive(Clone, Copy, PartialEq)]
+enum Named {
+    Gpu,
+    Host,
+    Neither,
+}
+
+/// "out of" and one to `QUALIFIERS_MAX` of `MEMORY_QUALIFIERS` just before `at`: where "out of"
+/// starts, and which memory the qualifiers name (the GPU's when any names it).
+fn qualified_out_of(text: &str, at: usize) -> Option<(usize, Named)> {
+    let before = &text[floor_boundary(text, at.saturating_sub(96))..at];
+    let trimmed = before.strip_suffix(' ')?;
+    let mut end = trimmed.len();
+    let mut qualifiers = 0;
+    let (mut gpu, mut host) = (false, false);
+    loop {
+        let word_start = trimmed[..end].rfind(' ').map_or(0, |i| i + 1);
+        let word = trimmed[word_start..end].to_ascii_lowercase();
+        if word == "of" && qualifiers > 0 {
+            let out_end = word_start.checked_sub(1)?;
+            let out_start = trimmed[..out_end].rfind(' ').map_or(0, |i| i + 1);
+            if !trimmed[out_start..out_end].eq_ignore_ascii_case("out") {
+                return None;
+            }
+            let named = match (gpu, host) {
+                (true, _) => Named::Gpu,
+                (false, true) => Named::Host,
+                _ => Named::Neither,
+            };
+            return Some((at - before.len() + out_start, named));
+        }
+        if qualifiers == QUALIFIERS_MAX || !MEMORY_QUALIFIERS.contains(&word.as_str()) {
+            return None;
+        }
+        gpu |= GPU_QUALIFIERS.contains(&word.as_str());
+        host |= HOST_QUALIFIERS.contains(&word.as_str());
+        qualifiers += 1;
+        end = word_start.checked_sub(1)?;
+    }
+}
+
+/// The memory words "out of …" is read up to; each is also an anchor.
+pub(super) const QUALIFIED_ANCHORS: &[(&str, super::scan::Reader)] = &[
+    ("memory", read_qualified),
+    ("Memory", read_qualified),
+    ("MEMORY", read_qualified),
+    ("vram", read_qualified),
+    ("VRAM", read_qualified),
+];
+
+/// "out of" with the memory's qualifiers between it and the memory word at `at`, read as any
+/// wording is; the GPU's memory when a qualifier names it, whatever host memory it also names,
+/// and the host's when only the host's is named.
+fn read_qualified(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    let (start, named) = qualified_out_of(text, at)?;
+    let mut found = read_once(text, start, anchor_end)?;
+    if let Detail::Generic { memory, .. } = &mut found.detail {
+        match named {
+            Named::Gpu if matches!(memory, MemorySpace::HostRam | MemorySpace::PinnedHostRam) => {
+                *memory = MemorySpace::Device
+            }
+            Named::Host if *memory == MemorySpace::Device => *memory = MemorySpace::HostRam,
+            _ => {}
+        }
+    }
+    Some(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1099,6 +1259,78 @@ mod tests {
             "failed to allocate 2 GiB failed to allocate 3 GiB",
             "failed to allocate 2 GiB".len()
         ));
+    }
+
+    #[test]
+    fn out_of_memory_with_its_qualifiers_between() {
+        for (text, space) in [
+            (
+                "System is out of GPU and shared host memory",
+                MemorySpace::Device,
+            ),
+            (
+                "Renderer: out of dedicated video memory",
+                MemorySpace::Device,
+            ),
+            (
+                "error: device is out of available VRAM while loading",
+                MemorySpace::Device,
+            ),
+            (
+                "worker ran Out Of System Memory, stopping",
+                MemorySpace::HostRam,
+            ),
+            ("OUT OF HOST MEMORY", MemorySpace::HostRam),
+        ] {
+            let (memory, figures) = read_one(text);
+            assert_eq!(memory, space, "{text}");
+            assert!(figures.is_empty());
+        }
+        // With a figure after it.
+        let (_, figures) = read_one("The GPU is out of shared memory: could not allocate 2.5 GiB");
+        assert_eq!(figures, [(Some("requested"), "2.5 GiB".to_string())]);
+        let found = super::super::find_all("System is out of GPU and shared host memory");
+        assert!(matches!(&found[0].detail, Detail::Generic { wording, .. }
+            if wording == "out of GPU and shared host memory"));
+        // "out of" running into other words, or too many words between, is prose.
+        for text in [
+            "we ran out of ideas why memory use grows",
+            "three out of four GPU memory readings were taken",
+            "out of the the the the shared memory",
+            "memory is fine, out of curiosity",
+        ] {
+            assert!(super::super::find_all(text).is_empty(), "{text}");
+        }
+    }
+
+    #[test]
+    fn host_ram_by_its_allocator_or_the_out_of_memory_killer() {
+        for text in [
+            "\"enforce fail at CPUAllocator.cpp\" error when evaluating",
+            "RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 12 vs 0",
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.",
+            "ERROR: Unexpected bus error encountered in worker. killed by signal: Killed",
+            "vk::Result::ErrorOutOfHostMemory",
+        ] {
+            let (memory, _) = read_one(text);
+            assert_eq!(memory, MemorySpace::HostRam, "{text}");
+        }
+        // Another signal is not the out-of-memory killer's; the allocator's file named without
+        // a failed enforce is not a failure.
+        for text in [
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Aborted.",
+            "loaded CPUAllocator.cpp symbols",
+        ] {
+            assert!(super::super::find_all(text).is_empty(), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_allocation_error_on_a_device() {
+        let (memory, _) = read_one("ManagedCuda.NPP.NPPException:“Device allocation error”");
+        assert_eq!(memory, MemorySpace::Device);
+        let (memory, _) = read_one("VK_ERROR_OUT_OF_DEVICE_MEMORY");
+        assert_eq!(memory, MemorySpace::Device);
     }
 
     #[test]

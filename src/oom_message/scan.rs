@@ -29,8 +29,9 @@ pub(super) type Reader = fn(text: &str, at: usize, anchor_end: usize) -> Option<
 /// Most specific first: a span claimed by an earlier reader is not read again by a later one
 /// (the `CUDA_ERROR_OUT_OF_MEMORY` inside a StreamExecutor line is not a second message).
 /// The reader by principle comes twice: with figures before the bare driver errors (which
-/// carry none), and with none at all last.
-fn families() -> [&'static [(&'static str, Reader)]; 12] {
+/// carry none), and with none at all after them; "out of" with the memory's qualifiers between
+/// ("out of GPU and shared host memory") last.
+fn families() -> [&'static [(&'static str, Reader)]; 13] {
     [
         pytorch::ANCHORS,
         pytorch_legacy::ANCHORS,
@@ -44,6 +45,7 @@ fn families() -> [&'static [(&'static str, Reader)]; 12] {
         generic::with_figures_anchors(),
         driver::GENERIC_ANCHORS,
         generic::any_anchors(),
+        generic::QUALIFIED_ANCHORS,
     ]
 }
 

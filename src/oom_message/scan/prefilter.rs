@@ -54,6 +54,8 @@ pub(super) const EXACT: &[&str] = &[
     "cuMemAlloc",
     "cuMemCreate",
     "hipMalloc",
+    // A worker the kernel's out-of-memory killer ended.
+    "killed by signal: Killed",
 ];
 
 /// Every form searched, a phrase's also with no-break spaces.
