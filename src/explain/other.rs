@@ -94,16 +94,34 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
         Detail::TfOomTensor {
             tensor_bytes,
             allocator,
+            stats,
             ..
         } => {
-            if let Some(b) = tensor_bytes {
+            let tensor = tensor_bytes.map(|b| {
                 d.bytes(
                     "tensor_bytes",
                     "elements × dtype size",
-                    Iv::exact(i128::from(*b)),
-                );
-            }
-            if !lean_on_bfc(d, earlier, allocator.as_deref()) {
+                    Iv::exact(i128::from(b)),
+                )
+            });
+            if let Some(s) = stats {
+                d.findings.push(format!(
+                    "The allocator's Stats: block on line {}, printed right before this error, is its own: TensorFlow logs it when the allocation fails, then the error.",
+                    s.line
+                ));
+                match tensor {
+                    Some(r) => bfc_stats(d, r, s),
+                    None => {
+                        d.summary = "TensorFlow could not allocate a tensor of a size the message does not fix; the allocator's statistics are listed.".into();
+                        d.undecided(
+                            "Was the pool full or fragmented?".into(),
+                            vec![cause::CAPACITY, cause::FRAGMENTATION],
+                            "the tensor's size is not known, to set against the pool's free memory"
+                                .into(),
+                        );
+                    }
+                }
+            } else if !lean_on_bfc(d, earlier, allocator.as_deref()) {
                 d.summary = "TensorFlow could not allocate a tensor; the allocator's log that decides why is not in the text.".into();
                 d.undecided(
                     "Was the pool full or fragmented, or the device shared?".into(),

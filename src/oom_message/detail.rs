@@ -34,6 +34,9 @@ pub struct BfcStats {
     pub in_use_bytes: Option<u64>,
     pub max_in_use_bytes: Option<u64>,
     pub largest_free_block_bytes: Option<u64>,
+    /// `MaxAllocSize:`, the largest single allocation the allocator made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_alloc_size_bytes: Option<u64>,
 }
 
 /// XLA's `BufferAssignment stats:` after a `RESOURCE_EXHAUSTED` (what the executable needs).
@@ -224,6 +227,11 @@ pub enum Detail {
         allocator: Option<String>,
         /// Elements × dtype size, when the shape and dtype are fully known.
         tensor_bytes: Option<u64>,
+        /// The BFC allocator's `Stats:` block printed right before the message (its
+        /// `DumpMemoryLog` ends with it, then the memory map line, then this error), when the
+        /// paste holds it without the allocator's own warning or dump.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stats: Option<BfcStats>,
     },
     /// TensorFlow's GPU device: "Ran out of GPU memory when allocating N bytes for OP" or
     /// "EigenAllocator for GPU ran out of memory when allocating N".

@@ -278,6 +278,9 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
             let mut detail = f.detail;
             if let Detail::TfBfcAllocator {
                 stats: Some(stats), ..
+            }
+            | Detail::TfOomTensor {
+                stats: Some(stats), ..
             } = &mut detail
             {
                 stats.offset = shadow.to_input(stats.offset).max(start);

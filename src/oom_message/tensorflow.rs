@@ -311,11 +311,18 @@ fn read_bfc_rest(
 fn find_stats(text: &str, from: usize, to: usize) -> Option<BfcStats> {
     let to = super::cursor::floor_boundary(text, to);
     let at = from + text.get(from..to)?.find("Stats:")?;
+    read_stats(text, at, to).map(|(stats, _)| stats)
+}
+
+/// The `Stats:` block whose word is at `text[at..]` (`AllocatorStats::DebugString`: one
+/// `Key: N` a line, exact bytes but for the count `NumAllocs`), and where its last row ends.
+fn read_stats(text: &str, at: usize, to: usize) -> Option<(BfcStats, usize)> {
     let mut stats = BfcStats {
         offset: at,
         ..BfcStats::default()
     };
     let mut c = Cursor::new(text, at + "Stats:".len(), to);
+    let mut end = c.pos;
     for _ in 0..12 {
         let Some((key, value)) = c.attempt(|c| {
             c.skip_ws();
@@ -331,11 +338,72 @@ fn find_stats(text: &str, from: usize, to: usize) -> Option<BfcStats> {
             "InUse" => stats.in_use_bytes = Some(value),
             "MaxInUse" => stats.max_in_use_bytes = Some(value),
             "LargestFreeBlock" => stats.largest_free_block_bytes = Some(value),
-            "NumAllocs" | "MaxAllocSize" | "Reserved" | "PeakReserved" => {}
+            "MaxAllocSize" => stats.max_alloc_size_bytes = Some(value),
+            "NumAllocs" | "Reserved" | "PeakReserved" => {}
             _ => break,
         }
+        end = c.pos;
     }
-    (stats.limit_bytes.is_some() || stats.in_use_bytes.is_some()).then_some(stats)
+    (stats.limit_bytes.is_some() || stats.in_use_bytes.is_some()).then_some((stats, end))
+}
+
+/// How far before an "OOM when allocating tensor" its allocator's `Stats:` block may start:
+/// the block's rows, the memory map and log headers.
+const STATS_BEFORE: usize = 2048;
+/// How long the log header before the memory map, and the header and lead-in ("OP_REQUIRES
+/// failed at …: Resource exhausted: ") after it, may each be.
+const MAP_LEAD: usize = 256;
+
+/// The BFC allocator's `Stats:` block printed right before the tensor message at `at`
+/// (folded text): `DumpMemoryLog` ends with it, the allocator then logs its memory map
+/// (`RenderOccupancy`: one line of `*` in use and `_` free), and the op's "OP_REQUIRES failed
+/// … OOM when allocating tensor" follows. Between the block and the message only that map and
+/// the log headers and lead-in around it may lie. A block the allocator's dump or warning owns
+/// (its "Sum Total of in-use chunks" right before it, or its warning earlier) is theirs.
+fn stats_before(text: &str, at: usize) -> Option<(usize, BfcStats)> {
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(STATS_BEFORE));
+    let stats_at = from + memchr::memmem::rfind(&text.as_bytes()[from..at], b"Stats:")?;
+    let (stats, end) = read_stats(text, stats_at, at)?;
+    let gap = &text[end..at];
+    let (map_at, map_len) = memory_map(gap)?;
+    let after = &gap[map_at + map_len..];
+    if map_at > MAP_LEAD || after.len() > MAP_LEAD || memory_map(after).is_some() {
+        return None;
+    }
+    let back = super::cursor::floor_boundary(text, stats_at.saturating_sub(DUMP_REACH));
+    let near = super::cursor::floor_boundary(text, stats_at.saturating_sub(512));
+    let b = text.as_bytes();
+    if memchr::memmem::find(&b[near..stats_at], DUMP_ANCHOR.as_bytes()).is_some()
+        || memchr::memmem::rfind(&b[back..stats_at], b"an out of memory trying to allocate ")
+            .is_some()
+    {
+        return None;
+    }
+    Some((stats_at, stats))
+}
+
+/// The BFC allocator's memory map in `gap`: its offset and length, the first run of eight or
+/// more `*` and `_` with a `*` in it, standing alone (a space or the gap's edge on each side).
+fn memory_map(gap: &str) -> Option<(usize, usize)> {
+    let b = gap.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if !matches!(b[i], b'*' | b'_') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && matches!(b[i], b'*' | b'_') {
+            i += 1;
+        }
+        let run = &gap[start..i];
+        let alone = (start == 0 || matches!(b[start - 1], b' ' | b']' | b':'))
+            && (i == b.len() || b[i] == b' ');
+        if run.len() >= 8 && run.contains('*') && alone {
+            return Some((start, run.len()));
+        }
+    }
+    None
 }
 
 fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -366,8 +434,9 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         index.parse().ok()
     });
     let tensor_bytes = tensor_bytes(&shape, dtype.as_deref());
+    let before = stats_before(text, at);
     Some(Found {
-        start: at,
+        start: before.as_ref().map_or(at, |(s, _)| *s),
         end: c.pos,
         raised_as: raised_as(text, at),
         detail: Detail::TfOomTensor {
@@ -377,6 +446,7 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
             device_index,
             allocator,
             tensor_bytes,
+            stats: before.map(|(_, stats)| stats),
         },
     })
 }
@@ -487,6 +557,102 @@ mod tests {
         );
         assert_eq!(found.len(), 1);
         assert!(matches!(found[0].detail, Detail::TfBfcAllocator { .. }));
+    }
+
+    /// The `Stats:` block a tensor message of `text` carries, or `None`; panics when `text`
+    /// holds no tensor message.
+    fn tensor_stats(text: &str) -> Option<BfcStats> {
+        super::super::find_all(text)
+            .into_iter()
+            .find_map(|m| match m.detail {
+                Detail::TfOomTensor { stats, .. } => Some(stats),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tensor message in {text:?}"))
+    }
+
+    #[test]
+    fn the_stats_block_printed_before_a_tensor_message_is_its_own() {
+        const OOM: &str = "W op_kernel.cc:1198] OP_REQUIRES failed at conv_ops.cc:446 : Resource exhausted: OOM when allocating tensor with shape[32,64,128,128] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n";
+        const MAP: &str = "W bfc_allocator.cc:271] **********_____*******************************************xxxx\n";
+        let map = MAP.replace("xxxx", "____");
+        // Bare rows, the map with its log header, the message.
+        let s = tensor_stats(&format!(
+            "Stats: \nLimit:        4294967296\nInUse:        4160749568\nMaxInUse:     4194304000\nNumAllocs:         1234\nMaxAllocSize:  536870912\n{map}{OOM}"
+        ))
+        .expect("the block before the map");
+        assert_eq!(s.limit_bytes, Some(4_294_967_296));
+        assert_eq!(s.in_use_bytes, Some(4_160_749_568));
+        assert_eq!(s.max_in_use_bytes, Some(4_194_304_000));
+        assert_eq!(s.max_alloc_size_bytes, Some(536_870_912));
+        assert_eq!(s.line, 1);
+        // Its log header, a blank line after it, a sentence before it; the stats' line counted.
+        let s = tensor_stats(&format!(
+            "it fails like this:\n2020-01-01 10:00:00.000001: I bfc_allocator.cc:812] Stats: \nLimit:   1000000000\nInUse:    999999744\n\n2020-01-01 10:00:00.000002: {map}2020-01-01 10:00:00.000003: {OOM}"
+        ))
+        .expect("with log headers");
+        assert_eq!(
+            (s.limit_bytes, s.in_use_bytes, s.line),
+            (Some(1_000_000_000), Some(999_999_744), 2)
+        );
+        // Read as figures: the pool's limit and use.
+        let found = super::super::find_all(&format!(
+            "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].text.starts_with("Stats:"));
+
+        // Not without the memory map between them, nor with other text there, nor with two maps.
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{OOM}"
+            )),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}Epoch 3/10 loss 0.25 and a long line of the user's own program that goes on for a while before anything else is printed by it, the next step of its training loop, the learning rate schedule, the checkpoint it saved, the samples it wrote, the evaluation it ran on the validation set and more words until it is longer than a log header and a lead-in ever are together in a real log of TensorFlow\n{OOM}"
+            )),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{map}{OOM}"
+            )),
+            None
+        );
+        // Nor a block without Limit or InUse, nor a line of stars that is no map.
+        assert_eq!(
+            tensor_stats(&format!("Stats: \nNumAllocs: 12\n{map}{OOM}")),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n** note **\n{OOM}"
+            )),
+            None
+        );
+        // The dump's or the warning's block is theirs: read once, by them.
+        let found = super::super::find_all(&format!(
+            "I bfc_allocator.cc:700] Sum Total of in-use chunks: 953.67MiB\nI bfc_allocator.cc:702] Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(matches!(
+            found[1].detail,
+            Detail::TfOomTensor { stats: None, .. }
+        ));
+        let found = super::super::find_all(&format!(
+            "W bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB.  Current allocation summary follows.\nI bfc_allocator.cc:702] Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(matches!(
+            found[0].detail,
+            Detail::TfBfcAllocator { stats: Some(_), .. }
+        ));
+        assert!(matches!(
+            found[1].detail,
+            Detail::TfOomTensor { stats: None, .. }
+        ));
     }
 
     #[test]

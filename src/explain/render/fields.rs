@@ -34,6 +34,7 @@ fn bfc_stats(f: &mut Rows<'_>, s: &BfcStats) {
         ("pool in use", s.in_use_bytes),
         ("pool max in use", s.max_in_use_bytes),
         ("largest free block", s.largest_free_block_bytes),
+        ("largest allocation", s.max_alloc_size_bytes),
     ] {
         bytes(f, &format!("{name} (line {})", s.line), v);
     }
@@ -227,12 +228,16 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             dtype,
             device,
             allocator,
+            stats,
             ..
         } => {
             text(&mut f, "shape", Some(shape));
             text(&mut f, "dtype", dtype.as_ref());
             text(&mut f, "device", device.as_ref());
             text(&mut f, "allocator", allocator.as_ref());
+            if let Some(s) = stats {
+                bfc_stats(&mut f, s);
+            }
         }
         Detail::TfGpuOomBytes {
             requested_bytes,
