@@ -217,6 +217,12 @@ pub enum Detail {
         not_a_failure: bool,
         /// The allocator's statistics printed after the message, when the log has them.
         stats: Option<BfcStats>,
+        /// The sizes of `DumpMemoryLog`'s `Bin (S): …` lines right after the message, one list
+        /// per bin: its chunk size S, then the sizes the line prints in order (allocated for
+        /// chunks, in use, client-requested); unlabelled (they describe the pool, not the
+        /// request).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        bins: Vec<Vec<Figure>>,
     },
     /// TensorFlow: "OOM when allocating tensor with shape[…] and type … on … by allocator …".
     TfOomTensor {

@@ -279,6 +279,8 @@ fn read_bfc_rest(
     c.lit(" See logs for memory state.");
     c.lit(" If this is caused by memory fragmentation, the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' may improve the situation.");
     c.lit(" Current allocation summary follows.");
+    let (bins, bins_end) = read_bins(text, c.pos);
+    c.pos = bins_end;
     let reach = super::cursor::floor_boundary(text, c.pos + STATS_REACH);
     let next = text[c.pos..reach]
         .find(BFC_ANCHOR)
@@ -303,8 +305,94 @@ fn read_bfc_rest(
             freed_by_count,
             not_a_failure,
             stats,
+            bins,
         },
     })
+}
+
+/// The sentence newer releases print in the warning before its summary (`AllocateRaw`).
+const FRAGMENTATION_HINT: &str = "If the cause is memory fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation.";
+
+/// How far the next `Bin (` may be from the end of the line before it: a log header, and
+/// before the first the warning's last sentences and the dump's heading.
+const BIN_GAP: usize = 512;
+/// `DumpMemoryLog` prints one line per bin: 21 in TensorFlow's BFC allocator.
+const MAX_BINS: usize = 32;
+
+/// The sizes of the `Bin (S): Total Chunks: N, Chunks in use: N. X allocated for chunks. X in
+/// use in bin. X client-requested in use in bin.` lines from `from` on (`DumpMemoryLog`: S an
+/// exact byte count, X as `HumanReadableNumBytes` prints it, or exact bytes where a build
+/// prints the number; before TensorFlow 1.4 no `.` after the count and an "X client-requested
+/// for chunks." more), one list per bin, with only log headers (and the dump's "BFCAllocator
+/// dump for NAME", the warning's fragmentation hint and its repeated "Current allocation
+/// summary follows.") between them; and where
+/// the last one read ends (`from` when none is).
+fn read_bins(text: &str, from: usize) -> (Vec<Vec<Figure>>, usize) {
+    const WORDS: [&str; 4] = [
+        " allocated for chunks.",
+        " client-requested for chunks.",
+        " in use in bin.",
+        " client-requested in use in bin.",
+    ];
+    let figure = |at: usize, end: usize, quantity: Quantity| Figure {
+        label: None,
+        quantity,
+        at,
+        end,
+        owner: Owner::Unsaid,
+    };
+    let mut bins = Vec::new();
+    let mut end = from;
+    for _ in 0..MAX_BINS {
+        let reach = super::cursor::floor_boundary(text, end + BIN_GAP);
+        let Some(i) = memchr::memmem::find(&text.as_bytes()[end..reach], b"Bin (") else {
+            break;
+        };
+        let at = end + i;
+        // A log header only: no sentence's end between the last bin and this one.
+        let gap = text[end..at]
+            .replace("Current allocation summary follows.", "")
+            .replace(FRAGMENTATION_HINT, "");
+        if gap.contains(". ") {
+            break;
+        }
+        let mut c = Cursor::new(text, at + "Bin (".len(), at + WINDOW);
+        let Some(bin) = c.attempt(|c| {
+            let size_at = c.pos;
+            let size = c.uint()?;
+            let mut bin = vec![figure(
+                size_at,
+                c.pos,
+                Quantity::exact(&text[size_at..c.pos], size),
+            )];
+            c.lit_loose("):").then_some(())?;
+            c.skip_ws();
+            c.lit("Total Chunks: ").then_some(())?;
+            c.uint()?;
+            c.lit_loose(", Chunks in use: ").then_some(())?;
+            c.uint()?;
+            c.lit_loose(".");
+            for _ in 0..WORDS.len() {
+                c.skip_ws();
+                let q_at = c.pos;
+                let quantity = c.tsl_size().or_else(|| {
+                    let n = c.uint()?;
+                    Some(Quantity::exact(&text[q_at..c.pos], n))
+                })?;
+                bin.push(figure(q_at, c.pos, quantity));
+                let words = WORDS.iter().find(|w| c.lit_loose(w))?;
+                if *words == WORDS[3] {
+                    return Some(bin);
+                }
+            }
+            None
+        }) else {
+            break;
+        };
+        bins.push(bin);
+        end = c.pos;
+    }
+    (bins, end)
 }
 
 /// The `Stats:` block in `text[from..to]`, if any.
@@ -383,7 +471,8 @@ fn stats_before(text: &str, at: usize) -> Option<(usize, BfcStats)> {
 }
 
 /// The BFC allocator's memory map in `gap`: its offset and length, the first run of eight or
-/// more `*` and `_` with a `*` in it, standing alone (a space or the gap's edge on each side).
+/// more `*` and `_` with a `*` in it (a hard wrap's spaces inside it allowed), standing alone
+/// (a space or the gap's edge on each side).
 fn memory_map(gap: &str) -> Option<(usize, usize)> {
     let b = gap.as_bytes();
     let mut i = 0;
@@ -393,7 +482,11 @@ fn memory_map(gap: &str) -> Option<(usize, usize)> {
             continue;
         }
         let start = i;
-        while i < b.len() && matches!(b[i], b'*' | b'_') {
+        // A hard wrap's space inside the map joins its parts.
+        while i < b.len()
+            && (matches!(b[i], b'*' | b'_')
+                || (b[i] == b' ' && b.get(i + 1).is_some_and(|c| matches!(c, b'*' | b'_'))))
+        {
             i += 1;
         }
         let run = &gap[start..i];
@@ -617,10 +710,24 @@ mod tests {
         );
         assert_eq!(
             tensor_stats(&format!(
-                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{map}{OOM}"
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}loss 0.3\n{map}{OOM}"
             )),
             None
         );
+        // The map wrapped by a terminal, at a space or inside the run.
+        for wrapped in [
+            map.replacen("_____", "__\n___", 1),
+            map.replacen("_____", "__ \n  ___", 1),
+        ] {
+            let s = tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{wrapped}{OOM}"
+            ));
+            assert_eq!(
+                s.and_then(|s| s.limit_bytes),
+                Some(1_000_000_000),
+                "{wrapped:?}"
+            );
+        }
         // Nor a block without Limit or InUse, nor a line of stars that is no map.
         assert_eq!(
             tensor_stats(&format!("Stats: \nNumAllocs: 12\n{map}{OOM}")),
@@ -653,6 +760,111 @@ mod tests {
             found[1].detail,
             Detail::TfOomTensor { stats: None, .. }
         ));
+    }
+
+    /// The printed sizes of the bins of the BFC message in `text`.
+    fn bin_sizes(text: &str) -> Vec<String> {
+        let found = super::super::find_all(text);
+        let Some(Detail::TfBfcAllocator { bins, .. }) = found.first().map(|m| &m.detail) else {
+            panic!("{found:?}")
+        };
+        bins.iter()
+            .flatten()
+            .map(|f| f.quantity.printed.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_bin_lines_after_a_bfc_message_are_read() {
+        const WARN: &str = "W bfc_allocator.cc:424] Allocator (GPU_1_bfc) ran out of memory trying to allocate 8.00MiB (rounded to 8388608).  Current allocation summary follows.\n";
+        // Tabs, mpirun's tag and a glog header on every line; the sizes in order, bin by bin.
+        let text = format!(
+            "[1,3]<stderr>:{WARN}[1,3]<stderr>:I0101 00:00:01.000002 77 bfc_allocator.cc:870] Bin (256): \tTotal Chunks: 40, Chunks in use: 38. 10.0KiB allocated for chunks. 9.5KiB in use in bin. 1.1KiB client-requested in use in bin.\n[1,3]<stderr>:I0101 00:00:01.000003 77 bfc_allocator.cc:870] Bin (2048): \tTotal Chunks: 1, Chunks in use: 0. 2.0KiB allocated for chunks. 0B in use in bin. 0B client-requested in use in bin.\n[1,3]<stderr>:I0101 00:00:01.000004 77 bfc_allocator.cc:870] Bin (268435456): \tTotal Chunks: 3, Chunks in use: 3. 1.50GiB allocated for chunks. 1.50GiB in use in bin. 1.40GiB client-requested in use in bin.\n"
+        );
+        assert_eq!(
+            bin_sizes(&text),
+            [
+                "256",
+                "10.0KiB",
+                "9.5KiB",
+                "1.1KiB",
+                "2048",
+                "2.0KiB",
+                "0B",
+                "0B",
+                "268435456",
+                "1.50GiB",
+                "1.50GiB",
+                "1.40GiB"
+            ]
+        );
+        let found = super::super::find_all(&text);
+        let Detail::TfBfcAllocator { bins, stats, .. } = &found[0].detail else {
+            panic!()
+        };
+        assert_eq!(bins[0][0].quantity.bytes.low, 256);
+        assert_eq!(bins[2][0].quantity.bytes.low, 268_435_456);
+        assert!(bins.iter().flatten().all(|f| f.label.is_none()));
+        assert_eq!(*stats, None);
+        // The message's span covers them: their sizes are not listed again as nearby.
+        assert!(found[0].text.ends_with("client-requested in use in bin."));
+        assert!(found[0].nearby.is_empty(), "{:?}", found[0].nearby);
+        // The Stats block after the bins is still read.
+        let with_stats = format!(
+            "{WARN}I bfc_allocator.cc:870] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\nI bfc_allocator.cc:1044] Stats: \nLimit: 1000000000\nInUse: 999999744\n"
+        );
+        let found = super::super::find_all(&with_stats);
+        let Detail::TfBfcAllocator { bins, stats, .. } = &found[0].detail else {
+            panic!()
+        };
+        assert_eq!((bins.len(), bins[0].len()), (1, 4));
+        assert_eq!(
+            stats.as_ref().and_then(|s| s.limit_bytes),
+            Some(1_000_000_000)
+        );
+
+        // Newer releases: the dump's own heading and the repeated "summary follows" first.
+        assert_eq!(
+            bin_sizes(
+                "W bfc_allocator.cc:479] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB (rounded to 1073741824)requested by op Conv2D\nIf the cause is memory fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation. \nCurrent allocation summary follows.\nCurrent allocation summary follows.\nI bfc_allocator.cc:1039] BFCAllocator dump for GPU_0_bfc\nI bfc_allocator.cc:1046] Bin (256): \tTotal Chunks: 2, Chunks in use: 2. 512B allocated for chunks. 512B in use in bin. 8B client-requested in use in bin.\n"
+            ),
+            ["256", "512B", "512B", "8B"]
+        );
+        // Before 1.4: no full stop after the count, and the client-requested bytes of all chunks.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I bfc_allocator.cc:643] Bin (512):   Total Chunks: 3, Chunks in use: 1 1.5KiB allocated for chunks. 1.0KiB client-requested for chunks. 512B in use in bin. 300B client-requested in use in bin.\n"
+            )),
+            ["512", "1.5KiB", "1.0KiB", "512B", "300B"]
+        );
+        // A build that prints the byte counts as numbers.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I bfc_allocator.cc:900] Bin (1024): \tTotal Chunks: 2, Chunks in use: 1. 2048 allocated for chunks. 1024 in use in bin. 1000 client-requested in use in bin.\n"
+            )),
+            ["1024", "2048", "1024", "1000"]
+        );
+
+        // Not a line of another shape, nor one after the user's own sentence, nor one far off.
+        assert!(bin_sizes(&format!("{WARN}Bin (256): 40 chunks, 10.0KiB\n")).is_empty());
+        assert!(
+            bin_sizes(&format!(
+                "{WARN}I asked about it here. Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\n"
+            ))
+            .is_empty()
+        );
+        let far = format!(
+            "{WARN}{}\nI bfc_allocator.cc:870] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\n",
+            "x".repeat(600)
+        );
+        assert!(bin_sizes(&far).is_empty());
+        // A line cut before its last size is not read, nor any after it.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin.\nI] Bin (512): Total Chunks: 1, Chunks in use: 1. 512B allocated for chunks. 512B in use in bin. 8B client-requested in use in bin.\n"
+            )),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             op,
             freed_by_count,
             stats,
+            bins,
             ..
         } => {
             text(&mut f, "allocator", allocator.as_ref());
@@ -219,6 +220,18 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             bytes(&mut f, "rounded", *rounded_bytes);
             text(&mut f, "op", op.as_ref());
             text(&mut f, "freed_by_count", *freed_by_count);
+            // Per bin: its chunk size, then the sizes its line prints.
+            for bin in bins {
+                let [size, rest @ ..] = bin.as_slice() else {
+                    continue;
+                };
+                let sizes: Vec<&str> = rest.iter().map(|q| q.quantity.printed.as_str()).collect();
+                text(
+                    &mut f,
+                    &format!("bin ({})", size.quantity.printed),
+                    Some(sizes.join(" / ")),
+                );
+            }
             if let Some(s) = stats {
                 bfc_stats(&mut f, s);
             }
