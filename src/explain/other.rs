@@ -95,6 +95,7 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
             tensor_bytes,
             allocator,
             stats,
+            device_properties,
             ..
         } => {
             let tensor = tensor_bytes.map(|b| {
@@ -102,6 +103,23 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
                     "tensor_bytes",
                     "elements × dtype size",
                     Iv::exact(i128::from(b)),
+                )
+            });
+            let device_total = device_properties.as_ref().map(|p| {
+                d.findings.push(format!(
+                    "TensorFlow announced device {} at start-up (line {}) with {} of memory{}.",
+                    p.device_index,
+                    p.line,
+                    p.total.printed,
+                    p.free_at_startup.as_ref().map_or(String::new(), |f| format!(
+                        " and {} free then, before it took its pool: not what was free at this failure",
+                        f.printed
+                    ))
+                ));
+                d.bytes(
+                    "device_total_bytes",
+                    "the device's memory as announced at start-up",
+                    Iv::of(&p.total),
                 )
             });
             if let Some(s) = stats {
@@ -121,6 +139,13 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
                         );
                     }
                 }
+            } else if let (Some(r), Some(total)) = (tensor, device_total)
+                && r.gt(total) == Verdict::Yes
+            {
+                d.cause = Some(cause::CAPACITY);
+                d.summary = format!(
+                    "The tensor alone ({r}) is larger than the device's whole memory ({total})."
+                );
             } else if !lean_on_bfc(d, earlier, allocator.as_deref()) {
                 d.summary = "TensorFlow could not allocate a tensor; the allocator's log that decides why is not in the text.".into();
                 d.undecided(

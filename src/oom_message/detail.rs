@@ -39,6 +39,25 @@ pub struct BfcStats {
     pub max_alloc_size_bytes: Option<u64>,
 }
 
+/// A GPU's memory as TensorFlow announced it at start-up (`gpu_device.cc`: "Found device N
+/// with properties: … totalMemory: X freeMemory: Y", from 1.14 "… deviceMemorySize: X").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct TfDeviceProperties {
+    /// 1-based line where "Found device" was printed.
+    pub line: usize,
+    /// Byte offset of "Found device" (the line is counted once the message's line is known).
+    #[serde(skip)]
+    pub(crate) offset: usize,
+    /// The `N` of "Found device N".
+    pub device_index: u32,
+    /// The device's whole memory.
+    pub total: Quantity,
+    /// Free when TensorFlow started, before it took its pool: not the free memory at the
+    /// failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_at_startup: Option<Quantity>,
+}
+
 /// XLA's `BufferAssignment stats:` after a `RESOURCE_EXHAUSTED` (what the executable needs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BufferAssignment {
@@ -238,6 +257,10 @@ pub enum Detail {
         /// paste holds it without the allocator's own warning or dump.
         #[serde(skip_serializing_if = "Option::is_none")]
         stats: Option<BfcStats>,
+        /// The device's memory as TensorFlow announced it at start-up, earlier in the log (the
+        /// same device index where the message names one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        device_properties: Option<TfDeviceProperties>,
     },
     /// TensorFlow's GPU device: "Ran out of GPU memory when allocating N bytes for OP" or
     /// "EigenAllocator for GPU ran out of memory when allocating N".

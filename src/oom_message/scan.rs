@@ -287,6 +287,16 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
                 let between = &bytes[start..stats.offset.min(bytes.len())];
                 stats.line = line + between.iter().filter(|&&b| b == b'\n').count();
             }
+            if let Detail::TfOomTensor {
+                device_properties: Some(p),
+                ..
+            } = &mut detail
+            {
+                // Printed before the message.
+                p.offset = shadow.to_input(p.offset).min(start);
+                let between = &bytes[p.offset..start];
+                p.line = line - between.iter().filter(|&&b| b == b'\n').count();
+            }
             OomMessage {
                 span: Span {
                     start_byte: start,

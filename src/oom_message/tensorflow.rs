@@ -25,7 +25,7 @@ use super::figures::{Figure, Label, Owner};
 use super::generic::MemorySpace;
 use super::scan::{Found, Reader, back_from, raised_as};
 use super::size::Quantity;
-use super::{BfcStats, Detail};
+use super::{BfcStats, Detail, TfDeviceProperties};
 
 const WINDOW: usize = 4096;
 /// How far after a BFC message its `Stats:` block may be (the chunk dump comes first).
@@ -528,6 +528,7 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
     });
     let tensor_bytes = tensor_bytes(&shape, dtype.as_deref());
     let before = stats_before(text, at);
+    let device_properties = device_properties_before(text, at, device_index);
     Some(Found {
         start: before.as_ref().map_or(at, |(s, _)| *s),
         end: c.pos,
@@ -540,8 +541,66 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
             allocator,
             tensor_bytes,
             stats: before.map(|(_, stats)| stats),
+            device_properties,
         },
     })
+}
+
+/// How far before a tensor message TensorFlow's start-up lines for its device are looked for.
+const DEVICE_REACH: usize = 64 << 10;
+/// How many devices' start-up lines are passed over looking for the message's.
+const MAX_DEVICES: usize = 16;
+
+/// The memory of the message's device as TensorFlow announced it at start-up, before `at`:
+/// "Found device N with properties:" then, before 1.14, "… totalMemory: X freeMemory: Y" and
+/// from 1.14 "… deviceMemorySize: X" (`HumanReadableNumBytes`), within the lines of that one
+/// log record. The nearest one of the message's device index (any, when it names none).
+fn device_properties_before(
+    text: &str,
+    at: usize,
+    device_index: Option<u32>,
+) -> Option<TfDeviceProperties> {
+    const LEAD: &str = "Found device ";
+    const PROPERTIES: &str = " with properties:";
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(DEVICE_REACH));
+    let finder = memchr::memmem::FinderRev::new(LEAD);
+    let mut to = at;
+    for _ in 0..MAX_DEVICES {
+        let lead_at = from + finder.rfind(&text.as_bytes()[from..to])?;
+        to = lead_at;
+        let mut c = Cursor::new(text, lead_at + LEAD.len(), at);
+        let Some(index) = c.uint().and_then(|n| u32::try_from(n).ok()) else {
+            continue;
+        };
+        if !c.lit_loose(PROPERTIES) || device_index.is_some_and(|d| d != index) {
+            continue;
+        }
+        // The record's own lines: up to the next log record's "Found device" or the message.
+        let reach = super::cursor::floor_boundary(text, (c.pos + 512).min(at));
+        let record = &text[c.pos..reach];
+        let record = &record[..record.find(LEAD).unwrap_or(record.len())];
+        let size_after = |key: &str| {
+            let i = record.find(key)?;
+            let mut k = Cursor::new(text, c.pos + i + key.len(), c.pos + record.len());
+            k.skip_ws();
+            k.tsl_size()
+        };
+        let (total, free) = match size_after("totalMemory:") {
+            Some(total) => (total, size_after("freeMemory:")),
+            None => match size_after("deviceMemorySize:") {
+                Some(total) => (total, None),
+                None => continue,
+            },
+        };
+        return Some(TfDeviceProperties {
+            line: 0,
+            offset: lead_at,
+            device_index: index,
+            total,
+            free_at_startup: free,
+        });
+    }
+    None
 }
 
 fn read_gpu_bytes(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -864,6 +923,97 @@ mod tests {
                 "{WARN}I] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin.\nI] Bin (512): Total Chunks: 1, Chunks in use: 1. 512B allocated for chunks. 512B in use in bin. 8B client-requested in use in bin.\n"
             )),
             Vec::<String>::new()
+        );
+    }
+
+    /// The device total and start-up free the tensor message of `text` carries.
+    fn announced(text: &str) -> Option<(u32, String, Option<String>)> {
+        super::super::find_all(text)
+            .into_iter()
+            .find_map(|m| match m.detail {
+                Detail::TfOomTensor {
+                    device_properties, ..
+                } => Some(device_properties.map(|p| {
+                    (
+                        p.device_index,
+                        p.total.printed,
+                        p.free_at_startup.map(|q| q.printed),
+                    )
+                })),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tensor message in {text:?}"))
+    }
+
+    #[test]
+    fn the_device_announced_at_start_up_gives_the_tensor_message_its_total() {
+        const OOM0: &str = "Resource exhausted: OOM when allocating tensor with shape[64,256,28,28] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n";
+        const OOM1: &str = "Resource exhausted: OOM when allocating tensor with shape[64,256,28,28] and type float on /job:localhost/replica:0/task:0/device:GPU:1 by allocator GPU_1_bfc\n";
+        let before_1_14 = |n: u32, total: &str, free: &str| {
+            format!(
+                "I gpu_device.cc:1405] Found device {n} with properties: \nname: Tesla P100-PCIE-16GB major: 6 minor: 0 memoryClockRate(GHz): 1.3285\npciBusID: 0000:0{n}:00.0\ntotalMemory: {total} freeMemory: {free}\n"
+            )
+        };
+        // Before 1.14: total and free; the free is the start-up's, kept apart.
+        let log = format!(
+            "{}I gpu_device.cc:1484] Adding visible gpu devices: 0\nEpoch 1/5\n{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB")
+        );
+        assert_eq!(
+            announced(&log),
+            Some((0, "15.90GiB".into(), Some("15.61GiB".into())))
+        );
+        let found = super::super::find_all(&log);
+        let json = serde_json::to_value(&found[0]).unwrap();
+        assert_eq!(json["device_properties"]["total"]["printed"], "15.90GiB");
+        assert_eq!(json["device_properties"]["line"], 1);
+        assert!(json["device_properties"].get("free").is_none());
+        // From 1.14: deviceMemorySize, no free.
+        let log = format!(
+            "I gpu_device.cc:1618] Found device 0 with properties: \npciBusID: 0000:00:04.0 name: Tesla T4 computeCapability: 7.5\ncoreClock: 1.59GHz coreCount: 40 deviceMemorySize: 14.75GiB deviceMemoryBandwidth: 298.08GiB/s\n{OOM0}"
+        );
+        assert_eq!(announced(&log), Some((0, "14.75GiB".into(), None)));
+        // Two devices: the message's own, not the nearest.
+        let two = format!(
+            "{}{}{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            before_1_14(1, "11.17GiB", "11.10GiB")
+        );
+        assert_eq!(
+            announced(&two),
+            Some((0, "15.90GiB".into(), Some("15.61GiB".into())))
+        );
+        let two = format!(
+            "{}{}{OOM1}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            before_1_14(1, "11.17GiB", "11.10GiB")
+        );
+        assert_eq!(
+            announced(&two),
+            Some((1, "11.17GiB".into(), Some("11.10GiB".into())))
+        );
+
+        // Not another device's, nor one announced after the message, nor one far before it.
+        assert_eq!(
+            announced(&format!("{}{OOM1}", before_1_14(0, "15.90GiB", "15.61GiB"))),
+            None
+        );
+        assert_eq!(
+            announced(&format!("{OOM0}{}", before_1_14(0, "15.90GiB", "15.61GiB"))),
+            None
+        );
+        let far = format!(
+            "{}{}\n{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            "step 1 loss 0.5\n".repeat(5000)
+        );
+        assert_eq!(announced(&far), None);
+        // Nor the size of a record without the properties' words.
+        assert_eq!(
+            announced(&format!(
+                "Found device 0 with properties: name: Tesla T4\nthe batch takes 3.50GiB\n{OOM0}"
+            )),
+            None
         );
     }
 

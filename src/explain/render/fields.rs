@@ -242,6 +242,7 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             device,
             allocator,
             stats,
+            device_properties,
             ..
         } => {
             text(&mut f, "shape", Some(shape));
@@ -250,6 +251,18 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             text(&mut f, "allocator", allocator.as_ref());
             if let Some(s) = stats {
                 bfc_stats(&mut f, s);
+            }
+            if let Some(p) = device_properties {
+                size(
+                    &mut f,
+                    &format!("device total (line {})", p.line),
+                    Some(&p.total),
+                );
+                size(
+                    &mut f,
+                    &format!("free at start-up (line {})", p.line),
+                    p.free_at_startup.as_ref(),
+                );
             }
         }
         Detail::TfGpuOomBytes {
