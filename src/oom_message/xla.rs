@@ -302,8 +302,11 @@ fn read_allocate_request(text: &str, at: usize, anchor_end: usize) -> Option<Fou
 mod tests {
     use super::super::{Detail, Label, MemorySpace, find_all};
 
-    /// (memory, runtime, [(label, printed)]) of the one message in `text`.
-    fn read(text: &str) -> (MemorySpace, Option<String>, Vec<(Option<Label>, String)>) {
+    /// The figures of a message: (label, printed).
+    type Figures = Vec<(Option<Label>, String)>;
+
+    /// (memory, runtime, figures) of the one message in `text`.
+    fn read(text: &str) -> (MemorySpace, Option<String>, Figures) {
         let found = find_all(text);
         assert_eq!(found.len(), 1, "{found:?}");
         match &found[0].detail {
