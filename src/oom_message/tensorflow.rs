@@ -547,7 +547,7 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
 }
 
 /// How far before a tensor message TensorFlow's start-up lines for its device are looked for.
-const DEVICE_REACH: usize = 64 << 10;
+const DEVICE_REACH: usize = 16 << 10;
 /// How many devices' start-up lines are passed over looking for the message's.
 const MAX_DEVICES: usize = 16;
 
@@ -1005,7 +1005,7 @@ mod tests {
         let far = format!(
             "{}{}\n{OOM0}",
             before_1_14(0, "15.90GiB", "15.61GiB"),
-            "step 1 loss 0.5\n".repeat(5000)
+            "step 1 loss 0.5\n".repeat(1200)
         );
         assert_eq!(announced(&far), None);
         // Nor the size of a record without the properties' words.
