@@ -88,7 +88,7 @@ pub(super) fn diagnose(detail: &Detail, d: &mut Diagnosis) {
             d.summary = format!(
                 "\"{wording}\"{from} is about {space}, not a CUDA device: headroom's device views (NVML, the CUDA allocators) do not apply to it."
             );
-            d.findings.push(format!("This is {space}, not a CUDA device; the figures are the TPU compiler's own accounting."));
+            d.findings.push(format!("This is {space}, not a CUDA device; the figures are the TPU compiler's or runtime's own accounting."));
             return;
         }
         MemorySpace::SharedMemory => {

@@ -94,16 +94,59 @@ pub(super) fn diagnose(detail: &Detail, earlier: &[Explanation], d: &mut Diagnos
         Detail::TfOomTensor {
             tensor_bytes,
             allocator,
+            stats,
+            device_properties,
             ..
         } => {
-            if let Some(b) = tensor_bytes {
+            let tensor = tensor_bytes.map(|b| {
                 d.bytes(
                     "tensor_bytes",
                     "elements × dtype size",
-                    Iv::exact(i128::from(*b)),
+                    Iv::exact(i128::from(b)),
+                )
+            });
+            let device_total = device_properties.as_ref().map(|p| {
+                d.findings.push(format!(
+                    "TensorFlow announced device {} at start-up (line {}) with {} of memory{}.",
+                    p.device_index,
+                    p.line,
+                    p.total.printed,
+                    p.free_at_startup.as_ref().map_or(String::new(), |f| format!(
+                        " and {} free then, before it took its pool: not what was free at this failure",
+                        f.printed
+                    ))
+                ));
+                d.bytes(
+                    "device_total_bytes",
+                    "the device's memory as announced at start-up",
+                    Iv::of(&p.total),
+                )
+            });
+            if let Some(s) = stats {
+                d.findings.push(format!(
+                    "The allocator's Stats: block on line {}, printed right before this error, is its own: TensorFlow logs it when the allocation fails, then the error.",
+                    s.line
+                ));
+                match tensor {
+                    Some(r) => bfc_stats(d, r, s),
+                    None => {
+                        d.summary = "TensorFlow could not allocate a tensor of a size the message does not fix; the allocator's statistics are listed.".into();
+                        d.undecided(
+                            "Was the pool full or fragmented?".into(),
+                            vec![cause::CAPACITY, cause::FRAGMENTATION],
+                            "the tensor's size is not known, to set against the pool's free memory"
+                                .into(),
+                        );
+                    }
+                }
+            } else if let (Some(r), Some(total)) = (tensor, device_total)
+                && r.gt(total) == Verdict::Yes
+            {
+                d.cause = Some(cause::CAPACITY);
+                d.summary = format!(
+                    "The tensor alone ({r}) is larger than the device's whole memory ({total})."
                 );
-            }
-            if !lean_on_bfc(d, earlier, allocator.as_deref()) {
+            } else if !lean_on_bfc(d, earlier, allocator.as_deref()) {
                 d.summary = "TensorFlow could not allocate a tensor; the allocator's log that decides why is not in the text.".into();
                 d.undecided(
                     "Was the pool full or fragmented, or the device shared?".into(),

@@ -34,6 +34,28 @@ pub struct BfcStats {
     pub in_use_bytes: Option<u64>,
     pub max_in_use_bytes: Option<u64>,
     pub largest_free_block_bytes: Option<u64>,
+    /// `MaxAllocSize:`, the largest single allocation the allocator made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_alloc_size_bytes: Option<u64>,
+}
+
+/// A GPU's memory as TensorFlow announced it at start-up (`gpu_device.cc`: "Found device N
+/// with properties: … totalMemory: X freeMemory: Y", from 1.14 "… deviceMemorySize: X").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct TfDeviceProperties {
+    /// 1-based line where "Found device" was printed.
+    pub line: usize,
+    /// Byte offset of "Found device" (the line is counted once the message's line is known).
+    #[serde(skip)]
+    pub(crate) offset: usize,
+    /// The `N` of "Found device N".
+    pub device_index: u32,
+    /// The device's whole memory.
+    pub total: Quantity,
+    /// Free when TensorFlow started, before it took its pool: not the free memory at the
+    /// failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_at_startup: Option<Quantity>,
 }
 
 /// XLA's `BufferAssignment stats:` after a `RESOURCE_EXHAUSTED` (what the executable needs).
@@ -214,6 +236,12 @@ pub enum Detail {
         not_a_failure: bool,
         /// The allocator's statistics printed after the message, when the log has them.
         stats: Option<BfcStats>,
+        /// The sizes of `DumpMemoryLog`'s `Bin (S): …` lines right after the message, one list
+        /// per bin: its chunk size S, then the sizes the line prints in order (allocated for
+        /// chunks, in use, client-requested); unlabelled (they describe the pool, not the
+        /// request).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        bins: Vec<Vec<Figure>>,
     },
     /// TensorFlow: "OOM when allocating tensor with shape[…] and type … on … by allocator …".
     TfOomTensor {
@@ -224,6 +252,15 @@ pub enum Detail {
         allocator: Option<String>,
         /// Elements × dtype size, when the shape and dtype are fully known.
         tensor_bytes: Option<u64>,
+        /// The BFC allocator's `Stats:` block printed right before the message (its
+        /// `DumpMemoryLog` ends with it, then the memory map line, then this error), when the
+        /// paste holds it without the allocator's own warning or dump.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stats: Option<BfcStats>,
+        /// The device's memory as TensorFlow announced it at start-up, earlier in the log (the
+        /// same device index where the message names one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        device_properties: Option<TfDeviceProperties>,
     },
     /// TensorFlow's GPU device: "Ran out of GPU memory when allocating N bytes for OP" or
     /// "EigenAllocator for GPU ran out of memory when allocating N".

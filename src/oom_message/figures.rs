@@ -625,6 +625,12 @@ fn number_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     Some((digits, end))
 }
 
+/// The size printed at `text[at..]` (a number and its unit, or a bare byte count after a size
+/// word), read as `read` reads each figure; its label is the caller's to set.
+pub(super) fn size_at(text: &str, at: usize) -> Option<Figure> {
+    figure_at(text, at)
+}
+
 /// The figure whose number starts at `at`, if a size is printed there.
 fn figure_at(text: &str, at: usize) -> Option<Figure> {
     let bytes = text.as_bytes();

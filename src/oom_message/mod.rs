@@ -33,7 +33,10 @@ mod xla;
 
 use serde::Serialize;
 
-pub use detail::{BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TorchHint};
+pub use detail::{
+    BfcStats, BufferAssignment, Detail, Format, MemoryKind, ProcessUse, TfDeviceProperties,
+    TorchHint,
+};
 pub use figures::{Figure, Label, Owner};
 pub use generic::MemorySpace;
 pub use scan::{LineScanner, STREAM_CHUNK_BYTES, Settled, StreamScanner};

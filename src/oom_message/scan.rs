@@ -280,11 +280,24 @@ fn to_messages(text: &str, shadow: &Shadow, kept: Vec<Found>) -> Vec<OomMessage>
             let mut detail = f.detail;
             if let Detail::TfBfcAllocator {
                 stats: Some(stats), ..
+            }
+            | Detail::TfOomTensor {
+                stats: Some(stats), ..
             } = &mut detail
             {
                 stats.offset = shadow.to_input(stats.offset).max(start);
                 let between = &bytes[start..stats.offset.min(bytes.len())];
                 stats.line = line + between.iter().filter(|&&b| b == b'\n').count();
+            }
+            if let Detail::TfOomTensor {
+                device_properties: Some(p),
+                ..
+            } = &mut detail
+            {
+                // Printed before the message.
+                p.offset = shadow.to_input(p.offset).min(start);
+                let between = &bytes[p.offset..start];
+                p.line = line - between.iter().filter(|&&b| b == b'\n').count();
             }
             OomMessage {
                 span: Span {

@@ -25,7 +25,7 @@ use super::figures::{Figure, Label, Owner};
 use super::generic::MemorySpace;
 use super::scan::{Found, Reader, back_from, raised_as};
 use super::size::Quantity;
-use super::{BfcStats, Detail};
+use super::{BfcStats, Detail, TfDeviceProperties};
 
 const WINDOW: usize = 4096;
 /// How far after a BFC message its `Stats:` block may be (the chunk dump comes first).
@@ -279,6 +279,8 @@ fn read_bfc_rest(
     c.lit(" See logs for memory state.");
     c.lit(" If this is caused by memory fragmentation, the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' may improve the situation.");
     c.lit(" Current allocation summary follows.");
+    let (bins, bins_end) = read_bins(text, c.pos);
+    c.pos = bins_end;
     let reach = super::cursor::floor_boundary(text, c.pos + STATS_REACH);
     let next = text[c.pos..reach]
         .find(BFC_ANCHOR)
@@ -303,19 +305,112 @@ fn read_bfc_rest(
             freed_by_count,
             not_a_failure,
             stats,
+            bins,
         },
     })
+}
+
+/// The sentence newer releases print in the warning before its summary (`AllocateRaw`).
+const FRAGMENTATION_HINT: &str = "If the cause is memory fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation.";
+
+/// How far the next `Bin (` may be from the end of the line before it: a log header, and
+/// before the first the warning's last sentences and the dump's heading.
+const BIN_GAP: usize = 512;
+/// `DumpMemoryLog` prints one line per bin: 21 in TensorFlow's BFC allocator.
+const MAX_BINS: usize = 32;
+
+/// The sizes of the `Bin (S): Total Chunks: N, Chunks in use: N. X allocated for chunks. X in
+/// use in bin. X client-requested in use in bin.` lines from `from` on (`DumpMemoryLog`: S an
+/// exact byte count, X as `HumanReadableNumBytes` prints it, or exact bytes where a build
+/// prints the number; before TensorFlow 1.4 no `.` after the count and an "X client-requested
+/// for chunks." more), one list per bin, with only log headers (and the dump's "BFCAllocator
+/// dump for NAME", the warning's fragmentation hint and its repeated "Current allocation
+/// summary follows.") between them; and where
+/// the last one read ends (`from` when none is).
+fn read_bins(text: &str, from: usize) -> (Vec<Vec<Figure>>, usize) {
+    const WORDS: [&str; 4] = [
+        " allocated for chunks.",
+        " client-requested for chunks.",
+        " in use in bin.",
+        " client-requested in use in bin.",
+    ];
+    let figure = |at: usize, end: usize, quantity: Quantity| Figure {
+        label: None,
+        quantity,
+        at,
+        end,
+        owner: Owner::Unsaid,
+    };
+    let mut bins = Vec::new();
+    let mut end = from;
+    for _ in 0..MAX_BINS {
+        let reach = super::cursor::floor_boundary(text, end + BIN_GAP);
+        let Some(i) = memchr::memmem::find(&text.as_bytes()[end..reach], b"Bin (") else {
+            break;
+        };
+        let at = end + i;
+        // A log header only: no sentence's end between the last bin and this one.
+        let gap = text[end..at]
+            .replace("Current allocation summary follows.", "")
+            .replace(FRAGMENTATION_HINT, "");
+        if gap.contains(". ") {
+            break;
+        }
+        let mut c = Cursor::new(text, at + "Bin (".len(), at + WINDOW);
+        let Some(bin) = c.attempt(|c| {
+            let size_at = c.pos;
+            let size = c.uint()?;
+            let mut bin = vec![figure(
+                size_at,
+                c.pos,
+                Quantity::exact(&text[size_at..c.pos], size),
+            )];
+            c.lit_loose("):").then_some(())?;
+            c.skip_ws();
+            c.lit("Total Chunks: ").then_some(())?;
+            c.uint()?;
+            c.lit_loose(", Chunks in use: ").then_some(())?;
+            c.uint()?;
+            c.lit_loose(".");
+            for _ in 0..WORDS.len() {
+                c.skip_ws();
+                let q_at = c.pos;
+                let quantity = c.tsl_size().or_else(|| {
+                    let n = c.uint()?;
+                    Some(Quantity::exact(&text[q_at..c.pos], n))
+                })?;
+                bin.push(figure(q_at, c.pos, quantity));
+                let words = WORDS.iter().find(|w| c.lit_loose(w))?;
+                if *words == WORDS[3] {
+                    return Some(bin);
+                }
+            }
+            None
+        }) else {
+            break;
+        };
+        bins.push(bin);
+        end = c.pos;
+    }
+    (bins, end)
 }
 
 /// The `Stats:` block in `text[from..to]`, if any.
 fn find_stats(text: &str, from: usize, to: usize) -> Option<BfcStats> {
     let to = super::cursor::floor_boundary(text, to);
     let at = from + text.get(from..to)?.find("Stats:")?;
+    read_stats(text, at, to).map(|(stats, _)| stats)
+}
+
+/// The `Stats:` block whose word is at `text[at..]` (`AllocatorStats::DebugString`: one
+/// `Key: N` a line, exact bytes but for the count `NumAllocs`), and where its last row ends.
+fn read_stats(text: &str, at: usize, to: usize) -> Option<(BfcStats, usize)> {
     let mut stats = BfcStats {
         offset: at,
         ..BfcStats::default()
     };
     let mut c = Cursor::new(text, at + "Stats:".len(), to);
+    let mut end = c.pos;
     for _ in 0..12 {
         let Some((key, value)) = c.attempt(|c| {
             c.skip_ws();
@@ -331,11 +426,77 @@ fn find_stats(text: &str, from: usize, to: usize) -> Option<BfcStats> {
             "InUse" => stats.in_use_bytes = Some(value),
             "MaxInUse" => stats.max_in_use_bytes = Some(value),
             "LargestFreeBlock" => stats.largest_free_block_bytes = Some(value),
-            "NumAllocs" | "MaxAllocSize" | "Reserved" | "PeakReserved" => {}
+            "MaxAllocSize" => stats.max_alloc_size_bytes = Some(value),
+            "NumAllocs" | "Reserved" | "PeakReserved" => {}
             _ => break,
         }
+        end = c.pos;
     }
-    (stats.limit_bytes.is_some() || stats.in_use_bytes.is_some()).then_some(stats)
+    (stats.limit_bytes.is_some() || stats.in_use_bytes.is_some()).then_some((stats, end))
+}
+
+/// How far before an "OOM when allocating tensor" its allocator's `Stats:` block may start:
+/// the block's rows, the memory map and log headers.
+const STATS_BEFORE: usize = 2048;
+/// How long the log header before the memory map, and the header and lead-in ("OP_REQUIRES
+/// failed at …: Resource exhausted: ") after it, may each be.
+const MAP_LEAD: usize = 256;
+
+/// The BFC allocator's `Stats:` block printed right before the tensor message at `at`
+/// (folded text): `DumpMemoryLog` ends with it, the allocator then logs its memory map
+/// (`RenderOccupancy`: one line of `*` in use and `_` free), and the op's "OP_REQUIRES failed
+/// … OOM when allocating tensor" follows. Between the block and the message only that map and
+/// the log headers and lead-in around it may lie. A block the allocator's dump or warning owns
+/// (its "Sum Total of in-use chunks" right before it, or its warning earlier) is theirs.
+fn stats_before(text: &str, at: usize) -> Option<(usize, BfcStats)> {
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(STATS_BEFORE));
+    let stats_at = from + memchr::memmem::rfind(&text.as_bytes()[from..at], b"Stats:")?;
+    let (stats, end) = read_stats(text, stats_at, at)?;
+    let gap = &text[end..at];
+    let (map_at, map_len) = memory_map(gap)?;
+    let after = &gap[map_at + map_len..];
+    if map_at > MAP_LEAD || after.len() > MAP_LEAD || memory_map(after).is_some() {
+        return None;
+    }
+    let back = super::cursor::floor_boundary(text, stats_at.saturating_sub(DUMP_REACH));
+    let near = super::cursor::floor_boundary(text, stats_at.saturating_sub(512));
+    let b = text.as_bytes();
+    if memchr::memmem::find(&b[near..stats_at], DUMP_ANCHOR.as_bytes()).is_some()
+        || memchr::memmem::rfind(&b[back..stats_at], b"an out of memory trying to allocate ")
+            .is_some()
+    {
+        return None;
+    }
+    Some((stats_at, stats))
+}
+
+/// The BFC allocator's memory map in `gap`: its offset and length, the first run of eight or
+/// more `*` and `_` with a `*` in it (a hard wrap's spaces inside it allowed), standing alone
+/// (a space or the gap's edge on each side).
+fn memory_map(gap: &str) -> Option<(usize, usize)> {
+    let b = gap.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if !matches!(b[i], b'*' | b'_') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        // A hard wrap's space inside the map joins its parts.
+        while i < b.len()
+            && (matches!(b[i], b'*' | b'_')
+                || (b[i] == b' ' && b.get(i + 1).is_some_and(|c| matches!(c, b'*' | b'_'))))
+        {
+            i += 1;
+        }
+        let run = &gap[start..i];
+        let alone = (start == 0 || matches!(b[start - 1], b' ' | b']' | b':'))
+            && (i == b.len() || b[i] == b' ');
+        if run.len() >= 8 && run.contains('*') && alone {
+            return Some((start, run.len()));
+        }
+    }
+    None
 }
 
 fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -366,8 +527,10 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
         index.parse().ok()
     });
     let tensor_bytes = tensor_bytes(&shape, dtype.as_deref());
+    let before = stats_before(text, at);
+    let device_properties = device_properties_before(text, at, device_index);
     Some(Found {
-        start: at,
+        start: before.as_ref().map_or(at, |(s, _)| *s),
         end: c.pos,
         raised_as: raised_as(text, at),
         detail: Detail::TfOomTensor {
@@ -377,8 +540,67 @@ fn read_tensor(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
             device_index,
             allocator,
             tensor_bytes,
+            stats: before.map(|(_, stats)| stats),
+            device_properties,
         },
     })
+}
+
+/// How far before a tensor message TensorFlow's start-up lines for its device are looked for.
+const DEVICE_REACH: usize = 16 << 10;
+/// How many devices' start-up lines are passed over looking for the message's.
+const MAX_DEVICES: usize = 16;
+
+/// The memory of the message's device as TensorFlow announced it at start-up, before `at`:
+/// "Found device N with properties:" then, before 1.14, "… totalMemory: X freeMemory: Y" and
+/// from 1.14 "… deviceMemorySize: X" (`HumanReadableNumBytes`), within the lines of that one
+/// log record. The nearest one of the message's device index (any, when it names none).
+fn device_properties_before(
+    text: &str,
+    at: usize,
+    device_index: Option<u32>,
+) -> Option<TfDeviceProperties> {
+    const LEAD: &str = "Found device ";
+    const PROPERTIES: &str = " with properties:";
+    let from = super::cursor::floor_boundary(text, at.saturating_sub(DEVICE_REACH));
+    let finder = memchr::memmem::FinderRev::new(LEAD);
+    let mut to = at;
+    for _ in 0..MAX_DEVICES {
+        let lead_at = from + finder.rfind(&text.as_bytes()[from..to])?;
+        to = lead_at;
+        let mut c = Cursor::new(text, lead_at + LEAD.len(), at);
+        let Some(index) = c.uint().and_then(|n| u32::try_from(n).ok()) else {
+            continue;
+        };
+        if !c.lit_loose(PROPERTIES) || device_index.is_some_and(|d| d != index) {
+            continue;
+        }
+        // The record's own lines: up to the next log record's "Found device" or the message.
+        let reach = super::cursor::floor_boundary(text, (c.pos + 512).min(at));
+        let record = &text[c.pos..reach];
+        let record = &record[..record.find(LEAD).unwrap_or(record.len())];
+        let size_after = |key: &str| {
+            let i = record.find(key)?;
+            let mut k = Cursor::new(text, c.pos + i + key.len(), c.pos + record.len());
+            k.skip_ws();
+            k.tsl_size()
+        };
+        let (total, free) = match size_after("totalMemory:") {
+            Some(total) => (total, size_after("freeMemory:")),
+            None => match size_after("deviceMemorySize:") {
+                Some(total) => (total, None),
+                None => continue,
+            },
+        };
+        return Some(TfDeviceProperties {
+            line: 0,
+            offset: lead_at,
+            device_index: index,
+            total,
+            free_at_startup: free,
+        });
+    }
+    None
 }
 
 fn read_gpu_bytes(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
@@ -487,6 +709,312 @@ mod tests {
         );
         assert_eq!(found.len(), 1);
         assert!(matches!(found[0].detail, Detail::TfBfcAllocator { .. }));
+    }
+
+    /// The `Stats:` block a tensor message of `text` carries, or `None`; panics when `text`
+    /// holds no tensor message.
+    fn tensor_stats(text: &str) -> Option<BfcStats> {
+        super::super::find_all(text)
+            .into_iter()
+            .find_map(|m| match m.detail {
+                Detail::TfOomTensor { stats, .. } => Some(stats),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tensor message in {text:?}"))
+    }
+
+    #[test]
+    fn the_stats_block_printed_before_a_tensor_message_is_its_own() {
+        const OOM: &str = "W op_kernel.cc:1198] OP_REQUIRES failed at conv_ops.cc:446 : Resource exhausted: OOM when allocating tensor with shape[32,64,128,128] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n";
+        const MAP: &str = "W bfc_allocator.cc:271] **********_____*******************************************xxxx\n";
+        let map = MAP.replace("xxxx", "____");
+        // Bare rows, the map with its log header, the message.
+        let s = tensor_stats(&format!(
+            "Stats: \nLimit:        4294967296\nInUse:        4160749568\nMaxInUse:     4194304000\nNumAllocs:         1234\nMaxAllocSize:  536870912\n{map}{OOM}"
+        ))
+        .expect("the block before the map");
+        assert_eq!(s.limit_bytes, Some(4_294_967_296));
+        assert_eq!(s.in_use_bytes, Some(4_160_749_568));
+        assert_eq!(s.max_in_use_bytes, Some(4_194_304_000));
+        assert_eq!(s.max_alloc_size_bytes, Some(536_870_912));
+        assert_eq!(s.line, 1);
+        // Its log header, a blank line after it, a sentence before it; the stats' line counted.
+        let s = tensor_stats(&format!(
+            "it fails like this:\n2020-01-01 10:00:00.000001: I bfc_allocator.cc:812] Stats: \nLimit:   1000000000\nInUse:    999999744\n\n2020-01-01 10:00:00.000002: {map}2020-01-01 10:00:00.000003: {OOM}"
+        ))
+        .expect("with log headers");
+        assert_eq!(
+            (s.limit_bytes, s.in_use_bytes, s.line),
+            (Some(1_000_000_000), Some(999_999_744), 2)
+        );
+        // Read as figures: the pool's limit and use.
+        let found = super::super::find_all(&format!(
+            "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].text.starts_with("Stats:"));
+
+        // Not without the memory map between them, nor with other text there, nor with two maps.
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{OOM}"
+            )),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}Epoch 3/10 loss 0.25 and a long line of the user's own program that goes on for a while before anything else is printed by it, the next step of its training loop, the learning rate schedule, the checkpoint it saved, the samples it wrote, the evaluation it ran on the validation set and more words until it is longer than a log header and a lead-in ever are together in a real log of TensorFlow\n{OOM}"
+            )),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}loss 0.3\n{map}{OOM}"
+            )),
+            None
+        );
+        // The map wrapped by a terminal, at a space or inside the run.
+        for wrapped in [
+            map.replacen("_____", "__\n___", 1),
+            map.replacen("_____", "__ \n  ___", 1),
+        ] {
+            let s = tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n{wrapped}{OOM}"
+            ));
+            assert_eq!(
+                s.and_then(|s| s.limit_bytes),
+                Some(1_000_000_000),
+                "{wrapped:?}"
+            );
+        }
+        // Nor a block without Limit or InUse, nor a line of stars that is no map.
+        assert_eq!(
+            tensor_stats(&format!("Stats: \nNumAllocs: 12\n{map}{OOM}")),
+            None
+        );
+        assert_eq!(
+            tensor_stats(&format!(
+                "Stats: \nLimit: 1000000000\nInUse: 999999744\n** note **\n{OOM}"
+            )),
+            None
+        );
+        // The dump's or the warning's block is theirs: read once, by them.
+        let found = super::super::find_all(&format!(
+            "I bfc_allocator.cc:700] Sum Total of in-use chunks: 953.67MiB\nI bfc_allocator.cc:702] Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(matches!(
+            found[1].detail,
+            Detail::TfOomTensor { stats: None, .. }
+        ));
+        let found = super::super::find_all(&format!(
+            "W bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB.  Current allocation summary follows.\nI bfc_allocator.cc:702] Stats: \nLimit: 1000000000\nInUse: 999999744\n{map}{OOM}"
+        ));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(matches!(
+            found[0].detail,
+            Detail::TfBfcAllocator { stats: Some(_), .. }
+        ));
+        assert!(matches!(
+            found[1].detail,
+            Detail::TfOomTensor { stats: None, .. }
+        ));
+    }
+
+    /// The printed sizes of the bins of the BFC message in `text`.
+    fn bin_sizes(text: &str) -> Vec<String> {
+        let found = super::super::find_all(text);
+        let Some(Detail::TfBfcAllocator { bins, .. }) = found.first().map(|m| &m.detail) else {
+            panic!("{found:?}")
+        };
+        bins.iter()
+            .flatten()
+            .map(|f| f.quantity.printed.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_bin_lines_after_a_bfc_message_are_read() {
+        const WARN: &str = "W bfc_allocator.cc:424] Allocator (GPU_1_bfc) ran out of memory trying to allocate 8.00MiB (rounded to 8388608).  Current allocation summary follows.\n";
+        // Tabs, mpirun's tag and a glog header on every line; the sizes in order, bin by bin.
+        let text = format!(
+            "[1,3]<stderr>:{WARN}[1,3]<stderr>:I0101 00:00:01.000002 77 bfc_allocator.cc:870] Bin (256): \tTotal Chunks: 40, Chunks in use: 38. 10.0KiB allocated for chunks. 9.5KiB in use in bin. 1.1KiB client-requested in use in bin.\n[1,3]<stderr>:I0101 00:00:01.000003 77 bfc_allocator.cc:870] Bin (2048): \tTotal Chunks: 1, Chunks in use: 0. 2.0KiB allocated for chunks. 0B in use in bin. 0B client-requested in use in bin.\n[1,3]<stderr>:I0101 00:00:01.000004 77 bfc_allocator.cc:870] Bin (268435456): \tTotal Chunks: 3, Chunks in use: 3. 1.50GiB allocated for chunks. 1.50GiB in use in bin. 1.40GiB client-requested in use in bin.\n"
+        );
+        assert_eq!(
+            bin_sizes(&text),
+            [
+                "256",
+                "10.0KiB",
+                "9.5KiB",
+                "1.1KiB",
+                "2048",
+                "2.0KiB",
+                "0B",
+                "0B",
+                "268435456",
+                "1.50GiB",
+                "1.50GiB",
+                "1.40GiB"
+            ]
+        );
+        let found = super::super::find_all(&text);
+        let Detail::TfBfcAllocator { bins, stats, .. } = &found[0].detail else {
+            panic!()
+        };
+        assert_eq!(bins[0][0].quantity.bytes.low, 256);
+        assert_eq!(bins[2][0].quantity.bytes.low, 268_435_456);
+        assert!(bins.iter().flatten().all(|f| f.label.is_none()));
+        assert_eq!(*stats, None);
+        // The message's span covers them: their sizes are not listed again as nearby.
+        assert!(found[0].text.ends_with("client-requested in use in bin."));
+        assert!(found[0].nearby.is_empty(), "{:?}", found[0].nearby);
+        // The Stats block after the bins is still read.
+        let with_stats = format!(
+            "{WARN}I bfc_allocator.cc:870] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\nI bfc_allocator.cc:1044] Stats: \nLimit: 1000000000\nInUse: 999999744\n"
+        );
+        let found = super::super::find_all(&with_stats);
+        let Detail::TfBfcAllocator { bins, stats, .. } = &found[0].detail else {
+            panic!()
+        };
+        assert_eq!((bins.len(), bins[0].len()), (1, 4));
+        assert_eq!(
+            stats.as_ref().and_then(|s| s.limit_bytes),
+            Some(1_000_000_000)
+        );
+
+        // Newer releases: the dump's own heading and the repeated "summary follows" first.
+        assert_eq!(
+            bin_sizes(
+                "W bfc_allocator.cc:479] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB (rounded to 1073741824)requested by op Conv2D\nIf the cause is memory fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation. \nCurrent allocation summary follows.\nCurrent allocation summary follows.\nI bfc_allocator.cc:1039] BFCAllocator dump for GPU_0_bfc\nI bfc_allocator.cc:1046] Bin (256): \tTotal Chunks: 2, Chunks in use: 2. 512B allocated for chunks. 512B in use in bin. 8B client-requested in use in bin.\n"
+            ),
+            ["256", "512B", "512B", "8B"]
+        );
+        // Before 1.4: no full stop after the count, and the client-requested bytes of all chunks.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I bfc_allocator.cc:643] Bin (512):   Total Chunks: 3, Chunks in use: 1 1.5KiB allocated for chunks. 1.0KiB client-requested for chunks. 512B in use in bin. 300B client-requested in use in bin.\n"
+            )),
+            ["512", "1.5KiB", "1.0KiB", "512B", "300B"]
+        );
+        // A build that prints the byte counts as numbers.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I bfc_allocator.cc:900] Bin (1024): \tTotal Chunks: 2, Chunks in use: 1. 2048 allocated for chunks. 1024 in use in bin. 1000 client-requested in use in bin.\n"
+            )),
+            ["1024", "2048", "1024", "1000"]
+        );
+
+        // Not a line of another shape, nor one after the user's own sentence, nor one far off.
+        assert!(bin_sizes(&format!("{WARN}Bin (256): 40 chunks, 10.0KiB\n")).is_empty());
+        assert!(
+            bin_sizes(&format!(
+                "{WARN}I asked about it here. Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\n"
+            ))
+            .is_empty()
+        );
+        let far = format!(
+            "{WARN}{}\nI bfc_allocator.cc:870] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin. 4B client-requested in use in bin.\n",
+            "x".repeat(600)
+        );
+        assert!(bin_sizes(&far).is_empty());
+        // A line cut before its last size is not read, nor any after it.
+        assert_eq!(
+            bin_sizes(&format!(
+                "{WARN}I] Bin (256): Total Chunks: 1, Chunks in use: 1. 256B allocated for chunks. 256B in use in bin.\nI] Bin (512): Total Chunks: 1, Chunks in use: 1. 512B allocated for chunks. 512B in use in bin. 8B client-requested in use in bin.\n"
+            )),
+            Vec::<String>::new()
+        );
+    }
+
+    /// The device total and start-up free the tensor message of `text` carries.
+    fn announced(text: &str) -> Option<(u32, String, Option<String>)> {
+        super::super::find_all(text)
+            .into_iter()
+            .find_map(|m| match m.detail {
+                Detail::TfOomTensor {
+                    device_properties, ..
+                } => Some(device_properties.map(|p| {
+                    (
+                        p.device_index,
+                        p.total.printed,
+                        p.free_at_startup.map(|q| q.printed),
+                    )
+                })),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tensor message in {text:?}"))
+    }
+
+    #[test]
+    fn the_device_announced_at_start_up_gives_the_tensor_message_its_total() {
+        const OOM0: &str = "Resource exhausted: OOM when allocating tensor with shape[64,256,28,28] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n";
+        const OOM1: &str = "Resource exhausted: OOM when allocating tensor with shape[64,256,28,28] and type float on /job:localhost/replica:0/task:0/device:GPU:1 by allocator GPU_1_bfc\n";
+        let before_1_14 = |n: u32, total: &str, free: &str| {
+            format!(
+                "I gpu_device.cc:1405] Found device {n} with properties: \nname: Tesla P100-PCIE-16GB major: 6 minor: 0 memoryClockRate(GHz): 1.3285\npciBusID: 0000:0{n}:00.0\ntotalMemory: {total} freeMemory: {free}\n"
+            )
+        };
+        // Before 1.14: total and free; the free is the start-up's, kept apart.
+        let log = format!(
+            "{}I gpu_device.cc:1484] Adding visible gpu devices: 0\nEpoch 1/5\n{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB")
+        );
+        assert_eq!(
+            announced(&log),
+            Some((0, "15.90GiB".into(), Some("15.61GiB".into())))
+        );
+        let found = super::super::find_all(&log);
+        let json = serde_json::to_value(&found[0]).unwrap();
+        assert_eq!(json["device_properties"]["total"]["printed"], "15.90GiB");
+        assert_eq!(json["device_properties"]["line"], 1);
+        assert!(json["device_properties"].get("free").is_none());
+        // From 1.14: deviceMemorySize, no free.
+        let log = format!(
+            "I gpu_device.cc:1618] Found device 0 with properties: \npciBusID: 0000:00:04.0 name: Tesla T4 computeCapability: 7.5\ncoreClock: 1.59GHz coreCount: 40 deviceMemorySize: 14.75GiB deviceMemoryBandwidth: 298.08GiB/s\n{OOM0}"
+        );
+        assert_eq!(announced(&log), Some((0, "14.75GiB".into(), None)));
+        // Two devices: the message's own, not the nearest.
+        let two = format!(
+            "{}{}{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            before_1_14(1, "11.17GiB", "11.10GiB")
+        );
+        assert_eq!(
+            announced(&two),
+            Some((0, "15.90GiB".into(), Some("15.61GiB".into())))
+        );
+        let two = format!(
+            "{}{}{OOM1}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            before_1_14(1, "11.17GiB", "11.10GiB")
+        );
+        assert_eq!(
+            announced(&two),
+            Some((1, "11.17GiB".into(), Some("11.10GiB".into())))
+        );
+
+        // Not another device's, nor one announced after the message, nor one far before it.
+        assert_eq!(
+            announced(&format!("{}{OOM1}", before_1_14(0, "15.90GiB", "15.61GiB"))),
+            None
+        );
+        assert_eq!(
+            announced(&format!("{OOM0}{}", before_1_14(0, "15.90GiB", "15.61GiB"))),
+            None
+        );
+        let far = format!(
+            "{}{}\n{OOM0}",
+            before_1_14(0, "15.90GiB", "15.61GiB"),
+            "step 1 loss 0.5\n".repeat(1200)
+        );
+        assert_eq!(announced(&far), None);
+        // Nor the size of a record without the properties' words.
+        assert_eq!(
+            announced(&format!(
+                "Found device 0 with properties: name: Tesla T4\nthe batch takes 3.50GiB\n{OOM0}"
+            )),
+            None
+        );
     }
 
     #[test]

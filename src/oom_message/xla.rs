@@ -29,9 +29,75 @@ const WINDOW: usize = 4096;
 
 pub(super) const ANCHORS: &[(&str, Reader)] = &[
     ("memory while trying to allocate ", read_resource_exhausted),
+    (DEVICE_BUFFER, read_device_buffer),
     ("Failed to allocate request for ", read_allocate_request),
     ("cuMemAllocAsync failed to allocate ", read_malloc_async),
 ];
+
+/// The PJRT TPU client's refusal of a device buffer.
+const DEVICE_BUFFER: &str = "Error allocating device buffer: Attempting to allocate ";
+
+/// The TPU runtime's refusal of a device buffer (PJRT, as JAX and PyTorch/XLA raise it):
+/// "Error allocating device buffer: Attempting to allocate X. That was not possible. There are
+/// Y free.; (ID_HBMn)", X and Y as the runtime prints them (`129.50M`). The request and the
+/// free memory are labelled; the memory space is the one the trailing identifier names (`HBM`:
+/// the TPU's HBM), device memory when the text names none.
+fn read_device_buffer(text: &str, at: usize, anchor_end: usize) -> Option<Found> {
+    use super::MemorySpace;
+    use super::figures::{Label, size_at};
+    let start = status_start(text, at);
+    let mut requested = size_at(text, anchor_end)?;
+    requested.label = Some(Label::Requested);
+    let mut c = Cursor::new(text, requested.end, anchor_end + 512);
+    let mut figures = vec![requested];
+    c.lit_loose(".");
+    c.lit(" That was not possible.");
+    let free = c.attempt(|c| {
+        c.lit(" There are ").then_some(())?;
+        let mut free = size_at(text, c.pos)?;
+        c.pos = free.end;
+        c.lit(" free").then_some(())?;
+        c.lit_loose(".");
+        free.label = Some(Label::Free);
+        Some(free)
+    });
+    figures.extend(free);
+    // "; (0x0x0_HBM0)": the memory space the buffer was asked of.
+    let space = c.attempt(|c| {
+        c.lit_loose(";");
+        c.lit(" (").then_some(())?;
+        let id = c.token(b")")?;
+        c.lit_loose(")").then_some(id)
+    });
+    let memory = match space {
+        Some(id) if hbm_suffix(id) => MemorySpace::TpuHbm,
+        _ => MemorySpace::Device,
+    };
+    Some(Found {
+        start,
+        end: c.pos,
+        raised_as: raised_as(text, start),
+        detail: Detail::Generic {
+            wording: "Error allocating device buffer".into(),
+            runtime: Some(
+                if memory == MemorySpace::TpuHbm {
+                    "XLA (PJRT, TPU)"
+                } else {
+                    "XLA (PJRT)"
+                }
+                .into(),
+            ),
+            memory,
+            figures,
+        },
+    })
+}
+
+/// An identifier that ends in `_HBM` and a memory's number (`0x0x0_HBM0`).
+fn hbm_suffix(id: &str) -> bool {
+    id.rsplit_once("_HBM")
+        .is_some_and(|(_, n)| n.bytes().all(|b| b.is_ascii_digit()))
+}
 
 /// How far after the request the device figures and the `Stats:` block may be.
 const ASYNC_REACH: usize = 1024;
@@ -230,4 +296,82 @@ fn read_allocate_request(text: &str, at: usize, anchor_end: usize) -> Option<Fou
             device_index,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Detail, Label, MemorySpace, find_all};
+
+    /// The figures of a message: (label, printed).
+    type Figures = Vec<(Option<Label>, String)>;
+
+    /// (memory, runtime, figures) of the one message in `text`.
+    fn read(text: &str) -> (MemorySpace, Option<String>, Figures) {
+        let found = find_all(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        match &found[0].detail {
+            Detail::Generic {
+                memory,
+                runtime,
+                figures,
+                ..
+            } => (
+                *memory,
+                runtime.clone(),
+                figures
+                    .iter()
+                    .map(|f| (f.label, f.quantity.printed.clone()))
+                    .collect(),
+            ),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn the_tpu_runtime_s_device_buffer_refusal_is_read() {
+        // As PyTorch/XLA raises it, the memory space at the end.
+        let (memory, runtime, figures) = read(
+            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 2.00G. That was not possible. There are 1.25G free.; (0x0x1_HBM0)",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        assert_eq!(memory.words(), "TPU HBM");
+        assert_eq!(runtime.as_deref(), Some("XLA (PJRT, TPU)"));
+        assert_eq!(
+            figures,
+            [
+                (Some(Label::Requested), "2.00G".into()),
+                (Some(Label::Free), "1.25G".into())
+            ]
+        );
+        // As JAX raises it, wrapped, another core's HBM; sizes in K.
+        let (memory, _, figures) = read(
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to\nallocate 512.00K. That was not possible. There are 12.50K free.; (1x0x0_HBM3)\n",
+        );
+        assert_eq!(memory, MemorySpace::TpuHbm);
+        assert_eq!(figures[1], (Some(Label::Free), "12.50K".into()));
+        // Without the memory space: device memory, no TPU claimed; cut before the free part.
+        let (memory, runtime, figures) = read(
+            "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 129.50M. That was not possible. There are 78.17M free.",
+        );
+        assert_eq!(memory, MemorySpace::Device);
+        assert_eq!(runtime.as_deref(), Some("XLA (PJRT)"));
+        assert_eq!(figures.len(), 2);
+        let (_, _, figures) =
+            read("Error allocating device buffer: Attempting to allocate 129.50M. That was");
+        assert_eq!(figures, [(Some(Label::Requested), "129.50M".into())]);
+        // An identifier that is not an HBM's is not read as one.
+        let (memory, _, _) = read(
+            "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 129.50M. That was not possible. There are 78.17M free.; (0x0x0_HBMX)",
+        );
+        assert_eq!(memory, MemorySpace::Device);
+
+        // Not this reader's: the words without the device buffer's lead-in.
+        let found = find_all(
+            "Attempting to allocate 129.50M. That was not possible. There are 78.17M free.",
+        );
+        assert!(found.iter().all(|m| !matches!(
+            &m.detail,
+            Detail::Generic { wording, .. } if wording == "Error allocating device buffer"
+        )));
+    }
 }

@@ -34,6 +34,7 @@ fn bfc_stats(f: &mut Rows<'_>, s: &BfcStats) {
         ("pool in use", s.in_use_bytes),
         ("pool max in use", s.max_in_use_bytes),
         ("largest free block", s.largest_free_block_bytes),
+        ("largest allocation", s.max_alloc_size_bytes),
     ] {
         bytes(f, &format!("{name} (line {})", s.line), v);
     }
@@ -211,6 +212,7 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             op,
             freed_by_count,
             stats,
+            bins,
             ..
         } => {
             text(&mut f, "allocator", allocator.as_ref());
@@ -218,6 +220,18 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             bytes(&mut f, "rounded", *rounded_bytes);
             text(&mut f, "op", op.as_ref());
             text(&mut f, "freed_by_count", *freed_by_count);
+            // Per bin: its chunk size, then the sizes its line prints.
+            for bin in bins {
+                let [size, rest @ ..] = bin.as_slice() else {
+                    continue;
+                };
+                let sizes: Vec<&str> = rest.iter().map(|q| q.quantity.printed.as_str()).collect();
+                text(
+                    &mut f,
+                    &format!("bin ({})", size.quantity.printed),
+                    Some(sizes.join(" / ")),
+                );
+            }
             if let Some(s) = stats {
                 bfc_stats(&mut f, s);
             }
@@ -227,12 +241,29 @@ pub(super) fn fields(detail: &Detail) -> Rows<'_> {
             dtype,
             device,
             allocator,
+            stats,
+            device_properties,
             ..
         } => {
             text(&mut f, "shape", Some(shape));
             text(&mut f, "dtype", dtype.as_ref());
             text(&mut f, "device", device.as_ref());
             text(&mut f, "allocator", allocator.as_ref());
+            if let Some(s) = stats {
+                bfc_stats(&mut f, s);
+            }
+            if let Some(p) = device_properties {
+                size(
+                    &mut f,
+                    &format!("device total (line {})", p.line),
+                    Some(&p.total),
+                );
+                size(
+                    &mut f,
+                    &format!("free at start-up (line {})", p.line),
+                    p.free_at_startup.as_ref(),
+                );
+            }
         }
         Detail::TfGpuOomBytes {
             requested_bytes,
