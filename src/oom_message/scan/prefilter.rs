@@ -92,29 +92,48 @@ const AFTER_BYTES: usize = 16 << 10;
 const END_MARGIN_BYTES: usize = 4 << 10;
 const LONG_AFTER_BYTES: usize = 256 << 10;
 
-fn search() -> &'static AhoCorasick {
-    static SEARCH: OnceLock<AhoCorasick> = OnceLock::new();
+/// The forms in ASCII, and those with other bytes (other scripts, accents, no-break spaces):
+/// two automata, so that a log in ASCII (most are) is searched by the small one alone, at the
+/// speed of a few words, and the other runs only on text that has a byte past ASCII.
+fn searches() -> &'static (AhoCorasick, AhoCorasick) {
+    static SEARCH: OnceLock<(AhoCorasick, AhoCorasick)> = OnceLock::new();
     SEARCH.get_or_init(|| {
-        AhoCorasickBuilder::new()
-            .match_kind(MatchKind::LeftmostFirst)
-            .build(forms())
-            .expect("the prefilter words build an automaton")
+        let (ascii, other): (Vec<String>, Vec<String>) =
+            forms().into_iter().partition(|f| f.is_ascii());
+        let build = |forms: Vec<String>| {
+            AhoCorasickBuilder::new()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(forms)
+                .expect("the prefilter words build an automaton")
+        };
+        (build(ascii), build(other))
     })
+}
+
+/// The ASCII forms' automaton (every form a reader needs in an ASCII text).
+fn search() -> &'static AhoCorasick {
+    &searches().0
 }
 
 /// Offsets of the words in `text`, in order, and of those a terminal cut at a line's end
 /// (`cut_hits`).
 fn hits(text: &str) -> Vec<usize> {
-    let mut out: Vec<usize> = search()
+    let (ascii, other) = searches();
+    let mut out: Vec<usize> = ascii
         .find_iter(text.as_bytes())
         .map(|m| m.start())
         .collect();
-    let cut = cut_hits(text);
-    if !cut.is_empty() {
-        out.extend(cut);
-        out.sort_unstable();
-        out.dedup();
+    let mut merge = |more: Vec<usize>| {
+        if !more.is_empty() {
+            out.extend(more);
+            out.sort_unstable();
+            out.dedup();
+        }
+    };
+    if !text.is_ascii() {
+        merge(other.find_iter(text.as_bytes()).map(|m| m.start()).collect());
     }
+    merge(cut_hits(text));
     out
 }
 
