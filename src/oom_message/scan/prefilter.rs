@@ -131,7 +131,12 @@ fn hits(text: &str) -> Vec<usize> {
         }
     };
     if !text.is_ascii() {
-        merge(other.find_iter(text.as_bytes()).map(|m| m.start()).collect());
+        merge(
+            other
+                .find_iter(text.as_bytes())
+                .map(|m| m.start())
+                .collect(),
+        );
     }
     merge(cut_hits(text));
     out
